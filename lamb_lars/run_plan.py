@@ -1,0 +1,98 @@
+"""Everything about a run that can be decided — and rejected — before anything is compiled.
+
+Each failure is a ``ValueError`` whose message is one sentence naming the config key and the fix.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from lamb_lars import bn_groups
+
+_CHOICES = {
+    "dataset": ("mnist", "cifar10", "imagenet2012", "synthetic"),
+    "data_source": ("offline", "tfds"),
+    "data_on_device": ("auto", "yes", "no"),
+    "dtype": ("float32", "bfloat16"),
+    "parallelism": ("jit", "pmap"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+  num_devices: int
+  batch_size: int
+  num_microbatches: int
+  per_device_batch: int        # per micro-batch
+  steps_per_epoch: int
+  total_steps: int
+  eval_every_steps: int
+  checkpoint_every_steps: int
+  steps_per_call: int
+  bn: bn_groups.BNPlan
+
+  def epoch_of(self, step: int) -> float:
+    return step / self.steps_per_epoch
+
+  def next_boundary(self, step: int) -> int:
+    """The next step at which the loop must stop a compiled call: an eval, a checkpoint, an epoch end, the end."""
+    nxt = [self.total_steps, (step // self.steps_per_epoch + 1) * self.steps_per_epoch]
+    for every in (self.eval_every_steps, self.checkpoint_every_steps):
+      if every > 0:
+        nxt.append((step // every + 1) * every)
+    return min(n for n in nxt if n > step)
+
+  def chunk_size(self, step: int) -> int:
+    return min(self.steps_per_call, self.next_boundary(step) - step)
+
+
+def _check_choice(config: Any, key: str) -> None:
+  value = config[key]
+  if value not in _CHOICES[key]:
+    raise ValueError(f"config.{key}={value!r} is not one of {', '.join(map(repr, _CHOICES[key]))}.")
+
+
+def make_plan(config: Any, *, num_train: int, num_devices: int) -> RunPlan:
+  """Validates ``config`` against the data and the devices and derives the step counts and BN grouping."""
+  for key in _CHOICES:
+    _check_choice(config, key)
+  if num_devices < 1:
+    raise ValueError(f"config.num_devices asks for {num_devices} devices; at least one is needed.")
+  b, k = int(config.batch_size), int(config.num_microbatches)
+  if b < 1:
+    raise ValueError(f"config.batch_size={b} must be a positive number of examples.")
+  if k < 1:
+    raise ValueError(f"config.num_microbatches={k} must be at least 1.")
+  if b % (num_devices * k):
+    raise ValueError(f"config.batch_size={b} is not divisible by {num_devices} devices × {k} micro-batches "
+                     f"(= {num_devices * k}); choose a multiple of {num_devices * k}.")
+  if b > num_train:
+    raise ValueError(f"config.batch_size={b} exceeds the {num_train} training examples (full batch is {num_train}).")
+  if config.eval_batch_size < 1 or config.eval_batch_size % num_devices:
+    raise ValueError(f"config.eval_batch_size={config.eval_batch_size} must be a positive multiple of the "
+                     f"{num_devices} devices.")
+  if not 0.0 <= config.label_smoothing < 1.0:
+    raise ValueError(f"config.label_smoothing={config.label_smoothing} must be in [0, 1).")
+  per_device = b // (num_devices * k)
+  bn = bn_groups.plan_bn_groups(per_device_batch=per_device, num_devices=num_devices,
+                                group_devices=int(config.bn.group_devices),
+                                examples_per_group=int(config.bn.examples_per_group),
+                                ghost_batch_size=int(config.bn.ghost_batch_size))
+  steps_per_epoch = num_train // b
+  if config.num_train_steps > 0:
+    total = int(config.num_train_steps)
+  elif config.num_epochs > 0:
+    total = int(math.ceil(config.num_epochs * steps_per_epoch - 1e-9))
+  else:
+    raise ValueError("Set config.num_epochs or config.num_train_steps to a positive duration.")
+  every = lambda epochs: max(1, int(round(epochs * steps_per_epoch))) if epochs > 0 else 0
+  spc = int(config.steps_per_call)
+  if spc < 0:
+    raise ValueError(f"config.steps_per_call={spc} must be ≥ 0 (0 = automatic).")
+  if spc == 0:  # long enough to amortise dispatch, short enough for a live progress bar
+    spc = max(1, min(steps_per_epoch, 50))
+  return RunPlan(num_devices=num_devices, batch_size=b, num_microbatches=k, per_device_batch=per_device,
+                 steps_per_epoch=steps_per_epoch, total_steps=total,
+                 eval_every_steps=every(config.eval_every_epochs),
+                 checkpoint_every_steps=every(config.checkpoint_every_epochs), steps_per_call=spc, bn=bn)

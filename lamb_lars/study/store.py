@@ -1,0 +1,271 @@
+"""The results store of a batch-size study: one SQLite file in the study workdir.
+
+Tables::
+
+  runs(run_id TEXT PRIMARY KEY, study, config_json, params_json /*the swept values*/, batch_size, optimizer,
+       variant, status /*pending|running|done|diverged|failed*/, error, started, finished, wall_time, steps,
+       final_json)
+  evals(run_id, step, epoch, examples, wall_time, metrics_json, PRIMARY KEY(run_id, step))
+
+Durability: WAL journal, ``synchronous=FULL``, and every write is its own committed transaction
+(``BEGIN IMMEDIATE … COMMIT``), so a ``kill -9`` of any writer at any moment loses nothing already written; a
+half-done transaction is rolled back by SQLite on the next open. Several processes may write at once (the busy
+timeout makes them queue). Evals are keyed by (run_id, step) and written with INSERT OR REPLACE, so re-ingesting a
+run's metrics file never duplicates rows.
+
+A diverged run is a result, not an error (You et al. 2020, Table 3 has "diverge" cells): status ``diverged``.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import sqlite3
+import time
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
+
+STATUSES = ("pending", "running", "done", "diverged", "failed")
+FINISHED = ("done", "diverged")  # a re-run of the sweep skips these
+_ROW_KEYS = ("step", "epoch", "examples", "wall_time")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs(
+  run_id TEXT PRIMARY KEY, study TEXT, config_json TEXT, params_json TEXT, batch_size INT, optimizer TEXT,
+  variant TEXT, status TEXT NOT NULL DEFAULT 'pending', error TEXT, started REAL, finished REAL, wall_time REAL,
+  steps INT, final_json TEXT);
+CREATE TABLE IF NOT EXISTS evals(
+  run_id TEXT NOT NULL, step INT NOT NULL, epoch REAL, examples INT, wall_time REAL, metrics_json TEXT,
+  PRIMARY KEY(run_id, step));
+CREATE INDEX IF NOT EXISTS runs_by_study ON runs(study, batch_size);
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class Trial:
+  """One run as the analyses see it: what was swept, how it ended, and its eval curve.
+
+  ``curve`` is the list of eval rows sorted by step; each row is a dict with ``step, epoch, examples, wall_time``
+  and every metric the trainer logged (``eval_accuracy``, ``eval_loss``, ``train_loss``, ``lr``, …).
+  """
+  run_id: str
+  batch_size: int
+  optimizer: str = ""
+  variant: str = ""
+  params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  status: str = "done"
+  curve: Sequence[Mapping[str, Any]] = ()
+  config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  error: Optional[str] = None
+  wall_time: Optional[float] = None
+  final: Optional[Mapping[str, Any]] = None
+
+
+def open_store(path: Union[str, os.PathLike]) -> sqlite3.Connection:
+  """Opens (creating if needed) the store at ``path``; WAL mode, autocommit connection, rows as ``sqlite3.Row``."""
+  path = os.fspath(path)
+  if os.path.dirname(path):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+  con = sqlite3.connect(path, timeout=60.0, isolation_level=None)
+  con.row_factory = sqlite3.Row
+  con.execute("PRAGMA journal_mode=WAL")
+  con.execute("PRAGMA synchronous=FULL")
+  con.execute("PRAGMA busy_timeout=60000")
+  with _transaction(con):
+    for stmt in _SCHEMA.strip().split(";"):
+      if stmt.strip():
+        con.execute(stmt)
+  return con
+
+
+@contextlib.contextmanager
+def _transaction(con: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+  """One committed write transaction (taken eagerly, so concurrent writers queue instead of deadlocking)."""
+  con.execute("BEGIN IMMEDIATE")
+  try:
+    yield con
+  except BaseException:
+    con.execute("ROLLBACK")
+    raise
+  con.execute("COMMIT")
+
+
+def _dumps(obj: Any) -> str:
+  """JSON with sorted keys; NaN/inf are kept (Python's json writes and reads them), other objects via str()."""
+  return json.dumps(_plain(obj), sort_keys=True, default=str)
+
+
+def _plain(obj: Any) -> Any:
+  """ml_collections ConfigDict / numpy or jax values → plain Python for JSON."""
+  if hasattr(obj, "to_dict"):
+    obj = obj.to_dict()
+  if isinstance(obj, Mapping):
+    return {str(k): _plain(v) for k, v in obj.items()}
+  if isinstance(obj, (list, tuple)):
+    return [_plain(v) for v in obj]
+  if hasattr(obj, "tolist") and not isinstance(obj, (str, bytes)):
+    return obj.tolist()  # numpy / jax scalars and arrays
+  return obj
+
+
+def _loads(text: Optional[str]) -> Any:
+  return None if text is None else json.loads(text)
+
+
+def upsert_run(con: sqlite3.Connection, run_id: str, *, study: str = "", config: Any = None,
+               params: Optional[Mapping[str, Any]] = None, batch_size: Optional[int] = None,
+               optimizer: str = "", variant: str = "", status: Optional[str] = None) -> None:
+  """Registers a run (status ``pending``) or updates its description; an existing status is kept unless given."""
+  if status is not None and status not in STATUSES:
+    raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+  with _transaction(con):
+    con.execute(
+        "INSERT INTO runs(run_id, study, config_json, params_json, batch_size, optimizer, variant, status) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(run_id) DO UPDATE SET study=excluded.study, "
+        "config_json=excluded.config_json, params_json=excluded.params_json, batch_size=excluded.batch_size, "
+        "optimizer=excluded.optimizer, variant=excluded.variant, status=COALESCE(?, runs.status)",
+        (run_id, study, _dumps(config or {}), _dumps(params or {}),
+         None if batch_size is None else int(batch_size), optimizer, variant, status or "pending", status))
+
+
+def set_status(con: sqlite3.Connection, run_id: str, status: str, *, error: Optional[str] = None,
+               steps: Optional[int] = None, final: Optional[Mapping[str, Any]] = None,
+               wall_time: Optional[float] = None, now: Optional[float] = None) -> None:
+  """Moves a run to ``status``. ``running`` stamps ``started`` (first time only) and clears ``finished``;
+  ``done``/``diverged``/``failed`` stamp ``finished``. ``wall_time`` defaults to finished − started."""
+  if status not in STATUSES:
+    raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+  now = time.time() if now is None else now
+  with _transaction(con):
+    if con.execute("SELECT 1 FROM runs WHERE run_id=?", (run_id,)).fetchone() is None:
+      raise KeyError(f"unknown run {run_id!r}; call upsert_run first")
+    if status == "running":
+      con.execute("UPDATE runs SET status=?, started=COALESCE(started, ?), finished=NULL, error=NULL "
+                  "WHERE run_id=?", (status, now, run_id))
+    elif status == "pending":
+      con.execute("UPDATE runs SET status=? WHERE run_id=?", (status, run_id))
+    else:
+      con.execute("UPDATE runs SET status=?, finished=?, error=?, wall_time=COALESCE(?, ? - started, wall_time) "
+                  "WHERE run_id=?", (status, now, error, wall_time, now, run_id))
+    if steps is not None:
+      con.execute("UPDATE runs SET steps=? WHERE run_id=?", (int(steps), run_id))
+    if final is not None:
+      con.execute("UPDATE runs SET final_json=? WHERE run_id=?", (_dumps(final), run_id))
+
+
+def add_evals(con: sqlite3.Connection, run_id: str, rows: Iterable[Mapping[str, Any]]) -> int:
+  """Writes eval rows (dicts with ``step`` and metrics) in one transaction; same (run_id, step) is replaced."""
+  records = []
+  for row in rows:
+    metrics = {k: v for k, v in _plain(row).items() if k not in _ROW_KEYS}
+    records.append((run_id, int(row["step"]), _num(row.get("epoch")), _int(row.get("examples")),
+                    _num(row.get("wall_time")), _dumps(metrics)))
+  if records:
+    with _transaction(con):
+      con.executemany("INSERT OR REPLACE INTO evals(run_id, step, epoch, examples, wall_time, metrics_json) "
+                      "VALUES (?, ?, ?, ?, ?, ?)", records)
+  return len(records)
+
+
+def _num(x: Any) -> Optional[float]:
+  return None if x is None else float(x)
+
+
+def _int(x: Any) -> Optional[int]:
+  return None if x is None else int(x)
+
+
+def _run_dict(r: sqlite3.Row) -> dict:
+  d = dict(r)
+  d["config"] = _loads(d.pop("config_json")) or {}
+  d["params"] = _loads(d.pop("params_json")) or {}
+  d["final"] = _loads(d.pop("final_json"))
+  return d
+
+
+def runs(con: sqlite3.Connection, *, study: Optional[str] = None,
+         status: Union[None, str, Sequence[str]] = None, run_id: Optional[str] = None) -> list[dict]:
+  """Run records (config/params/final decoded), ordered by batch size then run_id; filters are ANDed."""
+  where, args = [], []
+  if study is not None:
+    where.append("study=?")
+    args.append(study)
+  if run_id is not None:
+    where.append("run_id=?")
+    args.append(run_id)
+  if status is not None:
+    statuses = (status,) if isinstance(status, str) else tuple(status)
+    where.append(f"status IN ({','.join('?' * len(statuses))})")
+    args.extend(statuses)
+  sql = "SELECT * FROM runs" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY batch_size, run_id"
+  return [_run_dict(r) for r in con.execute(sql, args)]
+
+
+def evals(con: sqlite3.Connection, run_id: str) -> list[dict]:
+  """A run's eval rows sorted by step: ``{step, epoch, examples, wall_time, **metrics}``."""
+  out = []
+  for r in con.execute("SELECT step, epoch, examples, wall_time, metrics_json FROM evals WHERE run_id=? "
+                       "ORDER BY step", (run_id,)):
+    row = {"step": r["step"], "epoch": r["epoch"], "examples": r["examples"], "wall_time": r["wall_time"]}
+    row.update(_loads(r["metrics_json"]) or {})
+    out.append(row)
+  return out
+
+
+def trials(con: sqlite3.Connection, *, study: Optional[str] = None,
+           status: Union[None, str, Sequence[str]] = None) -> list[Trial]:
+  """Every run (optionally of one study / status) as a ``Trial`` with its curve."""
+  return [Trial(run_id=d["run_id"], batch_size=d["batch_size"], optimizer=d["optimizer"] or "",
+                variant=d["variant"] or "", params=d["params"], status=d["status"], curve=evals(con, d["run_id"]),
+                config=d["config"], error=d["error"], wall_time=d["wall_time"], final=d["final"])
+          for d in runs(con, study=study, status=status)]
+
+
+def select(trials_: Iterable[Trial], **fields: Any) -> list[Trial]:
+  """Trials whose attributes equal the given values, e.g. ``select(ts, optimizer='lars', batch_size=8192)``."""
+  return [t for t in trials_ if all(getattr(t, k) == v for k, v in fields.items())]
+
+
+def read_metrics_jsonl(path: Union[str, os.PathLike]) -> list[dict]:
+  """Eval rows from a trainer's ``metrics.jsonl``; a torn last line (writer killed mid-write) is skipped."""
+  rows = []
+  with open(path, encoding="utf-8") as f:
+    for line in f:
+      line = line.strip()
+      if not line:
+        continue
+      try:
+        row = json.loads(line)
+      except json.JSONDecodeError:
+        continue
+      if isinstance(row, dict) and "step" in row:
+        rows.append(row)
+  return rows
+
+
+def ingest_run_dir(con: sqlite3.Connection, run_id: str, workdir: Union[str, os.PathLike]) -> Optional[str]:
+  """Reads a run's ``metrics.jsonl`` and ``result.json`` (trainer contract) into the store; idempotent.
+
+  ``result.json`` = ``{"status": "done"|"diverged"|"failed", "step": int, "final": {...}, "error": str?}``.
+  Without a ``result.json`` the run's status is left as it is (an interrupted run stays resumable). Returns
+  the status written, or None when there was no result. The run must have been registered with ``upsert_run``
+  (a run id never seen before is registered with an empty description).
+  """
+  workdir = os.fspath(workdir)
+  if not runs(con, run_id=run_id):
+    upsert_run(con, run_id)
+  metrics_path = os.path.join(workdir, "metrics.jsonl")
+  if os.path.exists(metrics_path):
+    add_evals(con, run_id, read_metrics_jsonl(metrics_path))
+  result_path = os.path.join(workdir, "result.json")
+  if not os.path.exists(result_path):
+    return None
+  with open(result_path, encoding="utf-8") as f:
+    result = json.load(f)
+  final = result.get("final") or {}
+  wall = final.get("wall_time")
+  status = result.get("status", "done")
+  set_status(con, run_id, status, error=result.get("error"), steps=result.get("step", final.get("step")),
+             final=final, wall_time=None if wall is None or not math.isfinite(wall) else float(wall))
+  return status

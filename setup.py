@@ -1,0 +1,36 @@
+"""lamb_lars: huge-batch training science in JAX (LARS/LAMB, BN groups, batch-size studies)."""
+import setuptools
+
+CORE = [
+    "jax==0.10.2",
+    "jaxlib==0.10.2",
+    "flax==0.12.8",
+    "optax==0.2.8",
+    "orbax-checkpoint==0.12.8",
+    "ml-collections==1.1.0",
+    "tensorflow-datasets==4.9.10",
+    "grain==0.2.18",
+    "array-record==0.8.6",
+    "tensorboardX==2.6.5",
+    "numpy>=1.26",
+    "tqdm>=4.66",
+    "absl-py>=2.1",
+    "matplotlib>=3.8",
+]
+
+setuptools.setup(
+    name="lamb_lars",
+    version="0.1.0",
+    description="JAX research codebase for the science of huge-batch training.",
+    long_description=open("README.md").read() if __import__("os").path.exists("README.md") else "",
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=setuptools.find_packages(include=["lamb_lars", "lamb_lars.*", "input_pipeline", "input_pipeline.*", "configs", "configs.*"]),
+    py_modules=["train"],
+    install_requires=CORE,
+    extras_require={
+        # The offline MNIST copy; it pins numpy<2, so `.ci/run` installs it with --no-deps.
+        "test": ["pytest==9.0.3", "pytest-xdist==3.8.0", "nbformat>=5.9", "nbclient>=0.10", "ipykernel>=6.29"],
+        "bench": ["torch==2.13.0"],
+    },
+)

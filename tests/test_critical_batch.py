@@ -1,0 +1,103 @@
+"""Inverse-law fit, B*, and the breakdown point against hand-computed and synthetic cases."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from lamb_lars.study import critical_batch as cb
+
+BATCHES = np.array([32, 64, 128, 256, 512, 1024, 2048, 4096, 8192], float)
+
+
+@pytest.mark.parametrize("weighting", ["log", "relative", "none"])
+def test_exact_data_recovers_parameters(weighting):
+  steps = 1000.0 * (1 + 512.0 / BATCHES)
+  fit = cb.fit_inverse_law(BATCHES, steps, weighting=weighting)
+  assert fit.s_min == pytest.approx(1000.0, rel=1e-9)
+  assert fit.b_crit == pytest.approx(512.0, rel=1e-9)
+  assert fit.e_min == pytest.approx(512000.0, rel=1e-9)
+  assert fit.rms_log_residual < 1e-9 and fit.num_points == len(BATCHES)
+  np.testing.assert_allclose(cb.steps_model(fit, BATCHES), steps, rtol=1e-9)
+  np.testing.assert_allclose(cb.examples_model(fit, BATCHES), 512000.0 * (1 + BATCHES / 512.0), rtol=1e-9)
+
+
+def test_two_points_hand_computed():
+  # S(100) = 30, S(200) = 20  =>  a + b/100 = 30, a + b/200 = 20  =>  b = 2000, a = 10, B_crit = 200.
+  fit = cb.fit_inverse_law([100, 200], [30, 20], weighting="none")
+  assert (fit.s_min, fit.b_crit, fit.e_min) == pytest.approx((10.0, 200.0, 2000.0))
+
+
+def test_noisy_data_log_fit_within_noise():
+  rng = np.random.default_rng(0)
+  s_min, b_crit, sigma = 800.0, 2000.0, 0.05
+  errs = []
+  for _ in range(200):
+    b = np.repeat(BATCHES, 3)
+    steps = s_min * (1 + b_crit / b) * np.exp(sigma * rng.standard_normal(b.shape))
+    fit = cb.fit_inverse_law(b, steps)
+    errs.append((math.log(fit.s_min / s_min), math.log(fit.b_crit / b_crit)))
+    assert fit.rms_log_residual < 3 * sigma
+  errs = np.array(errs)
+  # unbiased to within the Monte-Carlo error, and a few percent spread with 5% multiplicative noise
+  assert abs(errs[:, 0].mean()) < 4 * errs[:, 0].std() / math.sqrt(len(errs)) + 2e-3
+  assert abs(errs[:, 1].mean()) < 4 * errs[:, 1].std() / math.sqrt(len(errs)) + 2e-3
+  assert errs[:, 0].std() < 0.05 and errs[:, 1].std() < 0.1
+
+
+def test_log_fit_minimises_log_residual():
+  rng = np.random.default_rng(1)
+  steps = 500.0 * (1 + 300.0 / BATCHES) * np.exp(0.1 * rng.standard_normal(BATCHES.shape))
+  fits = {w: cb.fit_inverse_law(BATCHES, steps, weighting=w) for w in ("log", "relative", "none")}
+  assert fits["log"].rms_log_residual <= fits["relative"].rms_log_residual + 1e-12
+  assert fits["log"].rms_log_residual <= fits["none"].rms_log_residual + 1e-12
+
+
+def test_boundaries_perfect_scaling_and_no_speedup():
+  perfect = cb.fit_inverse_law(BATCHES, 1e6 / BATCHES)
+  assert perfect.s_min == 0.0 and math.isinf(perfect.b_crit) and perfect.e_min == pytest.approx(1e6)
+  np.testing.assert_allclose(cb.steps_model(perfect, BATCHES), 1e6 / BATCHES)
+  growing = cb.fit_inverse_law([64, 128, 256], [100, 110, 121], weighting="relative")
+  assert growing.b_crit == 0.0 and 100 < growing.s_min < 121
+  with pytest.raises(ValueError):
+    cb.fit_inverse_law([64, 64], [10, 12])
+  with pytest.raises(ValueError):
+    cb.fit_inverse_law([64, 128], [10, 0])
+
+
+def test_step_time_fit_time_model_and_optimal_batch():
+  st = cb.fit_step_time(BATCHES, 0.05 + 1e-5 * BATCHES)
+  assert (st.gamma, st.delta) == pytest.approx((0.05, 1e-5))
+  fit = cb.InverseLawFit(s_min=1000.0, b_crit=2000.0, e_min=2e6, rms_log_residual=0.0, num_points=0,
+                         weighting="log")
+  b_star = cb.optimal_batch(fit, st)
+  assert b_star == pytest.approx(math.sqrt(2000 * 0.05 / 1e-5))  # = 3162.3
+  grid = np.geomspace(16, 1e6, 20001)
+  assert grid[np.argmin(cb.time_model(fit, st, grid))] == pytest.approx(b_star, rel=1e-3)
+  assert cb.time_model(fit, st, 1000.0) == pytest.approx(1000 * 3 * (0.05 + 0.01))
+  assert math.isinf(cb.optimal_batch(fit, cb.StepTimeFit(0.05, 0.0)))
+  assert cb.optimal_batch(fit, cb.StepTimeFit(0.0, 1e-5)) == 0.0
+  assert math.isinf(cb.optimal_batch(dataclasses.replace(fit, b_crit=math.inf), st))
+
+
+def test_seconds_per_step_skips_compile_interval():
+  curve = [{"step": 100, "wall_time": 30.0}, {"step": 200, "wall_time": 31.0}, {"step": 300, "wall_time": 32.0},
+           {"step": 400, "wall_time": 33.2}]
+  assert cb.seconds_per_step(curve) == pytest.approx(0.011)
+  assert cb.seconds_per_step(curve[:2]) == pytest.approx(0.01)
+  assert cb.seconds_per_step(curve[:1]) is None
+
+
+def test_breakdown_point_hand_cases():
+  b = [256, 512, 1024, 2048, 4096]
+  assert cb.breakdown_point(b, [100, 60, 40, 39, 41]) == 1024     # 39 is within 5% of 40
+  assert cb.breakdown_point(b, [100, 60, 40, 39, 41], rel_tol=0.0) == 2048
+  assert cb.breakdown_point(b, [100, 60, 40, 30, 20]) is None      # still falling at the edge
+  assert cb.breakdown_point(b, [100, 60, 40, 50, 30]) is None      # falls again after a bump
+  assert cb.breakdown_point(b, [100, 60, 40, 50, 45]) == 1024
+  assert cb.breakdown_point(b, [100, 60, None, math.inf, None]) == 512  # larger batches never reach
+  assert cb.breakdown_point(b, [None] * 5) is None
+  assert cb.breakdown_point([4096, 256, 1024], [41, 100, 40]) == 1024  # order of input does not matter
+  assert cb.breakdown_point([256], [10]) is None

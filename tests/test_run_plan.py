@@ -1,0 +1,53 @@
+"""Validation before compiling: one clear sentence per problem; step arithmetic."""
+import pytest
+
+from configs import default
+from lamb_lars import run_plan
+
+
+def cfg(**kw):
+  c = default.get_config()
+  for k, v in kw.items():
+    node, *rest = k.split(".")
+    if rest:
+      c[node][rest[0]] = v
+    else:
+      c[k] = v
+  return c
+
+
+def test_plan_arithmetic():
+  p = run_plan.make_plan(cfg(batch_size=256, num_epochs=2.0), num_train=60000, num_devices=8)
+  assert (p.steps_per_epoch, p.total_steps, p.per_device_batch) == (234, 468, 32)
+  assert p.eval_every_steps == 234 and p.chunk_size(0) == 50 and p.chunk_size(200) == 34
+  assert p.next_boundary(234) == 468
+
+
+def test_steps_override_epochs():
+  p = run_plan.make_plan(cfg(num_train_steps=7), num_train=60000, num_devices=1)
+  assert p.total_steps == 7
+
+
+def test_accumulation_per_device_batch():
+  p = run_plan.make_plan(cfg(batch_size=60000, num_microbatches=15), num_train=60000, num_devices=8)
+  assert p.per_device_batch == 500 and p.steps_per_epoch == 1
+
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(batch_size=100), "not divisible by 8 devices × 1 micro-batches"),
+    (dict(batch_size=256, num_microbatches=3), "× 3 micro-batches"),
+    (dict(batch_size=120000), "exceeds the 60000 training examples"),
+    (dict(**{"bn.group_devices": 3}), "does not divide the 8 devices"),
+    (dict(dataset="mnsit"), "config.dataset='mnsit' is not one of"),
+    (dict(parallelism="tpu"), "config.parallelism"),
+    (dict(eval_batch_size=1001), "eval_batch_size"),
+    (dict(num_epochs=0.0), "positive duration"),
+])
+def test_errors(kw, words):
+  with pytest.raises(ValueError, match=words.replace("(", r"\(")):
+    run_plan.make_plan(cfg(**kw), num_train=60000, num_devices=8)
+
+
+def test_per_device_batch_below_one():
+  with pytest.raises(ValueError, match="not divisible"):
+    run_plan.make_plan(cfg(batch_size=4), num_train=60000, num_devices=8)

@@ -1,0 +1,46 @@
+"""Command-line entry: train and evaluate one config.
+
+  python train.py --config=configs/mnist_lenet.py --workdir=runs/mnist_lenet \
+      --config.batch_size=8192 --config.optimizer.name=lamb
+
+The config is locked: a misspelled key fails with a message naming it. Re-running the same command resumes from
+the newest checkpoint in --workdir. Importing this module defines no flags (``train_and_evaluate`` is importable
+from a notebook); flags exist only when it runs as a script.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from lamb_lars.trainer import train_and_evaluate  # noqa: F401  (re-exported: train.train_and_evaluate)
+
+
+def main() -> None:
+  from absl import app, flags
+  from ml_collections import config_flags
+
+  config_flags.DEFINE_config_file("config", None, "Training config file (e.g. configs/mnist_lenet.py).",
+                                  lock_config=True)
+  flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics.jsonl, TensorBoard logs, result.json.")
+  flags.mark_flags_as_required(["config", "workdir"])
+
+  def run(argv):
+    if len(argv) > 1:
+      raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    try:
+      result = train_and_evaluate(flags.FLAGS.config, flags.FLAGS.workdir)
+    except ValueError as e:  # configuration and data problems: one sentence, no traceback
+      print(f"error: {e}", file=sys.stderr)
+      sys.exit(2)
+    final = result.get("final") or {}
+    acc = final.get("eval_accuracy")
+    print(f"{result['status']}: step {result['step']}/{result.get('total_steps')}"
+          + (f", eval accuracy {100 * acc:.2f}%" if acc is not None else "")
+          + (f" ({result['error']})" if result.get("error") else ""))
+
+  app.run(run)
+
+
+if __name__ == "__main__":
+  sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # `configs` imports from the repo root
+  main()
