@@ -25,11 +25,13 @@ def main() -> None:
   flags.mark_flags_as_required(["config", "workdir"])
 
   def run(argv):
+    from absl import logging
+    logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
     if len(argv) > 1:
       raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     try:
       result = train_and_evaluate(flags.FLAGS.config, flags.FLAGS.workdir)
-    except ValueError as e:  # configuration and data problems: one sentence, no traceback
+    except (ValueError, FileNotFoundError) as e:  # config and data problems: one sentence, no traceback
       print(f"error: {e}", file=sys.stderr)
       sys.exit(2)
     final = result.get("final") or {}

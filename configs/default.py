@@ -55,8 +55,10 @@ def get_config() -> ml_collections.ConfigDict:
 
   # Loop, logging, checkpoints.
   config.steps_per_call = 0           # optimizer steps per compiled call (0 = auto)
-  config.eval_every_epochs = 1.0
+  config.eval_every_epochs = 1.0      # 0 = only at the end
+  config.eval_every_steps = -1        # >0 wins over eval_every_epochs
   config.checkpoint_every_epochs = 1.0
+  config.checkpoint_every_steps = -1  # >0 wins over checkpoint_every_epochs
   config.keep_checkpoints = 2
   config.progress = True              # progress bar on a terminal
   config.stop_on_divergence = True

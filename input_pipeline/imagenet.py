@@ -154,7 +154,7 @@ def _iterate(records: KeyedRecords, transform: Any, batch: int, config: Any) -> 
     return iter(())
   ds = grain.MapDataset.source(records).map(transform).batch(batch, drop_remainder=False)
   threads = int(cfg_get(config, "grain_threads", min(16, 2 * (os.cpu_count() or 1))))
-  it = ds.to_iter_dataset(grain.ReadOptions(num_threads=threads, prefetch_buffer_size=2 * batch))
+  it = ds.to_iter_dataset(grain.ReadOptions(num_threads=threads, prefetch_buffer_size=min(4096, 2 * batch)))
   workers = int(cfg_get(config, "grain_workers", 0))
   if workers > 0:
     if not flags.FLAGS.is_parsed():  # grain's mp_prefetch reads absl flags; outside absl.app use their defaults

@@ -12,6 +12,7 @@ run passes ``epoch = step // steps_per_epoch`` and ``start_step = step % steps_p
 """
 from __future__ import annotations
 
+import itertools
 from typing import Any, Iterator
 
 import numpy as np
@@ -94,6 +95,28 @@ def train_batches(config: Any, *, epoch: int, start_step: int = 0, global_batch_
   images, labels = in_memory.load_arrays(config, "train")
   batches = train_index_batches(seed=seed, n=len(labels), **kwargs)
   return (gather_batch(images, labels, idx) for idx in batches)
+
+
+def train_stream(config: Any, *, start_step: int = 0, global_batch_size: int, process_index: int = 0,
+                 process_count: int = 1) -> Iterator[dict]:
+  """Batches of global steps ``start_step, start_step + 1, ...`` across epoch boundaries, without end.
+
+  The same batches as ``train_batches`` epoch after epoch (epoch = step // steps_per_epoch). Create it once
+  per run (or after a restore): for ImageNet each ``train_batches`` call starts a grain pipeline.
+  """
+  per_epoch = steps_per_epoch(get_info(config).num_train, global_batch_size)
+  if per_epoch == 0:
+    raise ValueError(f"global batch {global_batch_size} exceeds the training set of {config.dataset}.")
+  epoch, pos = divmod(start_step, per_epoch)
+  kwargs = dict(global_batch_size=global_batch_size, process_index=process_index, process_count=process_count)
+  first = train_batches(config, epoch=epoch, start_step=pos, **kwargs)  # arguments checked now, not at next()
+
+  def stream() -> Iterator[dict]:
+    yield from first
+    for later in itertools.count(epoch + 1):
+      yield from train_batches(config, epoch=later, **kwargs)
+
+  return stream()
 
 
 def eval_batches(config: Any, *, batch_size: int, process_index: int = 0, process_count: int = 1) -> Iterator[dict]:

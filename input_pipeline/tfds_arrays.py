@@ -124,18 +124,32 @@ def _save_cache(cache_dir: str, split: str, fingerprint: dict, images: np.ndarra
     logging.warning("Could not cache %s arrays in %s (%s); continuing without the cache.", split, cache_dir, e)
 
 
+def _read_or_explain(source: Any, image_shape: tuple) -> tuple[np.ndarray, np.ndarray]:
+  """``read_split_arrays``, turning a failure to read or decode a record into one clear sentence."""
+  try:
+    return read_split_arrays(source, image_shape)
+  except DatasetNotFoundError:
+    raise
+  except Exception as e:
+    where = getattr(getattr(source, "dataset_info", None), "data_dir", "the dataset directory")
+    raise DatasetNotFoundError(
+        f"Reading split '{getattr(source, 'split', '?')}' from {where} failed ({type(e).__name__}: {e}): the files "
+        "are corrupt or incomplete; delete that directory and prepare it again (offline MNIST is re-converted "
+        "automatically).") from e
+
+
 def cached_split_arrays(source: Any, *, data_dir: str, image_shape: tuple) -> tuple[np.ndarray, np.ndarray]:
   """All of ``source`` as numpy arrays, from the ``.npy`` cache when it matches the files, else decoded once."""
   fingerprint = source_fingerprint(source)
   if fingerprint is None:
-    return read_split_arrays(source, image_shape)
+    return _read_or_explain(source, image_shape)
   info = source.dataset_info
   cache_dir = os.path.join(data_dir, CACHE_DIRNAME, info.name, str(info.version))
   split = str(source.split)
   cached = _load_cache(cache_dir, split, fingerprint)
   if cached is not None:
     return cached
-  images, labels = read_split_arrays(source, image_shape)
+  images, labels = _read_or_explain(source, image_shape)
   _save_cache(cache_dir, split, fingerprint, images, labels)
   return images, labels
 

@@ -6,7 +6,8 @@ clipped into [r_min, r_max]). :func:`layerwise` builds the last two from any :fu
 
   d = base(g)                       (the base optimizer's direction, before the learning rate)
   u = d + βw                        (decoupled weight decay, masked)
-  r = clip(η·φ(‖w‖)/(‖u‖ + ε), r_min, r_max),  1 where a norm is 0    (see :mod:`lamb_lars.trust_ratio`)
+  r = clip(η·φ(‖w‖)/(D + ε), r_min, r_max),  1 where a norm is 0     (see :mod:`lamb_lars.trust_ratio`)
+      D = ‖u‖ (denominator='optax', the default; LAMB's form) or ‖d‖ + β‖w‖ ('paper', LARS's form)
   w ← w − lr · r · u
 
 With base 'adam' this is LAMB (You et al. 2019); with base 'sgd' and η = 0.001 it is LARS without momentum in

@@ -27,16 +27,17 @@ DEFAULT_MASK = masks.exclude_mask(masks.DEFAULT_EXCLUDE)
 
 def lars(learning_rate: optax.ScalarOrSchedule, *, momentum: float = 0.9, nesterov: bool = False,
          weight_decay: float = 0.0, trust_coefficient: float = 0.001, eps: float = 0.0,
-         denominator: str = "paper", ratio_bounds: tr.Bounds = None, weight_decay_mask: Any = DEFAULT_MASK,
-         adaptation_mask: Any = DEFAULT_MASK, zero_norm_ratio: float = 1.0, stacked_mask: Any = False,
-         track_stats: bool = False) -> optax.GradientTransformation:
+         denominator: str = "paper", ratio_bounds: tr.Bounds = None, phi_bounds: tr.Bounds = None,
+         weight_decay_mask: Any = DEFAULT_MASK, adaptation_mask: Any = DEFAULT_MASK, zero_norm_ratio: float = 1.0,
+         stacked_mask: Any = False, track_stats: bool = False) -> optax.GradientTransformation:
   """LARS (You, Gitman & Ginsburg 2017, "Large Batch Training of Convolutional Networks"; TF-TPU, flax.optim).
 
   denominator='paper':  r = η‖w‖ / (‖g‖ + β‖w‖ + ε)     (bounded by η/β)
   denominator='optax':  r = η‖w‖ / (‖g + βw‖ + ε)       (``optax.lars``; differs near g ≈ −βw)
   u = lr·r·(g + βw);  v ← m·v + u;  w ← w − v
   nesterov=True:  v ← m·v + u;  w ← w − (u + m·v)       (Sutskever et al. 2013 form, as ``optax.trace``)
-  r = 1 where ‖w‖ or the gradient norm is 0; optional clip into ``ratio_bounds``.
+  r = 1 where ‖w‖ or the gradient norm is 0; optional clip into ``ratio_bounds``; ``phi_bounds`` replaces ‖w‖ in
+  the numerator by clip(‖w‖, lo, hi) as in LAMB.
 
   With denominator='optax' and both masks ``True`` this equals ``optax.lars(learning_rate, weight_decay,
   trust_coefficient=η, eps=ε, momentum=m, nesterov=...)`` bit for bit.
@@ -45,8 +46,8 @@ def lars(learning_rate: optax.ScalarOrSchedule, *, momentum: float = 0.9, nester
       tr.scale_by_trust_ratio(
           trust_coefficient, eps, denominator=denominator, weight_decay=weight_decay,
           weight_decay_mask=weight_decay_mask, adaptation_mask=adaptation_mask, ratio_bounds=ratio_bounds,
-          zero_norm_ratio=zero_norm_ratio, stacked_mask=stacked_mask, track_stats=track_stats,
-          learning_rate=learning_rate),
+          phi_bounds=phi_bounds, zero_norm_ratio=zero_norm_ratio, stacked_mask=stacked_mask,
+          track_stats=track_stats, learning_rate=learning_rate),
       optax.scale_by_learning_rate(learning_rate),
       optax.trace(decay=momentum, nesterov=nesterov))
 
@@ -267,12 +268,12 @@ def optimizer_from_config(cfg: Any, learning_rate: optax.ScalarOrSchedule) -> op
   tc = cfg.trust_coefficient
   if cfg.name == "lars":
     return lars(learning_rate, momentum=cfg.momentum, nesterov=cfg.nesterov, eps=cfg.trust_eps,
-                trust_coefficient=0.001 if tc is None else tc, **trust)
+                phi_bounds=_pair(cfg.phi_bounds), trust_coefficient=0.001 if tc is None else tc, **trust)
   if cfg.name == "lamb":
     return lamb(learning_rate, b1=cfg.b1, b2=cfg.b2, eps=1e-6 if cfg.eps is None else cfg.eps,
                 eps_root=cfg.eps_root, bias_correction=cfg.bias_correction, phi_bounds=_pair(cfg.phi_bounds),
                 trust_coefficient=1.0 if tc is None else tc, trust_eps=cfg.trust_eps, **trust)
-  base_name = {"adamw": "adam", "nesterov": "nesterov"}.get(cfg.name, cfg.name)
+  base_name = "adam" if cfg.name == "adamw" else cfg.name
   if base_name == "momentum" and cfg.nesterov:
     base_name = "nesterov"
   base_kwargs = dict(momentum=cfg.momentum, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, eps_root=cfg.eps_root,

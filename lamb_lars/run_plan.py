@@ -86,7 +86,10 @@ def make_plan(config: Any, *, num_train: int, num_devices: int) -> RunPlan:
     total = int(math.ceil(config.num_epochs * steps_per_epoch - 1e-9))
   else:
     raise ValueError("Set config.num_epochs or config.num_train_steps to a positive duration.")
-  every = lambda epochs: max(1, int(round(epochs * steps_per_epoch))) if epochs > 0 else 0
+  def every(epochs: float, steps: int) -> int:
+    if steps > 0:
+      return int(steps)
+    return max(1, int(round(epochs * steps_per_epoch))) if epochs > 0 else 0
   spc = int(config.steps_per_call)
   if spc < 0:
     raise ValueError(f"config.steps_per_call={spc} must be ≥ 0 (0 = automatic).")
@@ -94,5 +97,6 @@ def make_plan(config: Any, *, num_train: int, num_devices: int) -> RunPlan:
     spc = max(1, min(steps_per_epoch, 50))
   return RunPlan(num_devices=num_devices, batch_size=b, num_microbatches=k, per_device_batch=per_device,
                  steps_per_epoch=steps_per_epoch, total_steps=total,
-                 eval_every_steps=every(config.eval_every_epochs),
-                 checkpoint_every_steps=every(config.checkpoint_every_epochs), steps_per_call=spc, bn=bn)
+                 eval_every_steps=every(config.eval_every_epochs, config.eval_every_steps),
+                 checkpoint_every_steps=every(config.checkpoint_every_epochs, config.checkpoint_every_steps),
+                 steps_per_call=spc, bn=bn)

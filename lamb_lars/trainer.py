@@ -76,6 +76,7 @@ class _Loop:
     self._eval = ts.make_eval_step(model, opts, eval_pre)
     self.local_devices = [d for d in mesh.devices.flat if d.process_index == jax.process_index()]
     self.n_train = info.num_train
+    self._stream, self._stream_step = None, -1
     if self.resident:
       images, labels = input_pipeline.load_arrays(config, "train")
       self.n_train = len(labels)
@@ -104,9 +105,11 @@ class _Loop:
       local = idx.reshape(k, pc, -1)[:, pi]
       state, metrics = self._chunk(state, *self.data, mesh_lib.put_global_batch(self.mesh, local, batch_axis=1), key)
       return state, jax.device_get(metrics)
-    epoch, pos = divmod(step, plan.steps_per_epoch)
-    it = input_pipeline.train_batches(cfg, epoch=epoch, start_step=pos, global_batch_size=plan.batch_size,
-                                      process_index=pi, process_count=pc)
+    if self._stream is None or self._stream_step != step:
+      self._stream = input_pipeline.train_stream(cfg, start_step=step, global_batch_size=plan.batch_size,
+                                                 process_index=pi, process_count=pc)
+    self._stream_step = step + k
+    it = self._stream
     batches = [next(it) for _ in steps]
     images = np.stack([b["image"] for b in batches])
     labels = np.stack([b["label"] for b in batches])
@@ -266,7 +269,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
            f"eval_loss {last_row['eval_loss']:.4f}  eval_acc {100 * last_row['eval_accuracy']:.2f}%  "
            f"{last_row['examples_per_sec']:,.0f} ex/s")
       window = {"loss": [], "acc": [], "gn": [], "time": 0.0, "examples": 0}
-    if at_ckpt and config.checkpoint_every_epochs > 0:
+    if at_ckpt and plan.checkpoint_every_steps > 0:
       meta = {"train_time": train_time, "noise_scale": [float(ns.g2), float(ns.trace), int(ns.count)]}
       ckpt.save(step, loop.to_canonical(train_state), meta)
   bar.close()

@@ -19,14 +19,16 @@ direction for "layer-wise"), decoupled weight decay β (0 where the weight-decay
 φ(z) = clip(z, φ_lower, φ_upper) is LAMB's scaling function (identity by default). Norms are computed in float32 (or
 the parameter dtype if wider), whatever the param dtype, so fp16 / bf16 trees cannot overflow ‖w‖².
 
-With ``denominator='optax'``, η, ε, φ and the bounds left at their defaults and both masks all-True, the output is
-bit-for-bit that of ``optax.chain(optax.add_decayed_weights(β), optax.scale_by_trust_ratio(η, eps=ε))``.
+With ``denominator='optax'``, no φ or ratio bounds and both masks all-True, the output is bit-for-bit that of
+``optax.chain(optax.add_decayed_weights(β), optax.scale_by_trust_ratio(trust_coefficient=η, eps=ε))``, in and
+outside ``jit`` (tests/test_optimizers.py checks ``optax.lars`` and ``optax.lamb``).
 
 Statistics (``track_stats=True``) are per leaf (per layer for stacked leaves): ‖w‖, ‖u‖, r̃, r, whether the bounds
 clipped r̃, and the relative step lr·r·‖u‖/‖w‖ (0 where ‖w‖ = 0); :func:`trust_ratio_stats` flattens them for logging.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple, Optional, Sequence, Union
 
 import jax
@@ -61,8 +63,12 @@ def norm_dtype(dtype: Any) -> Any:
   return jnp.promote_types(dtype, jnp.float32)
 
 
+@functools.partial(jax.jit, static_argnames="stacked")
 def layer_norm(x: jax.Array, stacked: bool = False) -> jax.Array:
-  """Frobenius norm ‖x‖ = sqrt(Σ x²) in at least float32; per slice of the leading axis when ``stacked``."""
+  """Frobenius norm ‖x‖ = sqrt(Σ x²) in at least float32; per slice of the leading axis when ``stacked``.
+
+  Jitted like ``jnp.linalg.norm``, so that outside ``jit`` the reduction is compiled the same way as optax's.
+  """
   x = x.astype(norm_dtype(x.dtype))
   axes = tuple(range(1, x.ndim)) if stacked else None
   return jnp.sqrt(jnp.sum(x * x, axis=axes))
@@ -173,6 +179,14 @@ def scale_by_trust_ratio(
     if denominator == "paper":
       dn = layer_norm(d, stacked)
       denom = dn + beta * pn if beta != 0.0 else dn
+    elif beta != 0.0:
+      # ‖d + βw‖ from its own copy of d + βw, with β as a runtime scalar: the barrier stops XLA from merging it
+      # with the u scaled below and from materialising β as a full-size array, so u is recomputed inside the
+      # reduction instead of being written and read back (≈1.3x faster on CPU), and the reduction is emitted as
+      # in optax's graph (bit-identical to optax.lars / optax.lamb under jit).
+      d2, w2, b2 = jax.lax.optimization_barrier((d, w, jnp.asarray(beta, w.dtype)))
+      dn = layer_norm(d2 + b2 * w2, stacked)
+      denom = dn
     else:
       dn = layer_norm(u, stacked)
       denom = dn
@@ -194,7 +208,7 @@ def scale_by_trust_ratio(
 
   def update_fn(updates, state, params=None):
     if params is None:
-      raise ValueError(optax.NO_PARAMS_MSG)
+      raise ValueError("scale_by_trust_ratio needs params: call update(updates, state, params).")
     wd, adapt, stacked = flags(params)
     if not track_stats:
       lr = 1.0
@@ -219,9 +233,11 @@ def _find_states(opt_state: Any) -> list[TrustRatioState]:
   return [s for s in jax.tree.leaves(opt_state, is_leaf=is_state) if is_state(s)]
 
 
-def trust_ratio_stats(opt_state: Any, *, prefix: str = "trust_ratio/",
-                      split_layers: bool = True) -> dict[str, jax.Array]:
+def trust_ratio_stats(opt_state: Any, *, prefix: str = "", split_layers: bool = True) -> dict[str, jax.Array]:
   """Flat ``{'<prefix><stat>/<param path>': value}`` from every :class:`TrustRatioState` inside ``opt_state``.
+
+  Keys look like ``ratio/conv1/kernel`` or ``relative_step/layer1_0/bn1/scale``; stats are those of
+  :class:`LeafStats`.
 
   Works on any optax state (chains, ``masked``, ``inject_hyperparams``, ``MultiSteps``): the statistics are found by
   type. Stacked leaves give one entry per layer, ``.../<path>/<layer index>``, unless ``split_layers=False``. When
