@@ -37,6 +37,8 @@ def initialize_distributed(config: Any) -> None:
     return
   if d.local_device_ids:
     kwargs["local_device_ids"] = [int(i) for i in str(d.local_device_ids).split(",")]
+  if os.environ.get("JAX_PLATFORMS", "").startswith("cpu") or d.coordinator_address.startswith("localhost"):
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU processes talk through gloo
   jax.distributed.initialize(**kwargs)
 
 

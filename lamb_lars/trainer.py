@@ -186,7 +186,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       f.write(config.to_json_best_effort(indent=1))
   input_pipeline.prepare(config)
 
-  tx, lr_fn = optimizers.create_optimizer(config.optimizer, total_steps=plan.total_steps,
+  opt_config = config.optimizer.copy_and_resolve_references()
+  opt_config.track_stats = bool(opt_config.track_stats or config.diagnostics.trust_ratios)
+  tx, lr_fn = optimizers.create_optimizer(opt_config, total_steps=plan.total_steps,
                                           steps_per_epoch=plan.steps_per_epoch, batch_size=plan.batch_size)
   mesh = mesh_lib.make_mesh(plan.bn.group_devices, devices)
   model = build_model(config, plan)

@@ -15,7 +15,8 @@ CONFIGS = sorted(p for p in glob.glob(os.path.join(ROOT, "configs", "**", "*.py"
 
 def parse(*args, path="configs/mnist_lenet.py"):
   fv = flags.FlagValues()
-  config_flags.DEFINE_config_file("config", os.path.join(ROOT, path), flag_values=fv, lock_config=True)
+  config_flags.DEFINE_config_file("config", os.path.join(ROOT, path), flag_values=fv, lock_config=True,
+                                  sys_argv=["prog", *args])
   fv(["prog", *args])
   return fv.config
 

@@ -1,0 +1,87 @@
+"""One trial of a study, in its own process (crash isolation): ``python -m lamb_lars.study.run_one RUN_DIR``.
+
+Reads ``RUN_DIR/trial_config.json`` (written by the runner), holds an exclusive ``flock`` on ``RUN_DIR/.lock`` while
+it trains (so two processes never train the same run, even if a killed runner left one behind), and calls
+``train_and_evaluate(config, RUN_DIR)``, which resumes from ``RUN_DIR/checkpoints`` and writes ``metrics.jsonl``
+and ``result.json`` (status done / diverged). Any exception is written to ``RUN_DIR/error.txt`` (the last line is
+``Type: message``) and the exit code is 1; the runner then records the run as ``failed`` with that text.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sys
+import time
+import traceback
+from typing import IO, Optional
+
+import ml_collections
+
+CONFIG_FILE = "trial_config.json"
+ERROR_FILE = "error.txt"
+LOCK_FILE = ".lock"
+
+
+def load_trial_config(run_dir: str) -> ml_collections.ConfigDict:
+  """The trial's training config as written by the runner (JSON; tuples come back as lists)."""
+  with open(os.path.join(run_dir, CONFIG_FILE), encoding="utf-8") as f:
+    return ml_collections.ConfigDict(json.load(f))
+
+
+def acquire_lock(run_dir: str, timeout_s: float = 60.0) -> IO:
+  """An exclusive lock on the run dir, waited for up to ``timeout_s`` (a dying predecessor may still hold it)."""
+  f = open(os.path.join(run_dir, LOCK_FILE), "a+")
+  deadline = time.monotonic() + timeout_s
+  while True:
+    try:
+      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      return f
+    except BlockingIOError:
+      if time.monotonic() > deadline:
+        f.close()
+        raise RuntimeError(f"another process is training {run_dir} (lock held for {timeout_s:.0f} s)") from None
+      time.sleep(0.2)
+
+
+def write_error(run_dir: str, exc: BaseException) -> None:
+  """The traceback, ending with ``Type: message``; config and data errors (ValueError, FileNotFoundError) get
+  the message alone, as ``train.py`` prints them."""
+  if isinstance(exc, (ValueError, FileNotFoundError)):
+    text = f"{type(exc).__name__}: {exc}\n"
+  else:
+    text = "".join(traceback.format_exception(exc))
+  tmp = os.path.join(run_dir, ERROR_FILE + ".tmp")
+  with open(tmp, "w", encoding="utf-8") as f:
+    f.write(text)
+  os.replace(tmp, os.path.join(run_dir, ERROR_FILE))
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+  argv = sys.argv[1:] if argv is None else argv
+  if len(argv) != 1:
+    print("usage: python -m lamb_lars.study.run_one RUN_DIR", file=sys.stderr)
+    return 2
+  run_dir = argv[0]
+  try:
+    lock = acquire_lock(run_dir)
+  except RuntimeError as e:
+    write_error(run_dir, e)
+    return 1
+  try:
+    from absl import logging
+    logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
+    from lamb_lars.trainer import train_and_evaluate
+    result = train_and_evaluate(load_trial_config(run_dir), run_dir)
+    print(f"{result['status']}: step {result['step']}/{result.get('total_steps')}", flush=True)
+    return 0
+  except Exception as e:  # noqa: BLE001  (every crash becomes a recorded 'failed' run)
+    write_error(run_dir, e)
+    traceback.print_exc()
+    return 1
+  finally:
+    lock.close()
+
+
+if __name__ == "__main__":
+  sys.exit(main())
