@@ -3,19 +3,19 @@
 Command:  python train.py --config=configs/imagenet_ladder.py:RUNG --workdir=runs/ladder_RUNG \\
               --config.data_dir=$TFDS_DATA_DIR          (RUNG = 0..4; no argument = rung 4)
 Rungs (each adds to the one before; paper §3.1 top-1 after 90 epochs):
-  0  momentum SGD, linear LR scaling, cosine decay, gradient clipping, ghost BN ........ 0.0977%
-  1  + linear LR warmup over 5 epochs ....................................................... 2.712%
-  2  + tuned peak LR and warmup (the paper grid-searches them) .............................. 4.563%
-  3  + label smoothing 0.1 .................................................................. 4.226%
-  4  switch to LARS (Table 4's tuned large-batch LARS settings) ............................. 18.95%
+  0  momentum SGD, linear LR scaling, cosine decay, gradient clipping, ghost BN ............ 0.0977%
+  1  + linear LR warmup over 5 epochs ......................................................  2.712%
+  2  + tuned peak LR and warmup (the paper grid-searches them) .............................  4.563%
+  3  + label smoothing 0.1 .................................................................  4.226%
+  4  switch to LARS (here: Table 4's tuned 128K settings) ..................................  18.95%
 Hardware: the batch reaches the devices through gradient accumulation: num_microbatches = 25 by default, so e.g.
           256 GPUs (32 × 8-GPU nodes) each compute 25 micro-batches of 128 = one ghost-BN batch per micro-batch
           (256 × 128 × 25 = 819,200). Any power-of-two device count divides 819,200 / 25 = 32,768; e.g. one 8-GPU
           node: --config.num_microbatches=800 (8 × 128 × 800). The run is the 90-epoch budget, ≈ 115 M images:
           ≈ 64 s of compute on 256 H100s at the MLPerf-level 7,000 img/s per GPU (DESIGN §2), ≈ 34 min on 8;
           in practice it is bound by decoding 819,200 JPEGs per step (estimate, not measured).
-Expected: the rung's top-1 above: chance (0.1%) to a few percent for momentum SGD, 18.95% for LARS. Training longer
-          with LARS reaches ~70% at 1,200 epochs (best 71.8%, paper §3).
+Expected: the rung's top-1 above: chance (0.1%) to a few percent for momentum SGD, 18.95% for LARS. Training
+          longer at this batch reaches ~70% at 1,200 epochs (best 71.8%, paper §3; DESIGN §1.2).
 
 Shared by every rung: ResNet-50 v1.5, bf16, L2 weight decay 1e-4 on kernels only, global-norm gradient clipping at
 1.0 (the paper gives no threshold; with LARS the clip's common scale mostly cancels in the trust ratio), ghost BN
@@ -23,17 +23,18 @@ with 128 examples per BN group (Hoffer et al.'s default B_S = 128, DESIGN §1.4:
 ghost batches of 128 inside a device, or pools devices whose micro-batch is smaller), cosine decay to 0.
 Rung 0 uses the linear rule η = 0.1·B/256 = 320; the paper's "(or sqrt)" variant is
 --config.optimizer.lr_scaling=sqrt (η = 0.1·√3200 ≈ 5.66).
-Rung 2's tuned values are not printed in the paper: this config uses sqrt scaling (η ≈ 5.66) and a 25-epoch warmup
-as a stand-in; the grid to search is η ∈ {1.4, 2.8, 5.66, 11.3, 22.6} × warmup ∈ {5, 10, 25, 40} epochs, e.g.
+Rung 2: the paper found the peak LR and warmup by grid search; the tuned values are not recorded here (DESIGN
+§1.2), so this config uses sqrt scaling (η ≈ 5.66) and a 25-epoch warmup as a stand-in. The grid to search is
+η ∈ {1.4, 2.8, 5.66, 11.3, 22.6} × warmup ∈ {5, 10, 25, 40} epochs, e.g.
 --config.optimizer.learning_rate=0.2 --config.optimizer.schedule.warmup_examples=$((40*1281167)).
-Rung 4 takes LARS from Table 4 (batch 128K, the paper's largest tuned LARS run): peak LR 28 (no further scaling),
-momentum 0.94429, weight decay 1e-4 (decoupled, kernels only), 25 warmup epochs; trust coefficient 0.001 (LARS's
-usual η; Table 4 does not list it).
+Rung 4: the paper's LARS settings at this batch are not recorded either; this config takes Table 4's tuned 128K
+ones (DESIGN §1.2): peak LR 28 (no further scaling), momentum 0.94429, weight decay 1e-4 (decoupled, kernels
+only), 25 warmup epochs; trust coefficient 0.001 (LARS's usual η; Table 4 does not list it).
 
-Steps and warmups are counted in examples, not in the run plan's whole-batch epochs: 1,281,167 // 819,200 = 1 full
-batch per "epoch" there, so `num_epochs=90` would give 90 steps instead of 141. `num_train_steps` is therefore set
-(override it too if you change the batch), warmups are `warmup_examples`, and `eval_every_epochs` /
-`checkpoint_every_epochs` count those one-step epochs.
+Durations are counted in examples, not in the run plan's whole-batch epochs: 1,281,167 // 819,200 = 1 full batch
+per "epoch" there, so `num_epochs=90` would give 90 steps instead of 141. `num_train_steps` is therefore set
+(override it too if you change the batch), warmups are `warmup_examples`, and evaluations and checkpoints come
+every 16 steps (≈ 10 epochs) through `eval_every_steps` / `checkpoint_every_steps`.
 """
 import math
 
@@ -43,6 +44,11 @@ IMAGENET_TRAIN = 1_281_167
 BATCH = 819_200
 EPOCHS = 90
 RUNGS = (0, 1, 2, 3, 4)
+
+
+def steps_for_epochs(epochs: float) -> int:
+  """Optimizer steps that cover ``epochs`` passes over ImageNet's 1,281,167 training images at batch 819,200."""
+  return math.ceil(epochs * IMAGENET_TRAIN / BATCH)
 
 
 def get_config(rung=None):
@@ -58,10 +64,10 @@ def get_config(rung=None):
   config.batch_size = BATCH
   config.num_microbatches = 25
   config.num_epochs = float(EPOCHS)
-  config.num_train_steps = math.ceil(EPOCHS * IMAGENET_TRAIN / BATCH)   # 141
+  config.num_train_steps = steps_for_epochs(EPOCHS)    # 141
   config.eval_batch_size = 4096
-  config.eval_every_epochs = 10.0     # every 10 steps (see the note on epochs above)
-  config.checkpoint_every_epochs = 10.0
+  config.eval_every_steps = steps_for_epochs(10)       # 16
+  config.checkpoint_every_steps = steps_for_epochs(10)
   config.bn.examples_per_group = 128  # ghost BN, B_S = 128
   config.label_smoothing = 0.1 if r >= 3 else 0.0
 

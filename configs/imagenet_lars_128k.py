@@ -16,9 +16,9 @@ recorded in DESIGN §1.2) is silent: 90 epochs (Table 2's budget), LARS trust co
 denominator ‖g‖ + β‖w‖ (DESIGN §1.5), BN γ/β and biases excluded from weight decay and trust ratios (TF-TPU skip
 list), and BN statistics over groups of 128 examples (the paper's batch-to-core ratio of 128, §4.1).
 
-Steps and warmup are counted in examples (880 and 245 steps): the run plan's whole-batch epochs would be
-1,281,167 // 131,072 = 9 steps and shorten the run by 8%. `num_train_steps` is therefore set (override it too if
-you change the batch); `eval_every_epochs` / `checkpoint_every_epochs` count those 9-step epochs.
+Durations are counted in examples (880 steps, 245 of warmup; evaluations and checkpoints every 40 steps ≈ 4
+epochs): the run plan's whole-batch epochs would be 1,281,167 // 131,072 = 9 steps and shorten the run by 8%.
+`num_train_steps` is therefore set: override it too if you change the batch.
 """
 import math
 
@@ -27,6 +27,11 @@ from configs import default
 IMAGENET_TRAIN = 1_281_167
 BATCH = 131_072
 EPOCHS = 90
+
+
+def steps_for_epochs(epochs: float) -> int:
+  """Optimizer steps that cover ``epochs`` passes over ImageNet's 1,281,167 training images at batch 131,072."""
+  return math.ceil(epochs * IMAGENET_TRAIN / BATCH)
 
 
 def get_config():
@@ -38,10 +43,10 @@ def get_config():
   config.dtype = "bfloat16"
   config.batch_size = BATCH
   config.num_epochs = float(EPOCHS)
-  config.num_train_steps = math.ceil(EPOCHS * IMAGENET_TRAIN / BATCH)   # 880
+  config.num_train_steps = steps_for_epochs(EPOCHS)    # 880
   config.eval_batch_size = 4096
-  config.eval_every_epochs = 4.0
-  config.checkpoint_every_epochs = 4.0
+  config.eval_every_steps = steps_for_epochs(4)        # 40
+  config.checkpoint_every_steps = steps_for_epochs(4)
   config.label_smoothing = 0.1
   config.bn.examples_per_group = 128
 

@@ -25,7 +25,8 @@ class RunPlan:
   batch_size: int
   num_microbatches: int
   per_device_batch: int        # per micro-batch
-  steps_per_epoch: int
+  steps_per_epoch: int         # data epochs: N // B whole batches, each epoch a fresh permutation
+  epoch_length: float          # N / B: durations in epochs count examples seen / N (exact at huge batches)
   total_steps: int
   eval_every_steps: int
   checkpoint_every_steps: int
@@ -33,11 +34,12 @@ class RunPlan:
   bn: bn_groups.BNPlan
 
   def epoch_of(self, step: int) -> float:
-    return step / self.steps_per_epoch
+    """Epochs as examples seen / training examples."""
+    return step / self.epoch_length
 
   def next_boundary(self, step: int) -> int:
-    """The next step at which the loop must stop a compiled call: an eval, a checkpoint, an epoch end, the end."""
-    nxt = [self.total_steps, (step // self.steps_per_epoch + 1) * self.steps_per_epoch]
+    """The next step at which the loop must return to the host: an eval, a checkpoint, the end."""
+    nxt = [self.total_steps]
     for every in (self.eval_every_steps, self.checkpoint_every_steps):
       if every > 0:
         nxt.append((step // every + 1) * every)
@@ -80,23 +82,24 @@ def make_plan(config: Any, *, num_train: int, num_devices: int) -> RunPlan:
                                 examples_per_group=int(config.bn.examples_per_group),
                                 ghost_batch_size=int(config.bn.ghost_batch_size))
   steps_per_epoch = num_train // b
+  epoch_length = num_train / b
   if config.num_train_steps > 0:
     total = int(config.num_train_steps)
   elif config.num_epochs > 0:
-    total = int(math.ceil(config.num_epochs * steps_per_epoch - 1e-9))
+    total = int(math.ceil(config.num_epochs * epoch_length - 1e-9))
   else:
     raise ValueError("Set config.num_epochs or config.num_train_steps to a positive duration.")
   def every(epochs: float, steps: int) -> int:
     if steps > 0:
       return int(steps)
-    return max(1, int(round(epochs * steps_per_epoch))) if epochs > 0 else 0
+    return max(1, int(round(epochs * epoch_length))) if epochs > 0 else 0
   spc = int(config.steps_per_call)
   if spc < 0:
     raise ValueError(f"config.steps_per_call={spc} must be ≥ 0 (0 = automatic).")
   if spc == 0:  # long enough to amortise dispatch, short enough for a live progress bar
     spc = max(1, min(steps_per_epoch, 50))
   return RunPlan(num_devices=num_devices, batch_size=b, num_microbatches=k, per_device_batch=per_device,
-                 steps_per_epoch=steps_per_epoch, total_steps=total,
+                 steps_per_epoch=steps_per_epoch, epoch_length=epoch_length, total_steps=total,
                  eval_every_steps=every(config.eval_every_epochs, config.eval_every_steps),
                  checkpoint_every_steps=every(config.checkpoint_every_epochs, config.checkpoint_every_steps),
                  steps_per_call=spc, bn=bn)

@@ -70,9 +70,10 @@ class _Loop:
     want = config.data_on_device
     self.resident = (not self.pmap) and (want == "yes" or (want == "auto" and info.in_memory))
     if self.pmap:
-      self._chunk = ts.make_pmap_train_chunk(model, tx, opts, train_pre)
+      self._make = lambda: ts.make_pmap_train_chunk(model, tx, opts, train_pre)
     else:
-      self._chunk = ts.make_train_chunk(model, tx, opts, train_pre, mesh, resident=self.resident)
+      self._make = lambda: ts.make_train_chunk(model, tx, opts, train_pre, mesh, resident=self.resident)
+    self._fn = None
     self._eval = ts.make_eval_step(model, opts, eval_pre)
     self.local_devices = [d for d in mesh.devices.flat if d.process_index == jax.process_index()]
     self.n_train = info.num_train
@@ -96,32 +97,45 @@ class _Loop:
     return self.place(jax.tree.map(lambda x: x[0], state)) if self.pmap else state
 
   def run_chunk(self, state, step: int, k: int, key):
-    """Runs optimizer steps ``step .. step+k-1``; returns the new state and per-step metrics (host numpy)."""
+    """Runs optimizer steps ``step .. step+k-1``; returns the new state and per-step metrics (host numpy).
+
+    Calls of ``scan_steps`` steps each are dispatched asynchronously; the host waits once, for the metrics.
+    """
     cfg, plan = self.config, self.plan
+    if self._fn is None:
+      self._fn = self._make()
     pi, pc = jax.process_index(), jax.process_count()
-    steps = range(step, step + k)
     if self.resident:
-      idx = np.stack([_batch_indices(cfg.seed, s, plan, self.n_train) for s in steps])
-      local = idx.reshape(k, pc, -1)[:, pi]
-      state, metrics = self._chunk(state, *self.data, mesh_lib.put_global_batch(self.mesh, local, batch_axis=1), key)
-      return state, jax.device_get(metrics)
-    if self._stream is None or self._stream_step != step:
-      self._stream = input_pipeline.train_stream(cfg, start_step=step, global_batch_size=plan.batch_size,
-                                                 process_index=pi, process_count=pc)
-    self._stream_step = step + k
-    it = self._stream
-    batches = [next(it) for _ in steps]
-    images = np.stack([b["image"] for b in batches])
-    labels = np.stack([b["label"] for b in batches])
-    if self.pmap:
-      d = len(self.local_devices)
-      images = np.moveaxis(images.reshape((k, d, -1) + images.shape[2:]), 1, 0)
-      labels = np.moveaxis(labels.reshape(k, d, -1), 1, 0)
-      state, metrics = self._chunk(state, images, labels, np.broadcast_to(np.asarray(key), (d,) + key.shape))
-      return state, jax.tree.map(lambda x: np.asarray(x[0]), jax.device_get(metrics))
-    put = functools.partial(mesh_lib.put_global_batch, self.mesh, batch_axis=1)
-    state, metrics = self._chunk(state, put(images), put(labels), key)
-    return state, jax.device_get(metrics)
+      idx = np.stack([_batch_indices(cfg.seed, s, plan, self.n_train) for s in range(step, step + k)])
+      idx = idx.reshape(k, pc, -1)[:, pi]
+    else:
+      if self._stream is None or self._stream_step != step:
+        self._stream = input_pipeline.train_stream(cfg, start_step=step, global_batch_size=plan.batch_size,
+                                                   process_index=pi, process_count=pc)
+      self._stream_step = step + k
+    outs = []
+    n = max(1, int(cfg.scan_steps))
+    for a in range(0, k, n):
+      size = min(n, k - a)
+      if self.resident:
+        batch = (mesh_lib.put_global_batch(self.mesh, idx[a:a + size], batch_axis=1),)
+        state, metrics = self._fn(state, *self.data, *batch, key)
+      else:
+        batches = [next(self._stream) for _ in range(size)]
+        images = np.stack([b["image"] for b in batches])
+        labels = np.stack([b["label"] for b in batches])
+        if self.pmap:
+          d = len(self.local_devices)
+          images = np.moveaxis(images.reshape((size, d, -1) + images.shape[2:]), 1, 0)
+          labels = np.moveaxis(labels.reshape(size, d, -1), 1, 0)
+          state, metrics = self._fn(state, images, labels, np.broadcast_to(np.asarray(key), (d,) + key.shape))
+          metrics = jax.tree.map(lambda x: x[0], metrics)
+        else:
+          put = functools.partial(mesh_lib.put_global_batch, self.mesh, batch_axis=1)
+          state, metrics = self._fn(state, put(images), put(labels), key)
+      outs.append(metrics)
+    outs = jax.device_get(outs)
+    return state, {key_: np.concatenate([np.asarray(o[key_]) for o in outs]) for key_ in outs[0]}
 
   def evaluate(self, state) -> dict:
     cfg = self.config
@@ -189,7 +203,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   opt_config = config.optimizer.copy_and_resolve_references()
   opt_config.track_stats = bool(opt_config.track_stats or config.diagnostics.trust_ratios)
   tx, lr_fn = optimizers.create_optimizer(opt_config, total_steps=plan.total_steps,
-                                          steps_per_epoch=plan.steps_per_epoch, batch_size=plan.batch_size)
+                                          steps_per_epoch=plan.epoch_length, batch_size=plan.batch_size)
   mesh = mesh_lib.make_mesh(plan.bn.group_devices, devices)
   model = build_model(config, plan)
   loop = _Loop(config, plan, model, tx, mesh, info)
@@ -254,7 +268,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                   np.asarray(m["grad_norm"], np.float64) ** 2):
         ns = noise_scale.update(ns, small_sq, big_sq, b_small, b_big, ns_decay)
     bar.set_postfix(loss=f"{losses[-1]:.4f}")
-    writer.write_scalars(step, {"train_loss": float(losses.mean()), "lr": float(lr_fn(step - 1))})
+    for j in range(k):  # per-step scalars (already on the host): loss, lr, global and per-device gradient norms
+      s = step - k + j + 1
+      writer.write_scalars(s, {"step/train_loss": losses[j], "step/lr": float(lr_fn(s - 1)),
+                               "step/grad_norm": float(m["grad_norm"][j]),
+                               "step/grad_norm_per_device_rms": float(np.sqrt(m["grad_sq_norm_local"][j]))})
     at_eval = (plan.eval_every_steps and step % plan.eval_every_steps == 0) or step == plan.total_steps
     at_ckpt = (plan.checkpoint_every_steps and step % plan.checkpoint_every_steps == 0) or step == plan.total_steps
     if at_eval:

@@ -18,9 +18,17 @@ def cfg(**kw):
 
 def test_plan_arithmetic():
   p = run_plan.make_plan(cfg(batch_size=256, num_epochs=2.0), num_train=60000, num_devices=8)
-  assert (p.steps_per_epoch, p.total_steps, p.per_device_batch) == (234, 468, 32)
+  assert (p.steps_per_epoch, p.total_steps, p.per_device_batch) == (234, 469, 32)   # ⌈2 · 60000/256⌉
   assert p.eval_every_steps == 234 and p.chunk_size(0) == 50 and p.chunk_size(200) == 34
-  assert p.next_boundary(234) == 468
+  assert p.next_boundary(234) == 468 and p.next_boundary(468) == 469
+  assert p.epoch_of(469) == pytest.approx(469 * 256 / 60000)
+
+
+def test_huge_batch_epochs_count_examples():
+  """At batch 819,200 on ImageNet, 90 epochs are 141 steps (paper §3.1), not 90 whole-batch data epochs."""
+  c = cfg(batch_size=819200, num_epochs=90.0, dataset="imagenet2012")
+  p = run_plan.make_plan(c, num_train=1281167, num_devices=8)
+  assert (p.total_steps, p.steps_per_epoch) == (141, 1)
 
 
 def test_steps_override_epochs():

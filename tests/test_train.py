@@ -42,6 +42,24 @@ def small_config(data_dir, **overrides):
   return cfg
 
 
+def tensorboard_tags(logdir) -> dict:
+  """{tag: [(step, value)]} parsed from TFRecord-framed event files with tensorboardX's protobufs (no TensorFlow)."""
+  import glob
+  import struct
+  from tensorboardX.proto import event_pb2
+  out = {}
+  for path in glob.glob(os.path.join(logdir, "events.out.tfevents.*")):
+    data = open(path, "rb").read()
+    pos = 0
+    while pos < len(data):
+      (n,) = struct.unpack("<Q", data[pos:pos + 8])
+      event = event_pb2.Event.FromString(data[pos + 12:pos + 12 + n])
+      pos += 12 + n + 4
+      for v in event.summary.value:
+        out.setdefault(v.tag, []).append((event.step, v.simple_value))
+  return out
+
+
 def test_few_steps_learn(data_dir, tmp_path):
   result = train_and_evaluate(small_config(data_dir), str(tmp_path))
   assert result["status"] == "done" and result["step"] == 20
@@ -52,7 +70,10 @@ def test_few_steps_learn(data_dir, tmp_path):
   assert np.isfinite(final["noise_scale"]) and final["noise_scale"] > 0   # 8 devices → two batch sizes
   rows = [json.loads(l) for l in open(tmp_path / "metrics.jsonl")]
   assert [r["step"] for r in rows] == [20]
-  assert os.listdir(tmp_path / "tensorboard")
+  tags = tensorboard_tags(tmp_path / "tensorboard")
+  assert [st for st, _ in tags["step/grad_norm"]] == list(range(1, 21))       # every step
+  assert len(tags["step/grad_norm_per_device_rms"]) == 20
+  assert tags["eval_accuracy"] == [(20, pytest.approx(final["eval_accuracy"]))]
   again = train_and_evaluate(small_config(data_dir), str(tmp_path))   # finished: returned, not re-run
   assert again == json.loads(open(tmp_path / "result.json").read())
 
