@@ -29,9 +29,11 @@ def main() -> None:
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
     if len(argv) > 1:
       raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    from input_pipeline import DatasetNotFoundError
+    from lamb_lars.run_plan import ConfigError
     try:
       result = train_and_evaluate(flags.FLAGS.config, flags.FLAGS.workdir)
-    except (ValueError, FileNotFoundError) as e:  # config and data problems: one sentence, no traceback
+    except (ConfigError, DatasetNotFoundError) as e:  # config and data problems: one sentence, no traceback
       print(f"error: {e}", file=sys.stderr)
       sys.exit(2)
     final = result.get("final") or {}

@@ -10,6 +10,10 @@ from typing import Any
 
 from lamb_lars import bn_groups
 
+class ConfigError(ValueError):
+  """A config that cannot run; the message is one sentence naming the key and the fix."""
+
+
 _CHOICES = {
     "dataset": ("mnist", "cifar10", "imagenet2012", "synthetic"),
     "data_source": ("offline", "tfds"),

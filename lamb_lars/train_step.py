@@ -125,6 +125,9 @@ def _scan_steps(local_step, state, fetch, xs, key, axes):
   def body(state, x):
     rng = jax.random.fold_in(jax.random.fold_in(key, state.step), jax.lax.axis_index(axes))
     return local_step(state, *fetch(x), rng)
+  if jax.tree.leaves(xs)[0].shape[0] == 1:  # one step: straight-line code, no loop construct at all
+    state, metrics = body(state, jax.tree.map(lambda x: x[0], xs))
+    return state, jax.tree.map(lambda m: m[None], metrics)
   return jax.lax.scan(body, state, xs, unroll=True)
 
 

@@ -184,8 +184,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   mesh_lib.initialize_distributed(config)
   info = input_pipeline.get_info(config)
   devices = jax.devices()[: config.num_devices or None]
-  plan = run_plan.make_plan(config, num_train=info.num_train, num_devices=len(devices))
-  optimizers.validate_config(config.optimizer)
+  try:  # everything checkable is checked before anything compiles
+    if config.num_devices > len(jax.devices()):
+      raise ValueError(f"config.num_devices={config.num_devices} but only {len(jax.devices())} devices exist.")
+    plan = run_plan.make_plan(config, num_train=info.num_train, num_devices=len(devices))
+    optimizers.validate_config(config.optimizer)
+  except ValueError as e:
+    raise run_plan.ConfigError(str(e)) from None
   is_main = jax.process_index() == 0
   os.makedirs(workdir, exist_ok=True)
   result_path = os.path.join(workdir, "result.json")

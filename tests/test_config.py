@@ -10,7 +10,7 @@ from ml_collections import config_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = sorted(p for p in glob.glob(os.path.join(ROOT, "configs", "**", "*.py"), recursive=True)
-                 if not p.endswith("__init__.py"))
+                 if "def get_config" in open(p).read())
 
 
 def parse(*args, path="configs/mnist_lenet.py"):
