@@ -70,5 +70,8 @@ def get_config() -> ml_collections.ConfigDict:
       noise_scale=True,               # gradient noise scale B_simple from per-device vs global gradients
       noise_scale_ema=0.9,
       dist_from_init=False,           # ‖w_t − w_0‖, total and per layer, at each evaluation
-      trust_ratios=False))            # per-layer trust ratios from the optimizer statistics
+      trust_ratios=False,             # per-layer trust ratios from the optimizer statistics
+      signal_to_noise=False,          # gradient signal-to-noise E‖g∥‖/E‖g⊥‖ over devices (paper §6.1)
+      noise_injection=dict(           # Gaussian noise std (labels: fraction replaced), paper §6.3; 0 = off
+          activations=0.0, weights=0.0, gradients=0.0, labels=0.0)))
   return config

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, PartitionSpec as P
 
-from lamb_lars import mesh as mesh_lib
+from lamb_lars import mesh as mesh_lib, noise_scale
 
 Preprocess = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]  # (images_u8, labels, rng) -> float images
 
@@ -38,10 +38,28 @@ class TrainState:
 
 @dataclasses.dataclass(frozen=True)
 class StepOptions:
-  """Static settings of the compiled step."""
+  """Static settings of the compiled step.
+
+  Diagnostics (You et al. 2020 §6): ``signal_to_noise`` adds E_d‖g∥‖/E_d‖g⊥‖ of the per-device gradients relative
+  to their mean (§6.1); the ``*_noise`` fields inject Gaussian noise of that standard deviation into the input
+  activations, the weights seen by the forward pass, or the averaged gradient, and ``label_noise`` replaces that
+  fraction of labels by uniform random classes (§6.3, which found none of them helps). All are off (0) by default
+  and then cost nothing.
+  """
   num_classes: int
   num_microbatches: int = 1
   label_smoothing: float = 0.0
+  signal_to_noise: bool = False
+  activation_noise: float = 0.0
+  weight_noise: float = 0.0
+  gradient_noise: float = 0.0
+  label_noise: float = 0.0
+
+
+def _add_noise(tree: Any, rng: jax.Array, std: float) -> Any:
+  leaves, treedef = jax.tree.flatten(tree)
+  keys = jax.random.split(rng, len(leaves))
+  return treedef.unflatten([x + std * jax.random.normal(k, x.shape, x.dtype) for x, k in zip(leaves, keys)])
 
 
 def cross_entropy(logits: jax.Array, labels: jax.Array, num_classes: int, label_smoothing: float = 0.0) -> jax.Array:
@@ -81,12 +99,21 @@ def make_local_step(model: nn.Module, tx: optax.GradientTransformation, opts: St
 
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
-  def local_step(state: TrainState, images: jax.Array, labels: jax.Array, rng: jax.Array):
+  def local_step(state: TrainState, images: jax.Array, labels: jax.Array, rng: jax.Array, step_rng: jax.Array):
+    """``rng`` differs per device (augmentation, input/label/weight noise); ``step_rng`` is shared (gradient noise)."""
     k = opts.num_microbatches
-    x = preprocess(images, labels, rng)
+    r_pre, r_act, r_lab, r_lab2, r_w = jax.random.split(rng, 5)
+    x = preprocess(images, labels, r_pre)
+    if opts.activation_noise:
+      x = x + opts.activation_noise * jax.random.normal(r_act, x.shape, x.dtype)
+    if opts.label_noise:
+      flip = jax.random.bernoulli(r_lab, opts.label_noise, labels.shape)
+      labels = jnp.where(flip, jax.random.randint(r_lab2, labels.shape, 0, opts.num_classes), labels)
     xs = x.reshape((k, x.shape[0] // k) + x.shape[1:])
     ys = labels.reshape((k, -1))
     params_v = vary(state.params)
+    if opts.weight_noise:
+      params_v = _add_noise(params_v, r_w, opts.weight_noise)
     if k == 1:
       (loss, (new_bs, correct)), local_grads = grad_fn(params_v, state.batch_stats, xs[0], ys[0])
     else:
@@ -101,6 +128,8 @@ def make_local_step(model: nn.Module, tx: optax.GradientTransformation, opts: St
       loss = l_sum / k
       new_bs = jax.tree.map(lambda s: s.mean(0), bs_stack)
     grads = jax.lax.pmean(local_grads, axes)
+    if opts.gradient_noise:
+      grads = _add_noise(grads, step_rng, opts.gradient_noise)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics = {
@@ -109,6 +138,9 @@ def make_local_step(model: nn.Module, tx: optax.GradientTransformation, opts: St
         "grad_norm": jnp.sqrt(tree_sq_norm(grads)),
         "grad_sq_norm_local": jax.lax.pmean(tree_sq_norm(local_grads), axes),
     }
+    if opts.signal_to_noise:
+      par, perp = noise_scale.snr_components(local_grads, jax.lax.pmean(local_grads, axes))
+      metrics["signal_to_noise"] = jax.lax.pmean(par, axes) / jax.lax.pmean(perp, axes)
     new_state = state.replace(step=state.step + 1, params=params, batch_stats=new_bs, opt_state=opt_state)
     return new_state, metrics
 
@@ -123,8 +155,8 @@ def _scan_steps(local_step, state, fetch, xs, key, axes):
   asynchronously instead.
   """
   def body(state, x):
-    rng = jax.random.fold_in(jax.random.fold_in(key, state.step), jax.lax.axis_index(axes))
-    return local_step(state, *fetch(x), rng)
+    step_rng = jax.random.fold_in(key, state.step)
+    return local_step(state, *fetch(x), jax.random.fold_in(step_rng, jax.lax.axis_index(axes)), step_rng)
   if jax.tree.leaves(xs)[0].shape[0] == 1:  # one step: straight-line code, no loop construct at all
     state, metrics = body(state, jax.tree.map(lambda x: x[0], xs))
     return state, jax.tree.map(lambda m: m[None], metrics)

@@ -61,8 +61,13 @@ class _Loop:
 
   def __init__(self, config, plan, model, tx, mesh, info):
     self.config, self.plan, self.mesh = config, plan, mesh
+    diag = config.diagnostics
+    noise = diag.noise_injection
     opts = ts.StepOptions(num_classes=config.num_classes, num_microbatches=plan.num_microbatches,
-                          label_smoothing=config.label_smoothing)
+                          label_smoothing=config.label_smoothing,
+                          signal_to_noise=bool(diag.signal_to_noise) and plan.num_devices > 1,
+                          activation_noise=noise.activations, weight_noise=noise.weights,
+                          gradient_noise=noise.gradients, label_noise=noise.labels)
     ds = config.dataset
     train_pre = lambda im, lab, rng: input_pipeline.preprocess(im, lab, dataset=ds, train=True, rng=rng)
     eval_pre = lambda im, lab, rng: input_pipeline.preprocess(im, lab, dataset=ds, train=False, rng=rng)
@@ -239,7 +244,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
        f"BN group {plan.bn.group_devices} device(s) × ghost {plan.bn.ghost_batch_size}.")
   train_state = loop.to_training(state)
   status, error, last_row = "done", None, None
-  window = {"loss": [], "acc": [], "gn": [], "time": 0.0, "examples": 0}
+  window = {"loss": [], "acc": [], "gn": [], "snr": [], "time": 0.0, "examples": 0}
   train_time = float(meta.get("train_time", 0.0))
   compile_time = 0.0
   seen_k = set()
@@ -268,6 +273,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     window["loss"].extend(losses.tolist())
     window["acc"].extend(np.asarray(m["train_accuracy"]).tolist())
     window["gn"].extend(np.asarray(m["grad_norm"]).tolist())
+    if "signal_to_noise" in m:
+      window["snr"].extend(np.asarray(m["signal_to_noise"]).tolist())
     if track_ns:
       for small_sq, big_sq in zip(np.asarray(m["grad_sq_norm_local"], np.float64),
                                   np.asarray(m["grad_norm"], np.float64) ** 2):
@@ -288,12 +295,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                "grad_norm": float(np.mean(window["gn"]))}
       if track_ns:
         stats["noise_scale"] = float(noise_scale.b_simple(ns))
+      if window["snr"]:
+        stats["signal_to_noise"] = float(np.mean(window["snr"]))
       last_row = _eval_row(loop, loop.to_canonical(train_state), step, plan, lr_fn, stats, timing, w0, config)
       writer.write_scalars(step, last_row, jsonl=True)
       _log(f"step {step:>6} epoch {last_row['epoch']:6.2f}  train_loss {last_row['train_loss']:.4f}  "
            f"eval_loss {last_row['eval_loss']:.4f}  eval_acc {100 * last_row['eval_accuracy']:.2f}%  "
            f"{last_row['examples_per_sec']:,.0f} ex/s")
-      window = {"loss": [], "acc": [], "gn": [], "time": 0.0, "examples": 0}
+      window = {"loss": [], "acc": [], "gn": [], "snr": [], "time": 0.0, "examples": 0}
     if at_ckpt and plan.checkpoint_every_steps > 0:
       meta = {"train_time": train_time, "noise_scale": [float(ns.g2), float(ns.trace), int(ns.count)]}
       ckpt.save(step, loop.to_canonical(train_state), meta)
