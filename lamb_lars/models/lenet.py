@@ -2,33 +2,105 @@
 
 conv 6@5×5 SAME → ReLU → 2×2 max-pool → conv 16@5×5 VALID → ReLU → 2×2 max-pool → dense 120 → 84 → 10.
 61,706 parameters.
+
+The parameters are exactly those of the straightforward Flax model (``nn.Conv`` / ``nn.Dense`` named conv1, conv2,
+fc1, fc2, fc3; HWIO conv kernels, [in, out] dense kernels, same initialisers and RNG streams), so checkpoints and
+optimizer masks see the usual tree. The computation is restructured for speed on CPU (see ``fast_ops`` and
+docs/performance.md): each conv+ReLU+pool block is three GEMMs with a hand-written gradient, activations are kept
+batch-last, and large batches are processed in chunks that fit in cache. Outputs and gradients equal the
+straightforward model's to float32 rounding, including the max-pool's tie-breaking.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
+from lamb_lars.models import fast_ops
 
-def max_pool_2x2(x: jnp.ndarray) -> jnp.ndarray:
-  """2×2/2 max-pool on NHWC written as reshape + max (same values as nn.max_pool; faster gradient on CPU)."""
-  n, h, w, c = x.shape
-  return x.reshape(n, h // 2, 2, w // 2, 2, c).max(axis=(2, 4))
+
+class _Params(nn.Module):
+  """Holds one layer's ``kernel`` and ``bias`` exactly as ``nn.Conv`` / ``nn.Dense`` would create them."""
+  kernel_shape: tuple[int, ...]
+  param_dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self) -> tuple[jnp.ndarray, jnp.ndarray]:
+    kernel = self.param("kernel", nn.initializers.lecun_normal(), self.kernel_shape, self.param_dtype)
+    bias = self.param("bias", nn.initializers.zeros_init(), (self.kernel_shape[-1],), self.param_dtype)
+    return kernel, bias
+
+
+Params = dict[str, tuple[jnp.ndarray, jnp.ndarray]]  # layer name → (kernel, bias)
+
+
+def reference_forward(params: Params, x: jnp.ndarray) -> jnp.ndarray:
+  """The textbook computation (XLA convolutions and max-pools): cheap to trace, used for ``init`` and as fallback."""
+  dn = ("NHWC", "HWIO", "NHWC")
+  pool = lambda a: jax.lax.reduce_window(a, -jnp.inf, jax.lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+  (k1, b1), (k2, b2) = params["conv1"], params["conv2"]
+  a = pool(jax.nn.relu(jax.lax.conv_general_dilated(x, k1, (1, 1), "SAME", dimension_numbers=dn) + b1))
+  a = pool(jax.nn.relu(jax.lax.conv_general_dilated(a, k2, (1, 1), "VALID", dimension_numbers=dn) + b2))
+  z = a.reshape(a.shape[0], -1)
+  for name in ("fc1", "fc2"):
+    z = jax.nn.relu(z @ params[name][0] + params[name][1])
+  return z @ params["fc3"][0] + params["fc3"][1]
+
+
+def fast_path_supported(image_shape: tuple[int, ...]) -> bool:
+  """Whether ``lenet_forward`` handles NHWC images of this (H, W, C): conv1's output must split into 4×4 cells."""
+  h, w = image_shape[-3], image_shape[-2]
+  return h % 4 == 0 and w % 4 == 0 and h >= 12 and w >= 12
+
+
+@jax.jit
+def lenet_forward(params: Params, x: jnp.ndarray) -> jnp.ndarray:
+  """Logits of LeNet-5 for NHWC images x via the fast conv blocks (jitted, so eager calls compile once)."""
+  (k1, b1), (k2, b2) = params["conv1"], params["conv2"]
+  n = x.shape[0]
+  pad = (k1.shape[0] // 2, k1.shape[1] // 2)  # SAME for odd kernels
+  a = jnp.pad(x.transpose(3, 1, 2, 0), ((0, 0), (pad[0], pad[0]), (pad[1], pad[1]), (0, 0)))  # [c, H, W, n]
+  p = fast_ops.conv_pool_relu_image(a, k1, b1)  # [6, 2, 2, 7, 7, n]
+  p = fast_ops.conv_pool_relu_split(p, k2, b2)  # [16, 5, 5, n]
+  c, h, w, _ = p.shape
+  # fc layers batch-last too; fc1's kernel rows are (h, w, c) as Flax flattens NHWC, ours are (c, h, w).
+  (f1, c1), (f2, c2), (f3, c3) = params["fc1"], params["fc2"], params["fc3"]
+  f1 = f1.reshape(h, w, c, -1).transpose(3, 2, 0, 1).reshape(-1, c * h * w)
+  z = jax.nn.relu(f1 @ p.reshape(c * h * w, n) + c1[:, None])
+  z = jax.nn.relu(f2.T @ z + c2[:, None])
+  return (f3.T @ z + c3[:, None]).T
 
 
 class LeNet5(nn.Module):
-  """LeNet-5 classifier; input NHWC float images, output logits."""
+  """LeNet-5 classifier; input NHWC float images, output logits.
+
+  Attributes:
+    num_classes: number of logits.
+    dtype: computation dtype (parameters stay float32).
+    batch_chunk: batches larger than this (and divisible by it) run chunk by chunk under ``lax.map``, forward and
+      backward, so each chunk's activations stay in cache: same math, 2× faster at batch 8192 on our CPU.
+      None or 0 disables chunking.
+  """
   num_classes: int = 10
-  dtype: jnp.dtype = jnp.float32
+  dtype: Any = jnp.float32
+  batch_chunk: int | None = 256
 
   @nn.compact
   def __call__(self, x: jnp.ndarray, train: bool = True) -> jnp.ndarray:
     del train  # no batch norm or dropout
     x = x.astype(self.dtype)
-    x = nn.relu(nn.Conv(6, (5, 5), padding="SAME", dtype=self.dtype, name="conv1")(x))
-    x = max_pool_2x2(x)
-    x = nn.relu(nn.Conv(16, (5, 5), padding="VALID", dtype=self.dtype, name="conv2")(x))
-    x = max_pool_2x2(x)
-    x = x.reshape((x.shape[0], -1))
-    x = nn.relu(nn.Dense(120, dtype=self.dtype, name="fc1")(x))
-    x = nn.relu(nn.Dense(84, dtype=self.dtype, name="fc2")(x))
-    return nn.Dense(self.num_classes, dtype=self.dtype, name="fc3")(x)
+    n, h, w, c = x.shape
+    flat = 16 * ((h // 2 - 4) // 2) * ((w // 2 - 4) // 2)
+    shapes = {"conv1": (5, 5, c, 6), "conv2": (5, 5, 6, 16), "fc1": (flat, 120), "fc2": (120, 84),
+              "fc3": (84, self.num_classes)}
+    params = {name: tuple(t.astype(self.dtype) for t in _Params(shape, name=name)())
+              for name, shape in shapes.items()}
+    if self.is_initializing() or not fast_path_supported(x.shape):
+      return reference_forward(params, x)
+    chunk = self.batch_chunk
+    if not chunk or n <= chunk or n % chunk:
+      return lenet_forward(params, x)
+    logits = jax.lax.map(lambda xc: lenet_forward(params, xc), x.reshape(n // chunk, chunk, h, w, c))
+    return logits.reshape(n, self.num_classes)

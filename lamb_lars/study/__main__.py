@@ -61,6 +61,9 @@ def main() -> None:
     except ValueError as e:  # a bad study config: one sentence, no traceback
       print(f"error: {e}", file=sys.stderr)
       sys.exit(2)
+    except KeyboardInterrupt:
+      print("interrupted: unfinished runs are back to pending; re-run the same command to resume.", flush=True)
+      sys.exit(130)
     print("finished: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v), flush=True)
 
   app.run(run)

@@ -101,7 +101,18 @@ def register(con, study: ml_collections.ConfigDict, trials: list[sw.Trial]) -> d
   for t in trials:
     st.upsert_run(con, t.run_id, study=study.name, config=t.config, params=t.params(), batch_size=t.batch_size,
                   optimizer=t.optimizer, variant=t.variant)
+  _drop_unstarted(con, study.name, {t.run_id for t in trials})
   return {r["run_id"]: r["status"] for r in st.runs(con, study=study.name)}
+
+
+def _drop_unstarted(con, study_name: str, keep: set[str]) -> None:
+  """Forgets runs of this study that the (trimmed) sweep no longer has and that never started: no results lost."""
+  stale = [r["run_id"] for r in st.runs(con, study=study_name, status="pending")
+           if r["run_id"] not in keep and r["started"] is None and not st.evals(con, r["run_id"])]
+  if stale:
+    con.execute("BEGIN IMMEDIATE")
+    con.executemany("DELETE FROM runs WHERE run_id=?", [(rid,) for rid in stale])
+    con.execute("COMMIT")
 
 
 def _die_with_parent() -> None:

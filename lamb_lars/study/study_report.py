@@ -15,7 +15,7 @@ settings section and a measured-vs-paper comparison (You et al. 2020 Tables 2–
   table3_batch                              Table 3's large batch (0: none / automatic)
   paper_table3                              {optimizer: (bs B0, original, layer-wise, layer-wise + bound)}
   paper_regimes                             {accuracy, b_l, b_h}: the paper's A, B_L, B_H
-  paper_points                              ((batch, optimizer, accuracy, what), ...): single results to compare
+  paper_points                              ((batch, optimizer | 'any', accuracy, what), ...): single results
   notes                                     markdown shown under the title (e.g. how the run was reduced)
 """
 from __future__ import annotations
@@ -119,7 +119,8 @@ def _paper_table3(study: Any, trials: Sequence[st.Trial]) -> list[str]:
   lines = ["### Table 3: measured / paper", "",
            "| solver | " + " | ".join(c if c.startswith("bs") else f"{t3.batch_label(batch)} {c}" for c in heads)
            + " |", "|---" * (len(heads) + 1) + "|"]
-  for opt, ref in paper.items():
+  for opt in [r for r in table.rows if r in paper] + sorted(set(paper) - set(table.rows)):
+    ref = paper[opt]
     cells = [table.cells.get((opt, c)) for c in heads]
     lines.append(f"| {opt} | " + " | ".join(f"{c.text() if c else 'n/a'} / {r}" for c, r in zip(cells, ref))
                  + " |")
@@ -143,7 +144,7 @@ def _paper_regimes(study: Any, trials: Sequence[st.Trial], baseline: Optional[rg
               f"{rp._fmt(r.b_h_next_fail)}) | {rp._fmt(paper.get('b_h'))} |"]
   for batch, opt, acc, what in points:
     got = [(_final_row(t) or {}).get(rp.ACC_KEY) for t in trials
-           if t.batch_size == int(batch) and t.optimizer == opt and t.status == "done"]
+           if t.batch_size == int(batch) and opt in ("any", t.optimizer) and t.status == "done"]
     got = [g for g in got if g is not None]
     lines.append(f"| {opt} at batch {batch}: best final accuracy ({what}) | {_pct(max(got)) if got else 'not run'} "
                  f"| {_pct(float(acc))} |")

@@ -24,8 +24,8 @@ recorded as ``failed`` with the error). The run id is readable and deterministic
 gives the same ids in the same order (the runner's resume depends on it).
 
 Quasi-random search (Bousquet et al. 2017, as in Shallue et al. 2018): a Halton sequence (prime bases per
-dimension), digits scrambled by a seeded random permutation per dimension (seed 0: plain Halton), point i = index
-i + 1 (index 0 is the all-zeros corner).
+dimension; point i = index i + 1, index 0 being the all-zeros corner), rotated by a seeded random shift modulo 1
+when ``seed`` ≠ 0.
 """
 from __future__ import annotations
 
@@ -74,29 +74,26 @@ class Trial:
 # ----------------------------------------------------------------------------------------------- quasi-random
 
 
-def _radical_inverse(index: int, base: int, perm: Optional[np.ndarray]) -> float:
-  """Van der Corput radical inverse of ``index`` in ``base``; digits mapped through ``perm`` when given."""
+def _radical_inverse(index: int, base: int) -> float:
+  """Van der Corput radical inverse of ``index`` in ``base``: its digits mirrored after the radix point."""
   out, scale = 0.0, 1.0 / base
   while index > 0:
     index, digit = divmod(index, base)
-    out += (perm[digit] if perm is not None else digit) * scale
+    out += digit * scale
     scale /= base
   return out
 
 
 def halton(num_points: int, num_dims: int, seed: int = 0) -> np.ndarray:
-  """``[num_points, num_dims]`` points in [0, 1): Halton, scrambled per dimension when ``seed`` ≠ 0."""
+  """``[num_points, num_dims]`` points in [0, 1): Halton (point i = index i + 1), and for ``seed`` ≠ 0 shifted by
+  a seeded random vector modulo 1 (Cranley–Patterson rotation, which keeps the low discrepancy)."""
   if num_dims > len(_PRIMES):
     raise ValueError(f"halton supports at most {len(_PRIMES)} dimensions, got {num_dims}.")
-  rng = np.random.default_rng(seed) if seed else None
-  perms = []
-  for base in _PRIMES[:num_dims]:
-    if rng is None:
-      perms.append(None)
-    else:  # keep digit 0 fixed so the point stays in [0, 1)
-      perms.append(np.concatenate([[0], 1 + rng.permutation(base - 1)]))
-  return np.array([[_radical_inverse(i + 1, b, p) for b, p in zip(_PRIMES, perms)]
-                   for i in range(num_points)], dtype=np.float64).reshape(num_points, num_dims)
+  u = np.array([[_radical_inverse(i + 1, b) for b in _PRIMES[:num_dims]] for i in range(num_points)],
+               dtype=np.float64).reshape(num_points, num_dims)
+  if seed:
+    u = np.mod(u + np.random.default_rng(seed).random(num_dims), 1.0)
+  return u
 
 
 def scale_point(u: float, spec: Sequence[Any]) -> Any:
