@@ -136,11 +136,11 @@ SQRT_PEAK = 0.1 * math.sqrt(819_200 / 256)   # ladder rungs 2-3: sqrt scaling fr
 # preset's effective numbers: optimizer, batch, peak LR after scaling, warmup steps, label smoothing, ...
 RECIPES = {
     ("imagenet_resnet50", ""): dict(devices=8, opt="momentum", batch=256, peak=0.1, warmup=0, ls=0.0,
-                                    steps=90 * (IMAGENET_TRAIN // 256)),
-    ("imagenet_resnet50", "8192"): dict(devices=256, opt="momentum", batch=8192, peak=3.2, warmup=5 * 156,
+                                    steps=_w(90, 256)),
+    ("imagenet_resnet50", "8192"): dict(devices=256, opt="momentum", batch=8192, peak=3.2, warmup=_w(5, 8192),
                                         lr0=0.1, ls=0.0),
     ("cifar10_resnet50", ""): dict(devices=1, n=50_000, opt="momentum", batch=128, peak=0.1, warmup=0,
-                                   steps=200 * 390),
+                                   steps=math.ceil(200 * 50_000 / 128)),
     ("imagenet_ladder", "0"): dict(devices=256, opt="momentum", batch=819_200, peak=320.0, warmup=0, ls=0.0,
                                    steps=141, ghost=128),       # the paper's "141 steps = 90 epochs"
     ("imagenet_ladder", "1"): dict(devices=256, opt="momentum", batch=819_200, peak=320.0,
@@ -186,7 +186,7 @@ def test_recipe_has_the_papers_effective_numbers(name, arg):
   assert (opt.name, plan.batch_size) == (want["opt"], want["batch"])
   peak = schedules.scale_learning_rate(opt.learning_rate, plan.batch_size, opt.base_batch_size, opt.lr_scaling)
   np.testing.assert_allclose(peak, want["peak"], rtol=1e-12)
-  kw = dict(steps_per_epoch=plan.steps_per_epoch, batch_size=plan.batch_size, total_steps=plan.total_steps)
+  kw = dict(steps_per_epoch=plan.epoch_length, batch_size=plan.batch_size, total_steps=plan.total_steps)
   warmup = durations.to_steps(opt.schedule, "warmup", default=0, **kw)
   if "warmup" in want:
     assert warmup == want["warmup"]
