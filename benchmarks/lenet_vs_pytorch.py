@@ -49,11 +49,14 @@ VARIANTS = {
 
 
 def make_jax_optimizer(name: str):
-  """Optimizers by name. To benchmark the project's own LAMB, map "lamb" to lamb_lars.optimizers' version."""
+  """Optimizers by name: "sgd", "lamb" (optax.lamb) and "lamb-project" (lamb_lars.optimizers.lamb with weight decay
+  and trust ratio on every tensor, which equals optax.lamb). The torch side runs the same formula for both LAMBs."""
   import optax
   factories = {
       "sgd": lambda: optax.sgd(0.05, momentum=0.9),
       "lamb": lambda: optax.lamb(LAMB_LR, b1=0.9, b2=0.999, eps=1e-6, weight_decay=LAMB_WD),
+      "lamb-project": lambda: __import__("lamb_lars.optimizers", fromlist=["lamb"]).lamb(
+          LAMB_LR, b1=0.9, b2=0.999, eps=1e-6, weight_decay=LAMB_WD, weight_decay_mask=True, adaptation_mask=True),
   }
   return factories[name]()
 
@@ -206,7 +209,9 @@ def torch_optimizer(name: str, net) -> Any:
   import torch
   if name == "sgd":
     return torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
-  return TorchLamb(net.parameters(), LAMB_LR, wd=LAMB_WD)
+  if name.startswith("lamb"):
+    return TorchLamb(net.parameters(), LAMB_LR, wd=LAMB_WD)
+  raise ValueError(f"no torch optimizer for {name!r}")
 
 
 def torch_batch(x, y) -> tuple[Any, Any]:
@@ -329,7 +334,7 @@ def main(argv: list[str] | None = None) -> None:
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--threads", default="2", help="comma-separated thread counts; each runs in its own process")
   p.add_argument("--batches", type=int, nargs="+", default=[256, 8192])
-  p.add_argument("--optimizers", nargs="+", default=["sgd", "lamb"])
+  p.add_argument("--optimizers", nargs="+", default=["sgd", "lamb"], choices=["sgd", "lamb", "lamb-project"])
   p.add_argument("--variants", nargs="+", default=["k1", "k10", "acc256"], choices=sorted(VARIANTS))
   p.add_argument("--repeats", type=int, default=7)
   p.add_argument("--min-seconds", type=float, default=1.0, help="length of one timed block")
