@@ -26,10 +26,15 @@ def analysis(**overrides: Any) -> ml_collections.ConfigDict:
   return a
 
 
-def runner(num_workers: int = 1, timeout_s: float = 0.0, env: Optional[dict] = None) -> ml_collections.ConfigDict:
-  """Runner settings: parallel trials, per-run time limit (0 = none), extra child environment."""
+def runner(num_workers: int = 1, timeout_s: float = 0.0, env: Optional[dict] = None,
+           resources: Optional[dict] = None, max_retries: int = 3) -> ml_collections.ConfigDict:
+  """Runner settings: parallel trials, per-run time limit (0 = none), extra child environment; for
+  ``--executor=ray``: what one trial asks of a node (``CPU``, ``GPU``, ``TPU`` chips, any custom resource;
+  0 = not asked) and how often Ray retries a trial whose worker or node died (it resumes from its checkpoint)."""
+  res = {"CPU": 1.0, "GPU": 0.0, "TPU": 0.0}  # floats: fractional GPUs are allowed
+  res.update(resources or {})
   return ml_collections.ConfigDict(dict(num_workers=num_workers, retry_failed=True, timeout_s=timeout_s,
-                                        env=env or {}))
+                                        env=env or {}, resources=res, max_retries=max_retries))
 
 
 def table3_sweeps(prefix: str, optimizer: str, batch: int, lr: float, variants=sweep.VARIANTS,

@@ -134,13 +134,14 @@ def child_env(extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
 @dataclasses.dataclass
 class _Active:
   trial: sw.Trial
-  proc: subprocess.Popen
-  log: Any
+  proc: Any  # a subprocess.Popen, or an executor's TrialHandle (poll() / kill())
+  log: Any  # the child's log file (local children), None for an executor's trials
   started: float
   last_ingest: float
 
 
-def _start(trial: sw.Trial, workdir: str, con, env: dict[str, str], python: str) -> _Active:
+def _start(trial: sw.Trial, workdir: str, con, env: dict[str, str], python: str, executor=None,
+           extra_env: Optional[Mapping[str, str]] = None) -> _Active:
   rdir = run_dir(workdir, trial.run_id)
   os.makedirs(rdir, exist_ok=True)
   _write_atomic(os.path.join(rdir, run_one.CONFIG_FILE), trial.config.to_json_best_effort(indent=1))
@@ -148,6 +149,9 @@ def _start(trial: sw.Trial, workdir: str, con, env: dict[str, str], python: str)
   if os.path.exists(err):  # from an earlier failed attempt
     os.remove(err)
   st.set_status(con, trial.run_id, "running")
+  if executor is not None:  # the executor starts run_one where it runs trials; it appends to log.txt there
+    now = time.monotonic()
+    return _Active(trial, executor.submit(trial.run_id, rdir, dict(extra_env or {})), None, now, now)
   log = open(os.path.join(rdir, LOG_FILE), "a", encoding="utf-8")
   log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} start {trial.run_id}\n")
   log.flush()
@@ -174,13 +178,14 @@ def _failure_text(rdir: str, returncode: int) -> str:
 
 def _finish(a: _Active, workdir: str, con, note: str = "") -> str:
   """Ingests an exited child's results; records ``failed`` when it left no result. Returns the status."""
-  a.log.close()
+  if a.log is not None:
+    a.log.close()
   rid = a.trial.run_id
   rdir = run_dir(workdir, rid)
   status = st.ingest_run_dir(con, rid, rdir)
   if status is None:
     status = "failed"
-    st.set_status(con, rid, "failed", error=(note + "\n" if note else "") + _failure_text(rdir, a.proc.returncode))
+    st.set_status(con, rid, "failed", error=(note + "\n" if note else "") + _failure_text(rdir, a.proc.poll()))
   return status
 
 
@@ -202,26 +207,36 @@ def progress_line(con, run_id: str, status: str, index: int, total: int, seconds
 
 def _kill(a: _Active) -> None:
   if a.proc.poll() is None:
-    a.proc.kill()
-    a.proc.wait()
+    a.proc.kill()  # an executor's handle returns once the trial has stopped
+    if isinstance(a.proc, subprocess.Popen):
+      a.proc.wait()
 
 
 def run_study(study: ml_collections.ConfigDict, workdir: str, *, num_workers: Optional[int] = None,
               retry_failed: Optional[bool] = None, timeout_s: Optional[float] = None, command: Optional[str] = None,
               python: str = sys.executable, log: Callable[[str], None] = print, poll_s: float = 0.5,
-              ingest_every_s: float = 10.0) -> dict[str, int]:
+              ingest_every_s: float = 10.0, executor=None) -> dict[str, int]:
   """Runs (or resumes) every trial of ``study`` under ``workdir``; returns the count of runs per status.
 
   ``num_workers``, ``retry_failed`` and ``timeout_s`` (per run, 0 = none; a run past it is killed and recorded as
   failed) default to ``study.runner``. On KeyboardInterrupt the children are killed and their runs are put back
   to ``pending`` (they resume next time).
+
+  ``executor``: where trials run (an object with ``name``, ``slots``, ``check_workdir(workdir)`` and
+  ``submit(run_id, run_dir, env) -> handle`` with ``poll()`` / ``kill()``, e.g. ``ray_executor.RayExecutor``);
+  None runs them as local child processes. With an executor, ``num_workers`` defaults to its ``slots`` and the
+  trials get ``runner.env`` on top of the environment of wherever they run.
   """
   runner_cfg = study.get("runner") or ml_collections.ConfigDict()
+  if executor is not None:
+    num_workers = max(1, int(num_workers or executor.slots))
   num_workers = max(1, int(num_workers or runner_cfg.get("num_workers", 1) or 1))
   retry_failed = bool(runner_cfg.get("retry_failed", True) if retry_failed is None else retry_failed)
   timeout_s = float(runner_cfg.get("timeout_s", 0) if timeout_s is None else timeout_s) or 0.0
   trials = sw.expand(study)
   save_study_config(study, workdir, command)
+  if executor is not None:
+    executor.check_workdir(workdir)
   con = st.open_store(store_path(workdir))
   try:
     statuses = register(con, study, trials)
@@ -229,14 +244,14 @@ def run_study(study: ml_collections.ConfigDict, workdir: str, *, num_workers: Op
     todo = collections.deque(t for t in trials if statuses[t.run_id] not in skip)
     total, index = len(todo), 0
     log(f"study {study.name}: {len(trials)} trials, {len(trials) - total} already finished, {total} to run "
-        f"({num_workers} worker(s)), workdir {workdir}")
+        f"({num_workers} {'worker(s)' if executor is None else executor.name + ' slot(s)'}), workdir {workdir}")
     env = child_env(runner_cfg.get("env") or {})
     active: dict[str, _Active] = {}
     try:
       while todo or active:
         while todo and len(active) < num_workers:
           t = todo.popleft()
-          active[t.run_id] = _start(t, workdir, con, env, python)
+          active[t.run_id] = _start(t, workdir, con, env, python, executor, runner_cfg.get("env") or {})
         time.sleep(poll_s)
         now = time.monotonic()
         for rid, a in list(active.items()):
@@ -257,7 +272,8 @@ def run_study(study: ml_collections.ConfigDict, workdir: str, *, num_workers: Op
     except BaseException:
       for rid, a in active.items():
         _kill(a)
-        a.log.close()
+        if a.log is not None:
+          a.log.close()
         st.ingest_run_dir(con, rid, run_dir(workdir, rid))
         if st.runs(con, run_id=rid)[0]["status"] == "running":
           st.set_status(con, rid, "pending")
