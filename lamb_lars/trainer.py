@@ -65,7 +65,7 @@ class _Loop:
     noise = diag.noise_injection
     opts = ts.StepOptions(num_classes=config.num_classes, num_microbatches=plan.num_microbatches,
                           label_smoothing=config.label_smoothing,
-                          signal_to_noise=bool(diag.signal_to_noise) and plan.num_devices > 1,
+                          signal_to_noise=plan.diagnostics.signal_to_noise,
                           activation_noise=noise.activations, weight_noise=noise.weights,
                           gradient_noise=noise.gradients, label_noise=noise.labels)
     ds = config.dataset
@@ -234,7 +234,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   ns = noise_scale.NoiseScaleState(*meta["noise_scale"]) if meta.get("noise_scale") else \
       noise_scale.NoiseScaleState(0.0, 0.0, 0)
   b_small, b_big = plan.batch_size / plan.num_devices, plan.batch_size
-  track_ns = config.diagnostics.noise_scale and plan.num_devices > 1
+  track_ns = plan.diagnostics.noise_scale
 
   from tqdm import tqdm
   bar = tqdm(total=plan.total_steps, initial=step, unit="step", dynamic_ncols=True, file=sys.stderr,

@@ -1,14 +1,12 @@
 """Command line of the batch-size studies.
 
   python -m lamb_lars.study run --config=configs/studies/mnist_table3.py --workdir=/tmp/studies/table3 \
-      [--config.base.num_epochs=2] [--num_workers=2] [--dry_run] [--executor=ray [--ray_address=auto|HOST:PORT]]
+      [--num_workers=2] [--executor=local|ray] [--ray_address=auto|HOST:PORT] [--dry_run]
   python -m lamb_lars.study report --workdir=/tmp/studies/table3 [--out=docs/studies/mnist_table3]
 
-``run`` expands the study into trials, runs each in its own process and records everything in
-``<workdir>/study.sqlite``; re-running the same command skips finished runs and resumes interrupted ones.
-``--executor=ray`` runs the trials as Ray tasks on a cluster (lamb_lars/study/ray_executor.py, docs/ray.md); the
-driver (this process) keeps the store, so the store and the report are the same as with local trials.
-``report`` needs only the workdir (the study config, with its analysis settings, is saved there by ``run``).
+``run`` expands the study into trials, runs each in its own process (searching and pruning per cell) and records
+everything in ``<workdir>/study.sqlite``; re-running the same command skips finished trials and resumes the rest.
+``report`` needs only the workdir: it writes runs.csv, evals.csv and README.md + PNGs computed from the CSVs.
 The study config is locked: a misspelled ``--config.`` override is an error.
 """
 from __future__ import annotations
@@ -36,10 +34,8 @@ def main() -> None:
   flags.DEFINE_string("out", None, "report: output directory (default <workdir>/report).")
   flags.DEFINE_integer("num_workers", None, "run: trials at once (default config.runner.num_workers).")
   flags.DEFINE_bool("dry_run", False, "run: list the trials and exit.")
-  flags.DEFINE_enum("executor", "local", ["local", "ray"],
-                    "run: where trials run: local child processes, or Ray tasks on a cluster (pip install -e .[ray]).")
-  flags.DEFINE_string("ray_address", None, "run --executor=ray: the cluster: HOST:PORT of its head, auto, "
-                      "ray://HOST:10001; default $RAY_ADDRESS, a cluster running here, or a new one-machine Ray.")
+  flags.DEFINE_enum("executor", "local", ["local", "ray"], "run: where trials run (local processes or a Ray cluster).")
+  flags.DEFINE_string("ray_address", "auto", "run --executor=ray: the cluster ('auto' or HOST:PORT).")
   flags.mark_flags_as_required(["workdir"])
   FLAGS = flags.FLAGS
 
@@ -48,37 +44,35 @@ def main() -> None:
     logging.set_verbosity(logging.WARNING)
     if len(argv) != 2 or argv[1] not in ("run", "report"):
       raise app.UsageError("usage: python -m lamb_lars.study {run|report} --workdir=DIR [--config=STUDY.py]")
-    if argv[1] == "report":
-      from lamb_lars.study.study_report import write_study_report
-      print(write_study_report(FLAGS.workdir, FLAGS.out))
-      return
-    if FLAGS.config is None:
-      raise app.UsageError("run needs --config=configs/studies/<study>.py")
-    from lamb_lars.study import runner, sweep
-    executor = None
     try:
+      if argv[1] == "report":
+        from lamb_lars.study.publish import publish
+        print(publish(FLAGS.workdir, FLAGS.out))
+        return
+      if FLAGS.config is None:
+        raise app.UsageError("run needs --config=configs/studies/<study>.py")
+      from lamb_lars.study import runner, sweep
       if FLAGS.dry_run:
         for t in sweep.expand(FLAGS.config):
-          print(t.run_id, {k: v for k, v in t.overrides.items()})
+          print(t.run_id, t.role, t.technique or "-", dict(t.overrides))
         return
-      signal.signal(signal.SIGTERM, _raise_interrupt)
+      executor = None
       if FLAGS.executor == "ray":
-        from lamb_lars.study import ray_executor
-        rcfg = FLAGS.config.get("runner") or {}
-        executor = ray_executor.RayExecutor(rcfg.get("resources"), address=FLAGS.ray_address,
-                                            max_retries=int(rcfg.get("max_retries", 3)))
+        try:
+          from lamb_lars.study import ray_executor
+        except ImportError:
+          raise ValueError("--executor=ray needs Ray: pip install -e .[ray]") from None
+        executor = ray_executor.make_executor(FLAGS.config, FLAGS.ray_address)
+      signal.signal(signal.SIGTERM, _raise_interrupt)
       command = " ".join(shlex.quote(a) for a in ["python", "-m", "lamb_lars.study"] + sys.argv[1:])
-      counts = runner.run_study(FLAGS.config, FLAGS.workdir, num_workers=FLAGS.num_workers, command=command,
-                                log=lambda s: print(s, flush=True), executor=executor)
+      counts = runner.run_study(FLAGS.config, FLAGS.workdir, executor=executor, num_workers=FLAGS.num_workers,
+                                command=command, log=lambda s: print(s, flush=True))
     except ValueError as e:  # a bad study config: one sentence, no traceback
       print(f"error: {e}", file=sys.stderr)
       sys.exit(2)
     except KeyboardInterrupt:
       print("interrupted: unfinished runs are back to pending; re-run the same command to resume.", flush=True)
       sys.exit(130)
-    finally:
-      if executor is not None:
-        executor.close()
     print("finished: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v), flush=True)
 
   app.run(run)

@@ -30,6 +30,7 @@ Ray is an optional extra (``pip install -e .[ray]``); this module imports it onl
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import math
@@ -38,6 +39,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from typing import Any, Mapping, Optional
@@ -64,12 +66,13 @@ def _first_line(e: BaseException) -> str:
   return text.splitlines()[0].rstrip(".") if text else type(e).__name__
 
 
-def connect(address: Optional[str] = None, *, timeout_s: float = 10.0):
+def connect(address: Optional[str] = None, *, timeout_s: float = 5.0, init_timeout_s: float = 120.0):
   """Connects this process to a Ray cluster and returns the ``ray`` module.
 
   ``address``: ``HOST:PORT`` of the head's GCS (``ray start --head --port=PORT``), ``auto`` (the cluster this
   machine belongs to, or ``$RAY_ADDRESS``), ``ray://HOST:10001`` (Ray Client), or empty: ``$RAY_ADDRESS`` or the
-  local cluster if one runs, else a new single-node Ray for this process. Failures are one-sentence ValueErrors.
+  local cluster if one runs, else a new single-node Ray for this process (the CLI's default is ``auto``). Failures are one-sentence ValueErrors,
+  within ``timeout_s`` for an address where nothing or something else listens, ``init_timeout_s`` otherwise.
   """
   ray = import_ray()
   if ray.is_initialized():
@@ -84,12 +87,58 @@ def connect(address: Optional[str] = None, *, timeout_s: float = 10.0):
     except OSError as e:
       raise ValueError(f"cannot reach the Ray cluster at {addr} ({e.strerror or e}): start it with "
                        f"`ray start --head --port={port}` or fix --ray_address.") from None
+    if not _speaks_grpc(addr, timeout_s):  # ray.init would retry for ever against, say, an SSH port
+      raise ValueError(f"{addr} answers but is not a Ray cluster's GCS: give the head's --port "
+                       "(`ray start --head --port=PORT`, default 6379).")
   try:
-    ray.init(address=addr or None, log_to_driver=False, logging_level=logging.WARNING, namespace="lamb_lars",
-             include_dashboard=False if not addr else None, configure_logging=True)
+    with _alarm(max(init_timeout_s, 1.0)):
+      ray.init(address=addr or None, log_to_driver=False, logging_level=logging.WARNING, namespace="lamb_lars",
+               include_dashboard=False if not addr else None, configure_logging=True)
+  except _InitTimeout:
+    raise ValueError(f"the Ray cluster at {addr or 'auto'} did not accept this driver within "
+                     f"{init_timeout_s:.0f} s.") from None
   except (ConnectionError, RuntimeError, TimeoutError, ValueError) as e:
     raise ValueError(f"cannot connect to a Ray cluster at {addr or 'auto'}: {_first_line(e)}.") from None
   return ray
+
+
+def _speaks_grpc(addr: str, timeout_s: float) -> bool:
+  """Whether ``addr`` completes a gRPC (HTTP/2) handshake, as a Ray GCS does."""
+  try:
+    import grpc  # noqa: PLC0415  (a Ray dependency)
+  except ImportError:
+    return True
+  channel = grpc.insecure_channel(addr)
+  try:
+    grpc.channel_ready_future(channel).result(timeout=timeout_s)
+    return True
+  except grpc.FutureTimeoutError:
+    return False
+  finally:
+    channel.close()
+
+
+class _InitTimeout(Exception):
+  pass
+
+
+@contextlib.contextmanager
+def _alarm(seconds: float):
+  """Raises _InitTimeout in the main thread after ``seconds`` (no-op elsewhere: signals need the main thread)."""
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+
+  def _raise(signum, frame):
+    raise _InitTimeout()
+
+  old = signal.signal(signal.SIGALRM, _raise)
+  signal.setitimer(signal.ITIMER_REAL, seconds)
+  try:
+    yield
+  finally:
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, old)
 
 
 def normalize_resources(resources: Optional[Mapping[str, Any]]) -> dict[str, float]:
@@ -194,6 +243,13 @@ def _probe(path: str, token: str) -> str:
     return ""
   except OSError as e:
     return f"{e.strerror or e} ({e.filename or path})" if isinstance(e, OSError) else str(e)
+
+
+def make_executor(study, address: Optional[str] = "auto") -> "RayExecutor":
+  """The executor of ``study.runner`` (``resources``, ``max_retries``) on the cluster at ``address``."""
+  from lamb_lars.study import runner  # noqa: PLC0415
+  cfg = runner.settings(study, "runner", runner.RUNNER_DEFAULTS)
+  return RayExecutor(cfg["resources"], address=address, max_retries=int(cfg["max_retries"]))
 
 
 class RayTrialHandle:
