@@ -12,69 +12,53 @@ Hardware: the batch reaches the devices through gradient accumulation: num_micro
           256 GPUs (32 × 8-GPU nodes) each compute 25 micro-batches of 128 = one ghost-BN batch per micro-batch
           (256 × 128 × 25 = 819,200). Any power-of-two device count divides 819,200 / 25 = 32,768; e.g. one 8-GPU
           node: --config.num_microbatches=800 (8 × 128 × 800). The run is the 90-epoch budget, ≈ 115 M images:
-          ≈ 64 s of compute on 256 H100s at the MLPerf-level 7,000 img/s per GPU (DESIGN §2), ≈ 34 min on 8;
+          ≈ 64 s of compute on 256 H100s at the MLPerf-level 7,000 img/s per GPU (docs/science.md §5), ≈ 34 min on 8;
           in practice it is bound by decoding 819,200 JPEGs per step (estimate, not measured).
 Expected: the rung's top-1 above: chance (0.1%) to a few percent for momentum SGD, 18.95% for LARS. Training
-          longer at this batch reaches ~70% at 1,200 epochs (best 71.8%, paper §3; DESIGN §1.2).
+          longer at this batch reaches ~70% at 1,200 epochs (best 71.8%, paper §3; docs/science.md §2).
 
 Shared by every rung: ResNet-50 v1.5, bf16, L2 weight decay 1e-4 on kernels only, global-norm gradient clipping at
 1.0 (the paper gives no threshold; with LARS the clip's common scale mostly cancels in the trust ratio), ghost BN
-with 128 examples per BN group (Hoffer et al.'s default B_S = 128, DESIGN §1.4: `bn.examples_per_group=128` makes
+with 128 examples per BN group (Hoffer et al.'s default B_S = 128, docs/science.md §4: `bn.examples_per_group=128` makes
 ghost batches of 128 inside a device, or pools devices whose micro-batch is smaller), cosine decay to 0.
 Rung 0 uses the linear rule η = 0.1·B/256 = 320; the paper's "(or sqrt)" variant is
 --config.optimizer.lr_scaling=sqrt (η = 0.1·√3200 ≈ 5.66).
-Rung 2: the paper found the peak LR and warmup by grid search; the tuned values are not recorded here (DESIGN
-§1.2), so this config uses sqrt scaling (η ≈ 5.66) and a 25-epoch warmup as a stand-in. The grid to search is
+Rung 2: the paper found the peak LR and warmup by grid search; the tuned values are not recorded here
+(docs/science.md §2), so this config uses sqrt scaling (η ≈ 5.66) and a 25-epoch warmup as a stand-in. The grid to search is
 η ∈ {1.4, 2.8, 5.66, 11.3, 22.6} × warmup ∈ {5, 10, 25, 40} epochs, e.g.
---config.optimizer.learning_rate=0.2 --config.optimizer.schedule.warmup_examples=$((40*1281167)).
+--config.optimizer.learning_rate=0.2 --config.optimizer.schedule.warmup_epochs=40.
 Rung 4: the paper's LARS settings at this batch are not recorded either; this config takes Table 4's tuned 128K
-ones (DESIGN §1.2): peak LR 28 (no further scaling), momentum 0.94429, weight decay 1e-4 (decoupled, kernels
+ones (docs/science.md §2): peak LR 28 (no further scaling), momentum 0.94429, weight decay 1e-4 (decoupled, kernels
 only), 25 warmup epochs; trust coefficient 0.001 (LARS's usual η; Table 4 does not list it).
 
-Durations are counted in examples, not in the run plan's whole-batch epochs: 1,281,167 // 819,200 = 1 full batch
-per "epoch" there, so `num_epochs=90` would give 90 steps instead of 141. `num_train_steps` is therefore set
-(override it too if you change the batch), warmups are `warmup_examples`, and evaluations and checkpoints come
-every 16 steps (≈ 10 epochs) through `eval_every_steps` / `checkpoint_every_steps`.
+Built on configs/imagenet_resnet50.py. Epochs count examples (lamb_lars/durations.py): 90 epochs = ⌈140.8⌉ = 141
+steps although 1,281,167 // 819,200 = 1 whole batch per data epoch; evaluations and checkpoints every 10 epochs
+= 16 steps.
 """
-import math
+from configs import imagenet_resnet50
 
-from configs import default
-
-IMAGENET_TRAIN = 1_281_167
 BATCH = 819_200
-EPOCHS = 90
 RUNGS = (0, 1, 2, 3, 4)
-
-
-def steps_for_epochs(epochs: float) -> int:
-  """Optimizer steps that cover ``epochs`` passes over ImageNet's 1,281,167 training images at batch 819,200."""
-  return math.ceil(epochs * IMAGENET_TRAIN / BATCH)
 
 
 def get_config(rung=None):
   r = 4 if rung in (None, "") else int(rung)
   if r not in RUNGS:
     raise ValueError(f"imagenet_ladder.py takes a rung in {RUNGS} (…/imagenet_ladder.py:RUNG); got {rung!r}.")
-  config = default.get_config()
-  config.dataset = "imagenet2012"
-  config.image_size = 224
-  config.model = "resnet50"
-  config.num_classes = 1000
-  config.dtype = "bfloat16"
+  config = imagenet_resnet50.get_config()
+  config.zero_init_last_bn = False
   config.batch_size = BATCH
   config.num_microbatches = 25
-  config.num_epochs = float(EPOCHS)
-  config.num_train_steps = steps_for_epochs(EPOCHS)    # 141
-  config.eval_batch_size = 4096
-  config.eval_every_steps = steps_for_epochs(10)       # 16
-  config.checkpoint_every_steps = steps_for_epochs(10)
-  config.bn.examples_per_group = 128  # ghost BN, B_S = 128
+  config.num_epochs = 90.0                # 141 steps
+  config.eval_every_epochs = 10.0         # 16 steps
+  config.checkpoint_every_epochs = 10.0
+  config.bn.examples_per_group = 128      # ghost BN, B_S = 128
   config.label_smoothing = 0.1 if r >= 3 else 0.0
-
   opt = config.optimizer
   opt.gradient_clip_norm = 1.0
   opt.weight_decay = 1e-4
   opt.schedule.decay = "cosine"
+  opt.schedule.step_boundaries_epochs = ()
   if r < 4:
     opt.name = "momentum"
     opt.momentum = 0.9
@@ -89,6 +73,6 @@ def get_config(rung=None):
     opt.trust_coefficient = 0.001
   warmup_epochs = {0: 0, 1: 5, 2: 25, 3: 25, 4: 25}[r]
   if warmup_epochs:
-    opt.schedule.warmup_examples = warmup_epochs * IMAGENET_TRAIN
+    opt.schedule.warmup_epochs = float(warmup_epochs)
     opt.schedule.warmup_shape = "linear"
   return config

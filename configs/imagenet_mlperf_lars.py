@@ -1,16 +1,16 @@
-"""ImageNet / ResNet-50 with MLPerf-era LARS: peak LR and warmup chosen by batch size (DESIGN §1.5), or MLPerf v4.0.
+"""ImageNet / ResNet-50 with MLPerf-era LARS: peak LR and warmup chosen by batch size (docs/science.md §3), or MLPerf v4.0.
 
 Command:  python train.py --config=configs/imagenet_mlperf_lars.py:BATCH --workdir=runs/mlperf_lars_BATCH \\
               --config.data_dir=$TFDS_DATA_DIR         (BATCH e.g. 16384, 32K, 65536; no argument = 32768)
           python train.py --config=configs/imagenet_mlperf_lars.py:v4.0 --workdir=runs/mlperf_v4.0
 Two recipes, chosen by the argument:
   * BATCH (a number, "K" = ×1,024): the batch → (peak LR, warmup epochs) presets of the MLPerf-era TensorFlow
-    ResNet-50 LARS schedules, poly power 2 (DESIGN §1.5):
+    ResNet-50 LARS schedules, poly power 2 (docs/science.md §3):
         B < 16K: 10 / 5    B < 32K: 25 / 5    B < 64K: 32 / 14    B ≥ 64K: 35.6 / 40
     with those codes' other settings: LARS η = 0.001, momentum 0.9, weight decay 1e-4, label smoothing 0.1, linear
     warmup from 0, poly decay to an end LR of 1e-4 (the MLPerf reference value), 90 epochs (TF official models'
     LARS schedule hard-codes num_epochs = 90). Public versions differ above 32K (32/14 for every B ≥ 32K, or
-    31.2/25); DESIGN §1.5's table is used here.
+    31.2/25); the table above is used here.
   * "v4.0": NVIDIA's MLPerf Training v4.0 ResNet-50 submission at batch 40,448 (316 DGX H100 nodes × 8 GPUs × 16
     images; mlcommons/training_results_v4.0, config_DGXH100_multi_316x8x16.sh): LARS η = 0.001, peak LR 19.4,
     24 warmup epochs, momentum 0.95, weight decay 1e-4, label smoothing 0.1, poly power 2, 70 epochs, BN over
@@ -19,7 +19,7 @@ Hardware: BATCH presets: written for TPU v3 pods; here e.g. 256 GPUs × 128 imag
           gradient accumulation (--config.num_microbatches=32 at 32K: 8 × 128 × 32). "v4.0": 2,528 H100s in the
           submission; one 8-GPU node runs it as --config.num_microbatches=79 (8 × 64 × 79 = 40,448; BN still
           pools 32 examples, as ghost batches). 90 epochs ≈ 115 M images ≈ 2.8 EFLOP: ≈ 34 min of compute on
-          8 H100s at the MLPerf-level 7,000 img/s per GPU (DESIGN §2); 70 epochs ≈ 90 M images (estimates, not
+          8 H100s at the MLPerf-level 7,000 img/s per GPU (docs/science.md §5); 70 epochs ≈ 90 M images (estimates, not
           measured).
 Expected: the MLPerf quality target, 75.9% top-1 (= the paper's Table 2 baseline), which these presets were used
           to reach at B < 64K; the v4.0 setting is tuned to reach it at epoch 70 (its config: "Targeting epoch
@@ -29,15 +29,14 @@ Expected: the MLPerf quality target, 75.9% top-1 (= the paper's Table 2 baseline
 Common to both: ResNet-50 v1.5, bf16, LARS with the paper denominator ‖g‖ + β‖w‖, BN γ/β and biases excluded from
 weight decay and trust ratios (TF-TPU skip list), `lr_scaling='none'` (the LRs above are the effective peaks).
 BN statistics: BATCH presets pool at least 64 examples (MLPerf JAX `batchnorm_span = max(per_device_batch, 64)`,
-DESIGN §1.4); v4.0 pools 32. Durations are counted in examples (the run plan's whole-batch epochs round
-1,281,167 / B down): `num_train_steps`, `warmup_examples`, and evaluations / checkpoints every 4 epochs as
-`eval_every_steps` / `checkpoint_every_steps`. Pass the batch as the argument rather than overriding `batch_size`.
+docs/science.md §4); v4.0 pools 32. Built on configs/imagenet_resnet50.py; durations are in epochs (counted in examples, rounded up to steps:
+lamb_lars/durations.py); evaluations and checkpoints every 4 epochs. Pass the batch as the argument rather than overriding `batch_size`.
 """
+
 import math
 
-from configs import default
+from configs import imagenet_resnet50
 
-IMAGENET_TRAIN = 1_281_167
 DEFAULT_BATCH = 32_768
 END_LR = 1e-4
 # (batch upper bound, peak LR, warmup epochs), first match wins.
@@ -63,13 +62,11 @@ def preset(batch: int) -> tuple[float, float]:
 
 def get_config(arg=None):
   v4 = str(arg).lower() in ("v4.0", "v4")
-  config = default.get_config()
-  config.dataset = "imagenet2012"
-  config.image_size = 224
-  config.model = "resnet50"
-  config.num_classes = 1000
-  config.dtype = "bfloat16"
+  config = imagenet_resnet50.get_config()
+  config.zero_init_last_bn = False
   config.label_smoothing = 0.1
+  config.eval_every_epochs = 4.0
+  config.checkpoint_every_epochs = 4.0
   opt = config.optimizer
   opt.name = "lars"
   opt.lr_scaling = "none"
@@ -79,6 +76,7 @@ def get_config(arg=None):
   s = opt.schedule
   s.decay = "poly"
   s.poly_power = 2.0
+  s.step_boundaries_epochs = ()
   s.warmup_shape = "linear"
   if v4:
     batch, lr, warmup, epochs = V4["batch"], V4["lr"], V4["warmup_epochs"], V4["epochs"]
@@ -94,10 +92,7 @@ def get_config(arg=None):
     config.eval_batch_size = 4096
   config.batch_size = batch
   config.num_epochs = float(epochs)
-  config.num_train_steps = math.ceil(epochs * IMAGENET_TRAIN / batch)
-  config.eval_every_steps = math.ceil(4 * IMAGENET_TRAIN / batch)
-  config.checkpoint_every_steps = config.eval_every_steps
   opt.learning_rate = lr
-  s.warmup_examples = int(round(warmup * IMAGENET_TRAIN))
+  s.warmup_epochs = float(warmup)
   s.end_lr_factor = END_LR / lr
   return config
