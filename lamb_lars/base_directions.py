@@ -1,4 +1,4 @@
-"""Base update directions (SGD, momentum, Nesterov, AdaGrad, RMSprop, Adam) and ``layerwise``, which puts a trust ratio on any of them.
+"""Base update directions (SGD, momentum, Nesterov, AdaGrad, RMSprop, Adam) and ``layerwise``, a trust ratio on any.
 
 "The Limit of the Batch Size" (You et al. 2020, Table 3) runs every solver three ways at batch 8K: *original*,
 *+ layer-wise* (the base direction d of each layer scaled by ‖w‖/‖d‖) and *+ layer-wise and bound ratio* (that ratio
