@@ -25,7 +25,7 @@ Base directions (states follow optax, so checkpoints and ``optax.tree_utils`` wo
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 import jax
 import jax.numpy as jnp

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping
 
 import numpy as np
 
