@@ -96,8 +96,9 @@ def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
   return rng.permutation(n).astype(np.int64)
 
 
-def steps_per_epoch(num_train: int, global_batch_size: int) -> int:
-  """Number of full global batches in one epoch (the remainder is dropped, different examples each epoch)."""
+def batches_per_epoch(num_train: int, global_batch_size: int) -> int:
+  """Full global batches in one data epoch (the remainder is dropped, different examples each epoch); the data
+  order only: durations count an epoch as N/B steps (lamb_lars/durations.py)."""
   if global_batch_size <= 0:
     raise ValueError(f"global_batch_size must be positive; got {global_batch_size}.")
   return num_train // global_batch_size
@@ -116,14 +117,14 @@ def _check_process(process_index: int, process_count: int) -> None:
 
 
 def epoch_batch_indices(seed: int, epoch: int, n: int, global_batch_size: int) -> np.ndarray:
-  """int64 [steps_per_epoch, global_batch_size]: row s is the global batch of step s (for on-device gathers)."""
-  steps = steps_per_epoch(n, global_batch_size)
+  """int64 [batches_per_epoch, global_batch_size]: row s is the global batch of step s (for on-device gathers)."""
+  steps = batches_per_epoch(n, global_batch_size)
   return epoch_permutation(seed, epoch, n)[:steps * global_batch_size].reshape(steps, global_batch_size)
 
 
 def train_index_batches(*, seed: int, epoch: int, n: int, global_batch_size: int, start_step: int = 0,
                         process_index: int = 0, process_count: int = 1) -> Iterator[np.ndarray]:
-  """This process's example indices for steps ``start_step .. steps_per_epoch-1`` of ``epoch``.
+  """This process's example indices for steps ``start_step .. batches_per_epoch-1`` of ``epoch``.
 
   Arguments are checked at call time (not at the first ``next``); ValueError when the global batch is larger
   than the training set (no step would ever run).

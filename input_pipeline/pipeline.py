@@ -8,7 +8,7 @@ converted into ``<data_dir>/mnist_offline``, 'tfds' = a prepared tfds ``mnist``)
 optional ``grain_threads``.
 
 Batch sizes given here are global; each process gets ``B / process_count`` examples of every batch. A resumed
-run passes ``epoch = step // steps_per_epoch`` and ``start_step = step % steps_per_epoch``.
+run passes ``epoch = step // batches_per_epoch`` and ``start_step = step % batches_per_epoch``.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import numpy as np
 
 from input_pipeline import imagenet, in_memory, synthetic
 from input_pipeline.common import (EVAL_SPLITS, DatasetInfo, cfg_get, check_split, eval_index_batches, gather_batch,
-                                   gather_eval_batch, steps_per_epoch, train_index_batches)
+                                   gather_eval_batch, batches_per_epoch, train_index_batches)
 
 DATASETS = ("mnist", "cifar10", "imagenet2012", "synthetic")
 
@@ -47,9 +47,9 @@ def get_info(config: Any) -> DatasetInfo:
                      in_memory.num_classes(name), True, v["validation"].count)
 
 
-def num_train_steps_per_epoch(config: Any, global_batch_size: int) -> int:
+def num_train_batches_per_epoch(config: Any, global_batch_size: int) -> int:
   """Full global batches per epoch (remainder dropped)."""
-  return steps_per_epoch(get_info(config).num_train, global_batch_size)
+  return batches_per_epoch(get_info(config).num_train, global_batch_size)
 
 
 def prepare(config: Any) -> None:
@@ -101,10 +101,10 @@ def train_stream(config: Any, *, start_step: int = 0, global_batch_size: int, pr
                  process_count: int = 1) -> Iterator[dict]:
   """Batches of global steps ``start_step, start_step + 1, ...`` across epoch boundaries, without end.
 
-  The same batches as ``train_batches`` epoch after epoch (epoch = step // steps_per_epoch). Create it once
+  The same batches as ``train_batches`` epoch after epoch (epoch = step // batches_per_epoch). Create it once
   per run (or after a restore): for ImageNet each ``train_batches`` call starts a grain pipeline.
   """
-  per_epoch = steps_per_epoch(get_info(config).num_train, global_batch_size)
+  per_epoch = batches_per_epoch(get_info(config).num_train, global_batch_size)
   if per_epoch == 0:
     raise ValueError(f"global batch {global_batch_size} exceeds the training set of {config.dataset}.")
   epoch, pos = divmod(start_step, per_epoch)
