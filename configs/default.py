@@ -4,6 +4,7 @@ Command:  python train.py --config=configs/default.py --workdir=/tmp/run
 Overrides: --config.batch_size=8192 --config.optimizer.name=lamb  (the config is locked: a misspelled key fails).
 """
 import ml_collections
+from ml_collections import config_dict
 
 from configs import optimizer
 
@@ -45,10 +46,17 @@ def get_config() -> ml_collections.ConfigDict:
   # Data parallelism and BN groups (see lamb_lars/mesh.py, lamb_lars/bn_groups.py).
   config.parallelism = "jit"          # jit (jit + shard_map over a device mesh) | pmap
   config.num_devices = 0              # 0 = all devices of all processes
+  # BN group from a target (per-device batch b; no target = per-device BN under either rule):
+  #   mode='ghost' (Hoffer et al. 2017): ghost batches of exactly G examples: b ≥ G splits each device's batch into
+  #     b/G ghost batches; b < G pools G/b devices. G = ghost_batch_size, or examples_per_group.
+  #   mode='mlperf_span' (MLPerf JAX ResNet: span = max(b, target)): b ≥ target normalises the whole device batch;
+  #     b < target pools target/b devices. Never splits a device batch.
   config.bn = ml_collections.ConfigDict(dict(
-      group_devices=0,                # explicit BN group size in devices (0 = derive)
-      examples_per_group=0,           # target examples per BN group, e.g. 128 (paper) or 64 (Ying et al.); 0 = per device
-      ghost_batch_size=0,             # explicit virtual batch inside a device (0 = derive)
+      mode="ghost",                   # ghost | mlperf_span: how the target becomes a group (above)
+      group_devices=0,                # explicit BN group size in devices, wins over the rule (0 = derive)
+      examples_per_group=0,           # target examples per BN group, e.g. 128 (paper) or 64 (Ying et al., MLPerf)
+      ghost_batch_size=0,             # mode='ghost': the ghost batch (0 = examples_per_group); with group_devices:
+                                      # the ghost batch inside each device of the group
       momentum=0.9,
       epsilon=1e-5))
   config.distributed = ml_collections.ConfigDict(dict(
@@ -78,11 +86,14 @@ def get_config() -> ml_collections.ConfigDict:
 
   # Diagnostics (cheap when off; see lamb_lars/noise_scale.py, docs/studies.md).
   config.diagnostics = ml_collections.ConfigDict(dict(
-      noise_scale=True,               # gradient noise scale B_simple from per-device vs global gradients
+      noise_scale=config_dict.FieldReference("auto", field_type=object),
+                                      # gradient noise scale B_simple from per-device vs global gradients:
+                                      # 'auto' = on with ≥ 2 devices unless BN groups span devices | True | False
       noise_scale_ema=0.9,
       dist_from_init=False,           # ‖w_t − w_0‖, total and per layer, at each evaluation
       trust_ratios=False,             # per-layer trust ratios from the optimizer statistics
-      signal_to_noise=False,          # gradient signal-to-noise E‖g∥‖/E‖g⊥‖ over devices (paper §6.1)
+      signal_to_noise=False,          # gradient signal-to-noise E‖g∥‖/E‖g⊥‖ over devices (paper §6.1); refused
+                                      # when BN groups span devices (per-device gradients are then coupled)
       noise_injection=dict(           # Gaussian noise std (labels: fraction replaced), paper §6.3; 0 = off
           activations=0.0, weights=0.0, gradients=0.0, labels=0.0)))
   return config

@@ -12,29 +12,33 @@ Hardware: the batch reaches the devices through gradient accumulation: num_micro
           256 GPUs (32 × 8-GPU nodes) each compute 25 micro-batches of 128 = one ghost-BN batch per micro-batch
           (256 × 128 × 25 = 819,200). Any power-of-two device count divides 819,200 / 25 = 32,768; e.g. one 8-GPU
           node: --config.num_microbatches=800 (8 × 128 × 800). The run is the 90-epoch budget, ≈ 115 M images:
-          ≈ 64 s of compute on 256 H100s at the MLPerf-level 7,000 img/s per GPU (docs/science.md §5), ≈ 34 min on 8;
+          ≈ 64 s of compute on 256 H100s at the MLPerf-level 7,000 img/s per GPU (MLPerf Training v3.0 / v4.0
+          results), ≈ 34 min on 8;
           in practice it is bound by decoding 819,200 JPEGs per step (estimate, not measured).
 Expected: the rung's top-1 above: chance (0.1%) to a few percent for momentum SGD, 18.95% for LARS. Training
-          longer at this batch reaches ~70% at 1,200 epochs (best 71.8%, paper §3; docs/science.md §2).
+          longer at this batch reaches ~70% at 1,200 epochs (best 71.8%, paper §3).
 
 Shared by every rung: ResNet-50 v1.5, bf16, L2 weight decay 1e-4 on kernels only, global-norm gradient clipping at
 1.0 (the paper gives no threshold; with LARS the clip's common scale mostly cancels in the trust ratio), ghost BN
-with 128 examples per BN group (Hoffer et al.'s default B_S = 128, docs/science.md §4: `bn.examples_per_group=128` makes
-ghost batches of 128 inside a device, or pools devices whose micro-batch is smaller), cosine decay to 0.
+with 128 examples per BN group (Hoffer et al. 2017, "Train longer, generalize better": ghost batches of B_S = 128;
+`bn.mode='ghost'`, `bn.examples_per_group=128` makes ghost batches of 128 inside a device, or pools devices whose
+micro-batch is smaller), cosine decay to 0. Ghost, not MLPerf's span rule: the paper's rung 0 names ghost BN, and
+only ghost batches keep 128 examples per group when a device's micro-batch is larger.
 Rung 0 uses the linear rule η = 0.1·B/256 = 320; the paper's "(or sqrt)" variant is
 --config.optimizer.lr_scaling=sqrt (η = 0.1·√3200 ≈ 5.66).
-Rung 2: the paper found the peak LR and warmup by grid search; the tuned values are not recorded here
-(docs/science.md §2), so this config uses sqrt scaling (η ≈ 5.66) and a 25-epoch warmup as a stand-in. The grid to search is
+Rung 2: the paper found the peak LR and warmup by grid search; the tuned values are not reproduced here (§3.1),
+so this config uses sqrt scaling (η ≈ 5.66) and a 25-epoch warmup as a stand-in. The grid to search is
 η ∈ {1.4, 2.8, 5.66, 11.3, 22.6} × warmup ∈ {5, 10, 25, 40} epochs, e.g.
 --config.optimizer.learning_rate=0.2 --config.optimizer.schedule.warmup_epochs=40.
 Rung 4: the paper's LARS settings at this batch are not recorded either; this config takes Table 4's tuned 128K
-ones (docs/science.md §2): peak LR 28 (no further scaling), momentum 0.94429, weight decay 1e-4 (decoupled, kernels
+ones (paper Table 4): peak LR 28 (no further scaling), momentum 0.94429, weight decay 1e-4 (decoupled, kernels
 only), 25 warmup epochs; trust coefficient 0.001 (LARS's usual η; Table 4 does not list it).
 
 Built on configs/imagenet_resnet50.py. Epochs count examples (lamb_lars/durations.py): 90 epochs = ⌈140.8⌉ = 141
 steps although 1,281,167 // 819,200 = 1 whole batch per data epoch; evaluations and checkpoints every 10 epochs
 = 16 steps.
 """
+
 from configs import imagenet_resnet50
 
 BATCH = 819_200
@@ -52,7 +56,8 @@ def get_config(rung=None):
   config.num_epochs = 90.0                # 141 steps
   config.eval_every_epochs = 10.0         # 16 steps
   config.checkpoint_every_epochs = 10.0
-  config.bn.examples_per_group = 128      # ghost BN, B_S = 128
+  config.bn.mode = "ghost"                # ghost BN (Hoffer et al. 2017), B_S = 128
+  config.bn.examples_per_group = 128
   config.label_smoothing = 0.1 if r >= 3 else 0.0
   opt = config.optimizer
   opt.gradient_clip_norm = 1.0

@@ -30,6 +30,7 @@ def get_config():
   config.eval_batch_size = 16
   config.eval_every_epochs = 2.0      # 1 step per epoch: evaluations after steps 2 and 4
   config.checkpoint_every_epochs = 0.0
+  config.bn.mode = "ghost"            # on one device: ghost batches of 8; on 8 devices either rule pools pairs
   config.bn.examples_per_group = 8
 
   opt = config.optimizer

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from lamb_lars import bn_groups, durations, stopping
+from lamb_lars import bn_groups, durations, models, stopping
 
 class ConfigError(ValueError):
   """A config that cannot run; the message is one sentence naming the key and the fix."""
@@ -21,6 +21,13 @@ _CHOICES = {
     "dtype": ("float32", "bfloat16"),
     "parallelism": ("jit", "pmap"),
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class DiagnosticsPlan:
+  """Which per-device gradient diagnostics the train step computes (see :func:`diagnostics_plan`)."""
+  noise_scale: bool = False       # B_simple from |G_small|² (per device) and |G_big|² (global)
+  signal_to_noise: bool = False   # E_d‖g∥‖ / E_d‖g⊥‖ over the per-device gradients
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +44,7 @@ class RunPlan:
   checkpoint_every_steps: int
   steps_per_call: int
   bn: bn_groups.BNPlan
+  diagnostics: DiagnosticsPlan = DiagnosticsPlan()
 
   def epoch_of(self, step: int) -> float:
     """Epochs as examples seen / training examples."""
@@ -58,6 +66,42 @@ def _check_choice(config: Any, key: str) -> None:
   value = config[key]
   if value not in _CHOICES[key]:
     raise ValueError(f"config.{key}={value!r} is not one of {', '.join(map(repr, _CHOICES[key]))}.")
+
+
+def bn_couples_devices(config: Any, plan: RunPlan) -> bool:
+  """True when a device's forward pass reads other devices' examples: BN groups span devices and the model has BN."""
+  return plan.bn.group_devices > 1 and config.model not in models.MODELS_WITHOUT_BN
+
+
+def diagnostics_plan(config: Any, plan: RunPlan) -> DiagnosticsPlan:
+  """Decides ``diagnostics.noise_scale`` and ``diagnostics.signal_to_noise`` for this plan; the trainer only reads it.
+
+  Both need per-device gradients g_d that are means over the device's own examples (B_small = the per-device batch;
+  McCandlish et al. 2018 App. A.1, You et al. 2020 §6.1) and at least 2 devices. When BN groups span devices, g_d
+  also depends on the other devices' examples through the pooled statistics, so neither estimates per-device
+  gradient noise: a forced-on request is refused. ``noise_scale``: ``'auto'`` (on with ≥ 2 devices and BN groups
+  within a device, else off), True (on, or ConfigError), False (off). ``signal_to_noise``: True or False (off on
+  one device, as before).
+  """
+  diag = config.diagnostics
+  ns, snr = diag.noise_scale, diag.signal_to_noise
+  if not (isinstance(ns, bool) or ns == "auto"):
+    raise ConfigError(f"config.diagnostics.noise_scale={ns!r} is not one of 'auto', True, False.")
+  if not isinstance(snr, bool):
+    raise ConfigError(f"config.diagnostics.signal_to_noise={snr!r} must be True or False.")
+  coupled = bn_couples_devices(config, plan)
+  for key, value in (("noise_scale", ns), ("signal_to_noise", snr)):
+    if value is True and coupled:
+      raise ConfigError(
+          f"config.diagnostics.{key}=True needs per-device gradients, but BN groups span {plan.bn.group_devices} "
+          f"devices (bn.group_devices / bn.examples_per_group / bn.ghost_batch_size), so each device's gradient "
+          f"depends on other devices' examples; set diagnostics.{key}=False (or 'auto' for noise_scale) or keep "
+          f"BN groups within a device.")
+  if ns is True and plan.num_devices < 2:
+    raise ConfigError("config.diagnostics.noise_scale=True needs at least 2 devices (per-device vs global "
+                      "gradients); set it to 'auto' or False.")
+  return DiagnosticsPlan(noise_scale=bool(ns) and plan.num_devices > 1 and not coupled,
+                         signal_to_noise=snr and plan.num_devices > 1)
 
 
 def make_plan(config: Any, *, num_train: int, num_devices: int) -> RunPlan:
@@ -82,7 +126,7 @@ def make_plan(config: Any, *, num_train: int, num_devices: int) -> RunPlan:
   if not 0.0 <= config.label_smoothing < 1.0:
     raise ValueError(f"config.label_smoothing={config.label_smoothing} must be in [0, 1).")
   per_device = b // (num_devices * k)
-  bn = bn_groups.plan_bn_groups(per_device_batch=per_device, num_devices=num_devices,
+  bn = bn_groups.plan_bn_groups(per_device_batch=per_device, num_devices=num_devices, mode=config.bn.mode,
                                 group_devices=int(config.bn.group_devices),
                                 examples_per_group=int(config.bn.examples_per_group),
                                 ghost_batch_size=int(config.bn.ghost_batch_size))
@@ -105,7 +149,8 @@ def make_plan(config: Any, *, num_train: int, num_devices: int) -> RunPlan:
     raise ValueError(f"config.steps_per_call={spc} must be ≥ 0 (0 = automatic).")
   if spc == 0:  # long enough to amortise dispatch, short enough for a live progress bar
     spc = max(1, min(num_train // b, 50))
-  return RunPlan(num_devices=num_devices, batch_size=b, num_microbatches=k, per_device_batch=per_device,
+  plan = RunPlan(num_devices=num_devices, batch_size=b, num_microbatches=k, per_device_batch=per_device,
                  num_train=num_train, batches_per_epoch=num_train // b, total_steps=total, warmup_steps=warmup,
                  eval_every_steps=every("eval_every"), checkpoint_every_steps=every("checkpoint_every"),
                  steps_per_call=spc, bn=bn)
+  return dataclasses.replace(plan, diagnostics=diagnostics_plan(config, plan))

@@ -73,10 +73,10 @@ def build_model(config: ml_collections.ConfigDict, plan: run_plan.RunPlan):
 
 
 def step_options(config: ml_collections.ConfigDict, plan: run_plan.RunPlan) -> ts.StepOptions:
-  diag, noise = config.diagnostics, config.diagnostics.noise_injection
+  noise = config.diagnostics.noise_injection
   return ts.StepOptions(num_classes=config.num_classes, num_microbatches=plan.num_microbatches,
                         label_smoothing=config.label_smoothing,
-                        signal_to_noise=bool(diag.signal_to_noise) and plan.num_devices > 1,
+                        signal_to_noise=plan.diagnostics.signal_to_noise,
                         activation_noise=noise.activations, weight_noise=noise.weights,
                         gradient_noise=noise.gradients, label_noise=noise.labels)
 
@@ -150,7 +150,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   state, meta = restore(ckpt, state, workdir)
   noise = train_metrics.NoiseScaleTracker(batch_size=plan.batch_size, num_devices=plan.num_devices,
                                           decay=config.diagnostics.noise_scale_ema,
-                                          enabled=config.diagnostics.noise_scale)
+                                          enabled=plan.diagnostics.noise_scale)
   noise.load_state_dict(meta.get("noise_scale"))
   rules = stopping.StopRules(config, total_steps=plan.total_steps, warmup_steps=plan.warmup_steps,
                              epoch_of=plan.epoch_of)

@@ -64,16 +64,53 @@ def test_ema_noise_scale_recovers_trace_over_g2():
   assert abs(nums.mean() / np.mean(naive) - true) > 8 * se
 
 
-def test_jax_update_matches_numpy_under_jit():
+def test_two_batch_estimates_match_the_formula_in_float64():
+  """|G|² ≈ (B_big|G_big|² − B_small|G_small|²)/(B_big − B_small), trΣ ≈ (|G_small|² − |G_big|²)/(1/B_small − 1/B_big)."""
+  rng = np.random.default_rng(3)
+  small = rng.uniform(1.0, 5.0, 50)
+  big = small * rng.uniform(0.2, 1.0, 50)
+  for b_s, b_b in ((8, 64), (1, 2), (512, 131_072)):
+    want_g2 = (b_b * big - b_s * small) / (b_b - b_s)
+    want_tr = (small - big) / (1.0 / b_s - 1.0 / b_b)
+    got_g2, got_tr = ns.two_batch_estimates(small, big, b_s, b_b)
+    np.testing.assert_allclose(got_g2, want_g2, rtol=1e-12)
+    np.testing.assert_allclose(got_tr, want_tr, rtol=1e-12)
+    got_g2, got_tr = jax.jit(ns.two_batch_estimates, static_argnums=(2, 3))(
+        jnp.float32(small), jnp.float32(big), b_s, b_b)
+    np.testing.assert_allclose(got_g2, want_g2, rtol=1e-5, atol=1e-5 * np.abs(want_g2).max())
+    np.testing.assert_allclose(got_tr, want_tr, rtol=1e-5)
+
+
+def test_jit_estimator_on_per_device_gradients_recovers_known_noise_scale():
+  """The whole on-device path (stacked_sq_norms → update → b_simple, float32 under jit) on per-example gradients
+  g_i = G + L z_i with known |G|² = 1 and tr Σ = 32: the EMAs equal a float64 EMA of the two-batch formula, and
+  B_simple comes out as tr Σ/|G|² = 32 within 4 standard errors."""
   rng, g, chol = _problem(1)
-  obs = [_step(rng, g, chol) for _ in range(20)]
-  np_state, jx_state = ns.NoiseScaleState(0.0, 0.0, 0), ns.init()
-  upd = jax.jit(ns.update, static_argnums=(3, 4, 5))
-  for small, big in obs:
-    np_state = ns.update(np_state, small, big, B_SMALL, B_BIG, 0.9)
-    jx_state = upd(jx_state, jnp.float32(small), jnp.float32(big), B_SMALL, B_BIG, 0.9)
-  assert int(jx_state.count) == 20 and isinstance(jx_state.g2, jax.Array)
-  np.testing.assert_allclose(float(ns.b_simple(jx_state)), ns.b_simple(np_state), rtol=1e-4)
+  steps, decay = 3000, 0.998
+  per_device = (g + rng.standard_normal((steps, DEVICES, B_SMALL, P)) @ chol.T).mean(axis=2)   # [T, D, P]
+
+  @jax.jit
+  def run(xs):
+    def body(state, x):
+      small, big = ns.stacked_sq_norms(x)
+      return ns.update(state, small, big, B_SMALL, B_BIG, decay), None
+    return jax.lax.scan(body, ns.init(), xs)[0]
+
+  state = run(jnp.asarray(per_device, jnp.float32))
+  # float64 reference written from the definitions, not from the module.
+  small = np.mean(np.sum(per_device ** 2, axis=2), axis=1)            # mean_d ‖g_d‖²
+  big = np.sum(per_device.mean(axis=1) ** 2, axis=1)                  # ‖mean_d g_d‖²
+  g2_t = (B_BIG * big - B_SMALL * small) / (B_BIG - B_SMALL)
+  tr_t = (small - big) / (1.0 / B_SMALL - 1.0 / B_BIG)
+  w = (1 - decay) * decay ** np.arange(steps)[::-1]                   # EMA weights, starting from 0
+  np.testing.assert_allclose(float(state.g2), np.sum(w * g2_t), rtol=1e-3)
+  np.testing.assert_allclose(float(state.trace), np.sum(w * tr_t), rtol=1e-3)
+  assert int(state.count) == steps
+  true = float(np.sum(chol * chol)) / float(g @ g)                    # tr(L Lᵀ)/|G|² = 32
+  assert true == pytest.approx(32.0)
+  se = np.sqrt(np.sum(w ** 2)) / np.sum(w) * np.std(tr_t - true * g2_t) / np.mean(g2_t)
+  assert se < 0.15 * true
+  assert abs(float(ns.b_simple(state)) - true) < 4 * se
   assert np.isnan(ns.b_simple(ns.init()))  # no signal yet
   assert np.isnan(ns.b_simple(ns.NoiseScaleState(-1.0, 3.0, 1)))
 

@@ -1,95 +1,101 @@
-"""Regimes (You et al. 2020 Defs 2.1–2.3) on hand-computed cases."""
+"""Regimes (You et al. 2020 Defs 2.1–2.3) on hand-built tagged trials. The first tests pin what the old code got
+wrong: a batch where only linear scaling was tried and failed is not 'huge', a linear run that fails only the loss
+test is not rescued by itself, LR-tuned or LARS runs are not linear scaling, and 'huge' needs every declared
+technique to have failed."""
 from __future__ import annotations
 
 import pytest
 
-from lamb_lars.study.regimes import (Baseline, baseline_from_trial, classify, classify_trials, evidence,
-                                     passes_large_batch, reaches_accuracy, row_epoch)
-from lamb_lars.study.store import Trial
+from lamb_lars.study.records import Baseline, Trial
+from lamb_lars.study.regimes import (baseline_from_trials, classify_trials, linear_evidence, passes_large_batch,
+                                     reaches_accuracy, row_epoch, technique_evidence)
 
-BASE = Baseline(batch_size=256, accuracy=0.992, val_loss=0.03, epochs=30, num_train=60000)
-# thresholds: accuracy >= 0.98704, loss <= 0.036
-
-
-def _trial(rid, b, rows, status="done"):
-  return Trial(rid, b, status=status, curve=[{"step": i + 1, "epoch": e, "eval_accuracy": a, "eval_loss": l}
-                                              for i, (e, a, l) in enumerate(rows)])
+BASE = Baseline(batch_size=256, accuracy=0.992, val_loss=0.03, epochs=30, num_train=55000)
+# thresholds: test accuracy >= 0.98704, validation loss <= 0.036
+TECH = ("tuned", "lars", "lamb")
 
 
-def test_trial_tests_at_the_thresholds_and_epoch_budget():
-  ok = _trial("a", 2048, [(10, 0.9, 0.3), (30, 0.98704, 0.036)])
+def _t(rid, b, rows, *, role="linear", technique="", status="done", optimizer="momentum"):
+  return Trial(rid, b, optimizer, role=role, technique=technique, status=status,
+               curve=[{"step": i + 1, "epoch": e, "eval_accuracy": a, "validation_loss": vl}
+                      for i, (e, a, vl) in enumerate(rows)])
+
+
+PASS = [(10, 0.9, 0.3), (30, 0.99, 0.03)]
+FAIL = [(10, 0.5, 1.3), (30, 0.9, 0.4)]
+
+
+def test_linear_only_failure_is_not_huge():
+  r = classify_trials(BASE, [_t("l1", 1024, FAIL), _t("l4", 4096, FAIL)], TECH)
+  assert r.labels == {1024: "not large (no technique tried)", 4096: "not large (no technique tried)"}
+  assert (r.b_l, r.b_l_next_fail, r.b_h_next_huge) == (256, 1024, None)
+
+
+def test_huge_needs_every_declared_technique_to_fail():
+  trials = [_t("l", 16384, FAIL), _t("lars", 16384, FAIL, role="technique", technique="lars", optimizer="lars")]
+  assert classify_trials(BASE, trials, TECH).labels[16384] == "not large (untried: tuned, lamb)"
+  trials += [_t("lamb", 16384, FAIL, role="technique", technique="lamb", optimizer="lamb"),
+             _t("tuned", 16384, FAIL, role="technique", technique="tuned")]
+  r = classify_trials(BASE, trials, TECH)
+  assert r.labels[16384] == "huge" and r.b_h_next_huge == 16384
+
+
+def test_loss_failure_of_linear_run_is_not_rescued_by_itself():
+  lossy = _t("l", 2048, [(30, 0.99, 0.05)])            # accuracy passes, validation loss does not
+  r = classify_trials(BASE, [lossy], TECH)
+  assert r.labels == {2048: "not large (no technique tried)"} and r.b_l == 256
+
+
+def test_only_tagged_linear_runs_test_def_2_1():
+  tuned = _t("t", 4096, PASS, role="technique", technique="tuned")
+  lars = _t("x", 4096, PASS, role="technique", technique="lars", optimizer="lars")
+  assert linear_evidence([tuned, lars], BASE) == {}
+  r = classify_trials(BASE, [_t("l", 4096, FAIL), tuned, lars], TECH)
+  assert r.labels[4096] == "large with lars, tuned" and r.b_l == 256 and r.b_h == 4096
+
+
+def test_ladder_with_edges():
+  trials = [_t(f"l{b}", b, PASS if b <= 2048 else FAIL) for b in (512, 1024, 2048, 4096, 8192, 32768)]
+  for b in (8192, 32768):
+    ok = b == 8192
+    trials += [_t(f"{n}{b}", b, PASS if (ok and n == "lars") else FAIL, role="technique", technique=n)
+               for n in TECH]
+  r = classify_trials(BASE, trials, TECH)
+  assert (r.b_l, r.b_l_next_fail, r.b_h, r.b_h_next_huge, r.b_f) == (2048, 4096, 8192, 32768, 55000)
+  assert r.labels[4096] == "not large (no technique tried)" and r.labels[8192] == "large with lars"
+  assert r.labels[32768] == "huge" and r.reached_by[8192] == ("lars",) and r.anomalies == ()
+
+
+def test_pruned_and_running_trials():
+  pruned_reached = _t("p", 8192, [(2, 0.988, 0.05)], role="technique", technique="lars", status="pruned")
+  running = _t("r", 8192, [(2, 0.5, 1.0)], role="technique", technique="lamb", status="running")
+  ev = technique_evidence([pruned_reached, running], BASE, TECH)
+  assert ev == {8192: {"lars": True}}                   # running lamb is no evidence yet
+  pruned_failed = _t("q", 8192, [(2, 0.5, 1.0)], role="technique", technique="lamb", status="pruned")
+  assert technique_evidence([pruned_failed], BASE, TECH) == {8192: {"lamb": False}}
+
+
+def test_full_batch_is_marked():
+  r = classify_trials(BASE, [_t("f", 55000, FAIL)], TECH)
+  assert r.labels[55000] == "not large (no technique tried) (full batch)"
+
+
+def test_trial_tests_at_the_thresholds_and_budget():
+  ok = _t("a", 2048, [(10, 0.9, 0.3), (30, 0.98704, 0.036)])
   assert passes_large_batch(ok, BASE) and reaches_accuracy(ok, BASE)
-  late = _trial("b", 2048, [(10, 0.9, 0.3), (31, 0.99, 0.02)])          # only after ρ epochs
+  late = _t("b", 2048, [(10, 0.9, 0.3), (31, 0.99, 0.02)])
   assert not passes_large_batch(late, BASE) and not reaches_accuracy(late, BASE)
-  lossy = _trial("c", 2048, [(30, 0.99, 0.05)])                          # accuracy yes, loss no
-  assert not passes_large_batch(lossy, BASE) and reaches_accuracy(lossy, BASE)
-  split = _trial("d", 2048, [(20, 0.99, 0.05), (30, 0.98, 0.03)])       # both, but at different evals
+  split = _t("d", 2048, [(20, 0.99, 0.05), (30, 0.98, 0.03)])          # both, but at different evals
   assert not passes_large_batch(split, BASE)
-  div = _trial("e", 2048, [(5, 0.99, 0.02)], status="diverged")
+  div = _t("e", 2048, [(5, 0.99, 0.02)], status="diverged")
   assert not passes_large_batch(div, BASE) and not reaches_accuracy(div, BASE)
+  assert row_epoch({"step": 10, "examples": 110000}, 256, 55000) == 2.0
 
 
-def test_row_epoch_fallbacks():
-  assert row_epoch({"step": 10, "epoch": 2.5}, 256, 60000) == 2.5
-  assert row_epoch({"step": 10, "examples": 120000}, 256, 60000) == 2.0
-  assert row_epoch({"step": 600}, 200, 60000) == 2.0
-
-
-def test_classify_monotone_case():
-  linear = {512: True, 1024: True, 2048: True, 4096: False, 8192: False}
-  anyt = {4096: True, 8192: True, 16384: False, 32768: False}
-  r = classify(BASE, linear, anyt)
-  assert (r.b_l, r.b_l_next_fail, r.b_h, r.b_h_next_fail, r.b_f) == (2048, 4096, 8192, 16384, 60000)
-  assert r.labels == {512: "large", 1024: "large", 2048: "large", 4096: "large+technique",
-                      8192: "large+technique", 16384: "huge", 32768: "huge"}
-  assert r.anomalies == ()
-
-
-def test_classify_gaps_no_data_and_edges():
-  none = classify(BASE, {}, {})
-  assert (none.b_l, none.b_h, none.b_f, dict(none.labels)) == (None, None, 60000, {})
-  first_fails = classify(BASE, {1024: False}, {1024: False})
-  assert (first_fails.b_l, first_fails.b_l_next_fail) == (256, 1024)   # the baseline passes trivially
-  assert (first_fails.b_h, first_fails.b_h_next_fail) == (256, 1024)
-  assert first_fails.labels == {1024: "huge"}
-  unbounded = classify(BASE, {1024: True, 8192: True}, {})             # gap between 1024 and 8192: not guessed
-  assert (unbounded.b_l, unbounded.b_l_next_fail, unbounded.b_h, unbounded.b_h_next_fail) == (8192, None,
-                                                                                                8192, None)
-  only_linear_fail = classify(BASE, {4096: False}, {})
-  assert only_linear_fail.labels == {4096: "not-large"} and only_linear_fail.b_h is None
-  labels = classify(BASE, {128: True, 256: True}, {60000: True}).labels
-  assert labels == {128: "small", 256: "baseline", 60000: "full"}
-
-
-def test_classify_non_monotone_evidence_is_flagged():
-  r = classify(BASE, {1024: True, 2048: False, 4096: True}, {8192: False, 16384: True, 32768: False})
-  assert (r.b_l, r.b_l_next_fail) == (1024, 2048)
-  assert (r.b_h, r.b_h_next_fail) == (16384, 32768)
-  assert len(r.anomalies) == 2
-  assert "4096" in r.anomalies[0] and "8192" in r.anomalies[1]
-
-
-def test_evidence_counts_diverged_as_failure_and_ignores_failed_and_unfinished():
-  good = [(30, 0.99, 0.02)]
-  ts = [_trial("a", 1024, good, status="failed"),                # crashed: no evidence
-        _trial("b", 2048, good, status="diverged"),              # tested, failed
-        _trial("c", 4096, [(10, 0.5, 1.0)], status="running"),   # not finished, not passed: no evidence
-        _trial("d", 8192, good, status="running"),               # already passed: counts
-        _trial("e", 16384, [(30, 0.5, 1.0)]), _trial("f", 16384, good)]  # search: one of two passes
-  ev = evidence(ts, lambda t: reaches_accuracy(t, BASE))
-  assert ev == {2048: False, 8192: True, 16384: True}
-
-
-def test_classify_trials_end_to_end_and_baseline_from_trial():
-  good, lossy, bad = [(30, 0.99, 0.02)], [(30, 0.99, 0.05)], [(30, 0.9, 0.3)]
-  linear = [_trial("l1", 1024, good), _trial("l2", 2048, lossy), _trial("l3", 4096, bad)]
-  tech = [_trial("t1", 4096, good), _trial("t2", 8192, bad, status="diverged")]
-  r = classify_trials(BASE, linear, linear + tech)
-  assert (r.b_l, r.b_l_next_fail, r.b_h, r.b_h_next_fail) == (1024, 2048, 4096, 8192)
-  assert r.labels == {1024: "large", 2048: "large+technique", 4096: "large+technique", 8192: "huge"}
-  base = baseline_from_trial(_trial("b", 256, [(15, 0.98, 0.05), (30, 0.992, 0.03), (40, 0.993, 0.029)]),
-                             60000, epochs=30)
-  assert base == BASE
-  assert baseline_from_trial(_trial("b", 256, [(15, 0.98, 0.05)]), 60000).epochs == 15
-  with pytest.raises(ValueError):
-    baseline_from_trial(Trial("x", 256), 60000)
+def test_baseline_is_the_one_named_recipe_with_validation_loss():
+  base = _t("base", 256, [(15, 0.98, 0.05), (30, 0.991, 0.031)], role="baseline")
+  tuned = _t("tuned", 256, [(30, 0.995, 0.02)], role="technique", technique="tuned")  # better, but not the baseline
+  b = baseline_from_trials([base, tuned], num_train=55000, epochs=30)
+  assert (b.batch_size, b.accuracy, b.val_loss, b.run_id) == (256, 0.991, 0.031, "base")
+  with pytest.raises(ValueError, match="exactly one baseline"):
+    baseline_from_trials([tuned], num_train=55000, epochs=30)

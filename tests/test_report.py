@@ -1,98 +1,104 @@
-"""The study report: every section with full data, and graceful text with missing data."""
+"""The study report and its raw results: every section with full data, graceful text with missing data, and the
+CSV files holding everything the report computes (store → runs.csv/evals.csv → trials is lossless)."""
 from __future__ import annotations
 
-import json
-import os
+import csv
 
 import numpy as np
 
-from lamb_lars.study import store as st
-from lamb_lars.study.regimes import Baseline
-from lamb_lars.study.report import Target, write_report
+from lamb_lars.study import publish, report, store as st
+from lamb_lars.study.records import Target
 
 PNG = b"\x89PNG\r\n\x1a\n"
+N = 55000
 
 
-def _curve(b, s_target, *, n=60000, extras=True, sec_per_step=None):
-  """Accuracy rising to 0.99 exactly at step s_target; wall time from t(B) = 0.01 + 1e-5·B."""
+def _curve(b, s_target, *, noise=True, sec_per_step=None, final_acc=0.995, val=0.02):
+  """Test accuracy rising to 0.99 exactly at step s_target; wall time from t(B) = 0.01 + 1e-5·B."""
   sec = sec_per_step or (0.01 + 1e-5 * b)
   rows = []
   for frac in (0.25, 0.5, 0.75, 1.0, 1.5, 2.0):
     step = int(round(frac * s_target))
-    row = {"step": step, "epoch": step * b / n, "examples": step * b, "wall_time": 5.0 + sec * step,
-           "eval_accuracy": min(0.995, 0.5 + 0.49 * frac), "eval_loss": 1.0 / (1 + 10 * frac),
-           "train_loss": 1.0 / (1 + 12 * frac), "lr": 0.1}
-    if extras:
+    row = {"step": step, "epoch": 15.0 * frac, "examples": step * b, "wall_time": 5.0 + sec * step,
+           "eval_accuracy": min(final_acc, 0.5 + 0.49 * frac), "eval_loss": 1.0 / (1 + 10 * frac),
+           "validation_loss": val / min(frac, 1.0), "validation_accuracy": min(0.99, 0.5 + 0.49 * frac),
+           "train_loss": 1.0 / (1 + 12 * frac), "lr": 0.1, "step_time": sec}
+    if noise:
       row.update({"dist_from_init": 0.5 * np.log1p(step), "noise_scale": 900.0 + 50 * frac,
-                  "trust_ratio/conv1/kernel": 0.01 * (1 + frac), "trust_ratio/fc3/bias": 1.0})
+                  "trust_ratio/conv1/kernel": 0.01 * (1 + frac)})
     rows.append(row)
   return rows
 
 
+def _add(con, rid, b, curve, *, role, technique="", status="done", optimizer="momentum", variant="original",
+         budget=None):
+  st.upsert_run(con, rid, study="mnist", batch_size=b, optimizer=optimizer, variant=variant, role=role,
+                technique=technique, cell=f"{rid.split('-')[0]}-b{b}", budget_epochs=budget,
+                params={"learning_rate": 0.05, "warmup_epochs": 0.0, "lr_scaling": "linear"})
+  st.add_evals(con, rid, curve)
+  st.set_status(con, rid, status, stopped="nonfinite" if status == "diverged" else None)
+
+
 def _store(tmp_path):
   con = st.open_store(tmp_path / "study.sqlite")
-  for b in (256, 512, 1024, 2048, 4096, 8192):
+  _add(con, "baseline", 256, _curve(256, 5000), role="baseline")
+  for b in (512, 1024, 2048, 4096, 8192, 32768):
     s = 1000.0 * (1 + 1024.0 / b)
-    for opt, variant, scale in (("sgd", "original", 1.0), ("lars", "original", 1.1), ("sgd", "layerwise", 1.3)):
-      rid = f"{opt}-{variant}-{b}"
-      st.upsert_run(con, rid, study="mnist", batch_size=b, optimizer=opt, variant=variant,
-                    params={"lr_scaling": "linear" if opt == "sgd" and variant == "original" else "sqrt"})
-      st.add_evals(con, rid, _curve(b, s * scale))
-      st.set_status(con, rid, "done")
-  st.upsert_run(con, "div", study="mnist", batch_size=8192, optimizer="adam")
-  st.add_evals(con, "div", [{"step": 10, "eval_accuracy": 0.1, "eval_loss": float("nan")}])
-  st.set_status(con, "div", "diverged", error="NaN loss")
-  st.upsert_run(con, "crash", study="mnist", batch_size=8192, optimizer="adam")
+    linear_ok = b <= 2048
+    _add(con, f"linear-b{b}", b, _curve(b, 3 * s, final_acc=0.995 if linear_ok else 0.9), role="linear")
+    _add(con, f"tuned-b{b}", b, _curve(b, s, final_acc=0.995 if b <= 8192 else 0.95), role="technique",
+         technique="tuned")
+  _add(con, "lars-b32768", 32768, _curve(32768, 1000, final_acc=0.96), role="technique", technique="lars",
+       optimizer="lars")
+  _add(con, "div", 8192, [{"step": 10, "epoch": 1.0, "eval_accuracy": 0.1, "eval_loss": float("nan")}],
+       role="table3", status="diverged", optimizer="adam")
+  st.upsert_run(con, "crash", study="mnist", batch_size=8192, optimizer="adam", role="table3")
   st.set_status(con, "crash", "failed", error="Traceback ...\nRuntimeError: out of memory")
   return con
 
 
-def test_full_report(tmp_path):
-  _store(tmp_path).close()
+SPEC = report.ReportSpec(title="T", workload="mnist_lenet", target=Target("eval_accuracy", 0.99),
+                         baseline_epochs=30.0, num_train=N, techniques=("tuned", "lars"),
+                         target_technique="tuned", table3_batch=8192)
+
+
+def test_full_report_from_the_csv_files(tmp_path):
+  con = _store(tmp_path)
   out = tmp_path / "report"
-  base = Baseline(batch_size=256, accuracy=0.99, val_loss=0.1, epochs=30, num_train=60000)
-  path = write_report(str(tmp_path / "study.sqlite"), out, target=("eval_accuracy", 0.99), baseline=base,
-                      study="mnist")
+  publish.export_csvs(con, "mnist", str(out))
+  trials = publish.load_csvs(str(out))
+  stored = {t.run_id: t for t in st.trials(con, study="mnist")}
+  assert {t.run_id for t in trials} == set(stored)
+  for t in trials:  # lossless for everything the analyses read
+    s = stored[t.run_id]
+    assert (t.batch_size, t.role, t.technique, t.status, t.stopped, t.optimizer) == (
+        s.batch_size, s.role, s.technique, s.status, s.stopped, s.optimizer)
+    assert len(t.curve) == len(s.curve)
+    for a, b in zip(t.curve, s.curve):
+      assert a["step"] == b["step"] and (a.get("eval_accuracy") == b.get("eval_accuracy"))
+      assert a.get("validation_loss") == b.get("validation_loss")
+  with open(out / "runs.csv") as f:
+    rows = list(csv.DictReader(f))
+  assert set(publish.RUN_COLUMNS) <= set(rows[0]) and {r["status"] for r in rows} == {"done", "diverged", "failed"}
+  with open(out / "evals.csv") as f:
+    head = next(csv.reader(f))
+  assert head[:9] == list(publish.EVAL_COLUMNS)
+  path = report.write_report(trials, str(out), SPEC)
   text = open(path).read()
-  for heading in ("## Runs", "## Steps to target", "## Accuracy vs batch size", "## Training curves",
-                  "## Distance from initialisation", "## Trust ratios", "## Predicted vs fitted critical batch",
-                  "## Regimes", "## Table 3"):
-    assert heading in text
-  assert "B_crit = 1024" in text  # sgd original is the best at every batch: S = 1000(1 + 1024/B) exactly
-  assert "RuntimeError: out of memory" in text and "Time-optimal batch B*" in text
-  assert "| sgd | diverge" not in text and "| adam | n/a | diverge |" in text
-  pngs = sorted(f for f in os.listdir(out) if f.endswith(".png"))
-  assert pngs == ["accuracy_vs_batch.png", "dist_from_init.png", "noise_scale.png", "steps_to_target.png",
-                  "training_curves.png", "trust_ratio.png"]
-  for f in pngs:
-    assert open(out / f, "rb").read(8) == PNG and f"]({f})" in text
+  for heading in ("## Settings", "## Trials", "## Baseline", "## Regimes", "## Huge-batch results",
+                  "## Table 3", "## Steps to target", "## Predicted vs fitted critical batch",
+                  "## Accuracy vs batch size", "## Training curves", "## Distance from initialisation",
+                  "## Trust ratios"):
+    assert heading in text, heading
+  assert "| B_L | 2048 (first failing linear batch: 4096) | 8192 |" in text
+  assert "| B_H | 8192 (first huge batch: 32768) | 8192 |" in text
+  assert "| 32768 | huge |" in text and "| 4096 | large with tuned |" in text
+  assert "B_crit = " in text and "out of memory" in text
+  for png in ("steps_to_target.png", "accuracy_vs_batch.png", "training_curves.png", "noise_scale.png"):
+    assert (out / png).read_bytes()[:8] == PNG
 
 
-def test_empty_store_and_missing_data(tmp_path):
-  path = write_report(str(tmp_path / "empty.sqlite"), tmp_path / "r0", target=Target(goal=0.99))
+def test_empty_and_missing_data(tmp_path):
+  path = report.write_report([], str(tmp_path / "r"), report.ReportSpec())
   text = open(path).read()
-  assert "No runs in the store." in text and "No runs." in text and "No baseline given" in text
-  assert not [f for f in os.listdir(tmp_path / "r0") if f.endswith(".png")]
-  # Runs without optional metrics, one batch only reaching the goal, no target: each section says what is missing.
-  ts = [st.Trial("a", 256, "sgd", curve=_curve(256, 100, extras=False)),
-        st.Trial("b", 512, "sgd", curve=[{"step": 5, "eval_accuracy": 0.3}])]
-  text = open(write_report(ts, tmp_path / "r1", target={"metric": "eval_accuracy", "goal": 0.99})).read()
-  assert "Fewer than two batch sizes reached the goal" in text
-  assert "No run logged `dist_from_init`" in text and "No run logged `trust_ratio/<layer>`" in text
-  assert "No run logged `noise_scale`" in text and "No batch size has runs of more than one variant" in text
-  text = open(write_report(ts, tmp_path / "r2")).read()
-  assert "No target given" in text
-
-
-def test_report_from_ingested_run_dirs(tmp_path):
-  con = st.open_store(tmp_path / "s.sqlite")
-  for b in (128, 1024):
-    d = tmp_path / f"run{b}"
-    d.mkdir()
-    rows = _curve(b, 500.0 * (1 + 256.0 / b), extras=False)
-    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (d / "result.json").write_text(json.dumps({"status": "done", "step": rows[-1]["step"], "final": rows[-1]}))
-    st.upsert_run(con, f"r{b}", study="x", batch_size=b, optimizer="lamb")
-    st.ingest_run_dir(con, f"r{b}", d)
-  text = open(write_report(con, tmp_path / "rep", target=Target("eval_accuracy", 0.99))).read()
-  assert "B_crit = 256" in text and "steps_to_target.png" in text
+  assert "No trials in the store." in text and "No baseline" in text

@@ -78,3 +78,41 @@ def test_every_duration_rounds_up_in_the_same_way():
   c = cfg(num_train_steps=10, eval_every_steps=3, eval_every_epochs=1.0, checkpoint_every_epochs=0.0)
   p = run_plan.make_plan(c, num_train=60000, num_devices=8)
   assert (p.total_steps, p.eval_every_steps, p.checkpoint_every_steps) == (10, 3, 0)  # steps win; 0 = off
+
+
+# ------------------------------------------------ diagnostics under BN groups that span devices (issue 10, item 8)
+
+@pytest.mark.parametrize("key", ["noise_scale", "signal_to_noise"])
+def test_per_device_diagnostics_refused_when_bn_groups_span_devices(key):
+  """With BN groups across devices, a device's gradient depends on other devices' examples: no B_small gradient."""
+  c = cfg(model="small_cnn", **{"bn.group_devices": 2, f"diagnostics.{key}": True})
+  with pytest.raises(run_plan.ConfigError, match=rf"diagnostics\.{key}.*bn\.group_devices"):
+    run_plan.make_plan(c, num_train=60000, num_devices=8)
+
+
+@pytest.mark.parametrize("kw, devices, want", [
+    (dict(model="small_cnn"), 8, (True, False)),                                      # per-device BN, 8 devices
+    (dict(model="small_cnn", **{"bn.group_devices": 2}), 8, (False, False)),          # groups span devices
+    (dict(model="small_cnn", **{"bn.examples_per_group": 64}), 8, (False, False)),    # 32/device → 2 devices
+    (dict(model="small_cnn", **{"bn.examples_per_group": 16}), 8, (True, False)),     # ghost 16 inside a device
+    (dict(model="small_cnn"), 1, (False, False)),                                     # one device: no B_small
+    (dict(model="lenet5", **{"bn.group_devices": 2}), 8, (True, False)),              # no BN: nothing couples
+    (dict(model="small_cnn", **{"diagnostics.noise_scale": False,
+                                "diagnostics.signal_to_noise": True}), 8, (False, True)),
+])
+def test_diagnostics_plan_auto(kw, devices, want):
+  c = cfg(**kw)
+  assert c.diagnostics.noise_scale == "auto" or "diagnostics.noise_scale" in kw
+  p = run_plan.make_plan(c, num_train=60000, num_devices=devices)
+  d = run_plan.diagnostics_plan(c, p)
+  assert (d.noise_scale, d.signal_to_noise) == want
+  assert p.diagnostics == d
+
+
+@pytest.mark.parametrize("kw, words", [
+    ({"diagnostics.noise_scale": "yes"}, "diagnostics.noise_scale='yes' is not one of"),
+    ({"diagnostics.noise_scale": True}, "at least 2 devices"),
+])
+def test_diagnostics_errors(kw, words):
+  with pytest.raises(run_plan.ConfigError, match=words):
+    run_plan.make_plan(cfg(**kw), num_train=60000, num_devices=1)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from lamb_lars.study import store as st
+from lamb_lars.study.records import select
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -52,7 +53,7 @@ def test_runs_status_lifecycle_and_trials(tmp_path):
   ts = st.trials(con, study="s")
   assert [(t.run_id, t.batch_size, t.optimizer, t.status, len(t.curve)) for t in ts] == [
       ("r1", 256, "sgd", "done", 2), ("r2", 1024, "lars", "failed", 0)]
-  assert st.select(ts, optimizer="lars")[0].error == "OOM"
+  assert select(ts, optimizer="lars")[0].error == "OOM"
 
 
 def _write_run_dir(d, rows, result=None, torn=False):
@@ -94,6 +95,7 @@ def test_ingest_run_dir_is_idempotent_and_resumable(tmp_path):
 _WRITER = r"""
 import sys
 from lamb_lars.study import store as st
+from lamb_lars.study.records import select
 con = st.open_store(sys.argv[1])
 i = 0
 while True:

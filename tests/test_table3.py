@@ -1,66 +1,85 @@
-"""Table 3 verdicts and rendering on hand-computed cases."""
+"""Table 3 verdicts (docs/studies.md) and cells on hand-built trials. The first tests pin the definitions that the
+old rules got wrong: a run that never learns is 'diverge', and a run that dips and recovers is not 'unstable'."""
 from __future__ import annotations
 
-from lamb_lars.study.store import Trial
-from lamb_lars.study.table3 import (batch_label, build_table3, cell, normalise_variant, render_markdown,
-                                    trial_verdict)
+import math
+
+from lamb_lars.study.records import Trial, chance_threshold, normalise_variant
+from lamb_lars.study.table3 import batch_label, build_table3, cell, render_markdown, trial_verdict
 
 
-def _t(rid, accs, *, opt="sgd", variant="original", b=8192, status="done", loss=0.05):
-  return Trial(rid, b, opt, variant, status=status,
-               curve=[{"step": i + 1, "eval_accuracy": a, "eval_loss": loss} for i, a in enumerate(accs)])
+def _t(rid, accs, *, opt="momentum", variant="original", b=8192, status="done", loss=0.05, stopped=None,
+       budget=None, role="table3"):
+  return Trial(rid, b, opt, variant, role=role, status=status, stopped=stopped, budget_epochs=budget,
+               curve=[{"step": i + 1, "epoch": float(i + 1), "eval_accuracy": a, "eval_loss": loss,
+                       "train_loss": loss} for i, a in enumerate(accs)])
 
 
-def test_trial_verdicts():
-  assert trial_verdict(_t("a", [0.9, 0.98, 0.99])).verdict == "ok"
-  assert trial_verdict(_t("a", [0.9, 0.99], status="diverged")).reason == "run diverged"
-  assert trial_verdict(_t("a", [0.9, 0.15])).verdict == "diverge"          # 0.15 <= 0.1 + 0.05
-  assert trial_verdict(_t("a", [0.9, 0.1501])).verdict == "unstable"       # above chance, 75 points below best
-  assert trial_verdict(_t("a", [0.9, 0.99], loss=float("nan"))).verdict == "diverge"
-  v = trial_verdict(_t("a", [0.97, 0.99, 0.979]))                          # 1.1 points below best
+def test_chance_threshold_is_a_quarter_of_the_way_from_chance():
+  assert math.isclose(chance_threshold(10), 0.1 + 0.25 * 0.9)   # 32.5%
+  assert math.isclose(chance_threshold(1000), 0.001 + 0.25 * 0.999)
+
+
+def test_a_run_that_never_learns_is_diverge_not_unstable():
+  # accuracy 10–23%, loss stuck at ln 10: the old rule called this 'unstable'; the paper calls it 'diverge'.
+  never = _t("n", [0.10, 0.23, 0.11, 0.18], loss=math.log(10))
+  v = trial_verdict(never)
+  assert v.verdict == "diverge" and "chance" in v.reason
+  assert trial_verdict(_t("edge", [0.325])).verdict == "diverge"        # ≤ threshold
+  assert trial_verdict(_t("above", [0.3251])).verdict == "ok"
+  dead = _t("d", [0.11, 0.11], status="diverged", stopped="dead")        # stopped early at chance level
+  assert trial_verdict(dead).verdict == "diverge"
+  nan = _t("x", [0.9, 0.95], status="diverged", stopped="nonfinite")
+  assert trial_verdict(nan).verdict == "diverge"
+  assert trial_verdict(_t("l", [0.9, 0.99], loss=float("nan"))).verdict == "diverge"
+
+
+def test_a_run_that_recovers_and_ends_at_its_best_is_not_unstable():
+  # a 40-point fall between evals marked the run unstable under the old rule, although it ends at its best.
+  assert trial_verdict(_t("r", [0.95, 0.55, 0.97, 0.99])).verdict == "ok"
+  v = trial_verdict(_t("u", [0.97, 0.99, 0.979]))                        # ends 1.1 points below its best
   assert (v.verdict, v.final, v.best) == ("unstable", 0.979, 0.99)
-  assert trial_verdict(_t("a", [0.97, 0.99, 0.981])).verdict == "ok"       # within 1 point
-  assert trial_verdict(_t("a", [0.9, 0.84, 0.95])).verdict == "unstable"   # a 6-point fall between evals
-  assert trial_verdict(_t("a", [0.9, 0.86, 0.95])).verdict == "ok"
-  assert trial_verdict(_t("a", [0.99], status="failed")) is None
-  assert trial_verdict(_t("a", [])) is None
-  assert trial_verdict(_t("a", []), num_classes=10) is None
-  assert trial_verdict(_t("a", [0.5, 0.6]), num_classes=1000).verdict == "ok"
+  assert trial_verdict(_t("w", [0.97, 0.99, 0.981])).verdict == "ok"     # within 1 point
+  assert trial_verdict(_t("c", [0.9, 0.5])).verdict == "unstable"       # learned, then lost it
+  assert trial_verdict(_t("p", [0.9], status="pruned")).verdict == "pruned"
+  assert trial_verdict(_t("f", [0.99], status="failed")) is None
+  assert trial_verdict(_t("q", [0.99], status="running")) is None
 
 
-def test_cell_summary_rules():
-  ok1, ok2 = _t("b", [0.98]), _t("a", [0.98])
-  c = cell([_t("u", [0.99, 0.5]), ok1, ok2, _t("d", [0.9], status="diverged")])
-  assert (c.verdict, c.accuracy, c.run_id, c.num_trials) == ("ok", 0.98, "a", 4)  # tie -> smaller run_id
-  assert c.counts == {"unstable": 1, "ok": 2, "diverge": 1} and c.text() == "98.0"
-  assert cell([_t("u", [0.99, 0.5]), _t("d", [0.9], status="diverged")]).text() == "unstable"
-  assert cell([_t("d", [0.9], status="diverged"), _t("f", [], status="failed")]).text() == "diverge"
-  assert cell([]).text() == "n/a" and cell([_t("f", [0.99], status="failed")]).verdict == "n/a"
+def test_cell_is_best_final_over_tuned_trials_that_ran_the_budget():
+  trials = [_t("a", [0.98, 0.990], budget=2), _t("b", [0.98, 0.992], budget=2),
+            _t("c", [0.993], status="pruned", budget=2),                  # stopped by the search: not a result
+            _t("d", [0.995], status="done", stopped="target", budget=2),  # stopped at a target: not the budget
+            _t("e", [0.99, 0.4], budget=2)]                               # unstable
+  c = cell(trials)
+  assert (c.verdict, c.accuracy, c.run_id, c.num_trials) == ("ok", 0.992, "b", 5)
+  assert c.counts == {"ok": 3, "pruned": 1, "unstable": 1} and c.text() == "99.2"
+  assert cell([_t("e", [0.99, 0.4]), _t("n", [0.1, 0.1])]).text() == "unstable"
+  assert cell([_t("n", [0.1, 0.1]), _t("x", [0.9], status="diverged")]).text() == "diverge"
+  assert cell([]).text() == "n/a" and cell([_t("f", [0.99], status="failed")]).text() == "n/a"
 
 
-def test_variant_normalisation_and_batch_label():
-  assert normalise_variant("Layer-wise + bound") == normalise_variant("layerwise_bound") == "layerwisebound"
-  assert normalise_variant("") == normalise_variant("none") == "original"
+def test_variants_and_labels():
+  assert normalise_variant("Layer-wise + bound") == normalise_variant("layerwise_bound") == "layerwise_bound"
+  assert normalise_variant("") == normalise_variant(None) == "original"
   assert (batch_label(8192), batch_label(32768), batch_label(256), batch_label(1000)) == ("8K", "32K", "256",
                                                                                          "1000")
 
 
 def test_build_and_render_paper_like_table():
-  ts = [_t("s0", [0.992], b=256), _t("s1", [0.3, 0.1], status="diverged"),
+  ts = [_t("s0", [0.992], b=256), _t("s1", [0.3, float("nan")], status="diverged", stopped="nonfinite"),
         _t("s2", [0.99, 0.992], variant="layerwise"), _t("s3", [0.992], variant="layer-wise + bound"),
         _t("a0", [0.993], opt="adam", b=256), _t("a1", [0.991], opt="adam"),
-        _t("a2", [0.99, 0.6], opt="adam", variant="layer_wise"), _t("a3", [0.994], opt="adam",
-                                                                  variant="layerwise_bound"),
-        _t("l1", [0.994], opt="lars"), _t("x", [0.99], opt="sgd", b=1024)]
+        _t("a2", [0.99, 0.6], opt="adam", variant="layer_wise"),
+        _t("a3", [0.994], opt="adam", variant="layerwise_bound"),
+        _t("l1", [0.994], opt="lars"), _t("x", [0.99], opt="momentum", b=1024),
+        _t("other", [0.5], opt="momentum", role="technique")]                 # not a Table 3 trial
   table = build_table3(ts, 8192, baseline_batch=256)
-  assert table.rows == ("sgd", "adam", "lars")  # paper order
-  assert table.columns == ("bs 256", "original", "layer-wise", "layer-wise + bound")
-  md = render_markdown(table)
+  assert table.rows == ("momentum", "adam", "lars")  # paper order
+  md = render_markdown(table, paper={"momentum": ("99.2", "diverge", "99.2", "99.2")})
   assert md.splitlines() == [
       "| solver | bs 256 | 8K original | 8K layer-wise | 8K layer-wise + bound |",
       "|---|---|---|---|---|",
-      "| sgd | 99.2 | diverge | 99.2 | 99.2 |",
-      "| adam | 99.3 | 99.1 | unstable | 99.4 |",
-      "| lars | n/a | 99.4 | n/a | n/a |"]
-  no_base = build_table3(ts, 8192, optimizers=["lars"])
-  assert no_base.columns == ("original", "layer-wise", "layer-wise + bound") and no_base.rows == ("lars",)
+      "| momentum | 99.2 / 99.2 | diverge / diverge | 99.2 / 99.2 | 99.2 / 99.2 |",
+      "| adam | 99.3 / — | 99.1 / — | unstable / — | 99.4 / — |",
+      "| lars | n/a / — | 99.4 / — | n/a / — | n/a / — |"]

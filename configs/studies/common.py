@@ -1,44 +1,48 @@
-"""Pieces shared by the study configs: the analysis and runner sections, and sub-sweep builders."""
+"""Pieces shared by the study configs (plain data: this file imports only ml_collections).
+
+See lamb_lars/study/sweep.py for the sub-sweep fields, lamb_lars/study/search.py for ``search``,
+lamb_lars/study/runner.py for ``runner`` and lamb_lars/study/publish.py for ``analysis``.
+"""
 from __future__ import annotations
 
 from typing import Any, Optional
 
 import ml_collections
 
-from lamb_lars.study import sweep
-
-# You et al. 2020, Table 3 (MNIST / LeNet, batch 8K, 30 epochs): bs 256, 8K original, + layer-wise, + bound.
-PAPER_TABLE3 = dict(
-    sgd=("99.2", "diverge", "99.2", "99.2"),
-    adagrad=("99.2", "98.3", "99.3", "99.3"),
-    rmsprop=("99.2", "98.6", "diverge", "99.0"),
-    adam=("99.3", "99.1", "unstable", "99.4"),
-    lars=("99.3", "99.4", "n/a", "n/a"))
+# The Table 3 variants (You et al. 2020): optimizer keys of each column. Bound = ratio clipped to [0, 10].
+VARIANT_KEYS = {
+    "original": {},
+    "layerwise": {"optimizer.layerwise": True},
+    "layerwise_bound": {"optimizer.layerwise": True, "optimizer.ratio_bounds": (0.0, 10.0)},
+}
 
 
 def analysis(**overrides: Any) -> ml_collections.ConfigDict:
-  """The report's settings (see lamb_lars/study/study_report.py); ≤ 0 baseline values are measured."""
+  """The report's settings: the target of steps-to-target, ρ, N, the declared technique set, the paper's
+  workload key (lamb_lars/study/paper.py), Table 3's batch, a title and notes."""
   a = ml_collections.ConfigDict(dict(
-      title="", notes="", target_metric="eval_accuracy", target_goal=0.99, target_mode="max",
-      baseline_batch=256, baseline_accuracy=-1.0, baseline_val_loss=-1.0, baseline_epochs=-1.0, num_train=60000,
-      linear_select=("optimizer.lr_scaling=linear", "variant=original"), table3_batch=0))
+      title="", notes="", paper="", target_metric="eval_accuracy", target_goal=0.99, target_mode="max",
+      baseline_epochs=0.0, num_train=60000, techniques=(), target_technique="", table3_batch=0))
   a.update(overrides)
   return a
 
 
-def runner(num_workers: int = 1, timeout_s: float = 0.0, env: Optional[dict] = None) -> ml_collections.ConfigDict:
-  """Runner settings: parallel trials, per-run time limit (0 = none), extra child environment."""
-  return ml_collections.ConfigDict(dict(num_workers=num_workers, retry_failed=True, timeout_s=timeout_s,
-                                        env=env or {}))
+def search(**overrides: Any) -> ml_collections.ConfigDict:
+  """The pruner of searched cells: ASHA on the validation accuracy, rungs at r, r·η, r·η² … epochs."""
+  s = ml_collections.ConfigDict(dict(metric="validation_accuracy", mode="max", min_epochs=2, reduction_factor=3,
+                                     pruner="asha"))
+  s.update(overrides)
+  return s
 
 
-def table3_sweeps(prefix: str, optimizer: str, batch: int, lr: float, variants=sweep.VARIANTS,
-                  extra: Optional[dict] = None, grid: Optional[dict] = None) -> list[dict]:
-  """One sub-sweep per Table 3 variant of ``optimizer`` at ``batch`` (LR η at B0, scaled by the base rule)."""
-  out = []
-  for v in variants:
-    fixed = {"batch_size": batch, "optimizer.name": optimizer, "optimizer.learning_rate": lr, **(extra or {})}
-    fixed.update(sweep.variant_overrides(v))
-    out.append(dict(name=f"{prefix}-{optimizer}-{v}".replace("_", ""), variant=v, fixed=fixed,
-                    grid=dict(grid or {})))
-  return out
+def runner(num_workers: int = 2, cpus_per_trial: int = 1, timeout_s: float = 0.0,
+           env: Optional[dict] = None) -> ml_collections.ConfigDict:
+  """Trials at once, CPUs pinned per trial (0 = no pinning), per-trial time limit (0 = none), extra environment
+  and the resources a trial asks of a cluster (Ray executor)."""
+  return ml_collections.ConfigDict(dict(num_workers=num_workers, cpus_per_trial=cpus_per_trial, retry_failed=True,
+                                        timeout_s=timeout_s, env=env or {}, resources={"CPU": 1}))
+
+
+def devices_env(n: int) -> dict:
+  """The environment that gives a CPU trial ``n`` devices (e.g. 2 for the gradient noise scale)."""
+  return {"XLA_FLAGS": f"--xla_force_host_platform_device_count={n}"}

@@ -1,78 +1,67 @@
-"""The MNIST / LeNet-5 batch-size ladder 256 → 60K: where the large-batch regime ends (B_L, linear LR scaling,
-You et al. 2020 Def. 2.1) and where no technique reaches the baseline any more (B_H, Def. 2.2; DESIGN §1.1).
+"""The MNIST / LeNet-5 batch-size science at paper budget: the baseline, linear scaling up the ladder 256 → 55K
+(B_L, You et al. 2020 Def. 2.1), the technique set (B_H, Def. 2.2), steps to 99.0% test accuracy per batch
+(Shallue et al. 2018) with the S(B) fit and B_crit, and the gradient noise scale of the baseline run
+(McCandlish et al. 2018). See docs/science.md and docs/studies.md.
 
-Command (paper budget, 30 epochs, 3 LRs per rung):
-  python -m lamb_lars.study run --config=configs/studies/mnist_batch_ladder.py --workdir=/tmp/studies/mnist_ladder
-  python -m lamb_lars.study report --workdir=/tmp/studies/mnist_ladder --out=docs/studies/mnist_batch_ladder
-CPU preset (what docs/studies/mnist_batch_ladder was made with: 2 epochs, 6 rungs, one LR each, 10 runs):
-  python -m lamb_lars.study run --config=configs/studies/mnist_batch_ladder.py:cpu --workdir=/tmp/studies/mnist_ladder
-Hardware: 'paper' wants an accelerator. 'cpu' on the shared 2-core CPU: 10 runs, 29 min of training, 40 min wall
-next to the Table 3 study (2026-11-21).
-Expected (paper, 30 epochs, baseline 256 → 99.2%): large batch up to B_L = 8K; huge beyond 8K (32K with LARS +
-warmup + poly decay: 95.8%; LAMB with long warmup: 98.7%). With 2 epochs the baseline is lower and the regimes
-are those of a 2-epoch budget. Measured ('cpu'): baseline 98.25%; η = 0.05·B/256 fails from 1K on, with or
-without warmup (B_L = B_H = 256 for this untuned LR); at 16K LAMB 74.1%, LARS 61.6% (docs/studies/mnist_batch_ladder).
+Command:  python -m lamb_lars.study run --config=configs/studies/mnist_batch_ladder.py --workdir=studies/mnist_ladder
+          python -m lamb_lars.study report --workdir=studies/mnist_ladder --out=docs/studies/mnist_batch_ladder
+Hardware: a quiet 2-core CPU, two single-threaded trials at once (runner defaults; docs/BENCHMARKS.md).
+Expected (paper, 30 epochs): baseline 99.2%; large batch up to B_L = 8K; huge beyond 8K (at 32K LARS 95.8%,
+LAMB with long warmup 98.7%); full batch 98.3% only after 1,000 epochs.
 
-B_L rungs: momentum SGD (the baseline, configs/mnist_lenet.py) with η = 0.05·B/256 (linear scaling), cosine decay,
-without warmup ('linear') and with a linear warmup ('warmup': 5 epochs, 0.5 on the CPU preset; Goyal et al.); both
-count as linear scaling for Def. 2.1. B_H rungs add LARS and LAMB with warmup and polynomial decay (the paper's
-techniques).
+* baseline: the recipe of configs/mnist_lenet.py (momentum 0.9, η = 0.05 at B0 = 256, cosine decay, wd 5e-4,
+  30 epochs), trained on 55K with 5K held out (the paper tunes on 55K/5K/10K), on 2 CPU devices so the gradient
+  noise scale B_simple is measured from per-device (128) and global (256) gradients.
+* linear: the same recipe with η = 0.05·B/256 and nothing else, B = 512 … 32K and the full batch 55K.
+* technique 'tuned_momentum': the same optimizer with the LR (η0 log-uniform over 2 decades, scaled by B/256) and
+  a linear warmup (0–10 epochs) searched per batch, each trial stopping at 99.0% test accuracy — the
+  steps-to-target search of Shallue et al.; its trials also count as LR/warmup tuning for B_H.
+* techniques 'lars' and 'lamb': LARS (trust coefficient 0.001) and LAMB with warmup + polynomial decay (power 2),
+  LR and warmup searched at 8K, 16K, 32K and 55K.
+Every searched cell samples 6 points and prunes with ASHA (rungs 2, 6, 18 epochs; η = 3) on validation accuracy.
 """
 import ml_collections
 
-from configs import mnist_lenet
 from configs.studies import common
+from configs.studies import mnist_table3
 
-PRESETS = {
-    "paper": dict(epochs=30.0, eval_every=1.0, goal=0.99, lr_factors=(0.5, 1.0, 2.0),
-                  ladder=(256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 60000),
-                  technique=(8192, 16384, 32768, 60000), warmup=5.0,
-                  warmup_ladder=(512, 1024, 2048, 4096, 8192, 16384, 32768, 60000)),
-    "cpu": dict(epochs=2.0, eval_every=0.5, goal=0.97, lr_factors=(1.0,),
-                ladder=(256, 1024, 4096, 8192, 16384, 60000), technique=(16384,), warmup=0.5,
-                warmup_ladder=(1024, 4096)),
-}
-NOTES = {
-    "paper": "",
-    "cpu": ("**Reduced CPU run** (preset `cpu`): ρ = 2 epochs instead of the paper's 30; one LR per rung "
-            "(η = 0.05·B/256, cosine decay, no warmup; plus 1K and 4K with a 0.5-epoch warmup), one seed; rungs 256, "
-            "1K, 4K, 8K, 16K, 60K; LARS and LAMB "
-            "(warmup 0.5 epoch + poly decay, one untuned LR each) only at 16K. A and ξ are measured from our own "
-            "2-epoch batch-256 run, so B_L and B_H below are those of a 2-epoch budget, not the paper's 30-epoch "
-            "regimes. Machine: the shared 2-core CPU (load 5–10 from other jobs), two studies side by side."),
-}
-LARS_LR, LAMB_LR = 10.0, 0.05  # at the batch they run at (trust coefficient 0.001 / 1)
+B0 = 256
+FULL = 55000  # the training set of the 55K/5K split: the full batch of this study
+LADDER = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, FULL)
+TECHNIQUE_BATCHES = (8192, 16384, 32768, FULL)
+NUM_TRIALS = 6
 
 
-def get_config(preset: str = "paper") -> ml_collections.ConfigDict:
-  p = PRESETS[preset or "paper"]
-  base = mnist_lenet.get_config()  # momentum 0.9, η 0.05 at B0 = 256, linear scaling, cosine, wd 5e-4
-  base.num_epochs = p["epochs"]
-  base.eval_every_epochs = p["eval_every"]
-  base.progress = False
-  base.diagnostics.dist_from_init = True
-  lrs = lambda lr: tuple(lr * f for f in p["lr_factors"])
-  technique = {"optimizer.lr_scaling": "none", "optimizer.schedule.warmup_epochs": p["warmup"],
-               "optimizer.schedule.decay": "poly", "optimizer.track_stats": True, "diagnostics.trust_ratios": True}
+def _technique(name: str, lr: tuple, warmup: tuple, seed: int) -> dict:
+  return dict(name=name, role="technique", technique=name,
+              fixed={"optimizer.name": name, "optimizer.lr_scaling": "none", "optimizer.schedule.decay": "poly",
+                     "optimizer.schedule.poly_power": 2.0},
+              grid={"batch_size": TECHNIQUE_BATCHES},
+              search={"optimizer.learning_rate": ("log",) + lr,
+                      "optimizer.schedule.warmup_epochs": ("linear",) + warmup},
+              num_trials=NUM_TRIALS, seed=seed)
+
+
+def get_config() -> ml_collections.ConfigDict:
+  base = mnist_table3.base_config()  # lr_scaling 'linear' from B0 = 256
   c = ml_collections.ConfigDict()
   c.name = "mnist_batch_ladder"
   c.base = base
   c.sweeps = (
-      dict(name="linear", grid={"batch_size": p["ladder"], "optimizer.learning_rate": lrs(0.05)}),
-      dict(name="warmup", fixed={"optimizer.schedule.warmup_epochs": p["warmup"]},
-           grid={"batch_size": p["warmup_ladder"], "optimizer.learning_rate": lrs(0.05)}),
-      dict(name="lars", fixed={"optimizer.name": "lars", **technique},
-           grid={"batch_size": p["technique"], "optimizer.learning_rate": lrs(LARS_LR)}),
-      dict(name="lamb", fixed={"optimizer.name": "lamb", **technique},
-           grid={"batch_size": p["technique"], "optimizer.learning_rate": lrs(LAMB_LR)}),
+      dict(name="baseline", role="baseline", fixed={"batch_size": B0, "diagnostics.noise_scale": True},
+           env=common.devices_env(2)),
+      dict(name="linear", role="linear", grid={"batch_size": LADDER[1:]}),
+      dict(name="tuned", role="technique", technique="tuned_momentum", grid={"batch_size": LADDER},
+           search={"optimizer.learning_rate": ("log", 0.05 / 30, 0.05 * 3),
+                   "optimizer.schedule.warmup_epochs": ("linear", 0.0, 10.0)},
+           num_trials=NUM_TRIALS, seed=100, stop_at_target=True),
+      _technique("lars", (1.0, 100.0), (0.0, 15.0), 200),
+      _technique("lamb", (1e-3, 0.1), (5.0, 20.0), 300),
   )
-  c.analysis = common.analysis(
-      title=f"MNIST / LeNet-5 batch-size ladder ({p['epochs']:g} epochs)", target_goal=p["goal"],
-      notes=NOTES[preset or "paper"],
-      linear_select=("optimizer.name=momentum", "optimizer.lr_scaling=linear", "variant=original"),
-      paper_regimes=dict(accuracy=0.992, b_l=8192, b_h=8192),
-      paper_points=((32768, "lars", 0.958, "LARS + warmup + poly, 30 epochs"),
-                    (32768, "lamb", 0.987, "LAMB + long warmup + poly"),
-                    (60000, "any", 0.983, "full batch; paper: 1,000 epochs")))
+  c.search = common.search()
   c.runner = common.runner()
+  c.analysis = common.analysis(
+      title="MNIST / LeNet-5 batch-size ladder at paper budget (30 epochs)", paper="mnist_lenet",
+      num_train=FULL, baseline_epochs=30.0, target_goal=0.99, techniques=("tuned_momentum", "lars", "lamb"),
+      target_technique="tuned_momentum")
   return c

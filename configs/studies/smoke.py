@@ -1,10 +1,10 @@
-"""A tiny study for tests and for trying the runner: synthetic 28×28 data, LeNet-5, a few steps per run.
+"""A tiny study for tests and for trying the runner: synthetic 28×28 data, LeNet-5, a few steps per trial.
 
 Command:  python -m lamb_lars.study run --config=configs/studies/smoke.py --workdir=/tmp/studies/smoke
           python -m lamb_lars.study report --workdir=/tmp/studies/smoke
-Hardware: any CPU. Takes ~10–20 s per run here (mostly start-up and compilation).
-Expected: 5 runs done (batch 32/64/128 momentum, 128 layer-wise, 128 sqrt scaling); the report with PNGs.
-Tests add an absurd-LR trial (diverged) and a bad-config trial (failed) via ``extra_sweeps``.
+Hardware: any CPU; ~5–10 s per trial here (mostly start-up and compilation).
+Expected: 8 trials — a baseline at 32, linear scaling at 64 and 128, a searched technique cell of 4 trials at 128
+(ASHA prunes the ones behind at epoch 1) and a Table 3 cell; the report with runs.csv, evals.csv and PNGs.
 """
 import ml_collections
 
@@ -17,10 +17,11 @@ def get_config():
   base.dataset = "synthetic"
   base.synthetic.num_train = 512
   base.synthetic.num_eval = 128
+  base.validation_split = 128
   base.model = "lenet5"
-  base.num_train_steps = 4
-  base.eval_every_epochs = 0.125
-  base.checkpoint_every_epochs = 0.125
+  base.num_epochs = 3.0
+  base.eval_every_epochs = 1.0
+  base.checkpoint_every_epochs = 1.0
   base.eval_batch_size = 128
   base.progress = False
   base.diagnostics.noise_scale = False
@@ -35,10 +36,14 @@ def get_config():
   c.name = "smoke"
   c.base = base
   c.sweeps = (
-      dict(name="ladder", grid={"batch_size": (32, 64, 128)}),
-      dict(name="lw", variant="layerwise", fixed={"batch_size": 128, "optimizer.layerwise": True}),
-      dict(name="sqrt", fixed={"batch_size": 128, "optimizer.lr_scaling": "sqrt"}),
+      dict(name="baseline", role="baseline", fixed={"batch_size": 32}),
+      dict(name="linear", role="linear", grid={"batch_size": (64, 128)}),
+      dict(name="tuned", role="technique", technique="tuned", fixed={"batch_size": 128},
+           search={"optimizer.learning_rate": ("log", 0.005, 0.5)}, num_trials=4, seed=0),
+      dict(name="t3", role="table3", variant="layerwise", fixed={"batch_size": 128, "optimizer.layerwise": True}),
   )
-  c.analysis = common.analysis(title="Smoke study", target_goal=0.05, baseline_batch=32, num_train=512)
-  c.runner = common.runner()
+  c.search = common.search(min_epochs=1, reduction_factor=3)
+  c.runner = common.runner(num_workers=1, cpus_per_trial=0)
+  c.analysis = common.analysis(title="Smoke study", target_goal=0.05, num_train=512, baseline_epochs=3.0,
+                               techniques=("tuned",), target_technique="tuned")
   return c

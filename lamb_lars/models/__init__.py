@@ -21,6 +21,7 @@ _RESNETS = {f"resnet{d}": (d, "imagenet") for d in STAGE_SIZES}
 _RESNETS.update({f"resnet{d}_cifar": (d, "cifar") for d in STAGE_SIZES})
 
 MODEL_NAMES = ("lenet5", "small_cnn") + tuple(sorted(_RESNETS))
+MODELS_WITHOUT_BN = ("lenet5",)   # BN groups cannot couple devices in these
 
 
 def create_model(name: str, *, num_classes: int, dtype: Any = jnp.float32,
@@ -43,4 +44,4 @@ def create_model(name: str, *, num_classes: int, dtype: Any = jnp.float32,
                 norm=default_norm if norm is None else norm, zero_init_last_bn=zero_init_last_bn)
 
 
-__all__ = ["MODEL_NAMES", "ResNet", "SmallCNN", "create_model"]
+__all__ = ["MODEL_NAMES", "MODELS_WITHOUT_BN", "ResNet", "SmallCNN", "create_model"]

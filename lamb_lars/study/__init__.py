@@ -1,13 +1,20 @@
-"""Batch-size studies: the results store and pure analyses over it (no training, no flags, notebook-friendly).
+"""Batch-size studies, in three layers; each imports only from the layers below it.
 
-Modules, one concept each:
-  store            SQLite results store (runs, per-eval metrics) and ``Trial`` records for analysis.
-  steps_to_target  Shallue et al. 2018: fewest steps (epochs, wall-clock) to a goal, per batch size.
-  critical_batch   S(B) = S_min·(1 + B_crit/B) fit, T(B) = S(B)·t(B), B*, Golmant et al. 2018 breakdown point.
-  regimes          You et al. 2020 Definitions 2.1–2.3: B_L, B_H, B_F and a label per batch size.
-  table3           You et al. 2020 Table 3: accuracy / 'diverge' / 'unstable' per optimizer × variant.
-  plots            The report's PNG figures (matplotlib object API, no pyplot).
-  report           Markdown report with PNG plots.
-The gradient noise scale and signal-to-noise ratio, measured in the train step, live in lamb_lars.noise_scale.
-See docs/studies.md for the definitions.
+records (what every layer reads)
+  records          one ``Trial``, ``Target``, ``Baseline``, the variants, statuses, roles, the chance threshold
+  paper            published numbers (You et al. 2020 Tables 2–3, huge-batch MNIST results)
+analysis (pure functions of records; notebook-friendly)
+  steps_to_target  Shallue et al. 2018: fewest steps to a goal per batch size
+  critical_batch   S(B) = S_min·(1 + B_crit/B), T(B) = S(B)·t(B), B*, Golmant et al. 2018 breakdown point
+  regimes          You et al. 2020 Definitions 2.1–2.3: B_L, B_H, B_F from tagged trials
+  table3           You et al. 2020 Table 3 verdicts and cells
+  plots, report    PNG figures and the markdown report, composed and written once
+running (processes, files, the search)
+  sweep            study config → tagged trials (grids, quasi-random searches); one-sentence validation
+  search           Optuna: quasi-random points, the ASHA pruner per cell, replayable from the store's log
+  store, workdir   the SQLite results store (the system of record) and the workdir layout
+  executor, runner where trials run (local processes; ray_executor for a Ray cluster) and the driver loop
+  run_one          one trial in its own process
+  publish          runs.csv / evals.csv and the report recomputed from them
+Definitions: docs/studies.md.
 """

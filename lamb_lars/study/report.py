@@ -1,62 +1,48 @@
-"""The study report: ``out_dir/README.md`` with PNG plots, from a results store or a list of trials.
+"""The study report: ``out_dir/README.md`` with PNG plots, composed from the analysis sections and written once.
 
-Sections: runs; steps to target (Shallue et al. 2018) with the S(B) = S_min(1 + B_crit/B) fit, the step-time fit,
-B* and the Golmant et al. 2018 breakdown point; accuracy vs batch per optimizer; training curves; distance from
-init vs log t (Hoffer et al. 2017); trust ratio per layer over time; predicted B_crit (gradient noise scale,
-McCandlish et al. 2018) vs fitted B_crit; regimes (You et al. 2020 Defs 2.1–2.3); Table 3 (You et al. 2020).
-A section without the data it needs says so instead of failing. Definitions: docs/studies.md.
+Input is records only (a list of ``records.Trial`` and a ``ReportSpec``); the running side (publish.py) loads them.
+Sections: settings; runs; baseline; regimes (You et al. 2020 Defs 2.1–2.3) with the trials that decide them;
+huge-batch points; Table 3 (You et al. 2020); steps to target (Shallue et al. 2018) with the S(B) fit, t(B), B*
+and the Golmant et al. 2018 breakdown point; predicted (gradient noise scale, McCandlish et al. 2018) vs fitted
+B_crit; accuracy vs batch; training curves; distance from init; trust ratios. Every measured number stands next
+to the paper's where the paper has one. A section without the data it needs says so. Definitions:
+docs/studies.md.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 import os
-import sqlite3
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
 from lamb_lars.study import critical_batch as cb
+from lamb_lars.study import paper
 from lamb_lars.study import plots
 from lamb_lars.study import regimes as rg
-from lamb_lars.study import store as st
 from lamb_lars.study import table3 as t3
+from lamb_lars.study.records import STATUSES, Baseline, Target, Trial
 from lamb_lars.study.steps_to_target import reached_arrays, steps_to_target
 
 ACC_KEY = "eval_accuracy"
 
 
 @dataclasses.dataclass(frozen=True)
-class Target:
-  """The goal of steps-to-target: ``metric`` meets ``goal`` (≥ for mode 'max', ≤ for 'min')."""
-  metric: str = ACC_KEY
-  goal: float = 0.99
-  mode: str = "max"
-
-
-def as_target(target: Union[None, Target, Mapping[str, Any], Sequence[Any]]) -> Optional[Target]:
-  """A Target from a Target, a dict of its fields, or a tuple (metric, goal[, mode])."""
-  if target is None or isinstance(target, Target):
-    return target
-  if isinstance(target, Mapping):
-    return Target(**target)
-  return Target(*target)
-
-
-Source = Union[str, os.PathLike, sqlite3.Connection, Sequence[st.Trial]]
-
-
-def load_trials(source: Source, study: Optional[str] = None) -> list[st.Trial]:
-  """Trials from a store path, an open store, or a list of trials (returned as is)."""
-  if isinstance(source, (str, os.PathLike)):
-    con = st.open_store(source)
-    try:
-      return st.trials(con, study=study)
-    finally:
-      con.close()
-  if isinstance(source, sqlite3.Connection):
-    return st.trials(source, study=study)
-  return list(source)
+class ReportSpec:
+  """What the report needs besides the trials (from the study config's ``analysis`` section)."""
+  title: str = "Batch-size study"
+  notes: str = ""
+  workload: str = ""                      # key into paper.py ('mnist_lenet'), '' = no paper comparison
+  target: Optional[Target] = None
+  baseline_epochs: float = 0.0            # ρ
+  num_train: int = 0                      # N = B_F
+  num_classes: int = 10
+  techniques: tuple[str, ...] = ()        # the declared technique set of Def. 2.2
+  target_technique: str = ""              # steps to target over this technique's trials ('' = all trials)
+  table3_batch: int = 0
+  settings: tuple[str, ...] = ()          # markdown lines: machine, date, commands, wall time
+  max_curves: int = 8
 
 
 def _fmt(x: Any, digits: int = 4) -> str:
@@ -72,14 +58,14 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
           + ["| " + " | ".join(_fmt(c) for c in r) + " |" for r in rows] + [""])
 
 
-def _final(t: st.Trial, key: str = ACC_KEY) -> Optional[float]:
+def _final(t: Trial, key: str = ACC_KEY) -> Optional[float]:
   vals = [r[key] for r in sorted(t.curve, key=lambda r: r["step"]) if r.get(key) is not None]
   return float(vals[-1]) if vals else None
 
 
-def _best_per_batch(trials: Sequence[st.Trial], limit: int) -> dict[int, st.Trial]:
+def _best_per_batch(trials: Sequence[Trial], limit: int) -> dict[int, Trial]:
   """The finished trial with the best final accuracy at each batch size (at most ``limit`` sizes, spread out)."""
-  best: dict[int, st.Trial] = {}
+  best: dict[int, Trial] = {}
   for t in sorted(trials, key=lambda t: t.run_id):
     if t.status == "failed" or not t.curve:
       continue
@@ -93,22 +79,22 @@ def _best_per_batch(trials: Sequence[st.Trial], limit: int) -> dict[int, st.Tria
   return {b: best[b] for b in keys}
 
 
-def _runs_section(trials: Sequence[st.Trial]) -> list[str]:
+def _runs_section(trials: Sequence[Trial]) -> list[str]:
   lines = ["## Runs", ""]
   if not trials:
     return lines + ["No runs in the store.", ""]
   rows = []
   for b in sorted({t.batch_size for t in trials}):
     group = [t for t in trials if t.batch_size == b]
-    rows.append([b] + [sum(t.status == s for t in group) for s in st.STATUSES])
-  lines += _table(["batch"] + list(st.STATUSES), rows)
+    rows.append([b] + [sum(t.status == s for t in group) for s in STATUSES])
+  lines += _table(["batch"] + list(STATUSES), rows)
   failed = [t for t in trials if t.status == "failed"]
   lines += [f"- failed `{t.run_id}`: {(t.error or '').splitlines()[-1] if t.error else 'no error recorded'}"
             for t in failed[:20]]
   return lines + ([""] if failed else [])
 
 
-def _step_times(trials: Sequence[st.Trial]) -> dict[int, float]:
+def _step_times(trials: Sequence[Trial]) -> dict[int, float]:
   by_batch: dict[int, list[float]] = {}
   for t in trials:
     s = cb.seconds_per_step(t.curve) if t.status != "failed" else None
@@ -168,7 +154,7 @@ def _accuracy_section(trials, out_dir: str) -> list[str]:
     acc = _final(t) if t.status == "done" else None
     if acc is None:
       continue
-    v = t3.normalise_variant(t.variant)
+    v = t.variant
     label = (t.optimizer or "?") if v == "original" else f"{t.optimizer} ({t.variant})"
     cur = series.setdefault(label, {})
     cur[t.batch_size] = max(acc, cur.get(t.batch_size, -math.inf))
@@ -192,7 +178,7 @@ def _curves_section(trials, out_dir: str, limit: int) -> list[str]:
   return lines + ["The best run per batch size.", "", f"![training curves]({name})", ""]
 
 
-def _series(t: st.Trial, key: str) -> tuple[list[float], list[float]]:
+def _series(t: Trial, key: str) -> tuple[list[float], list[float]]:
   rows = [r for r in sorted(t.curve, key=lambda r: r["step"]) if r.get(key) is not None]
   return [r["step"] for r in rows], [r[key] for r in rows]
 
@@ -223,7 +209,7 @@ def _trust_section(trials, out_dir: str) -> list[str]:
                   f"![trust ratio]({name})", ""]
 
 
-def _late_median(t: st.Trial, key: str) -> Optional[float]:
+def _late_median(t: Trial, key: str) -> Optional[float]:
   _, v = _series(t, key)
   v = [x for x in v[len(v) // 2:] if x is not None and math.isfinite(x) and x > 0]
   return float(np.median(v)) if v else None
@@ -251,68 +237,145 @@ def _noise_section(trials, out_dir: str, fit: Optional[cb.InverseLawFit], limit:
   return lines + [f"![noise scale]({name})", ""]
 
 
-def _is_linear(t: st.Trial) -> bool:
-  return "linear" in (t.params.get("lr_scaling"), t.config.get("lr_scaling"))
+def _pct(x: Optional[float], digits: int = 2) -> str:
+  return "—" if x is None or not math.isfinite(x) else f"{100 * x:.{digits}f}"
 
 
-def _regimes_section(trials, baseline: Optional[rg.Baseline],
-                     linear_scaled: Optional[Callable[[st.Trial], bool]]) -> list[str]:
+def _settings_section(trials: Sequence[Trial], spec: ReportSpec) -> list[str]:
+  lines = ["## Settings", ""]
+  if spec.notes:
+    lines += [spec.notes.strip(), ""]
+  lines += list(spec.settings)
+  walls = [t.wall_time for t in trials if t.wall_time]
+  if walls:
+    lines += [f"- training time summed over trials: {sum(walls) / 60:.1f} min"]
+  return lines + [""]
+
+
+def _roles_section(trials: Sequence[Trial]) -> list[str]:
+  lines = ["## Trials", ""]
+  if not trials:
+    return lines + ["No trials in the store.", ""]
+  keys = sorted({(t.role, t.technique) for t in trials})
+  rows = []
+  for role, tech in keys:
+    group = [t for t in trials if (t.role, t.technique) == (role, tech)]
+    rows.append([role, tech or "—"] + [sum(t.status == s for t in group) for s in STATUSES])
+  lines += _table(["role", "technique"] + list(STATUSES), rows)
+  failed = [t for t in trials if t.status == "failed"]
+  lines += [f"- failed `{t.run_id}`: {(t.error or 'no error recorded').strip().splitlines()[-1]}" for t in failed[:20]]
+  return lines + ([""] if failed else [])
+
+
+def _baseline(trials: Sequence[Trial], spec: ReportSpec) -> tuple[Optional[Baseline], str]:
+  if not any(t.role == "baseline" for t in trials):
+    return None, "no baseline trial (role 'baseline') in this study"
+  key = "validation_loss" if any(r.get("validation_loss") is not None for t in trials if t.role == "baseline"
+                                 for r in t.curve) else "eval_loss"
+  try:
+    return rg.baseline_from_trials(trials, spec.num_train, spec.baseline_epochs, loss_key=key), key
+  except ValueError as e:
+    return None, str(e)
+
+
+def _baseline_section(baseline: Optional[Baseline], note: str, spec: ReportSpec) -> list[str]:
+  lines = ["## Baseline", ""]
+  if baseline is None:
+    return lines + [f"No baseline: {note}.", ""]
+  ref = paper.TABLE2.get(spec.workload, {})
+  lines += [f"One recipe at B0 = {baseline.batch_size}, ρ = {baseline.epochs:g} epochs, N = {baseline.num_train} "
+            f"training examples (run `{baseline.run_id}`). A is its test accuracy and ξ its loss on the held-out "
+            f"split (`{note}`) at its last eval within ρ epochs (You et al. 2020 Def. 2.1).", ""]
+  lines += _table(["quantity", "measured", "paper (You et al. 2020 Table 2)"],
+                  [["A (test accuracy, %)", _pct(baseline.accuracy), _pct(ref.get("accuracy"), 1)],
+                   ["ξ (validation loss)", f"{baseline.val_loss:.4f}", "—"]])
+  return lines
+
+
+def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec: ReportSpec) -> list[str]:
   lines = ["## Regimes", ""]
   if baseline is None:
-    return lines + ["No baseline given (`baseline=Baseline(...)`): regimes skipped.", ""]
-  pred = linear_scaled or _is_linear
-  linear = [t for t in trials if pred(t)]
-  lines += [f"Baseline: B0 = {baseline.batch_size}, A = {baseline.accuracy:.4f}, ξ = {baseline.val_loss:.4f}, "
-            f"ρ = {baseline.epochs:g} epochs, N = {baseline.num_train}. Large: ≥ 99.5%·A and ≤ 1.2·ξ within ρ "
-            "epochs with linear LR scaling; huge: no technique reaches 99.5%·A (You et al. 2020 Defs 2.1–2.3).", ""]
-  if not linear:
-    lines += ["No linear-LR-scaled runs identified (pass `linear_scaled=`; by default runs whose params or config "
-              "have `lr_scaling: linear`), so B_L is unknown.", ""]
-  r = rg.classify_trials(baseline, linear, trials)
-  lines += [f"- B_L = {_fmt(r.b_l)} (first failing tested batch above: {_fmt(r.b_l_next_fail)})",
-            f"- B_H = {_fmt(r.b_h)} (first failing tested batch above: {_fmt(r.b_h_next_fail)})",
-            f"- B_F = {r.b_f}", ""]
-  if r.labels:
-    lines += _table(["batch", "regime"], [[b, lab] for b, lab in r.labels.items()])
+    return lines + ["No baseline, so no regimes.", ""]
+  r = rg.classify_trials(baseline, trials, spec.techniques, loss_key=(
+      "validation_loss" if any(t.curve and t.curve[-1].get("validation_loss") is not None for t in trials)
+      else "eval_loss"))
+  lines += [f"Large batch (Def. 2.1): linear scaling of the baseline recipe reaches ≥ 99.5%·A = "
+            f"{_pct(rg.ACC_FRACTION * baseline.accuracy)}% test accuracy and ≤ 1.2·ξ = "
+            f"{rg.LOSS_FACTOR * baseline.val_loss:.4f} validation loss within ρ = {baseline.epochs:g} epochs. Huge "
+            f"(Def. 2.2): every technique of the declared set {list(spec.techniques)} fails to reach 99.5%·A.", ""]
+  ref = paper.TABLE2.get(spec.workload, {})
+  lines += _table(["quantity", "measured", "paper"], [
+      ["B_L", f"{_fmt(r.b_l)} (first failing linear batch: {_fmt(r.b_l_next_fail)})", _fmt(ref.get("b_l"))],
+      ["B_H", f"{_fmt(r.b_h)} (first huge batch: {_fmt(r.b_h_next_huge)})", _fmt(ref.get("b_h"))],
+      ["B_F", _fmt(r.b_f), _fmt(ref.get("b_f"))]])
+  rows = []
+  for b, label in r.labels.items():
+    lin = [t for t in trials if t.role == "linear" and t.batch_size == b]
+    lin_txt = ", ".join(f"`{t.run_id}` {t.status} {_pct(t.best(ACC_KEY))}%" for t in lin) or "not run"
+    tech = []
+    for name in spec.techniques:
+      group = [t for t in trials if t.technique == name and t.batch_size == b]
+      if group:
+        best = max((t for t in group if t.best(ACC_KEY) is not None), key=lambda t: t.best(ACC_KEY), default=None)
+        tech.append(f"{name}: {len(group)} trials, best {_pct(best.best(ACC_KEY)) if best else '—'}%"
+                    + (f" (`{best.run_id}`)" if best else ""))
+    rows.append([b, label, lin_txt, "; ".join(tech) or "—"])
+  lines += _table(["batch", "regime", "linear scaling (best test acc)", "techniques (best test acc within ρ)"], rows)
   lines += [f"- anomaly: {a}" for a in r.anomalies]
   return lines + ([""] if r.anomalies else [])
 
 
-def _table3_section(trials, batch: Optional[int], baseline_batch: Optional[int]) -> list[str]:
+def _points_section(trials: Sequence[Trial], spec: ReportSpec) -> list[str]:
+  points = paper.POINTS.get(spec.workload, ())
+  if not points:
+    return []
+  lines = ["## Huge-batch results next to the paper", ""]
+  rows = []
+  for batch, opt, acc, what in points:
+    got = [t for t in trials if t.batch_size == batch and opt in ("any", t.optimizer)
+           and t.status == "done" and t.last(ACC_KEY) is not None]
+    best = max(got, key=lambda t: t.last(ACC_KEY), default=None)
+    rows.append([f"{opt} at {batch}", what, (f"{_pct(best.last(ACC_KEY))} (`{best.run_id}`, {len(got)} finished "
+                                             f"trials)") if best else "not run", _pct(acc, 1)])
+  return lines + _table(["setting", "paper's recipe", "measured: best final test acc (%)", "paper (%)"], rows)
+
+
+def _table3_section(trials: Sequence[Trial], spec: ReportSpec, baseline_batch: Optional[int]) -> list[str]:
+  if not any(t.role == "table3" for t in trials):
+    return []
   lines = ["## Table 3: optimizer × layer-wise variants", ""]
-  if batch is None:
-    multi = [b for b in {t.batch_size for t in trials}
-             if len({t3.normalise_variant(t.variant) for t in trials if t.batch_size == b}) >= 2]
-    batch = max(multi) if multi else None
-  if batch is None:
-    return lines + ["No batch size has runs of more than one variant.", ""]
-  table = t3.build_table3(trials, batch, baseline_batch=baseline_batch)
-  if not table.rows:
-    return lines + [f"No runs at batch {batch}.", ""]
-  return lines + [t3.render_markdown(table), "Cells: best final accuracy (%) of the non-diverged, stable runs; "
-                  "'diverge' and 'unstable' as defined in docs/studies.md.", ""]
+  batch = spec.table3_batch or max(t.batch_size for t in trials if t.role == "table3")
+  b0 = baseline_batch or paper.TABLE2.get(spec.workload, {}).get("b0")
+  table = t3.build_table3(trials, batch, baseline_batch=b0, num_classes=spec.num_classes)
+  ref = paper.TABLE3 if spec.workload == "mnist_lenet" else None
+  lines += [t3.render_markdown(table, ref), "Each cell: measured / paper. Measured = the best final test accuracy "
+            "(%) over the cell's tuned trials that ran the full budget and are neither 'diverge' nor 'unstable'; "
+            "when there is none, the cell's verdict (docs/studies.md).", ""]
+  rows = []
+  for opt in table.rows:
+    for col in table.columns:
+      c = table.cells[(opt, col)]
+      if c.num_trials:
+        rows.append([opt, col, c.text(2), c.run_id and f"`{c.run_id}`",
+                     ", ".join(f"{k} {v}" for k, v in sorted(c.counts.items()))])
+  lines += ["Trials per cell:", ""] + _table(["solver", "column", "cell", "best trial", "verdicts"], rows)
+  return lines
 
 
-def write_report(source: Source, out_dir: Union[str, os.PathLike], *, target: Any = None,
-                 baseline: Optional[rg.Baseline] = None,
-                 linear_scaled: Optional[Callable[[st.Trial], bool]] = None, table3_batch: Optional[int] = None,
-                 study: Optional[str] = None, title: str = "Batch-size study", max_curves: int = 8) -> str:
-  """Writes ``out_dir/README.md`` and its PNG plots; returns the README path.
-
-  ``target``: a ``Target``, dict or (metric, goal[, mode]); ``baseline``: enables the regimes section (and Table 3's
-  baseline column); ``linear_scaled``: which trials used LR = η·B/B0 (default: ``lr_scaling == 'linear'`` in params
-  or config); ``table3_batch``: Table 3's batch (default: the largest batch with runs of several variants).
-  """
-  out_dir = os.fspath(out_dir)
+def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = ReportSpec()) -> str:
+  """Writes ``out_dir/README.md`` and its PNG plots; returns the README path."""
   os.makedirs(out_dir, exist_ok=True)
-  trials = load_trials(source, study)
-  steps_lines, fit = _steps_section(trials, as_target(target), out_dir)
-  parts = [f"# {title}", "", f"{len(trials)} runs" + (f" of study `{study}`" if study else "") + ".", ""]
-  parts += _runs_section(trials) + steps_lines + _accuracy_section(trials, out_dir)
-  parts += _curves_section(trials, out_dir, max_curves) + _diffusion_section(trials, out_dir, max_curves)
-  parts += _trust_section(trials, out_dir) + _noise_section(trials, out_dir, fit, max_curves)
-  parts += _regimes_section(trials, baseline, linear_scaled)
-  parts += _table3_section(trials, table3_batch, baseline.batch_size if baseline else None)
+  trials = list(trials)
+  baseline, note = _baseline(trials, spec)
+  target_trials = [t for t in trials if not spec.target_technique or t.technique == spec.target_technique]
+  steps_lines, fit = _steps_section(target_trials, spec.target, out_dir)
+  parts = [f"# {spec.title}", ""]
+  parts += _settings_section(trials, spec) + _roles_section(trials)
+  parts += _baseline_section(baseline, note, spec) + _regimes_section(trials, baseline, spec)
+  parts += _points_section(trials, spec) + _table3_section(trials, spec, baseline.batch_size if baseline else None)
+  parts += steps_lines + _noise_section(trials, out_dir, fit, spec.max_curves)
+  parts += _accuracy_section(trials, out_dir) + _curves_section(trials, out_dir, spec.max_curves)
+  parts += _diffusion_section(trials, out_dir, spec.max_curves) + _trust_section(trials, out_dir)
   path = os.path.join(out_dir, "README.md")
   with open(path, "w", encoding="utf-8") as f:
     f.write("\n".join(parts).rstrip() + "\n")

@@ -18,7 +18,7 @@ from typing import IO, Optional
 
 import ml_collections
 
-CONFIG_FILE = "trial_config.json"
+from lamb_lars.study.workdir import TRIAL_CONFIG_FILE as CONFIG_FILE
 ERROR_FILE = "error.txt"
 LOCK_FILE = ".lock"
 

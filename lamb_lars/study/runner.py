@@ -1,268 +1,290 @@
-"""The sweep runner: every trial of a study, each in its own subprocess, recorded in the study's results store.
+"""The study driver: runs (or resumes) every trial of a study on an executor, keeps the results store, and spends
+CPU only on trials that can still matter.
 
-Layout of a study workdir::
+Per trial: ``pending → running → done | diverged | pruned | failed``.
 
-  study.sqlite            the results store (store.py): one row per run, one per eval
-  study_config.json       the study config (with its analysis settings), so ``report`` needs only the workdir
-  commands.txt            every command that ran the study, with a time stamp
-  runs/<run_id>/          the trainer's workdir: trial_config.json, checkpoints/, metrics.jsonl, result.json,
-                          log.txt (the child's stdout+stderr), error.txt (a crash)
-
-Per run: ``pending → running → done | diverged | failed``. The runner marks a run ``running``, starts
-``python -m lamb_lars.study.run_one runs/<run_id>`` (up to ``num_workers`` at once), ingests its metrics every
-``ingest_every_s`` while it runs, and when it exits ingests ``metrics.jsonl`` + ``result.json``
-(``store.ingest_run_dir``: done or diverged) or records ``failed`` with the text of ``error.txt`` (or the exit
-code and the end of the log).
-
-Restarting the same command skips finished runs (``store.FINISHED``), retries failed ones (``retry_failed``) and
-resumes interrupted ones (status ``running`` from a killed runner) from their checkpoints. Children are started
-with ``PR_SET_PDEATHSIG = SIGKILL``, so a ``kill -9`` of the runner also ends its trainers (no orphan keeps
-writing), and each child holds a lock on its run dir. The store commits every write, so nothing already recorded
-is lost at any moment.
+* **Search and pruning.** Trials of a searched cell report their search metric at every evaluation; the cell's
+  ASHA pruner (search.py) stops the ones that fall behind at a rung. Each report and decision is logged in the
+  store before the runner acts on it; a pruned trial is killed and recorded ``pruned``.
+* **Dead runs and targets.** The trainer itself stops a run that never leaves chance level
+  (``stop.dead_after_fraction``; recorded ``diverged`` with the reason) and, in steps-to-target sub-sweeps, a run
+  that reached the target (``stop.target_*``; recorded ``done``).
+* **Crash isolation and resume.** Every trial is a separate process (executor.py) that resumes from its own
+  checkpoints. Re-running the same command skips finished trials (``records.FINISHED``), retries failed ones
+  (``runner.retry_failed``) and resumes interrupted ones; the search is rebuilt from its decision log, so a
+  study killed at any moment (``kill -9`` of the runner, or of a trial) ends with every trial recorded once.
+  A trial killed by a signal it did not get from us (e.g. the OOM killer) is retried once in the same run.
 """
 from __future__ import annotations
 
 import collections
-import ctypes
 import dataclasses
-import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from typing import Any, Callable, Mapping, Optional
 
 import ml_collections
 
-from lamb_lars.study import run_one
-from lamb_lars.study import store as st
-from lamb_lars.study import sweep as sw
+from lamb_lars.study import search as search_lib
+from lamb_lars.study import store
+from lamb_lars.study import sweep
+from lamb_lars.study import workdir as wd
+from lamb_lars.study.executor import Executor, LocalExecutor, TrialHandle
+from lamb_lars.study.records import FINISHED, STATUSES
 
-STORE_FILE = "study.sqlite"
-STUDY_CONFIG_FILE = "study_config.json"
-COMMANDS_FILE = "commands.txt"
-LOG_FILE = "log.txt"
-_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_PR_SET_PDEATHSIG = 1
-
-
-def store_path(workdir: str) -> str:
-  return os.path.join(workdir, STORE_FILE)
+SEARCH_DEFAULTS = dict(metric="validation_accuracy", mode="max", min_epochs=2, reduction_factor=3, pruner="asha")
+RUNNER_DEFAULTS = dict(num_workers=1, cpus_per_trial=0, retry_failed=True, timeout_s=0.0, env={},
+                       resources={"CPU": 1})
 
 
-def run_dir(workdir: str, run_id: str) -> str:
-  return os.path.join(workdir, "runs", run_id)
+def settings(study: ml_collections.ConfigDict, section: str, defaults: Mapping[str, Any]) -> dict[str, Any]:
+  """``study.<section>`` over ``defaults``; an unknown key is a one-sentence ValueError."""
+  given = dict(study.get(section) or {})
+  unknown = set(given) - set(defaults)
+  if unknown:
+    raise ValueError(f"study.{section} has unknown keys {sorted(unknown)}; allowed: {sorted(defaults)}.")
+  return {**defaults, **given}
 
 
-def _write_atomic(path: str, text: str) -> None:
-  tmp = path + ".tmp"
-  with open(tmp, "w", encoding="utf-8") as f:
-    f.write(text)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
+def _plain(obj: Any) -> Any:
+  return store._plain(obj)  # noqa: SLF001  (the store's own JSON form, to compare configs)
 
 
-def save_study_config(study: ml_collections.ConfigDict, workdir: str, command: Optional[str] = None) -> None:
-  """Writes ``study_config.json`` (replacing an older one) and appends the command to ``commands.txt``."""
-  os.makedirs(workdir, exist_ok=True)
-  _write_atomic(os.path.join(workdir, STUDY_CONFIG_FILE), study.to_json_best_effort(indent=1, sort_keys=True))
-  if command:
-    with open(os.path.join(workdir, COMMANDS_FILE), "a", encoding="utf-8") as f:
-      f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')}  {command}\n")
-
-
-def load_study_config(workdir: str) -> ml_collections.ConfigDict:
-  """The study config saved by ``run`` (JSON: tuples come back as lists)."""
-  with open(os.path.join(workdir, STUDY_CONFIG_FILE), encoding="utf-8") as f:
-    return ml_collections.ConfigDict(json.load(f))
-
-
-def _plain_json(obj: Any) -> Any:
-  """The JSON form the store keeps of a config (tuples → lists, sorted keys), for comparing configs."""
-  if hasattr(obj, "to_dict"):
-    obj = obj.to_dict()
-  return json.loads(json.dumps(obj, sort_keys=True, default=str))
-
-
-def register(con, study: ml_collections.ConfigDict, trials: list[sw.Trial]) -> dict[str, str]:
-  """Registers every trial (keeping recorded statuses) and returns ``{run_id: status}``.
+def register(con, study: ml_collections.ConfigDict, specs: list[sweep.TrialSpec]) -> dict[str, str]:
+  """Registers every trial (keeping recorded statuses); returns ``{run_id: status}``.
 
   A recorded run whose config differs from the trial's now (the study or ``--config.base.*`` changed) is an
   error: its results and checkpoints belong to another config. Use a new workdir for a changed study.
   """
-  recorded = {r["run_id"]: r for r in st.runs(con)}
-  for t in trials:
+  recorded = {r["run_id"]: r for r in store.runs(con)}
+  for t in specs:
     old = recorded.get(t.run_id)
-    if old is not None and old["config"] and old["config"] != _plain_json(t.config):
+    if old is not None and old["config"] and old["config"] != _plain(t.config):
       raise ValueError(f"run {t.run_id} in this workdir was recorded with a different config (the study or its "
                        "overrides changed); use a new --workdir for the changed study.")
-  for t in trials:
-    st.upsert_run(con, t.run_id, study=study.name, config=t.config, params=t.params(), batch_size=t.batch_size,
-                  optimizer=t.optimizer, variant=t.variant)
-  _drop_unstarted(con, study.name, {t.run_id for t in trials})
-  return {r["run_id"]: r["status"] for r in st.runs(con, study=study.name)}
+  for t in specs:
+    epochs = float(t.config.num_epochs) if float(t.config.get("num_epochs", 0) or 0) > 0 else None
+    store.upsert_run(con, t.run_id, study=study.name, config=t.config, params=t.params(),
+                     batch_size=t.batch_size, optimizer=t.optimizer, variant=t.variant, role=t.role,
+                     technique=t.technique, cell=t.cell, budget_epochs=epochs)
+  return {r["run_id"]: r["status"] for r in store.runs(con, study=study.name)}
 
 
-def _drop_unstarted(con, study_name: str, keep: set[str]) -> None:
-  """Forgets runs of this study that the (trimmed) sweep no longer has and that never started: no results lost."""
-  stale = [r["run_id"] for r in st.runs(con, study=study_name, status="pending")
-           if r["run_id"] not in keep and r["started"] is None and not st.evals(con, r["run_id"])]
-  if stale:
-    con.execute("BEGIN IMMEDIATE")
-    con.executemany("DELETE FROM runs WHERE run_id=?", [(rid,) for rid in stale])
-    con.execute("COMMIT")
-
-
-def _die_with_parent() -> None:
-  """In the child before exec: SIGKILL when the runner dies, however it dies (Linux prctl)."""
-  try:
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-  except (OSError, AttributeError):
-    pass
-
-
-def child_env(extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
-  """The runner's environment, the repo root on PYTHONPATH, plus ``extra`` (e.g. XLA_FLAGS)."""
-  env = dict(os.environ)
-  env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, env.get("PYTHONPATH", "")) if p)
-  env.update({str(k): str(v) for k, v in (extra or {}).items()})
-  return env
+def _rebuild_searches(con, specs, cfg: Mapping[str, Any]) -> dict[str, search_lib.CellSearch]:
+  """One pruner per searched cell, its state replayed from the decision log (checked against it)."""
+  if cfg["pruner"] == "none":
+    return {}
+  direction = "maximize" if cfg["mode"] == "max" else "minimize"
+  searches = {t.cell: search_lib.CellSearch(min_epochs=cfg["min_epochs"], reduction_factor=cfg["reduction_factor"],
+                                            direction=direction) for t in specs if t.searched}
+  pruned = set()
+  for d in store.decisions(con):
+    s = searches.get(d["cell"])
+    if s is None:
+      continue
+    value = float("nan") if d["value"] is None else d["value"]
+    if s.report(d["run_id"], d["step"], value) != bool(d["prune"]):
+      raise RuntimeError(f"replaying the search log of cell {d['cell']} gave a different decision for "
+                         f"{d['run_id']} at epoch {d['step']}; the log is inconsistent.")
+    if d["prune"]:
+      pruned.add(d["run_id"])
+  for rid in pruned:  # the runner died between logging a prune and recording it
+    rec = store.runs(con, run_id=rid)
+    if rec and rec[0]["status"] not in FINISHED:
+      store.set_status(con, rid, "pruned", stopped="pruned", error="pruned by the search (from the log)")
+  return searches
 
 
 @dataclasses.dataclass
 class _Active:
-  trial: sw.Trial
-  proc: subprocess.Popen
-  log: Any
+  spec: sweep.TrialSpec
+  handle: TrialHandle
   started: float
-  last_ingest: float
+  rows_seen: int = 0
+  note: str = ""
 
 
-def _start(trial: sw.Trial, workdir: str, con, env: dict[str, str], python: str) -> _Active:
-  rdir = run_dir(workdir, trial.run_id)
-  os.makedirs(rdir, exist_ok=True)
-  _write_atomic(os.path.join(rdir, run_one.CONFIG_FILE), trial.config.to_json_best_effort(indent=1))
-  err = os.path.join(rdir, run_one.ERROR_FILE)
-  if os.path.exists(err):  # from an earlier failed attempt
-    os.remove(err)
-  st.set_status(con, trial.run_id, "running")
-  log = open(os.path.join(rdir, LOG_FILE), "a", encoding="utf-8")
-  log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} start {trial.run_id}\n")
-  log.flush()
-  proc = subprocess.Popen([python, "-m", "lamb_lars.study.run_one", rdir], stdout=log, stderr=subprocess.STDOUT,
-                          stdin=subprocess.DEVNULL, env=env, cwd=_REPO_ROOT, preexec_fn=_die_with_parent)
-  now = time.monotonic()
-  return _Active(trial, proc, log, now, now)
+class _Driver:
+  """The state of one ``run_study`` call: store connection, executor, searches and the active trials."""
+
+  def __init__(self, study, workdir_: str, con, executor: Executor, searches, search_cfg, runner_cfg, log):
+    self.study, self.workdir, self.con, self.executor = study, workdir_, con, executor
+    self.searches, self.search_cfg, self.runner_cfg, self.log = searches, search_cfg, runner_cfg, log
+    self.active: dict[str, _Active] = {}
+    self.done_count = 0
+
+  def start(self, spec: sweep.TrialSpec) -> None:
+    rdir = wd.run_dir(self.workdir, spec.run_id)
+    os.makedirs(rdir, exist_ok=True)
+    wd.write_text_atomic(os.path.join(rdir, wd.TRIAL_CONFIG_FILE), spec.config.to_json_best_effort(indent=1))
+    err = os.path.join(rdir, "error.txt")
+    if os.path.exists(err):  # from an earlier failed attempt
+      os.remove(err)
+    store.set_status(self.con, spec.run_id, "running")
+    handle = self.executor.submit(spec.run_id, rdir, {**dict(self.runner_cfg["env"] or {}), **spec.env})
+    self.active[spec.run_id] = _Active(spec, handle, time.monotonic())
+
+  def ingest(self, a: _Active) -> list[dict]:
+    """New eval rows of a running trial into the store; returns them."""
+    path = os.path.join(wd.run_dir(self.workdir, a.spec.run_id), "metrics.jsonl")
+    if not os.path.exists(path):
+      return []
+    rows = store.read_metrics_jsonl(path)
+    if len(rows) <= a.rows_seen:
+      return []
+    new, a.rows_seen = rows[a.rows_seen:], len(rows)
+    store.add_evals(self.con, a.spec.run_id, new)
+    return new
+
+  def consider(self, a: _Active, rows: list[dict], running: bool) -> bool:
+    """Reports new evals to the cell's pruner; kills and records the trial when pruned (True). A trial that has
+    already ended is reported (the pruner's state must see it) but keeps its own result."""
+    s = self.searches.get(a.spec.cell)
+    if s is None:
+      return False
+    metric = self.search_cfg["metric"]
+    for row in sorted(rows, key=lambda r: r["step"]):
+      if row.get("epoch") is None:
+        continue
+      step = int(round(float(row["epoch"])))
+      value = search_lib.report_value(row, metric)
+      if value is None or not s.would_report(a.spec.run_id, step):
+        continue
+      prune = s.report(a.spec.run_id, step, value)
+      store.log_decision(self.con, a.spec.cell, a.spec.run_id, step, value, prune)
+      if prune and running:
+        a.handle.kill()
+        self.ingest(a)
+        store.set_status(self.con, a.spec.run_id, "pruned", stopped="pruned",
+                         error=f"pruned by the search at epoch {step}: {metric} {value:.4f} was not in the top "
+                               f"1/{self.search_cfg['reduction_factor']} of its cell at that rung")
+        return True
+    return False
+
+  def finish(self, a: _Active, code: Optional[int]) -> str:
+    """Records an ended trial: its result, or ``failed`` with the reason."""
+    rid = a.spec.run_id
+    rdir = wd.run_dir(self.workdir, rid)
+    status = store.ingest_run_dir(self.con, rid, rdir)
+    if status is None:
+      status = "failed"
+      store.set_status(self.con, rid, "failed", error=(a.note + "\n" if a.note else "") + _failure_text(rdir, code))
+    return status
+
+  def interrupt(self) -> None:
+    """Kills the active trials and puts them back to ``pending`` (they resume next time)."""
+    for rid, a in self.active.items():
+      a.handle.kill()
+      store.ingest_run_dir(self.con, rid, wd.run_dir(self.workdir, rid))
+      if store.runs(self.con, run_id=rid)[0]["status"] == "running":
+        store.set_status(self.con, rid, "pending")
+    self.active.clear()
 
 
-def _failure_text(rdir: str, returncode: int) -> str:
-  path = os.path.join(rdir, run_one.ERROR_FILE)
+def _failure_text(rdir: str, code: Optional[int]) -> str:
+  path = os.path.join(rdir, "error.txt")
   if os.path.exists(path):
     with open(path, encoding="utf-8") as f:
       return f.read().strip()
-  reason = (f"killed by signal {-returncode} ({signal.Signals(-returncode).name})" if returncode < 0
-            else f"exit code {returncode}")
+  reason = (f"killed by signal {-code} ({signal.Signals(-code).name})" if code is not None and code < 0
+            else f"exit code {code}")
   tail = ""
-  log = os.path.join(rdir, LOG_FILE)
+  log = os.path.join(rdir, "log.txt")
   if os.path.exists(log):
     with open(log, encoding="utf-8", errors="replace") as f:
       tail = "".join(f.readlines()[-20:])
   return f"trainer process {reason} without a result\n{tail}".strip()
 
 
-def _finish(a: _Active, workdir: str, con, note: str = "") -> str:
-  """Ingests an exited child's results; records ``failed`` when it left no result. Returns the status."""
-  a.log.close()
-  rid = a.trial.run_id
-  rdir = run_dir(workdir, rid)
-  status = st.ingest_run_dir(con, rid, rdir)
-  if status is None:
-    status = "failed"
-    st.set_status(con, rid, "failed", error=(note + "\n" if note else "") + _failure_text(rdir, a.proc.returncode))
-  return status
-
-
 def progress_line(con, run_id: str, status: str, index: int, total: int, seconds: float) -> str:
-  """``[k/N] status run_id  acc 98.12%  step 234/234  41.2 s`` (or the error's last line)."""
-  rec = st.runs(con, run_id=run_id)[0]
+  """``[k/N] status run_id  test 98.12%  epoch 12.0  41.2 s`` (or the reason it stopped)."""
+  rec = store.runs(con, run_id=run_id)[0]
   final = rec.get("final") or {}
-  acc = final.get("eval_accuracy")
+  ev = store.evals(con, run_id)
+  last = ev[-1] if ev else {}
   parts = [f"[{index}/{total}] {status:<8} {run_id}"]
+  acc = final.get("eval_accuracy", last.get("eval_accuracy"))
   if acc is not None:
-    parts.append(f"acc {100 * acc:.2f}%")
-  if rec.get("steps") is not None:
-    parts.append(f"step {rec['steps']}")
+    parts.append(f"test {100 * acc:.2f}%")
+  if last.get("epoch") is not None:
+    parts.append(f"epoch {last['epoch']:.1f}")
   parts.append(f"{seconds:.1f} s")
-  if status == "failed" and rec.get("error"):
+  if status != "done" and rec.get("error"):
     parts.append("| " + rec["error"].strip().splitlines()[-1][:160])
   return "  ".join(parts)
 
 
-def _kill(a: _Active) -> None:
-  if a.proc.poll() is None:
-    a.proc.kill()
-    a.proc.wait()
+def make_executor(study: ml_collections.ConfigDict, num_workers: Optional[int] = None) -> LocalExecutor:
+  cfg = settings(study, "runner", RUNNER_DEFAULTS)
+  return LocalExecutor(slots=int(num_workers or cfg["num_workers"]), cpus_per_trial=int(cfg["cpus_per_trial"]))
 
 
-def run_study(study: ml_collections.ConfigDict, workdir: str, *, num_workers: Optional[int] = None,
-              retry_failed: Optional[bool] = None, timeout_s: Optional[float] = None, command: Optional[str] = None,
-              python: str = sys.executable, log: Callable[[str], None] = print, poll_s: float = 0.5,
-              ingest_every_s: float = 10.0) -> dict[str, int]:
+def run_study(study: ml_collections.ConfigDict, workdir: str, *, executor: Optional[Executor] = None,
+              num_workers: Optional[int] = None, retry_failed: Optional[bool] = None,
+              timeout_s: Optional[float] = None, command: Optional[str] = None,
+              log: Callable[[str], None] = print, poll_s: float = 0.25) -> dict[str, int]:
   """Runs (or resumes) every trial of ``study`` under ``workdir``; returns the count of runs per status.
 
-  ``num_workers``, ``retry_failed`` and ``timeout_s`` (per run, 0 = none; a run past it is killed and recorded as
-  failed) default to ``study.runner``. On KeyboardInterrupt the children are killed and their runs are put back
-  to ``pending`` (they resume next time).
+  ``num_workers``, ``retry_failed`` and ``timeout_s`` (per trial, 0 = none; a trial past it is killed and
+  recorded failed) default to ``study.runner``. On KeyboardInterrupt the active trials are killed and put back to
+  ``pending``. Everything checkable is checked (one sentence, ValueError) before anything runs.
   """
-  runner_cfg = study.get("runner") or ml_collections.ConfigDict()
-  num_workers = max(1, int(num_workers or runner_cfg.get("num_workers", 1) or 1))
-  retry_failed = bool(runner_cfg.get("retry_failed", True) if retry_failed is None else retry_failed)
-  timeout_s = float(runner_cfg.get("timeout_s", 0) if timeout_s is None else timeout_s) or 0.0
-  trials = sw.expand(study)
-  save_study_config(study, workdir, command)
-  con = st.open_store(store_path(workdir))
+  specs = sweep.expand(study)
+  search_cfg = settings(study, "search", SEARCH_DEFAULTS)
+  runner_cfg = settings(study, "runner", RUNNER_DEFAULTS)
+  if search_cfg["pruner"] not in ("asha", "none") or search_cfg["mode"] not in ("max", "min"):
+    raise ValueError(f"study.search: pruner must be 'asha' or 'none' and mode 'max' or 'min'; got "
+                     f"{search_cfg['pruner']!r}, {search_cfg['mode']!r}.")
+  retry = bool(runner_cfg["retry_failed"] if retry_failed is None else retry_failed)
+  timeout = float(runner_cfg["timeout_s"] if timeout_s is None else timeout_s) or 0.0
+  executor = executor or make_executor(study, num_workers)
+  executor.check_workdir(workdir)
+  wd.save_study_config(study, workdir, command)
+  con = store.open_store(wd.store_path(workdir))
   try:
-    statuses = register(con, study, trials)
-    skip = st.FINISHED + (() if retry_failed else ("failed",))
-    todo = collections.deque(t for t in trials if statuses[t.run_id] not in skip)
-    total, index = len(todo), 0
-    log(f"study {study.name}: {len(trials)} trials, {len(trials) - total} already finished, {total} to run "
-        f"({num_workers} worker(s)), workdir {workdir}")
-    env = child_env(runner_cfg.get("env") or {})
-    active: dict[str, _Active] = {}
+    statuses = register(con, study, specs)
+    searches = _rebuild_searches(con, specs, search_cfg)
+    statuses = {r["run_id"]: r["status"] for r in store.runs(con, study=study.name)}
+    skip = FINISHED + (() if retry else ("failed",))
+    todo = collections.deque(t for t in specs if statuses[t.run_id] not in skip)
+    total = len(todo)
+    log(f"study {study.name}: {len(specs)} trials, {len(specs) - total} already finished, {total} to run on "
+        f"{executor.name} ({executor.slots} at once), workdir {workdir}")
+    driver = _Driver(study, workdir, con, executor, searches, search_cfg, runner_cfg, log)
+    retried: set[str] = set()
     try:
-      while todo or active:
-        while todo and len(active) < num_workers:
-          t = todo.popleft()
-          active[t.run_id] = _start(t, workdir, con, env, python)
+      while todo or driver.active:
+        while todo and len(driver.active) < executor.slots:
+          driver.start(todo.popleft())
         time.sleep(poll_s)
-        now = time.monotonic()
-        for rid, a in list(active.items()):
-          note = ""
-          if a.proc.poll() is None:
-            if timeout_s and now - a.started > timeout_s:
-              _kill(a)
-              note = f"timed out after {timeout_s:.0f} s (runner.timeout_s)"
+        for rid, a in list(driver.active.items()):
+          code = a.handle.poll()
+          if driver.consider(a, driver.ingest(a), running=code is None):
+            status = "pruned"
+          elif code is None:
+            if timeout and time.monotonic() - a.started > timeout:
+              a.note = f"timed out after {timeout:.0f} s (runner.timeout_s)"
+              a.handle.kill()
+              status = driver.finish(a, -signal.SIGKILL)
             else:
-              if now - a.last_ingest > ingest_every_s:
-                st.ingest_run_dir(con, rid, run_dir(workdir, rid))
-                a.last_ingest = now
               continue
-          status = _finish(a, workdir, con, note)
-          del active[rid]
-          index += 1
-          log(progress_line(con, rid, status, index, total, time.monotonic() - a.started))
+          else:
+            status = driver.finish(a, code)
+            if status == "failed" and code is not None and code < 0 and rid not in retried:
+              retried.add(rid)  # killed by a signal we did not send: resume it once from its checkpoint
+              log(f"         {rid}: trial killed by signal {-code}; resuming it from its checkpoint")
+              del driver.active[rid]
+              todo.appendleft(a.spec)
+              continue
+          del driver.active[rid]
+          driver.done_count += 1
+          log(progress_line(con, rid, status, driver.done_count, total, time.monotonic() - a.started))
     except BaseException:
-      for rid, a in active.items():
-        _kill(a)
-        a.log.close()
-        st.ingest_run_dir(con, rid, run_dir(workdir, rid))
-        if st.runs(con, run_id=rid)[0]["status"] == "running":
-          st.set_status(con, rid, "pending")
+      driver.interrupt()
       raise
-    counts = collections.Counter(r["status"] for r in st.runs(con, study=study.name))
-    return {s: counts.get(s, 0) for s in st.STATUSES}
+    counts = collections.Counter(r["status"] for r in store.runs(con, study=study.name))
+    return {s: counts.get(s, 0) for s in STATUSES}
   finally:
+    executor.close()
     con.close()

@@ -24,7 +24,7 @@ import dataclasses
 import math
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from lamb_lars.study.store import Trial
+from lamb_lars.study.records import Trial
 
 INFEASIBLE = ("diverged", "failed")
 _INF = float("inf")

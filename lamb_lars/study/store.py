@@ -3,9 +3,10 @@
 Tables::
 
   runs(run_id TEXT PRIMARY KEY, study, config_json, params_json /*the swept values*/, batch_size, optimizer,
-       variant, status /*pending|running|done|diverged|failed*/, error, started, finished, wall_time, steps,
-       final_json)
+       variant, role, technique, cell, budget_epochs, status /*records.STATUSES*/, stopped, error, started,
+       finished, wall_time, steps, final_json)
   evals(run_id, step, epoch, examples, wall_time, metrics_json, PRIMARY KEY(run_id, step))
+  decisions(seq INTEGER PRIMARY KEY AUTOINCREMENT, cell, run_id, step, value, prune)   /*the search's log*/
 
 Durability: WAL journal, ``synchronous=FULL``, and every write is its own committed transaction
 (``BEGIN IMMEDIATE … COMMIT``), so a ``kill -9`` of any writer at any moment loses nothing already written; a
@@ -13,12 +14,13 @@ half-done transaction is rolled back by SQLite on the next open. Several process
 timeout makes them queue). Evals are keyed by (run_id, step) and written with INSERT OR REPLACE, so re-ingesting a
 run's metrics file never duplicates rows.
 
-A diverged run is a result, not an error (You et al. 2020, Table 3 has "diverge" cells): status ``diverged``.
+A diverged run is a result, not an error (You et al. 2020, Table 3 has "diverge" cells): status ``diverged``. A run
+stopped by the search is ``pruned``. ``decisions`` logs every report the search saw and what it decided, in order,
+so a restarted runner can rebuild the search exactly (search.py).
 """
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import math
 import os
@@ -26,40 +28,23 @@ import sqlite3
 import time
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
-STATUSES = ("pending", "running", "done", "diverged", "failed")
-FINISHED = ("done", "diverged")  # a re-run of the sweep skips these
+from lamb_lars.study.records import FINISHED, STATUSES, Trial
+
 _ROW_KEYS = ("step", "epoch", "examples", "wall_time")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs(
   run_id TEXT PRIMARY KEY, study TEXT, config_json TEXT, params_json TEXT, batch_size INT, optimizer TEXT,
-  variant TEXT, status TEXT NOT NULL DEFAULT 'pending', error TEXT, started REAL, finished REAL, wall_time REAL,
-  steps INT, final_json TEXT);
+  variant TEXT, role TEXT, technique TEXT, cell TEXT, budget_epochs REAL, status TEXT NOT NULL DEFAULT 'pending',
+  stopped TEXT, error TEXT, started REAL, finished REAL, wall_time REAL, steps INT, final_json TEXT);
 CREATE TABLE IF NOT EXISTS evals(
   run_id TEXT NOT NULL, step INT NOT NULL, epoch REAL, examples INT, wall_time REAL, metrics_json TEXT,
   PRIMARY KEY(run_id, step));
 CREATE INDEX IF NOT EXISTS runs_by_study ON runs(study, batch_size);
+CREATE TABLE IF NOT EXISTS decisions(
+  seq INTEGER PRIMARY KEY AUTOINCREMENT, cell TEXT NOT NULL, run_id TEXT NOT NULL, step INT NOT NULL, value REAL,
+  prune INT NOT NULL);
 """
-
-
-@dataclasses.dataclass(frozen=True)
-class Trial:
-  """One run as the analyses see it: what was swept, how it ended, and its eval curve.
-
-  ``curve`` is the list of eval rows sorted by step; each row is a dict with ``step, epoch, examples, wall_time``
-  and every metric the trainer logged (``eval_accuracy``, ``eval_loss``, ``train_loss``, ``lr``, …).
-  """
-  run_id: str
-  batch_size: int
-  optimizer: str = ""
-  variant: str = ""
-  params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-  status: str = "done"
-  curve: Sequence[Mapping[str, Any]] = ()
-  config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-  error: Optional[str] = None
-  wall_time: Optional[float] = None
-  final: Optional[Mapping[str, Any]] = None
 
 
 def open_store(path: Union[str, os.PathLike]) -> sqlite3.Connection:
@@ -115,23 +100,28 @@ def _loads(text: Optional[str]) -> Any:
 
 def upsert_run(con: sqlite3.Connection, run_id: str, *, study: str = "", config: Any = None,
                params: Optional[Mapping[str, Any]] = None, batch_size: Optional[int] = None,
-               optimizer: str = "", variant: str = "", status: Optional[str] = None) -> None:
+               optimizer: str = "", variant: str = "", role: str = "", technique: str = "", cell: str = "",
+               budget_epochs: Optional[float] = None, status: Optional[str] = None) -> None:
   """Registers a run (status ``pending``) or updates its description; an existing status is kept unless given."""
   if status is not None and status not in STATUSES:
     raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
   with _transaction(con):
     con.execute(
-        "INSERT INTO runs(run_id, study, config_json, params_json, batch_size, optimizer, variant, status) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(run_id) DO UPDATE SET study=excluded.study, "
-        "config_json=excluded.config_json, params_json=excluded.params_json, batch_size=excluded.batch_size, "
-        "optimizer=excluded.optimizer, variant=excluded.variant, status=COALESCE(?, runs.status)",
+        "INSERT INTO runs(run_id, study, config_json, params_json, batch_size, optimizer, variant, role, technique, "
+        "cell, budget_epochs, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(run_id) DO UPDATE SET "
+        "study=excluded.study, config_json=excluded.config_json, params_json=excluded.params_json, "
+        "batch_size=excluded.batch_size, optimizer=excluded.optimizer, variant=excluded.variant, "
+        "role=excluded.role, technique=excluded.technique, cell=excluded.cell, "
+        "budget_epochs=excluded.budget_epochs, status=COALESCE(?, runs.status)",
         (run_id, study, _dumps(config or {}), _dumps(params or {}),
-         None if batch_size is None else int(batch_size), optimizer, variant, status or "pending", status))
+         None if batch_size is None else int(batch_size), optimizer, variant, role, technique, cell,
+         None if budget_epochs is None else float(budget_epochs), status or "pending", status))
 
 
 def set_status(con: sqlite3.Connection, run_id: str, status: str, *, error: Optional[str] = None,
                steps: Optional[int] = None, final: Optional[Mapping[str, Any]] = None,
-               wall_time: Optional[float] = None, now: Optional[float] = None) -> None:
+               wall_time: Optional[float] = None, now: Optional[float] = None,
+               stopped: Optional[str] = None) -> None:
   """Moves a run to ``status``. ``running`` stamps ``started`` (first time only) and clears ``finished``;
   ``done``/``diverged``/``failed`` stamp ``finished``. ``wall_time`` defaults to finished − started."""
   if status not in STATUSES:
@@ -146,8 +136,9 @@ def set_status(con: sqlite3.Connection, run_id: str, status: str, *, error: Opti
     elif status == "pending":
       con.execute("UPDATE runs SET status=? WHERE run_id=?", (status, run_id))
     else:
-      con.execute("UPDATE runs SET status=?, finished=?, error=?, wall_time=COALESCE(?, ? - started, wall_time) "
-                  "WHERE run_id=?", (status, now, error, wall_time, now, run_id))
+      con.execute("UPDATE runs SET status=?, finished=?, error=?, stopped=?, "
+                  "wall_time=COALESCE(?, ? - started, wall_time) WHERE run_id=?",
+                  (status, now, error, stopped, wall_time, now, run_id))
     if steps is not None:
       con.execute("UPDATE runs SET steps=? WHERE run_id=?", (int(steps), run_id))
     if final is not None:
@@ -215,16 +206,30 @@ def evals(con: sqlite3.Connection, run_id: str) -> list[dict]:
 
 def trials(con: sqlite3.Connection, *, study: Optional[str] = None,
            status: Union[None, str, Sequence[str]] = None) -> list[Trial]:
-  """Every run (optionally of one study / status) as a ``Trial`` with its curve."""
-  return [Trial(run_id=d["run_id"], batch_size=d["batch_size"], optimizer=d["optimizer"] or "",
-                variant=d["variant"] or "", params=d["params"], status=d["status"], curve=evals(con, d["run_id"]),
-                config=d["config"], error=d["error"], wall_time=d["wall_time"], final=d["final"])
-          for d in runs(con, study=study, status=status)]
+  """Every run (optionally of one study / status) as a ``records.Trial`` with its curve."""
+  return [to_trial(d, evals(con, d["run_id"])) for d in runs(con, study=study, status=status)]
 
 
-def select(trials_: Iterable[Trial], **fields: Any) -> list[Trial]:
-  """Trials whose attributes equal the given values, e.g. ``select(ts, optimizer='lars', batch_size=8192)``."""
-  return [t for t in trials_ if all(getattr(t, k) == v for k, v in fields.items())]
+def to_trial(d: Mapping[str, Any], curve: Sequence[Mapping[str, Any]]) -> Trial:
+  """A run record (``runs()`` row) and its eval rows as a ``records.Trial``."""
+  return Trial(run_id=d["run_id"], batch_size=int(d["batch_size"] or 0), optimizer=d["optimizer"] or "",
+               variant=d["variant"] or "original", role=d.get("role") or "search",
+               technique=d.get("technique") or "", cell=d.get("cell") or "", params=d["params"],
+               status=d["status"], stopped=d.get("stopped"), budget_epochs=d.get("budget_epochs"), curve=curve,
+               error=d["error"], wall_time=d["wall_time"])
+
+
+def log_decision(con: sqlite3.Connection, cell: str, run_id: str, step: int, value: Optional[float],
+                 prune: bool) -> None:
+  """Appends one search report and its decision to the log (before the runner acts on it)."""
+  with _transaction(con):
+    con.execute("INSERT INTO decisions(cell, run_id, step, value, prune) VALUES (?, ?, ?, ?, ?)",
+                (cell, run_id, int(step), None if value is None else float(value), int(bool(prune))))
+
+
+def decisions(con: sqlite3.Connection) -> list[dict]:
+  """The search log in the order it was written."""
+  return [dict(r) for r in con.execute("SELECT cell, run_id, step, value, prune FROM decisions ORDER BY seq")]
 
 
 def read_metrics_jsonl(path: Union[str, os.PathLike]) -> list[dict]:
@@ -267,5 +272,6 @@ def ingest_run_dir(con: sqlite3.Connection, run_id: str, workdir: Union[str, os.
   wall = final.get("wall_time")
   status = result.get("status", "done")
   set_status(con, run_id, status, error=result.get("error"), steps=result.get("step", final.get("step")),
-             final=final, wall_time=None if wall is None or not math.isfinite(wall) else float(wall))
+             final=final, wall_time=None if wall is None or not math.isfinite(wall) else float(wall),
+             stopped=result.get("stopped"))
   return status

@@ -1,60 +1,71 @@
-"""A study config → the list of trials it describes: grids and quasi-random searches over dotted config keys.
+"""A study config → its cells and trials: fixed points, grids and quasi-random metaparameter searches over dotted
+config keys, each trial tagged with what it is for. Everything a study config can get wrong fails here, with one
+sentence, before anything runs.
 
-A study config (``configs/studies/*.py``) is a ``ConfigDict`` with
+A study config (``configs/studies/*.py``, plain data) has
 
-* ``name``: the study name (stored with every run);
-* ``base``: a complete training config (``configs/default.py`` keys); overridable from the command line
-  (``--config.base.num_epochs=2``);
-* ``sweeps``: a tuple of plain dicts, one *sub-sweep* each (their union is the study)::
+* ``name``; ``base``: a complete training config (``configs/default.py`` keys);
+* ``sweeps``: a tuple of dicts, one *sub-sweep* each (their union is the study)::
 
-    dict(name='b8k-adam',                         # prefix of the run ids (required, unique)
-         variant='layerwise',                     # Table 3 column ('original' if absent), see table3.py
-         fixed={'batch_size': 8192, 'optimizer.name': 'adam'},          # dotted key → value
-         grid={'optimizer.learning_rate': (1e-3, 3e-3)},                # Cartesian product, in key order
-         random={'optimizer.schedule.warmup_epochs': ('linear', 0, 5)}, # quasi-random (Halton) ranges
-         num_random=4, seed=0)                    # random points; each is crossed with the grid
+    dict(name='b8k-adam-lw',              # run-id prefix (required, unique)
+         role='table3',                   # baseline | linear | technique | table3 | search (records.ROLES)
+         technique='',                    # the technique this sub-sweep tests (Def. 2.2 evidence), e.g. 'lars'
+         variant='layerwise',             # Table 3 column: original | layerwise | layerwise_bound
+         fixed={'batch_size': 8192, 'optimizer.name': 'adam', 'optimizer.layerwise': True},
+         grid={'batch_size': (8192, 16384)},                         # one *cell* per grid point
+         search={'optimizer.learning_rate': ('log', 1e-4, 1e-1),    # a metaparameter search inside each cell
+                 'optimizer.schedule.warmup_epochs': ('linear', 0.0, 5.0)},
+         num_trials=8, seed=0,            # search points per cell (Optuna's scrambled Sobol sampler)
+         stop_at_target=False,            # steps-to-target: each trial stops at the analysis target
+         env={})                          # extra environment of these trials (e.g. XLA_FLAGS for 2 CPU devices)
 
-  Range kinds: ``('log', lo, hi)`` (log-uniform), ``('linear', lo, hi)``, ``('int', lo, hi)`` (inclusive),
-  ``('choice', (a, b, ...))``.
+  Range kinds: ``('log', lo, hi)``, ``('linear', lo, hi)``, ``('int', lo, hi)``, ``('choice', (a, b, ...))``.
+  ``role='baseline'`` must give exactly one trial; ``role='linear'`` may vary ``batch_size`` only (linear
+  scaling is the baseline recipe with η·B/B0 and nothing else; the base config must scale the LR linearly).
+* ``search``: how searched cells are pruned (``lamb_lars/study/search.py``);
+* ``runner``: workers, threads, timeouts (``lamb_lars/study/runner.py``);
+* ``analysis``: the report's settings (``lamb_lars/study/publish.py``), including ``techniques``, the declared
+  technique set of Def. 2.2, which must name techniques of the sub-sweeps.
 
-A trial = ``base`` with its overrides applied (fixed, then grid, then random values); a misspelled key is a
-``ValueError`` here, before anything runs, while a bad *value* is left for the trainer to reject (the run is then
-recorded as ``failed`` with the error). The run id is readable and deterministic in the swept values only:
-``<sweep>-b<batch>-<optimizer>-<variant>-<8 hex of sha1(variant, overrides)>``, so re-expanding the same study
-gives the same ids in the same order (the runner's resume depends on it).
-
-Quasi-random search (Bousquet et al. 2017, as in Shallue et al. 2018): a Halton sequence (prime bases per
-dimension; point i = index i + 1, index 0 being the all-zeros corner), rotated by a seeded random shift modulo 1
-when ``seed`` ≠ 0.
+A trial = ``base`` with its overrides applied (fixed, then grid, then search point). Run ids read like the sweep
+that made them, ``<sweep>-<swept values>-<4 hex>``, e.g. ``b8k-adam-lw-lr0.00123-wu1.5-3f2a``, and are
+deterministic: re-expanding the same study gives the same ids in the same order (resume depends on it).
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import hashlib
 import itertools
 import json
 import math
+import re
 from typing import Any, Mapping, Optional, Sequence
 
 import ml_collections
-import numpy as np
 
-from lamb_lars.study import table3
+from lamb_lars import optimizers
+from lamb_lars.study import search as search_lib
+from lamb_lars.study.records import ROLES, normalise_variant
 
-_SWEEP_KEYS = ("name", "variant", "fixed", "grid", "random", "num_random", "seed")
-_PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73, 79, 83, 89, 97)
-VARIANTS = ("original", "layerwise", "layerwise_bound")
+_SWEEP_KEYS = ("name", "role", "technique", "variant", "fixed", "grid", "search", "num_trials", "seed",
+               "stop_at_target", "env")
+_SHORT = {"batch_size": "b", "learning_rate": "lr", "warmup_epochs": "wu", "weight_decay": "wd", "name": "",
+          "momentum": "m", "num_epochs": "ep", "label_smoothing": "ls", "trust_coefficient": "tc"}
 
 
 @dataclasses.dataclass(frozen=True)
-class Trial:
-  """One run of a study: its id, sub-sweep, variant, the overrides applied to ``base``, and the result config."""
+class TrialSpec:
+  """One trial of a study: its id, sub-sweep and cell, its tags, the overrides applied to ``base``, its config."""
   run_id: str
   sweep: str
+  cell: str
+  role: str
+  technique: str
   variant: str
   overrides: Mapping[str, Any]
   config: ml_collections.ConfigDict
+  searched: bool = False
+  env: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
   @property
   def batch_size(self) -> int:
@@ -65,56 +76,11 @@ class Trial:
     return str(self.config.optimizer.name)
 
   def params(self) -> dict[str, Any]:
-    """What the store keeps as the swept values: the overrides plus ``variant`` and ``lr_scaling``."""
-    out = dict(self.overrides)
-    out.update(variant=self.variant, lr_scaling=self.config.optimizer.lr_scaling)
-    return out
-
-
-# ----------------------------------------------------------------------------------------------- quasi-random
-
-
-def _radical_inverse(index: int, base: int) -> float:
-  """Van der Corput radical inverse of ``index`` in ``base``: its digits mirrored after the radix point."""
-  out, scale = 0.0, 1.0 / base
-  while index > 0:
-    index, digit = divmod(index, base)
-    out += digit * scale
-    scale /= base
-  return out
-
-
-def halton(num_points: int, num_dims: int, seed: int = 0) -> np.ndarray:
-  """``[num_points, num_dims]`` points in [0, 1): Halton (point i = index i + 1), and for ``seed`` ≠ 0 shifted by
-  a seeded random vector modulo 1 (Cranley–Patterson rotation, which keeps the low discrepancy)."""
-  if num_dims > len(_PRIMES):
-    raise ValueError(f"halton supports at most {len(_PRIMES)} dimensions, got {num_dims}.")
-  u = np.array([[_radical_inverse(i + 1, b) for b in _PRIMES[:num_dims]] for i in range(num_points)],
-               dtype=np.float64).reshape(num_points, num_dims)
-  if seed:
-    u = np.mod(u + np.random.default_rng(seed).random(num_dims), 1.0)
-  return u
-
-
-def scale_point(u: float, spec: Sequence[Any]) -> Any:
-  """Maps u ∈ [0, 1) into a range spec: ('log'|'linear', lo, hi), ('int', lo, hi) or ('choice', values)."""
-  kind = spec[0]
-  if kind == "choice":
-    values = tuple(spec[1])
-    return values[min(int(u * len(values)), len(values) - 1)]
-  lo, hi = spec[1], spec[2]
-  if kind == "log":
-    if not 0 < lo <= hi:
-      raise ValueError(f"log range needs 0 < lo <= hi, got {spec!r}.")
-    return float(math.exp(math.log(lo) + u * (math.log(hi) - math.log(lo))))
-  if kind == "linear":
-    return float(lo + u * (hi - lo))
-  if kind == "int":
-    return int(min(hi, math.floor(lo + u * (hi - lo + 1))))
-  raise ValueError(f"range kind must be log, linear, int or choice; got {spec!r}.")
-
-
-# ----------------------------------------------------------------------------------------------- overrides
+    """What the store keeps as the swept values (plus the LR and warmup the trial actually uses)."""
+    sched = self.config.optimizer.schedule
+    return {**self.overrides, "learning_rate": float(self.config.optimizer.learning_rate),
+            "warmup_epochs": float(sched.get("warmup_epochs", 0.0) or 0.0),
+            "lr_scaling": str(self.config.optimizer.lr_scaling)}
 
 
 def apply_overrides(base: ml_collections.ConfigDict, overrides: Mapping[str, Any]) -> ml_collections.ConfigDict:
@@ -136,74 +102,148 @@ def apply_overrides(base: ml_collections.ConfigDict, overrides: Mapping[str, Any
   return config
 
 
-def run_id(sweep_name: str, variant: str, overrides: Mapping[str, Any], config: ml_collections.ConfigDict) -> str:
-  """``<sweep>-b<batch>-<optimizer>-<variant>-<hash8>``; the hash covers the variant and the overrides only."""
-  blob = json.dumps({"variant": variant, "overrides": dict(overrides)}, sort_keys=True, default=str)
-  digest = hashlib.sha1(blob.encode()).hexdigest()[:8]
-  return f"{sweep_name}-b{config.batch_size}-{config.optimizer.name}-{variant}-{digest}"
+def _fmt_value(v: Any) -> str:
+  if isinstance(v, bool):
+    return "1" if v else "0"
+  if isinstance(v, float):
+    return f"{v:.3g}"
+  return re.sub(r"[^A-Za-z0-9.]+", "", str(v))
+
+
+def _short_key(key: str) -> str:
+  last = key.split(".")[-1]
+  return _SHORT.get(last, last.replace("_", ""))
+
+
+def run_id(sweep_name: str, swept: Mapping[str, Any], all_overrides: Mapping[str, Any]) -> str:
+  """``<sweep>-<swept values>-<4 hex>``; the hash covers every override, so ids never collide."""
+  blob = json.dumps({"sweep": sweep_name, "overrides": dict(all_overrides)}, sort_keys=True, default=str)
+  digest = hashlib.sha1(blob.encode()).hexdigest()[:4]
+  parts = [sweep_name] + [f"{_short_key(k)}{_fmt_value(v)}" for k, v in swept.items()] + [digest]
+  return "-".join(parts)
 
 
 def _check_sweep(sweep: Mapping[str, Any]) -> None:
+  name = sweep.get("name")
+  if not name or not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.]+(-[A-Za-z0-9_.]+)*", name):
+    raise ValueError(f"every sub-sweep needs a 'name' of letters, digits, '_', '.' and '-'; got {name!r}.")
   unknown = set(sweep) - set(_SWEEP_KEYS)
   if unknown:
-    raise ValueError(f"sub-sweep {sweep.get('name')!r} has unknown fields {sorted(unknown)}; allowed: "
-                     f"{_SWEEP_KEYS}.")
-  if not sweep.get("name") or not isinstance(sweep["name"], str):
-    raise ValueError(f"every sub-sweep needs a 'name' (run id prefix); got {sweep!r}.")
-  variant = sweep.get("variant", "original")
-  if table3.normalise_variant(variant) not in {table3.normalise_variant(v) for v in VARIANTS}:
-    raise ValueError(f"sub-sweep {sweep['name']!r}: variant {variant!r} is not one of {VARIANTS}.")
+    raise ValueError(f"sub-sweep {name!r} has unknown fields {sorted(unknown)}; allowed: {_SWEEP_KEYS}.")
+  role = sweep.get("role", "search")
+  if role not in ROLES:
+    raise ValueError(f"sub-sweep {name!r}: role {role!r} is not one of {ROLES}.")
+  try:
+    normalise_variant(sweep.get("variant"))
+  except ValueError as e:
+    raise ValueError(f"sub-sweep {name!r}: {e}") from None
   for key, values in (sweep.get("grid") or {}).items():
     if not isinstance(values, (list, tuple)) or not values:
-      raise ValueError(f"sub-sweep {sweep['name']!r}: grid[{key!r}] must be a non-empty tuple of values.")
+      raise ValueError(f"sub-sweep {name!r}: grid[{key!r}] must be a non-empty tuple of values.")
+  space = sweep.get("search")
+  if space is not None:
+    if not space:
+      raise ValueError(f"sub-sweep {name!r}: its search space is empty; give at least one range or drop 'search'.")
+    if int(sweep.get("num_trials", 0) or 0) < 1:
+      raise ValueError(f"sub-sweep {name!r} has a search space but num_trials={sweep.get('num_trials')}.")
+    try:
+      search_lib.distributions(space)
+    except ValueError as e:
+      raise ValueError(f"sub-sweep {name!r}: {e}") from None
+  if role in ("baseline", "linear"):
+    if space:
+      raise ValueError(f"sub-sweep {name!r}: a {role} sub-sweep runs one recipe and cannot have a search.")
+    varied = set(sweep.get("fixed") or {}) | set(sweep.get("grid") or {})
+    if role == "linear" and varied - {"batch_size"}:
+      raise ValueError(f"sub-sweep {name!r}: linear scaling is the baseline recipe with η·B/B0 and nothing else, so "
+                       f"it may vary batch_size only; it also sets {sorted(varied - {'batch_size'})}.")
 
 
-def _sweep_points(sweep: Mapping[str, Any]) -> list[dict[str, Any]]:
-  """The override dicts of one sub-sweep: fixed × grid × quasi-random points."""
-  fixed = dict(sweep.get("fixed") or {})
+def _cells(sweep: Mapping[str, Any]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+  """[(grid point, [search points])] of one sub-sweep; a sub-sweep without search has one empty point."""
   grid = dict(sweep.get("grid") or {})
-  rand = dict(sweep.get("random") or {})
-  n_random = int(sweep.get("num_random", 0) or 0)
-  if rand and n_random < 1:
-    raise ValueError(f"sub-sweep {sweep['name']!r} has random ranges but num_random={n_random}.")
-  random_points: list[dict[str, Any]] = [{}]
-  if rand:
-    keys = list(rand)
-    u = halton(n_random, len(keys), int(sweep.get("seed", 0) or 0))
-    random_points = [{k: scale_point(u[i, j], rand[k]) for j, k in enumerate(keys)} for i in range(n_random)]
+  space = sweep.get("search")
   out = []
-  for combo in itertools.product(*grid.values()):
-    for point in random_points:
-      out.append({**fixed, **dict(zip(grid.keys(), combo)), **point})
+  for i, combo in enumerate(itertools.product(*grid.values())):
+    point = dict(zip(grid.keys(), combo))
+    if space:
+      seed = int(sweep.get("seed", 0) or 0) * 1000 + i
+      out.append((point, search_lib.sample(space, int(sweep["num_trials"]), seed)))
+    else:
+      out.append((point, [{}]))
   return out
 
 
-def expand(study: ml_collections.ConfigDict) -> list[Trial]:
-  """Every trial of the study, in sweep order; raises ValueError on a bad sweep or a duplicate run id."""
+def expand(study: ml_collections.ConfigDict) -> list[TrialSpec]:
+  """Every trial of the study, in sweep order; raises ValueError (one sentence) on anything malformed."""
   if not study.get("sweeps"):
     raise ValueError("the study config has no sweeps.")
-  trials, seen = [], set()
+  analysis = study.get("analysis") or {}
+  target = analysis.get("target_metric", "eval_accuracy"), analysis.get("target_goal", 0.99), \
+      analysis.get("target_mode", "max")
+  trials, seen_ids, seen_names = [], set(), set()
   for sweep in study.sweeps:
     sweep = dict(sweep)
     _check_sweep(sweep)
-    variant = sweep.get("variant", "original")
-    for overrides in _sweep_points(sweep):
-      config = apply_overrides(study.base, overrides)
-      rid = run_id(sweep["name"], variant, overrides, config)
-      if rid in seen:
-        raise ValueError(f"two trials have the same id {rid!r}: a sub-sweep repeats a point.")
-      seen.add(rid)
-      trials.append(Trial(rid, sweep["name"], variant, copy.deepcopy(overrides), config))
+    if sweep["name"] in seen_names:
+      raise ValueError(f"two sub-sweeps are named {sweep['name']!r}; run-id prefixes must be unique.")
+    seen_names.add(sweep["name"])
+    role, variant = sweep.get("role", "search"), normalise_variant(sweep.get("variant"))
+    fixed = dict(sweep.get("fixed") or {})
+    if sweep.get("stop_at_target"):
+      fixed.update({"stop.target_metric": target[0], "stop.target_goal": float(target[1]),
+                    "stop.target_mode": target[2]})
+    for grid_point, points in _cells(sweep):
+      cell = "-".join([sweep["name"]] + [f"{_short_key(k)}{_fmt_value(v)}" for k, v in grid_point.items()])
+      for point in points:
+        overrides = {**fixed, **grid_point, **point}
+        config = apply_overrides(study.base, overrides)
+        rid = run_id(sweep["name"], {**grid_point, **point}, overrides)
+        if rid in seen_ids:
+          raise ValueError(f"two trials have the same id {rid!r}: a sub-sweep repeats a point.")
+        seen_ids.add(rid)
+        trials.append(TrialSpec(rid, sweep["name"], cell, role, str(sweep.get("technique", "") or ""), variant,
+                                overrides, config, searched=bool(sweep.get("search")),
+                                env={str(k): str(v) for k, v in dict(sweep.get("env") or {}).items()}))
+  _check_study(study, trials)
   return trials
 
 
-def variant_overrides(variant: str, ratio_bounds: tuple = (0.0, 10.0)) -> dict[str, Any]:
-  """The optimizer keys of a Table 3 variant: layer-wise trust ratio, optionally with the ratio bounded."""
-  v = table3.normalise_variant(variant)
-  if v == "original":
-    return {}
-  if v == "layerwise":
-    return {"optimizer.layerwise": True}
-  if v == "layerwisebound":
-    return {"optimizer.layerwise": True, "optimizer.ratio_bounds": tuple(ratio_bounds)}
-  raise ValueError(f"variant {variant!r} is not one of {VARIANTS}.")
+def _num_devices(study: ml_collections.ConfigDict, t: TrialSpec) -> int:
+  """The devices a trial will see: ``num_devices`` if set, else its forced CPU device count, else 1."""
+  if int(t.config.get("num_devices", 0) or 0) > 0:
+    return int(t.config.num_devices)
+  runner_env = dict(((study.get("runner") or {}).get("env") or {}))
+  flags = str({**runner_env, **t.env}.get("XLA_FLAGS", ""))
+  m = re.search(r"--xla_force_host_platform_device_count=(\d+)", flags)
+  return int(m.group(1)) if m else 1
+
+
+def _check_study(study: ml_collections.ConfigDict, trials: Sequence[TrialSpec]) -> None:
+  """Checks across trials: one baseline, batches that divide, and a technique set the sweeps can match."""
+  baselines = [t for t in trials if t.role == "baseline"]
+  if len(baselines) > 1:
+    raise ValueError(f"a study has at most one baseline trial (role 'baseline'); these sweeps give {len(baselines)}.")
+  if any(t.role == "linear" for t in trials) and baselines and \
+      str(baselines[0].config.optimizer.lr_scaling) != "linear":
+    raise ValueError("linear-scaling sweeps need the baseline recipe to set optimizer.lr_scaling='linear'.")
+  analysis = study.get("analysis") or {}
+  techniques = tuple(analysis.get("techniques", ()) or ())
+  tagged = {t.technique for t in trials if t.technique}
+  missing = [name for name in techniques if name not in tagged]
+  if missing:
+    raise ValueError(f"analysis.techniques names {missing}, which no sub-sweep tests (techniques tagged in the "
+                     f"sweeps: {sorted(tagged) or 'none'}).")
+  for t in trials:
+    cfg = t.config
+    try:
+      optimizers.validate_config(cfg.optimizer)
+    except ValueError as e:
+      raise ValueError(f"trial {t.run_id}: {e}") from None
+    n = int(analysis.get("num_train", 0) or 0) - int(cfg.get("validation_split", 0) or 0)
+    d, k = _num_devices(study, t), int(cfg.get("num_microbatches", 1) or 1)
+    if t.batch_size % (d * k):
+      raise ValueError(f"trial {t.run_id}: batch {t.batch_size} does not divide over {d} device(s) × {k} "
+                       f"micro-batch(es).")
+    if n > 0 and t.batch_size > n:
+      raise ValueError(f"trial {t.run_id}: batch {t.batch_size} exceeds the {n} training examples.")

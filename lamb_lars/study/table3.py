@@ -1,40 +1,39 @@
 """You et al. 2020 ("The Limit of the Batch Size") Table 3: test accuracy per optimizer at a large batch, for the
-optimizer as is ('original'), with layer-wise LR ('layer-wise', trust ratio ‖w‖/‖d‖) and with the ratio bounded
-('layer-wise + bound'), next to the baseline-batch accuracy.
+optimizer as is ('original'), with a layer-wise LR ('layer-wise', trust ratio ‖w‖/‖d‖) and with the ratio
+bounded ('layer-wise + bound'), next to the baseline-batch column.
 
-Verdict of one trial (accuracy = ``metric``, a fraction in [0, 1]; "final" = its last eval; points = 0.01):
+Verdict of one trial (accuracy = test accuracy, a fraction; definitions in docs/studies.md):
 
-* **diverge**: status ``diverged`` (the trainer saw NaN/inf), or the final loss is not finite, or the final
-  accuracy ≤ chance + ``chance_margin`` (chance = 1/num_classes; default margin 5 points: ≤ 15% on MNIST).
-* **unstable** (not diverged): the final accuracy is more than ``drop_tol`` (default 1 point) below the best
-  accuracy the trial reached, or accuracy fell by more than ``spike_tol`` (default 5 points) between two
-  consecutive evals. Loss is not used: training loss legitimately rises mid-training at huge batch
-  (the paper's Figure 4) and validation loss rises with over-confidence while accuracy holds.
+* **diverge**: a non-finite loss (the trainer stopped it: status ``diverged``), or a run that never gets off chance
+  level — its best test accuracy is ≤ ``records.chance_threshold(C)`` (32.5% for 10 classes). A run stopped early
+  because it was still at chance level after a set fraction of its budget (``stopped='dead'``) is the same case.
+* **unstable** (not diverged): the run ended more than ``drop_tol`` (1 point) below the best test accuracy it had
+  reached: it learned, then lost it and did not recover. A run that dips and recovers to end at its best is
+  not unstable, however deep the dip.
 * **ok**: neither.
+* **pruned**: stopped by the search at a rung (other trials of its cell were better); not a result.
 
-A cell summarises its trials (a metaparameter search; ``failed`` runs and runs without evals are not results):
-the best final accuracy among 'ok' trials, shown in percent; if no trial is ok, 'unstable' if any trial is
-unstable, else 'diverge'; 'n/a' when there are no trials.
+A cell summarises the trials of one (optimizer, variant, batch) after a metaparameter search: the best final
+test accuracy among 'ok' trials that ran their full budget; if there is none, 'unstable' if any trial was
+unstable, else 'diverge' if any diverged, else 'n/a'. Failed (crashed) and unfinished trials are not results.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from typing import Iterable, Mapping, Optional, Sequence
 
-from lamb_lars.study.store import Trial
+from lamb_lars.study.records import Trial, VARIANTS, chance_threshold, normalise_variant
 
-# (column name, normalised variant name); a trial's variant is normalised by lower-casing and dropping
-# everything but letters and digits, so 'layer-wise + bound', 'layerwise_bound' and 'LayerWise+Bound' agree.
-COLUMNS = (("original", "original"), ("layer-wise", "layerwise"), ("layer-wise + bound", "layerwisebound"))
-_ORIGINAL_ALIASES = ("", "none", "original", "base", "plain")
+COLUMN_NAMES = {"original": "original", "layerwise": "layer-wise", "layerwise_bound": "layer-wise + bound"}
 OPTIMIZER_ORDER = ("sgd", "momentum", "nesterov", "adagrad", "rmsprop", "adam", "adamw", "lars", "lamb")
+ACC = "eval_accuracy"
+LOSSES = ("train_loss", "eval_loss", "validation_loss")
 
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
-  """One trial's verdict ('ok' | 'diverge' | 'unstable'), final and best accuracy, and why."""
+  """One trial's verdict ('ok' | 'diverge' | 'unstable' | 'pruned'), final and best test accuracy, and why."""
   verdict: str
   final: Optional[float]
   best: Optional[float]
@@ -56,7 +55,7 @@ class Cell:
 
 @dataclasses.dataclass(frozen=True)
 class Table3:
-  """Rows (optimizers) × columns; ``cells[(row, column)]``; the first column is the baseline when given."""
+  """Rows (optimizers) × columns; ``cells[(row, column)]``; the first column is the baseline batch when given."""
   batch_size: int
   baseline_batch: Optional[int]
   rows: tuple[str, ...]
@@ -64,39 +63,28 @@ class Table3:
   cells: Mapping[tuple[str, str], Cell]
 
 
-def normalise_variant(variant: str) -> str:
-  v = re.sub(r"[^a-z0-9]", "", (variant or "").lower())
-  return "original" if v in _ORIGINAL_ALIASES else v
+def _nonfinite_loss(trial: Trial) -> bool:
+  return any(r.get(k) is not None and not math.isfinite(float(r[k])) for r in trial.curve for k in LOSSES)
 
 
-def _finite(x) -> bool:
-  return x is not None and math.isfinite(float(x))
-
-
-def trial_verdict(trial: Trial, *, metric: str = "eval_accuracy", loss_key: str = "eval_loss",
-                  num_classes: int = 10, chance_margin: float = 0.05, drop_tol: float = 0.01,
-                  spike_tol: float = 0.05) -> Optional[Verdict]:
-  """The trial's verdict (module docstring); None when it is no result (failed, or no evals and not diverged)."""
-  curve = sorted(trial.curve, key=lambda r: r["step"])
-  accs = [float(r[metric]) for r in curve if r.get(metric) is not None]
-  final = accs[-1] if accs else None
-  best = max((a for a in accs if math.isfinite(a)), default=None)
-  if trial.status == "failed":
+def trial_verdict(trial: Trial, *, num_classes: int = 10, drop_tol: float = 0.01) -> Optional[Verdict]:
+  """The trial's verdict (module docstring); None when it is no result (failed, or not finished)."""
+  if trial.status in ("failed", "pending", "running"):
     return None
-  if trial.status == "diverged":
-    return Verdict("diverge", final, best, "run diverged")
-  if not curve or final is None:
-    return None
-  last_loss = curve[-1].get(loss_key)
-  if last_loss is not None and not _finite(last_loss):
-    return Verdict("diverge", final, best, "final loss not finite")
-  if not math.isfinite(final) or final <= 1.0 / num_classes + chance_margin:
-    return Verdict("diverge", final, best, "final accuracy at chance")
-  if best is not None and final < best - drop_tol:
-    return Verdict("unstable", final, best, f"final {final:.4f} < best {best:.4f} − {drop_tol}")
-  for a, b in zip(accs, accs[1:]):
-    if a - b > spike_tol:
-      return Verdict("unstable", final, best, f"accuracy fell from {a:.4f} to {b:.4f} between evals")
+  final, best = trial.last(ACC), trial.best(ACC)
+  if trial.status == "pruned":
+    return Verdict("pruned", final, best, "stopped by the search")
+  if trial.status == "diverged" and trial.stopped != "dead":
+    return Verdict("diverge", final, best, trial.error or "non-finite loss")
+  if _nonfinite_loss(trial):
+    return Verdict("diverge", final, best, "non-finite loss")
+  threshold = chance_threshold(num_classes)
+  if best is None or best <= threshold:
+    shown = "no eval" if best is None else f"{100 * best:.2f}%"
+    return Verdict("diverge", final, best, f"never left chance level (best {shown} ≤ {100 * threshold:.1f}%)")
+  if final is None or final < best - drop_tol:
+    return Verdict("unstable", final, best, f"ended at {100 * (final or 0):.2f}%, {100 * (best - (final or 0)):.2f} "
+                   f"points below its best {100 * best:.2f}%")
   return Verdict("ok", final, best)
 
 
@@ -106,13 +94,11 @@ def cell(trials: Iterable[Trial], **verdict_kw) -> Cell:
   counts: dict[str, int] = {}
   for _, v in judged:
     counts[v.verdict] = counts.get(v.verdict, 0) + 1
-  ok = [(t, v) for t, v in judged if v.verdict == "ok"]
+  ok = [(t, v) for t, v in judged if v.verdict == "ok" and t.ran_full_budget]
   if ok:
     t, v = min(ok, key=lambda tv: (-tv[1].final, tv[0].run_id))  # ties: smaller run_id
     return Cell("ok", v.final, t.run_id, len(judged), counts)
-  if not judged:
-    return Cell("n/a")
-  verdict = "unstable" if counts.get("unstable") else "diverge"
+  verdict = "unstable" if counts.get("unstable") else "diverge" if counts.get("diverge") else "n/a"
   return Cell(verdict, None, None, len(judged), counts)
 
 
@@ -127,31 +113,32 @@ def batch_label(batch: int) -> str:
 
 
 def build_table3(trials: Sequence[Trial], batch_size: int, *, baseline_batch: Optional[int] = None,
-                 optimizers: Optional[Sequence[str]] = None,
-                 columns: Sequence[tuple[str, str]] = COLUMNS, **verdict_kw) -> Table3:
-  """Table 3 at ``batch_size``; with ``baseline_batch``, a first column 'bs B0' from its 'original' trials."""
+                 optimizers: Optional[Sequence[str]] = None, **verdict_kw) -> Table3:
+  """Table 3 at ``batch_size`` from the ``role='table3'`` trials; with ``baseline_batch``, a first column
+  'bs B0' from the 'original' trials at B0."""
+  trials = [t for t in trials if t.role == "table3"]
   rows = tuple(optimizers) if optimizers is not None else _order(t.optimizer for t in trials)
-  cols, cells = [], {}
+  columns: list[tuple[str, int, str]] = []
   if baseline_batch is not None:
-    name = f"bs {baseline_batch}"
-    cols.append(name)
+    columns.append((f"bs {baseline_batch}", baseline_batch, "original"))
+  columns += [(f"{batch_label(batch_size)} {COLUMN_NAMES[v]}", batch_size, v) for v in VARIANTS]
+  cells = {}
+  for name, batch, variant in columns:
     for opt in rows:
-      cells[(opt, name)] = cell([t for t in trials if t.optimizer == opt and t.batch_size == baseline_batch
-                                 and normalise_variant(t.variant) == "original"], **verdict_kw)
-  for name, key in columns:
-    cols.append(name)
-    for opt in rows:
-      cells[(opt, name)] = cell([t for t in trials if t.optimizer == opt and t.batch_size == batch_size
-                                 and normalise_variant(t.variant) == normalise_variant(key)], **verdict_kw)
-  return Table3(batch_size=batch_size, baseline_batch=baseline_batch, rows=rows, columns=tuple(cols),
-                cells=cells)
+      group = [t for t in trials if t.optimizer == opt and t.batch_size == batch
+               and normalise_variant(t.variant) == variant]
+      cells[(opt, name)] = cell(group, **verdict_kw)
+  return Table3(batch_size=batch_size, baseline_batch=baseline_batch, rows=rows,
+                columns=tuple(c[0] for c in columns), cells=cells)
 
 
-def render_markdown(table: Table3, digits: int = 1) -> str:
-  """The table as markdown; accuracy in %, 'diverge' / 'unstable' / 'n/a' verbatim."""
-  k = batch_label(table.batch_size)
-  heads = [c if c.startswith("bs ") else f"{k} {c}" for c in table.columns]
-  lines = ["| solver | " + " | ".join(heads) + " |", "|---" * (len(heads) + 1) + "|"]
+def render_markdown(table: Table3, paper: Optional[Mapping[str, Sequence[str]]] = None, digits: int = 1) -> str:
+  """The table as markdown (accuracy in %, verdicts verbatim); with ``paper``, each cell reads 'ours / paper'."""
+  lines = ["| solver | " + " | ".join(table.columns) + " |", "|---" * (len(table.columns) + 1) + "|"]
   for opt in table.rows:
-    lines.append(f"| {opt} | " + " | ".join(table.cells[(opt, c)].text(digits) for c in table.columns) + " |")
+    cells = [table.cells[(opt, c)].text(digits) for c in table.columns]
+    if paper is not None:
+      ref = list(paper.get(opt, ())) + ["—"] * len(cells)
+      cells = [f"{c} / {r}" for c, r in zip(cells, ref)]
+    lines.append(f"| {opt} | " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"

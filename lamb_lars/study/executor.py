@@ -1,0 +1,124 @@
+"""Where a study's trials run. The runner talks to trials only through this interface, so the same driver (store,
+search, pruning) runs trials as local processes or on a cluster (``ray_executor.py``).
+
+Contract of a trial: ``python -m lamb_lars.study.run_one RUN_DIR`` reads ``RUN_DIR/trial_config.json``, resumes
+from ``RUN_DIR/checkpoints``, appends eval rows to ``RUN_DIR/metrics.jsonl``, writes ``RUN_DIR/result.json`` when it
+ends (``error.txt`` on a crash), and its output goes to ``RUN_DIR/log.txt``. The driver reads ``metrics.jsonl``
+while the trial runs and kills the trials its search prunes.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import IO, Mapping, Optional, Protocol
+
+LOG_FILE = "log.txt"
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_PR_SET_PDEATHSIG = 1
+
+
+class TrialHandle(Protocol):
+  run_id: str
+
+  def poll(self) -> Optional[int]:
+    """None while the trial runs; its exit status once it has ended (0 = run_one returned normally)."""
+
+  def kill(self) -> None:
+    """Stops the trial now (pruned, timed out, or the driver is interrupted); idempotent."""
+
+
+class Executor(Protocol):
+  name: str
+  slots: int
+
+  def check_workdir(self, workdir: str) -> None:
+    """Raises ValueError (one sentence) when the trials cannot see ``workdir``."""
+
+  def submit(self, run_id: str, run_dir: str, env: Mapping[str, str]) -> TrialHandle:
+    """Starts the trial of ``run_dir``; ``env`` is added to the trial process's environment."""
+
+  def close(self) -> None:
+    """Releases the executor's resources (running trials must have been killed or have ended)."""
+
+
+def child_env(extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
+  """This process's environment, the repo root on PYTHONPATH, plus ``extra`` (e.g. XLA_FLAGS)."""
+  env = dict(os.environ)
+  env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH", "")) if p)
+  env.update({str(k): str(v) for k, v in (extra or {}).items()})
+  return env
+
+
+def trial_command(run_dir: str, python: str = sys.executable) -> list[str]:
+  return [python, "-m", "lamb_lars.study.run_one", run_dir]
+
+
+class LocalHandle:
+  """A trial running as a child process of the driver."""
+
+  def __init__(self, run_id: str, proc: subprocess.Popen, log: IO, on_exit):
+    self.run_id, self._proc, self._log, self._on_exit = run_id, proc, log, on_exit
+
+  def poll(self) -> Optional[int]:
+    code = self._proc.poll()
+    if code is not None:
+      self._close()
+    return code
+
+  def kill(self) -> None:
+    if self._proc.poll() is None:
+      self._proc.kill()
+      self._proc.wait()
+    self._close()
+
+  def _close(self) -> None:
+    if not self._log.closed:
+      self._log.close()
+      self._on_exit()
+
+
+class LocalExecutor:
+  """Up to ``slots`` trials at once as child processes on this machine.
+
+  ``cpus_per_trial`` > 0 pins slot i to CPUs [i·c, (i+1)·c) (``sched_setaffinity``), so two single-threaded
+  trials do not share a core; XLA sizes its CPU thread pool by the CPUs it may run on. Children die with the driver
+  (``PR_SET_PDEATHSIG``): a ``kill -9`` of the driver leaves no orphan trainer writing into the study.
+  """
+  name = "local"
+
+  def __init__(self, slots: int = 1, cpus_per_trial: int = 0, python: str = sys.executable):
+    self.slots, self._cpus, self._python = max(1, int(slots)), int(cpus_per_trial), python
+    self._free = list(range(self.slots))
+    ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if self._cpus and self._cpus * self.slots > ncpu:
+      raise ValueError(f"{self.slots} workers × {self._cpus} CPUs each need {self._cpus * self.slots} CPUs; this "
+                       f"machine has {ncpu}.")
+
+  def check_workdir(self, workdir: str) -> None:
+    os.makedirs(workdir, exist_ok=True)
+
+  def submit(self, run_id: str, run_dir: str, env: Mapping[str, str]) -> LocalHandle:
+    slot = self._free.pop(0) if self._free else 0
+    cpus = set(range(slot * self._cpus, (slot + 1) * self._cpus)) if self._cpus else None
+
+    def preexec() -> None:
+      try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+      except (OSError, AttributeError):
+        pass
+      if cpus:
+        os.sched_setaffinity(0, cpus)
+
+    log = open(os.path.join(run_dir, LOG_FILE), "a", encoding="utf-8")
+    log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} start {run_id} (local slot {slot})\n")
+    log.flush()
+    proc = subprocess.Popen(trial_command(run_dir, self._python), stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, env=child_env(env), cwd=REPO_ROOT, preexec_fn=preexec)
+    return LocalHandle(run_id, proc, log, lambda: self._free.append(slot))
+
+  def close(self) -> None:
+    pass

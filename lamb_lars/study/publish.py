@@ -1,0 +1,178 @@
+"""Publishing a study: the raw results as CSV files anyone can re-analyse without this code, and the report
+recomputed from those files alone (so every number in it can be recomputed from them).
+
+``runs.csv``: one row per trial — ``run_id, study, cell, role, technique, batch_size, optimizer, variant,
+learning_rate, warmup_epochs, lr_scaling, num_epochs`` (the epochs the trial ran to), ``budget_epochs, status,
+stopped, final_test_accuracy, final_test_loss, final_validation_accuracy, final_validation_loss,
+best_test_accuracy, steps, wall_time, started, finished, error, overrides`` (JSON of the swept keys).
+``evals.csv``: one row per evaluation — ``run_id, step, epoch, examples, wall_time, test_accuracy, test_loss,
+validation_accuracy, validation_loss``, then every other logged metric (train loss, LR, noise scale, …).
+The columns are documented in docs/studies.md.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import platform
+import time
+from typing import Any, Optional, Sequence
+
+import ml_collections
+
+from lamb_lars.study import report, store
+from lamb_lars.study import workdir as wd
+from lamb_lars.study.records import Target, Trial
+
+RUN_COLUMNS = ("run_id", "study", "cell", "role", "technique", "batch_size", "optimizer", "variant",
+               "learning_rate", "warmup_epochs", "lr_scaling", "num_epochs", "budget_epochs", "status", "stopped",
+               "final_test_accuracy", "final_test_loss", "final_validation_accuracy", "final_validation_loss",
+               "best_test_accuracy", "steps", "wall_time", "started", "finished", "error", "overrides")
+EVAL_COLUMNS = ("run_id", "step", "epoch", "examples", "wall_time", "test_accuracy", "test_loss",
+                "validation_accuracy", "validation_loss")
+_RENAME = {"eval_accuracy": "test_accuracy", "eval_loss": "test_loss"}   # trainer key → CSV column
+_BACK = {v: k for k, v in _RENAME.items()}
+_PARAM_KEYS = ("learning_rate", "warmup_epochs", "lr_scaling")
+
+
+def _cell(x: Any) -> Any:
+  if x is None:
+    return ""
+  if isinstance(x, float) and not math.isfinite(x):
+    return str(x)
+  return x
+
+
+def export_csvs(con, study_name: str, out_dir: str) -> tuple[str, str]:
+  """Writes ``runs.csv`` and ``evals.csv`` of the study into ``out_dir``; returns their paths."""
+  os.makedirs(out_dir, exist_ok=True)
+  run_rows, eval_rows, extra = [], [], []
+  for d in store.runs(con, study=study_name):
+    t = store.to_trial(d, store.evals(con, d["run_id"]))
+    final = t.curve[-1] if t.curve else {}
+    overrides = {k: v for k, v in d["params"].items() if k not in _PARAM_KEYS}
+    run_rows.append({
+        "run_id": t.run_id, "study": d["study"], "cell": t.cell, "role": t.role, "technique": t.technique,
+        "batch_size": t.batch_size, "optimizer": t.optimizer, "variant": t.variant,
+        **{k: d["params"].get(k) for k in _PARAM_KEYS}, "num_epochs": t.final_epoch,
+        "budget_epochs": t.budget_epochs, "status": t.status, "stopped": t.stopped,
+        "final_test_accuracy": final.get("eval_accuracy"), "final_test_loss": final.get("eval_loss"),
+        "final_validation_accuracy": final.get("validation_accuracy"),
+        "final_validation_loss": final.get("validation_loss"), "best_test_accuracy": t.best("eval_accuracy"),
+        "steps": d["steps"], "wall_time": t.wall_time, "started": d["started"], "finished": d["finished"],
+        "error": (t.error or "").strip().splitlines()[-1] if t.error else "",
+        "overrides": json.dumps(overrides, sort_keys=True)})
+    for r in t.curve:
+      row = {"run_id": t.run_id, **{_RENAME.get(k, k): v for k, v in r.items()}}
+      extra += [k for k in row if k not in EVAL_COLUMNS and k not in extra]
+      eval_rows.append(row)
+  runs_path, evals_path = os.path.join(out_dir, "runs.csv"), os.path.join(out_dir, "evals.csv")
+  for path, columns, rows in ((runs_path, RUN_COLUMNS, run_rows),
+                              (evals_path, EVAL_COLUMNS + tuple(sorted(extra)), eval_rows)):
+    with open(path + ".tmp", "w", newline="", encoding="utf-8") as f:
+      w = csv.DictWriter(f, fieldnames=columns)
+      w.writeheader()
+      for row in rows:
+        w.writerow({k: _cell(row.get(k)) for k in columns})
+    os.replace(path + ".tmp", path)
+  return runs_path, evals_path
+
+
+def _num(text: str) -> Any:
+  if text == "":
+    return None
+  try:
+    v = float(text)
+  except ValueError:
+    return text
+  return int(v) if v.is_integer() and "." not in text and "e" not in text.lower() and "inf" not in text else v
+
+
+def load_csvs(out_dir: str) -> list[Trial]:
+  """The trials as ``records.Trial`` from ``runs.csv`` + ``evals.csv`` alone."""
+  curves: dict[str, list[dict]] = {}
+  with open(os.path.join(out_dir, "evals.csv"), newline="", encoding="utf-8") as f:
+    for row in csv.DictReader(f):
+      rid = row.pop("run_id")
+      curves.setdefault(rid, []).append({_BACK.get(k, k): _num(v) for k, v in row.items() if v != ""})
+  out = []
+  with open(os.path.join(out_dir, "runs.csv"), newline="", encoding="utf-8") as f:
+    for r in csv.DictReader(f):
+      v = {k: _num(x) for k, x in r.items()}
+      params = {**json.loads(r["overrides"] or "{}"), **{k: v[k] for k in _PARAM_KEYS if v[k] is not None}}
+      out.append(Trial(run_id=r["run_id"], batch_size=int(v["batch_size"]), optimizer=r["optimizer"],
+                       variant=r["variant"] or "original", role=r["role"] or "search", technique=r["technique"],
+                       cell=r["cell"], params=params, status=r["status"], stopped=r["stopped"] or None,
+                       budget_epochs=v["budget_epochs"], error=r["error"] or None, wall_time=v["wall_time"],
+                       curve=sorted(curves.get(r["run_id"], []), key=lambda row: row["step"])))
+  return out
+
+
+def _study_window(con, study_name: str) -> tuple[Optional[float], Optional[float], float]:
+  """(first start, last finish, busy seconds = length of the union of the trials' [start, finish])."""
+  spans = sorted((d["started"], d["finished"]) for d in store.runs(con, study=study_name)
+                 if d["started"] and d["finished"])
+  if not spans:
+    return None, None, 0.0
+  busy, cur_s, cur_e = 0.0, spans[0][0], spans[0][1]
+  for s, e in spans[1:]:
+    if s > cur_e:
+      busy, cur_s, cur_e = busy + cur_e - cur_s, s, e
+    else:
+      cur_e = max(cur_e, e)
+  return spans[0][0], max(e for _, e in spans), busy + cur_e - cur_s
+
+
+def _cpu_model() -> str:
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or "unknown CPU"
+
+
+def report_spec(study: ml_collections.ConfigDict, workdir: str, con) -> report.ReportSpec:
+  """The report's settings from the study config's ``analysis`` section and the workdir's history."""
+  a = study.get("analysis") or ml_collections.ConfigDict()
+  base = study.base
+  first, last, busy = _study_window(con, study.name)
+  stamp = lambda t: time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else "—"
+  settings = [f"- study `{study.name}`: model `{base.model}` on `{base.dataset}` "
+              f"({int(a.get('num_train', 0))} training examples, validation split {base.get('validation_split', 0)}),"
+              f" budget ρ = {a.get('baseline_epochs', base.num_epochs):g} epochs, eval every "
+              f"{base.eval_every_epochs:g} epoch(s)",
+              f"- search: {dict(study.get('search') or {})}; runner: "
+              f"{ {k: v for k, v in dict(study.get('runner') or {}).items() if k != 'env'} }",
+              f"- machine: {os.cpu_count()} CPUs ({_cpu_model()}), {platform.system()} {platform.release()}",
+              f"- first trial started {stamp(first)}, last finished {stamp(last)}; wall time with at least one "
+              f"trial running: {busy / 60:.1f} min"]
+  cmds = wd.commands(workdir)
+  if cmds:
+    settings += ["- commands (latest last):", ""] + [f"      {c}" for c in cmds[-4:]] + [""]
+  return report.ReportSpec(
+      title=str(a.get("title") or f"Study {study.name}"), notes=str(a.get("notes") or ""),
+      workload=str(a.get("paper") or ""),
+      target=Target(a.get("target_metric", "eval_accuracy"), float(a.get("target_goal", 0.99)),
+                    a.get("target_mode", "max")),
+      baseline_epochs=float(a.get("baseline_epochs", 0) or base.num_epochs), num_train=int(a.get("num_train", 0)),
+      num_classes=int(base.get("num_classes", 10)), techniques=tuple(a.get("techniques", ()) or ()),
+      target_technique=str(a.get("target_technique", "") or ""), table3_batch=int(a.get("table3_batch", 0) or 0),
+      settings=tuple(settings))
+
+
+def publish(workdir: str, out_dir: Optional[str] = None) -> str:
+  """Writes runs.csv, evals.csv, README.md and PNGs of the study in ``workdir`` to ``out_dir`` (default
+  ``<workdir>/report``); the report is computed from the CSV files. Returns the README path."""
+  study = wd.load_study_config(workdir)
+  out_dir = out_dir or os.path.join(workdir, "report")
+  con = store.open_store(wd.store_path(workdir))
+  try:
+    export_csvs(con, study.name, out_dir)
+    spec = report_spec(study, workdir, con)
+  finally:
+    con.close()
+  return report.write_report(load_csvs(out_dir), out_dir, spec)

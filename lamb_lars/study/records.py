@@ -1,0 +1,127 @@
+"""The records every study analysis reads: one ``Trial`` per run, the goal of a steps-to-target study, the
+baseline of a workload, the Table 3 variants, the trial statuses and the chance-level threshold.
+
+This is the bottom layer of ``lamb_lars.study``: it imports nothing else from the package. The analyses
+(``steps_to_target``, ``critical_batch``, ``regimes``, ``table3``, ``report``) read records only; the running side
+(``sweep``, ``search``, ``store``, ``runner``) writes them. Definitions and citations: docs/studies.md.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from typing import Any, Mapping, Optional, Sequence
+
+# How a trial ended. 'pruned' = stopped by the search at a rung because other trials of its cell were better
+# (successive halving); 'diverged' = a non-finite loss, or stopped because it never left chance level.
+STATUSES = ("pending", "running", "done", "diverged", "pruned", "failed")
+FINISHED = ("done", "diverged", "pruned")   # a re-run of the study never starts these again
+
+# What a trial is for in a study (docs/studies.md "Roles"):
+#   baseline  the workload's one baseline recipe at B0 (You et al. 2020 Table 2): defines A and ξ
+#   linear    the baseline recipe with η·B/B0 and nothing else changed: the test of Def. 2.1 (B_L)
+#   technique a named technique (LR/warmup tuning, LARS, LAMB, …): evidence for Def. 2.2 (B_H)
+#   table3    a Table 3 cell (optimizer × variant at one batch)
+#   search    anything else (e.g. a plain metaparameter search)
+ROLES = ("baseline", "linear", "technique", "table3", "search")
+
+# You et al. 2020 Table 3 columns: the optimizer as is, with a layer-wise LR (trust ratio ‖w‖/‖d‖) and with that
+# ratio bounded.
+VARIANTS = ("original", "layerwise", "layerwise_bound")
+_VARIANT_KEYS = {re.sub(r"[^a-z0-9]", "", v): v for v in VARIANTS}
+
+
+def normalise_variant(variant: Optional[str]) -> str:
+  """'layer-wise + bound', 'LayerwiseBound', 'layerwise_bound' → 'layerwise_bound'; '' / None → 'original'."""
+  key = re.sub(r"[^a-z0-9]", "", (variant or "original").lower())
+  if key not in _VARIANT_KEYS:
+    raise ValueError(f"variant {variant!r} is not one of {VARIANTS}.")
+  return _VARIANT_KEYS[key]
+
+
+def chance_threshold(num_classes: int) -> float:
+  """The accuracy at or below which a run has not left chance level: a quarter of the way from chance (1/C) to
+  perfect accuracy, 1/C + 0.25·(1 − 1/C) (32.5% for 10 classes).
+
+  Used for the Table 3 verdict 'diverge' (a run that never gets off chance level) and for stopping dead runs
+  early. A quarter of the way is our choice (docs/studies.md): low enough that any run that learned anything
+  useful clears it, high enough that a run stuck at loss ln C with 10–23% accuracy (seen at batch 8K) does not.
+  """
+  c = 1.0 / int(num_classes)
+  return c + 0.25 * (1.0 - c)
+
+
+@dataclasses.dataclass(frozen=True)
+class Trial:
+  """One run as the analyses see it: what it was for, what was swept, how it ended, and its eval curve.
+
+  ``curve``: eval rows sorted by step, each a dict with ``step, epoch, examples, wall_time`` and the logged
+  metrics (``eval_accuracy``/``eval_loss`` on the test split, ``validation_loss``/``validation_accuracy`` on the
+  held-out split when there is one, ``train_loss``, ``lr``, ``noise_scale``, …).
+  ``budget_epochs``: the duration the trial was configured for (ρ for a full run).
+  ``stopped``: why it ended before its budget: 'target', 'dead', 'nonfinite', 'pruned', or None.
+  """
+  run_id: str
+  batch_size: int
+  optimizer: str = ""
+  variant: str = "original"
+  role: str = "search"
+  technique: str = ""
+  cell: str = ""
+  params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  status: str = "done"
+  stopped: Optional[str] = None
+  budget_epochs: Optional[float] = None
+  curve: Sequence[Mapping[str, Any]] = ()
+  error: Optional[str] = None
+  wall_time: Optional[float] = None
+
+  def last(self, key: str) -> Optional[float]:
+    """The metric at the last eval that logged it."""
+    vals = [r[key] for r in self.curve if r.get(key) is not None]
+    return float(vals[-1]) if vals else None
+
+  def best(self, key: str, mode: str = "max") -> Optional[float]:
+    """The best finite value of the metric over the curve."""
+    vals = [float(r[key]) for r in self.curve if r.get(key) is not None and math.isfinite(float(r[key]))]
+    if not vals:
+      return None
+    return max(vals) if mode == "max" else min(vals)
+
+  @property
+  def final_epoch(self) -> Optional[float]:
+    return float(self.curve[-1]["epoch"]) if self.curve and self.curve[-1].get("epoch") is not None else None
+
+  @property
+  def ran_full_budget(self) -> bool:
+    """Done, not stopped early, and its last eval at (or past) its budget."""
+    if self.status != "done" or self.stopped:
+      return False
+    if self.budget_epochs is None or self.final_epoch is None:
+      return self.status == "done"
+    return self.final_epoch >= self.budget_epochs * (1 - 1e-6)
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+  """The goal of steps-to-target (Shallue et al. 2018): ``metric`` meets ``goal`` (≥ for 'max', ≤ for 'min')."""
+  metric: str = "eval_accuracy"
+  goal: float = 0.99
+  mode: str = "max"
+
+
+@dataclasses.dataclass(frozen=True)
+class Baseline:
+  """A workload's baseline (You et al. 2020 Table 2): batch B0, test accuracy A, validation loss ξ, budget ρ
+  epochs, and the number of training examples N (the full batch B_F)."""
+  batch_size: int
+  accuracy: float
+  val_loss: float
+  epochs: float
+  num_train: int
+  run_id: str = ""
+
+
+def select(trials: Sequence[Trial], **fields: Any) -> list[Trial]:
+  """Trials whose attributes equal the given values, e.g. ``select(ts, role='linear', batch_size=8192)``."""
+  return [t for t in trials if all(getattr(t, k) == v for k, v in fields.items())]

@@ -1,0 +1,64 @@
+"""The layout of a study workdir (running layer)::
+
+  study.sqlite          the results store (store.py): runs, evals, the search's decision log
+  study_config.json     the study config, so ``report`` needs only the workdir
+  commands.txt          every command that ran the study, time-stamped
+  runs/<run_id>/        one trial: trial_config.json, checkpoints/, metrics.jsonl, result.json, log.txt, error.txt
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Optional
+
+import ml_collections
+
+STORE_FILE = "study.sqlite"
+STUDY_CONFIG_FILE = "study_config.json"
+COMMANDS_FILE = "commands.txt"
+TRIAL_CONFIG_FILE = "trial_config.json"
+
+
+def store_path(workdir: str) -> str:
+  return os.path.join(workdir, STORE_FILE)
+
+
+def run_dir(workdir: str, run_id: str) -> str:
+  return os.path.join(workdir, "runs", run_id)
+
+
+def write_text_atomic(path: str, text: str) -> None:
+  """Writes ``text`` to ``path`` through a temporary file and a rename: readers see the old or the new file."""
+  tmp = path + ".tmp"
+  with open(tmp, "w", encoding="utf-8") as f:
+    f.write(text)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+
+
+def save_study_config(study: ml_collections.ConfigDict, workdir: str, command: Optional[str] = None) -> None:
+  """Writes ``study_config.json`` and appends the command to ``commands.txt``."""
+  os.makedirs(workdir, exist_ok=True)
+  write_text_atomic(os.path.join(workdir, STUDY_CONFIG_FILE), study.to_json_best_effort(indent=1, sort_keys=True))
+  if command:
+    with open(os.path.join(workdir, COMMANDS_FILE), "a", encoding="utf-8") as f:
+      f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')}  {command}\n")
+
+
+def load_study_config(workdir: str) -> ml_collections.ConfigDict:
+  """The study config saved by ``run`` (JSON: tuples come back as lists)."""
+  path = os.path.join(workdir, STUDY_CONFIG_FILE)
+  if not os.path.exists(path):
+    raise ValueError(f"{workdir} is not a study workdir (no {STUDY_CONFIG_FILE}); run the study there first.")
+  with open(path, encoding="utf-8") as f:
+    return ml_collections.ConfigDict(json.load(f))
+
+
+def commands(workdir: str) -> list[str]:
+  path = os.path.join(workdir, COMMANDS_FILE)
+  if not os.path.exists(path):
+    return []
+  with open(path, encoding="utf-8") as f:
+    return [ln.strip() for ln in f if ln.strip()]

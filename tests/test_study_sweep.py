@@ -1,0 +1,98 @@
+"""Study expansion and search (pure, no training): tagged trials, readable deterministic run ids, Optuna's
+quasi-random points, the ASHA pruner rebuilt exactly from its log, and one sentence for every bad study config."""
+from __future__ import annotations
+
+import math
+
+import ml_collections
+import pytest
+
+from configs.studies import smoke
+from lamb_lars.study import search, sweep
+
+
+def _study(**changes) -> ml_collections.ConfigDict:
+  c = smoke.get_config()
+  with c.unlocked():
+    for k, v in changes.items():
+      c[k] = v
+    if "sweeps" in changes:
+      c.analysis.techniques = ()
+  return c
+
+
+def test_expand_tags_cells_and_ids():
+  trials = sweep.expand(_study())
+  assert [t.role for t in trials] == ["baseline", "linear", "linear"] + ["technique"] * 4 + ["table3"]
+  assert [t.batch_size for t in trials] == [32, 64, 128, 128, 128, 128, 128, 128]
+  tuned = [t for t in trials if t.technique == "tuned"]
+  assert len({t.cell for t in tuned}) == 1 and all(t.searched for t in tuned)
+  lrs = [t.config.optimizer.learning_rate for t in tuned]
+  assert len(set(lrs)) == 4 and all(0.005 <= lr <= 0.5 for lr in lrs)
+  assert trials[1].run_id.startswith("linear-b64-") and tuned[0].run_id.startswith("tuned-lr")
+  assert trials[-1].variant == "layerwise" and trials[-1].config.optimizer.layerwise
+  assert [t.run_id for t in sweep.expand(_study())] == [t.run_id for t in trials]  # deterministic
+  assert len(trials[0].run_id.split("-")[-1]) == 4
+
+
+def test_quasi_random_points_are_seeded_and_cover_the_range():
+  space = {"lr": ("log", 1e-4, 1e-1), "w": ("linear", 0.0, 5.0)}
+  a, b = search.sample(space, 8, seed=3), search.sample(space, 8, seed=3)
+  assert a == b and a != search.sample(space, 8, seed=4)
+  logs = sorted(math.log10(p["lr"]) for p in a)
+  assert logs[0] < -3.0 and logs[-1] > -2.0                     # spread over the decades, not clustered
+  assert all(1e-4 <= p["lr"] <= 1e-1 and 0 <= p["w"] <= 5 for p in a)
+
+
+def test_asha_decisions_replay_exactly():
+  values = {"a": [0.5, 0.6, 0.7], "b": [0.9, 0.95, 0.97], "c": [0.7, 0.8, 0.85], "d": [0.95, 0.96, 0.99],
+            "e": [0.6, 0.7, 0.8], "f": [0.8, 0.9, 0.95]}
+  s, log = search.CellSearch(min_epochs=1, reduction_factor=3), []
+  for rid, vals in values.items():
+    for epoch, v in enumerate(vals, 1):
+      prune = s.report(rid, epoch, v)
+      log.append((rid, epoch, v, prune))
+      if prune:
+        break
+  pruned = {rid for rid, _, _, p in log if p}
+  assert "a" not in pruned and "b" not in pruned and "d" not in pruned   # best-so-far at rung 1 go on
+  assert {"c", "e"} <= pruned                                           # behind at rung 1
+  replay = search.CellSearch(min_epochs=1, reduction_factor=3)
+  assert [replay.report(rid, e, v) for rid, e, v, _ in log] == [p for *_, p in log]
+  assert not replay.report("a", 1, 0.0)                                 # an already reported step is ignored
+  assert search.rung_epochs(2, 3, 30) == [2, 6, 18]
+
+
+@pytest.mark.parametrize("change, match", [
+    (dict(sweeps=(dict(name="x", fixed={"optimizer.lerning_rate": 0.1}),)), "lerning_rate"),
+    (dict(sweeps=(dict(name="x", search={}, num_trials=3),)), "search space is empty"),
+    (dict(sweeps=(dict(name="x", search={"optimizer.learning_rate": ("log", 0.1, 0.01)}, num_trials=3),)), "empty"),
+    (dict(sweeps=(dict(name="x", search={"optimizer.learning_rate": ("log", 0.01, 0.1)}, num_trials=0),)),
+     "num_trials"),
+    (dict(sweeps=(dict(name="x", fixed={"batch_size": 30, "num_microbatches": 4}),)), "does not divide"),
+    (dict(sweeps=(dict(name="x", fixed={"batch_size": 1024}),)), "exceeds"),
+    (dict(sweeps=(dict(name="x", role="linear", fixed={"optimizer.momentum": 0.8}),)), "batch_size only"),
+    (dict(sweeps=(dict(name="x", role="baseline", grid={"batch_size": (32, 64)}),)), "at most one baseline"),
+    (dict(sweeps=(dict(name="x", role="sideways"),)), "role"),
+    (dict(sweeps=(dict(name="x", variant="sideways"),)), "variant"),
+    (dict(sweeps=(dict(name="x", fixd={}),)), "unknown fields"),
+    (dict(sweeps=(dict(name="x", grid={"batch_size": (32, 32)}),)), "same id"),
+])
+def test_bad_study_configs_fail_with_one_sentence(change, match):
+  with pytest.raises(ValueError, match=match) as e:
+    sweep.expand(_study(**change))
+  assert "\n" not in str(e.value)
+
+
+def test_technique_set_must_be_matched():
+  c = _study()
+  c.analysis.techniques = ("tuned", "lamb")
+  with pytest.raises(ValueError, match=r"\['lamb'\], which no sub-sweep tests"):
+    sweep.expand(c)
+
+
+def test_batch_divisibility_uses_the_trial_devices():
+  c = _study(sweeps=(dict(name="x", fixed={"batch_size": 36}, env={"XLA_FLAGS":
+                                                                   "--xla_force_host_platform_device_count=8"}),))
+  with pytest.raises(ValueError, match="over 8 device"):
+    sweep.expand(c)
