@@ -12,7 +12,8 @@ Expected: 73.37% top-1 on the 50,000 validation images (paper Table 4, batch 128
           and 128K lies in ImageNet's "huge batch" regime (64K, 1.28M), where no recipe reaches 99.5% of it.
 
 Table 4's setting: LARS, peak LR 28 (the effective peak at 128K: `lr_scaling='none'`), 25 warmup epochs (linear),
-momentum 0.94429, cosine decay, weight decay 1e-4, label smoothing 0.1. Chosen here where Table 4 is silent: 90 epochs (Table 2's budget), LARS trust coefficient η = 0.001 with the paper's denominator ‖g‖ + β‖w‖
+momentum 0.94429, cosine decay, weight decay 1e-4, label smoothing 0.1. Chosen here where Table 4 is silent: 90 epochs
+(Table 2's budget), LARS trust coefficient η = 0.001 with the paper's denominator ‖g‖ + β‖w‖
 (You, Gitman & Ginsburg 2017), BN γ/β and biases excluded from weight decay and trust ratios (TF-TPU skip list),
 and BN statistics over groups of 128 examples (the paper's batch-to-core ratio of 128, §4.1).
 
