@@ -7,7 +7,7 @@ Data: one random batch placed on device once, so input-pipeline cost is excluded
 
 Model FLOPs per image are reported two ways: XLA's ``compiled.cost_analysis()['flops']`` (per device, scaled to
 the global batch) and an analytic count, 2 × MACs of every conv and dense layer (shapes from ``jax.eval_shape``)
-× 3 for forward + backward. ResNet-50 at 224²: 4.1 GMAC forward ⇒ ≈ 24.6 GFLOP/img training (DESIGN §2).
+× 3 for forward + backward. ResNet-50 at 224²: 4.1 GMAC forward ⇒ ≈ 24.6 GFLOP/img training (docs/science.md §5).
 MFU = analytic FLOPs/img × img/s / (``--peak_tflops`` × 1e12). ``cpu_ms`` is this process's CPU time per step (all
 threads): on a shared CPU, wall time inflates with contention but CPU time much less, so step_ms ≥ cpu_ms / cores.
 

@@ -6,7 +6,7 @@ Command:  python train.py --config=configs/cifar10_resnet50.py --workdir=runs/ci
 Hardware: one GPU, bf16. 200 epochs = 78,000 steps of 128 = 10 M images; ResNet-50 with the CIFAR stem costs
           ≈ 3·2·1.3 GMAC ≈ 7.8 GFLOP per 32² training image, so ≈ 78 PFLOP in all: ≈ 13 min at a sustained
           100 TFLOP/s; plan for under an hour on one H100 (estimate, not measured). Not practical on the 2-core
-          CPU (DESIGN §2: ~25 img/s for ResNet-50 at 32² there).
+          CPU (docs/science.md §5: ~25 img/s for ResNet-50 at 32² there).
 Expected: 93.9% test accuracy on the 10,000 test images (paper Table 2).
 Larger batches (Table 2's "large" regime is [2K, 25K]): --config.batch_size=2048 scales the LR linearly from 128.
 

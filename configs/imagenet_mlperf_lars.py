@@ -32,15 +32,15 @@ BN statistics: BATCH presets use MLPerf's span rule, `bn.mode='mlperf_span'` wit
 ResNet-50 reference, `batchnorm_span = max(per_device_batch, 64)`): a device holding ≥ 64 examples normalises its
 whole batch (e.g. all 512 at 32K on 64 devices), and 64/b devices pool when it holds b < 64. v4.0 uses
 `bn.mode='ghost'` with 32 examples: NVIDIA's submission pools 2 GPUs × 16 images (its `bn_group`), and ghost
-batches of 32 keep that group size when a device holds more (at 16 per device both rules pool 2 devices). Durations are counted in examples (the run plan's whole-batch epochs round
-1,281,167 / B down): `num_train_steps`, `warmup_examples`, and evaluations / checkpoints every 4 epochs as
-`eval_every_steps` / `checkpoint_every_steps`. Pass the batch as the argument rather than overriding `batch_size`.
+batches of 32 keep that group size when a device holds more (at 16 per device both rules pool 2 devices).
+Built on configs/imagenet_resnet50.py; durations are in epochs (counted in examples, rounded up to steps:
+lamb_lars/durations.py); evaluations and checkpoints every 4 epochs. Pass the batch as the argument rather than
+overriding `batch_size`.
 """
 import math
 
-from configs import default
+from configs import imagenet_resnet50
 
-IMAGENET_TRAIN = 1_281_167
 DEFAULT_BATCH = 32_768
 END_LR = 1e-4
 # (batch upper bound, peak LR, warmup epochs), first match wins.
@@ -66,13 +66,11 @@ def preset(batch: int) -> tuple[float, float]:
 
 def get_config(arg=None):
   v4 = str(arg).lower() in ("v4.0", "v4")
-  config = default.get_config()
-  config.dataset = "imagenet2012"
-  config.image_size = 224
-  config.model = "resnet50"
-  config.num_classes = 1000
-  config.dtype = "bfloat16"
+  config = imagenet_resnet50.get_config()
+  config.zero_init_last_bn = False
   config.label_smoothing = 0.1
+  config.eval_every_epochs = 4.0
+  config.checkpoint_every_epochs = 4.0
   opt = config.optimizer
   opt.name = "lars"
   opt.lr_scaling = "none"
@@ -82,6 +80,7 @@ def get_config(arg=None):
   s = opt.schedule
   s.decay = "poly"
   s.poly_power = 2.0
+  s.step_boundaries_epochs = ()
   s.warmup_shape = "linear"
   if v4:
     batch, lr, warmup, epochs = V4["batch"], V4["lr"], V4["warmup_epochs"], V4["epochs"]
@@ -99,10 +98,7 @@ def get_config(arg=None):
     config.eval_batch_size = 4096
   config.batch_size = batch
   config.num_epochs = float(epochs)
-  config.num_train_steps = math.ceil(epochs * IMAGENET_TRAIN / batch)
-  config.eval_every_steps = math.ceil(4 * IMAGENET_TRAIN / batch)
-  config.checkpoint_every_steps = config.eval_every_steps
   opt.learning_rate = lr
-  s.warmup_examples = int(round(warmup * IMAGENET_TRAIN))
+  s.warmup_epochs = float(warmup)
   s.end_lr_factor = END_LR / lr
   return config

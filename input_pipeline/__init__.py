@@ -8,13 +8,13 @@ Importing this package parses no flags and reads no data.
 from __future__ import annotations
 
 from input_pipeline.common import (DatasetInfo, DatasetNotFoundError, epoch_batch_indices, epoch_permutation,
-                                   steps_per_epoch)
+                                   batches_per_epoch)
 from input_pipeline.device_preprocess import preprocess
-from input_pipeline.pipeline import (eval_batches, get_info, load_arrays, num_train_steps_per_epoch, prepare,
+from input_pipeline.pipeline import (eval_batches, get_info, load_arrays, num_train_batches_per_epoch, prepare,
                                      train_batches, train_stream)
 
 __all__ = [
     "DatasetInfo", "DatasetNotFoundError", "epoch_batch_indices", "epoch_permutation", "eval_batches", "get_info",
-    "load_arrays", "num_train_steps_per_epoch", "prepare", "preprocess", "steps_per_epoch", "train_batches",
+    "load_arrays", "num_train_batches_per_epoch", "prepare", "preprocess", "batches_per_epoch", "train_batches",
     "train_stream",
 ]

@@ -27,8 +27,10 @@ class DatasetNotFoundError(FileNotFoundError):
 class DatasetInfo:
   """Sizes and shapes the trainer needs before it sees any data.
 
-  ``num_train``/``num_eval`` already account for ``validation_split``; ``image_shape`` is what a batch holds
-  per example (for ImageNet the crop size); ``in_memory`` says whether ``load_arrays`` can hand out the split.
+  ``num_train`` is the training set after the ``validation_split`` hold-out, ``num_eval`` the test split (for
+  ImageNet tfds' 'validation' split), ``num_validation`` the hold-out (0 without one); ``image_shape`` is what a
+  batch holds per example (for ImageNet the crop size); ``in_memory`` says whether ``load_arrays`` can hand out
+  the splits.
   """
   name: str
   num_train: int
@@ -36,6 +38,7 @@ class DatasetInfo:
   image_shape: tuple
   num_classes: int
   in_memory: bool
+  num_validation: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,15 +64,24 @@ def resolve_data_dir(config: Any) -> str:
   return os.path.expanduser(data_dir or "~/tensorflow_datasets")
 
 
+SPLITS = ("train", "test", "validation")  # what the trainer reads; 'validation' exists when validation_split > 0
+EVAL_SPLITS = ("test", "validation")
+
+
+def check_split(split: str, allowed: tuple = SPLITS) -> None:
+  if split not in allowed:
+    raise ValueError(f"split must be one of {allowed}; got {split!r}.")
+
+
 def split_views(num_train_split: int, num_test: int, validation_split: int, *, train_split: str = "train",
                 test_split: str = "test") -> dict[str, SplitView]:
-  """The 'train' and 'eval' views: the LAST ``validation_split`` train examples become 'eval' when > 0."""
+  """The 'train', 'test' and 'validation' views: the LAST ``validation_split`` train examples are 'validation'
+  (empty when 0) and are left out of 'train'; 'test' is the stored test split either way."""
   if validation_split < 0 or validation_split >= num_train_split:
-    raise ValueError(f"validation_split must be in [0, {num_train_split}); got {validation_split}.")
-  if validation_split == 0:
-    return {"train": SplitView(train_split, 0, num_train_split), "eval": SplitView(test_split, 0, num_test)}
+    raise ValueError(f"config.validation_split must be in [0, {num_train_split}); got {validation_split}.")
   keep = num_train_split - validation_split
-  return {"train": SplitView(train_split, 0, keep), "eval": SplitView(train_split, keep, validation_split)}
+  return {"train": SplitView(train_split, 0, keep), "test": SplitView(test_split, 0, num_test),
+          "validation": SplitView(train_split, keep, validation_split)}
 
 
 def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
@@ -84,8 +96,9 @@ def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
   return rng.permutation(n).astype(np.int64)
 
 
-def steps_per_epoch(num_train: int, global_batch_size: int) -> int:
-  """Number of full global batches in one epoch (the remainder is dropped, different examples each epoch)."""
+def batches_per_epoch(num_train: int, global_batch_size: int) -> int:
+  """Full global batches in one data epoch (the remainder is dropped, different examples each epoch); the data
+  order only: durations count an epoch as N/B steps (lamb_lars/durations.py)."""
   if global_batch_size <= 0:
     raise ValueError(f"global_batch_size must be positive; got {global_batch_size}.")
   return num_train // global_batch_size
@@ -104,14 +117,14 @@ def _check_process(process_index: int, process_count: int) -> None:
 
 
 def epoch_batch_indices(seed: int, epoch: int, n: int, global_batch_size: int) -> np.ndarray:
-  """int64 [steps_per_epoch, global_batch_size]: row s is the global batch of step s (for on-device gathers)."""
-  steps = steps_per_epoch(n, global_batch_size)
+  """int64 [batches_per_epoch, global_batch_size]: row s is the global batch of step s (for on-device gathers)."""
+  steps = batches_per_epoch(n, global_batch_size)
   return epoch_permutation(seed, epoch, n)[:steps * global_batch_size].reshape(steps, global_batch_size)
 
 
 def train_index_batches(*, seed: int, epoch: int, n: int, global_batch_size: int, start_step: int = 0,
                         process_index: int = 0, process_count: int = 1) -> Iterator[np.ndarray]:
-  """This process's example indices for steps ``start_step .. steps_per_epoch-1`` of ``epoch``.
+  """This process's example indices for steps ``start_step .. batches_per_epoch-1`` of ``epoch``.
 
   Arguments are checked at call time (not at the first ``next``); ValueError when the global batch is larger
   than the training set (no step would ever run).

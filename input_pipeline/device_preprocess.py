@@ -3,7 +3,7 @@
 Images travel host→device as uint8 (4× less transfer than float32); the cast, normalisation and the cheap
 CIFAR augmentation happen here, vectorised over the batch with per-example randomness from one ``rng``.
 
-* MNIST: ``(x/255 − 0.1307) / 0.3081`` (the usual MNIST mean/std); no augmentation (LeNet baseline, DESIGN §1.3).
+* MNIST: ``(x/255 − 0.1307) / 0.3081`` (the usual MNIST mean/std); no augmentation (LeNet baseline, docs/science.md §7).
 * CIFAR-10: training takes a random 32×32 crop of the image zero-padded by 4 and flips it horizontally with
   probability ½ (He et al. 2016); then per-channel mean/std normalisation (statistics of the 50K train set).
 * ImageNet: crops are taken on the host (``imagenet.py``); here only per-channel mean/std normalisation.

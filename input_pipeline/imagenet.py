@@ -47,12 +47,13 @@ def open_split(data_dir: str, split: str) -> Sequence[dict]:
 
 
 def views(config: Any) -> dict[str, SplitView]:
-  """'train'/'eval' views; with ``validation_split`` > 0 the last examples of train are the eval set."""
+  """'train'/'test'/'validation' views: 'test' is tfds' 'validation' split (the 50,000 images every paper reports);
+  with ``validation_split`` > 0 the last examples of tfds' 'train' are our 'validation' hold-out."""
   data_dir = resolve_data_dir(config)
   n_train = len(open_split(data_dir, TRAIN_SPLIT))
-  validation = int(cfg_get(config, "validation_split", 0))
-  n_eval = 0 if validation else len(open_split(data_dir, EVAL_SPLIT))
-  return split_views(n_train, n_eval, validation, train_split=TRAIN_SPLIT, test_split=EVAL_SPLIT)
+  n_test = len(open_split(data_dir, EVAL_SPLIT))
+  return split_views(n_train, n_test, int(cfg_get(config, "validation_split", 0)), train_split=TRAIN_SPLIT,
+                     test_split=EVAL_SPLIT)
 
 
 def image_size(config: Any) -> int:
@@ -177,9 +178,10 @@ def train_batches(config: Any, *, epoch: int, start_step: int, global_batch_size
   return _iterate(records, transform, b, config)
 
 
-def eval_batches(config: Any, *, batch_size: int, process_index: int, process_count: int) -> Iterator[dict]:
-  """This process's padded eval batches ``{'image', 'label', 'mask'}``; each example once over all processes."""
-  view = views(config)["eval"]
+def eval_batches(config: Any, *, batch_size: int, split: str = "test", process_index: int,
+                 process_count: int) -> Iterator[dict]:
+  """This process's padded batches ``{'image', 'label', 'mask'}`` of 'test' or 'validation'; each example once."""
+  view = views(config)[split]
   b = local_batch_size(batch_size, process_count)
   parts = list(eval_index_batches(n=view.count, global_batch_size=batch_size, process_index=process_index,
                                   process_count=process_count))
@@ -195,9 +197,9 @@ def prepare(config: Any) -> None:
 
 
 def num_examples(config: Any) -> tuple[int, int]:
-  """(num_train, num_eval) after the validation hold-out."""
+  """(num_train, num_test) after the validation hold-out."""
   v = views(config)
-  return v["train"].count, v["eval"].count
+  return v["train"].count, v["test"].count
 
 
 def info_shape(config: Any) -> tuple[int, int, int]:

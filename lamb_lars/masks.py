@@ -4,7 +4,7 @@ A path joins the keys from the root of the param tree (the dict under ``'params'
 ``conv1/kernel``, ``fc1/bias``, ``layer1_0/bn1/scale``. A pattern matches a path when ``re.search`` finds it.
 
 Trust ratios and weight decay are usually skipped for biases and for BatchNorm / LayerNorm scale and offset
-(TF-TPU LARS skip list ``batch_normalization``, ``bias``; DESIGN.md §1.5). Flax names those leaves ``bias`` and
+(TF-TPU LARS skip list ``batch_normalization``, ``bias``; docs/science.md §3). Flax names those leaves ``bias`` and
 ``scale`` (Haiku: ``offset``), so the default exclusion is a leaf *named* bias, scale or offset.
 
 Masks follow optax's convention: a tree of booleans with the structure of the params, True where the transformation

@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping
 
 import numpy as np
+
+from lamb_lars import io_utils
 
 
 def _plain(v: Any) -> Any:
@@ -17,20 +19,6 @@ def _plain(v: Any) -> Any:
   if isinstance(v, float) and not math.isfinite(v):
     return str(v)  # JSON has no NaN/inf; keep the fact, as text
   return v
-
-
-def read_jsonl(path: str) -> list[dict]:
-  """Rows of a JSONL file; a torn last line (killed mid-write) is skipped."""
-  if not os.path.exists(path):
-    return []
-  rows = []
-  with open(path) as f:
-    for line in f:
-      try:
-        rows.append(json.loads(line))
-      except json.JSONDecodeError:
-        pass
-  return rows
 
 
 class MetricWriter:
@@ -44,11 +32,8 @@ class MetricWriter:
       return
     os.makedirs(workdir, exist_ok=True)
     # Rows written after the checkpoint we resume from belong to the lost future: drop them.
-    rows = [r for r in read_jsonl(self.path) if r.get("step", 0) <= resume_step]
-    tmp = self.path + ".tmp"
-    with open(tmp, "w") as f:
-      f.writelines(json.dumps(r) + "\n" for r in rows)
-    os.replace(tmp, self.path)
+    rows = [r for r in io_utils.read_jsonl(self.path) if r.get("step", 0) <= resume_step]
+    io_utils.write_text_atomic(self.path, "".join(json.dumps(r) + "\n" for r in rows))
     try:
       from tensorboardX import SummaryWriter
       self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"), purge_step=resume_step + 1 if resume_step else None)
@@ -63,10 +48,7 @@ class MetricWriter:
         if np.ndim(v) == 0 and isinstance(_plain(v), (int, float)):
           self._tb.add_scalar(k, float(v), step)
     if jsonl:
-      row = {"step": int(step), **{k: _plain(v) for k, v in scalars.items()}}
-      with open(self.path, "a") as f:
-        f.write(json.dumps(row) + "\n")
-        f.flush()
+      io_utils.append_jsonl(self.path, {"step": int(step), **{k: _plain(v) for k, v in scalars.items()}})
 
   def flush(self) -> None:
     if self._tb is not None:

@@ -1,14 +1,14 @@
 """Everything about a run that can be decided — and rejected — before anything is compiled.
 
-Each failure is a ``ValueError`` whose message is one sentence naming the config key and the fix.
+Each failure is a ``ValueError`` whose message is one sentence naming the config key and the fix. Every duration
+(total, warmup, eval and checkpoint cadence) is turned into steps by :mod:`lamb_lars.durations` (round up).
 """
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
-from lamb_lars import bn_groups, models
+from lamb_lars import bn_groups, durations, models, stopping
 
 class ConfigError(ValueError):
   """A config that cannot run; the message is one sentence naming the key and the fix."""
@@ -36,9 +36,10 @@ class RunPlan:
   batch_size: int
   num_microbatches: int
   per_device_batch: int        # per micro-batch
-  steps_per_epoch: int         # data epochs: N // B whole batches, each epoch a fresh permutation
-  epoch_length: float          # N / B: durations in epochs count examples seen / N (exact at huge batches)
-  total_steps: int
+  num_train: int               # N training examples (after any validation hold-out)
+  batches_per_epoch: int       # the data order: N // B whole batches per data epoch, each a fresh permutation
+  total_steps: int             # durations (lamb_lars/durations.py) count an epoch as N / B steps, rounded up
+  warmup_steps: int            # of the learning-rate schedule
   eval_every_steps: int
   checkpoint_every_steps: int
   steps_per_call: int
@@ -47,7 +48,7 @@ class RunPlan:
 
   def epoch_of(self, step: int) -> float:
     """Epochs as examples seen / training examples."""
-    return step / self.epoch_length
+    return step * self.batch_size / self.num_train
 
   def next_boundary(self, step: int) -> int:
     """The next step at which the loop must return to the host: an eval, a checkpoint, the end."""
@@ -129,26 +130,27 @@ def make_plan(config: Any, *, num_train: int, num_devices: int) -> RunPlan:
                                 group_devices=int(config.bn.group_devices),
                                 examples_per_group=int(config.bn.examples_per_group),
                                 ghost_batch_size=int(config.bn.ghost_batch_size))
-  steps_per_epoch = num_train // b
-  epoch_length = num_train / b
+  kw = dict(num_train=num_train, batch_size=b)
   if config.num_train_steps > 0:
-    total = int(config.num_train_steps)
+    total = durations.to_steps(config.num_train_steps, "steps", **kw)
   elif config.num_epochs > 0:
-    total = int(math.ceil(config.num_epochs * epoch_length - 1e-9))
+    total = durations.to_steps(config.num_epochs, "epochs", **kw)
   else:
     raise ValueError("Set config.num_epochs or config.num_train_steps to a positive duration.")
-  def every(epochs: float, steps: int) -> int:
-    if steps > 0:
-      return int(steps)
-    return max(1, int(round(epochs * epoch_length))) if epochs > 0 else 0
+  kw["total_steps"] = total
+
+  def every(name: str) -> int:  # ``<name>_steps`` > 0 wins over ``<name>_epochs``; 0 = off
+    unit = "steps" if config[f"{name}_steps"] > 0 else "epochs"
+    return durations.to_steps(max(config[f"{name}_{unit}"], 0), unit, **kw)
+  warmup = durations.steps("warmup", config.optimizer.schedule, default=0, **kw)
+  stopping.validate(config)
   spc = int(config.steps_per_call)
   if spc < 0:
     raise ValueError(f"config.steps_per_call={spc} must be ≥ 0 (0 = automatic).")
   if spc == 0:  # long enough to amortise dispatch, short enough for a live progress bar
-    spc = max(1, min(steps_per_epoch, 50))
+    spc = max(1, min(num_train // b, 50))
   plan = RunPlan(num_devices=num_devices, batch_size=b, num_microbatches=k, per_device_batch=per_device,
-                 steps_per_epoch=steps_per_epoch, epoch_length=epoch_length, total_steps=total,
-                 eval_every_steps=every(config.eval_every_epochs, config.eval_every_steps),
-                 checkpoint_every_steps=every(config.checkpoint_every_epochs, config.checkpoint_every_steps),
+                 num_train=num_train, batches_per_epoch=num_train // b, total_steps=total, warmup_steps=warmup,
+                 eval_every_steps=every("eval_every"), checkpoint_every_steps=every("checkpoint_every"),
                  steps_per_call=spc, bn=bn)
   return dataclasses.replace(plan, diagnostics=diagnostics_plan(config, plan))

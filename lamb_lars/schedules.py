@@ -7,9 +7,12 @@ Scaling rules (peak LR from the LR tuned at a base batch B0):
   linear  η = η0 · B/B0          (Krizhevsky 2014, "One weird trick"; Goyal et al. 2017)
   sqrt    η = η0 · sqrt(B/B0)    (Krizhevsky 2014; Hoffer, Hubara & Soudry 2017)
 
-Warmup (t < W), starting from η·f0 (``warmup_init_factor``, default 0):
-  linear  η · (f0 + (1 − f0) · t/W)                           (Goyal et al. 2017)
-  cosine  η · (f0 + (1 − f0) · ½(1 − cos(π t/W)))             (paper §3: "cosine warmup + cosine decay")
+Warmup (t < W) over f0 = ``warmup_init_factor`` (default 0) and x = (t + 1)/W, the fraction of warmup done once
+update t is applied:
+  linear  η · (f0 + (1 − f0) · x)                             (Goyal et al. 2017)
+  cosine  η · (f0 + (1 − f0) · ½(1 − cos(π x)))               (paper §3: "cosine warmup + cosine decay")
+so the first update (t = 0) already moves, with η·(f0 + (1 − f0)/W) > 0 even for f0 = 0, and the last warmup update
+(t = W − 1) uses the peak η; decay starts at t = W.
 
 Decay, with s = t − W and e = ``end_lr_factor``:
   constant  η
@@ -54,17 +57,22 @@ def constant(peak: float) -> optax.Schedule:
   return lambda count: jnp.full_like(_t(count), peak)
 
 
+def _warmup_fraction(count: Any, w: int) -> Any:
+  """x = min(t + 1, W)/W: the fraction of warmup done once update t is applied (1/W at t = 0, 1 at t = W − 1)."""
+  return jnp.minimum(_t(count) + 1.0, w) / w
+
+
 def linear_warmup(peak: float, steps: int, init_factor: float = 0.0) -> optax.Schedule:
-  """lr(t) = η·(f0 + (1 − f0)·min(t, W)/W) (Goyal et al. 2017)."""
+  """lr(t) = η·(f0 + (1 − f0)·min(t + 1, W)/W) (Goyal et al. 2017); the first update is η·(f0 + (1 − f0)/W)."""
   w = max(int(steps), 1)
-  return lambda count: peak * (init_factor + (1.0 - init_factor) * jnp.minimum(_t(count), w) / w)
+  return lambda count: peak * (init_factor + (1.0 - init_factor) * _warmup_fraction(count, w))
 
 
 def cosine_warmup(peak: float, steps: int, init_factor: float = 0.0) -> optax.Schedule:
-  """lr(t) = η·(f0 + (1 − f0)·½(1 − cos(π·min(t, W)/W)))."""
+  """lr(t) = η·(f0 + (1 − f0)·½(1 − cos(π·min(t + 1, W)/W)))."""
   w = max(int(steps), 1)
   return lambda count: peak * (init_factor + (1.0 - init_factor)
-                               * 0.5 * (1.0 - jnp.cos(jnp.pi * jnp.minimum(_t(count), w) / w)))
+                               * 0.5 * (1.0 - jnp.cos(jnp.pi * _warmup_fraction(count, w))))
 
 
 def cosine_decay(peak: float, steps: int, end_factor: float = 0.0) -> optax.Schedule:
@@ -120,15 +128,14 @@ def _get(cfg: Any, key: str, default: Any) -> Any:
   return default if value is None else value
 
 
-def create_schedule(cfg: Any, peak: float, *, total_steps: int, steps_per_epoch: float,
-                    batch_size: int) -> optax.Schedule:
+def create_schedule(cfg: Any, peak: float, *, total_steps: int, num_train: int, batch_size: int) -> optax.Schedule:
   """The schedule described by ``cfg`` (the ``config.optimizer.schedule`` subtree) with peak LR ``peak``.
 
-  Durations (``warmup_*``, ``cycle_*``) go through :func:`lamb_lars.durations.to_steps`; step boundaries are given
-  in epochs (``step_boundaries_epochs``) and counted from step 0, warmup included.
+  Every duration (``warmup_*``, ``cycle_*``, ``step_boundaries_epochs``) goes through
+  :mod:`lamb_lars.durations` (epochs are N/B steps, rounded up); step boundaries count from step 0, warmup included.
   """
-  kw = dict(steps_per_epoch=steps_per_epoch, batch_size=batch_size, total_steps=total_steps)
-  warmup_steps = durations.to_steps(cfg, "warmup", default=0, **kw)
+  kw = dict(num_train=num_train, batch_size=batch_size, total_steps=total_steps)
+  warmup_steps = durations.steps("warmup", cfg, default=0, **kw)
   shape = _get(cfg, "warmup_shape", "linear")
   if shape not in WARMUP_SHAPES:
     raise ValueError(f"schedule.warmup_shape must be one of {WARMUP_SHAPES}; got {shape!r}.")
@@ -145,12 +152,10 @@ def create_schedule(cfg: Any, peak: float, *, total_steps: int, steps_per_epoch:
     decay = polynomial_decay(peak, decay_steps, end, float(_get(cfg, "poly_power", 2.0)))
   elif kind == "step":
     epochs = _get(cfg, "step_boundaries_epochs", ())
-    bounds = [int(math.ceil(float(e) * steps_per_epoch - 1e-9)) - warmup_steps for e in epochs]
+    bounds = [durations.to_steps(float(e), "epochs", **kw) - warmup_steps for e in epochs]
     decay = step_decay(peak, bounds, float(_get(cfg, "step_factor", 0.1)))
   elif kind == "cyclical":
-    cycle = durations.to_steps(cfg, "cycle", **kw)
-    decay = cyclical(peak, cycle, end, _get(cfg, "cycle_shape", "triangular"))
+    decay = cyclical(peak, durations.steps("cycle", cfg, **kw), end, _get(cfg, "cycle_shape", "triangular"))
   else:
     raise ValueError(f"schedule.decay must be one of {DECAYS}; got {kind!r}.")
   return warmup_then(warm, decay, warmup_steps)
-

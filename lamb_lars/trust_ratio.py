@@ -28,6 +28,7 @@ clipped r̃, and the relative step lr·r·‖u‖/‖w‖ (0 where ‖w‖ = 0);
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, NamedTuple, Optional, Sequence, Union
 
@@ -226,6 +227,34 @@ def scale_by_trust_ratio(
     return new_updates, TrustRatioState(count=optax.safe_increment(state.count), stats=stats)
 
   return optax.GradientTransformation(init_fn, update_fn)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrustRatio:
+  """The settings of :func:`scale_by_trust_ratio` as one value, passed down from a config or an alias unchanged.
+
+  ``TrustRatio(trust_coefficient=0.001, denominator='paper')`` is LARS's ratio; ``.replace(weight_decay=1e-4)``
+  changes one field; ``.transform(lr)`` is the transformation. Field meanings: :func:`scale_by_trust_ratio`.
+  """
+  trust_coefficient: float = 1.0
+  eps: float = 0.0
+  denominator: str = "optax"
+  weight_decay: float = 0.0
+  weight_decay_mask: Any = True
+  adaptation_mask: Any = True
+  ratio_bounds: Bounds = None
+  phi_bounds: Bounds = None
+  zero_norm_ratio: float = 1.0
+  stacked_mask: Any = False
+  track_stats: bool = False
+
+  def replace(self, **changes: Any) -> "TrustRatio":
+    return dataclasses.replace(self, **changes)
+
+  def transform(self, learning_rate: Optional[optax.ScalarOrSchedule] = None) -> optax.GradientTransformation:
+    """:func:`scale_by_trust_ratio` with these settings (``learning_rate`` only feeds the statistics)."""
+    return scale_by_trust_ratio(**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
+                                learning_rate=learning_rate)
 
 
 def _find_states(opt_state: Any) -> list[TrustRatioState]:

@@ -1,4 +1,4 @@
-"""Independent float64 numpy reference for the optimizers, written from the formulas (DESIGN.md §1.5), not the code.
+"""Independent float64 numpy reference for the optimizers, written from the formulas (docs/science.md §3), not the code.
 
 Params and gradients are flat ``{path: np.ndarray}`` dicts. One ``Reference`` object runs one optimizer:
 

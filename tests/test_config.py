@@ -54,11 +54,22 @@ def test_bad_value_is_one_sentence(tmp_path):
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[os.path.relpath(p, ROOT) for p in CONFIGS])
 def test_every_config_loads_and_validates(path):
-  from lamb_lars import optimizers
+  from lamb_lars import optimizer_config
   cfg = parse(path=os.path.relpath(path, ROOT))
   if "optimizer" in cfg:
-    optimizers.validate_config(cfg.optimizer)
+    optimizer_config.validate_config(cfg.optimizer)
   assert (cfg.__doc__ if hasattr(cfg, "__doc__") else True)
   with open(path) as f:
     doc = f.read()
   assert "Command" in doc or "command" in doc, f"{path} docstring should state its command"
+
+
+def test_configs_are_data():
+  """Configs import only ml_collections and other configs (flax / big_vision style); the library validates them."""
+  import ast
+  for path in glob.glob(os.path.join(ROOT, "configs", "*.py")):
+    for node in ast.walk(ast.parse(open(path).read())):
+      names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+          [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+      for name in names:
+        assert name.split(".")[0] in ("ml_collections", "configs", "math", "__future__", "typing"), (path, name)

@@ -94,8 +94,8 @@ def test_validation_split_holds_out_the_end_of_train():
   with tfds.testing.mock_data(num_examples=64, policy=MOCK):
     info = ip.get_info(config)
     train_labels = np.array([imagenet.open_split("/nonexistent", "train")[i]["label"] for i in range(64)])
-    evals = collect(ip.eval_batches(config, batch_size=8))
-  assert (info.num_train, info.num_eval) == (44, 20)
+    evals = collect(ip.eval_batches(config, batch_size=8, split="validation"))
+  assert (info.num_train, info.num_eval, info.num_validation) == (44, 64, 20)
   np.testing.assert_array_equal(np.concatenate([b["label"][b["mask"]] for b in evals]), train_labels[44:])
 
 

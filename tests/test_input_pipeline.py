@@ -197,7 +197,7 @@ def test_wheel_pickle_has_the_documented_sha256():
 
 def test_real_mnist_arrays_match_the_verified_pickle(mnist_dir):
   expected = mnist.load_verified_pickle(mnist.find_pickle())
-  for split, stored in (("train", "train"), ("eval", "test")):
+  for split, stored in (("train", "train"), ("test", "test")):
     images, labels = ip.load_arrays(make_config(data_dir=mnist_dir), split)
     assert images.dtype == np.uint8 and labels.dtype == np.int32 and images.shape[1:] == (28, 28, 1)
     np.testing.assert_array_equal(images, expected[stored][0])
@@ -217,15 +217,23 @@ def test_cached_arrays_load_fast(mnist_dir):
 
 
 def test_validation_split_holds_out_the_last_5k(mnist_dir):
+  """MNIST 55K/5K/10K (You et al. 2020): train on the first 55K, validate on the last 5K, test on the 10K."""
   config = make_config(data_dir=mnist_dir, validation_split=5000)
   full_images, full_labels = ip.load_arrays(make_config(data_dir=mnist_dir), "train")
   train_images, _ = ip.load_arrays(config, "train")
-  eval_images, eval_labels = ip.load_arrays(config, "eval")
+  val_images, val_labels = ip.load_arrays(config, "validation")
   np.testing.assert_array_equal(train_images, full_images[:55_000])
-  np.testing.assert_array_equal(eval_images, full_images[55_000:])
-  np.testing.assert_array_equal(eval_labels, full_labels[55_000:])
+  np.testing.assert_array_equal(val_images, full_images[55_000:])
+  np.testing.assert_array_equal(val_labels, full_labels[55_000:])
+  _, test_labels = ip.load_arrays(config, "test")
+  assert len(test_labels) == 10_000
+  val = list(ip.eval_batches(config, batch_size=2000, split="validation"))
+  np.testing.assert_array_equal(np.concatenate([b["label"][b["mask"]] for b in val]), full_labels[55_000:])
+  assert sum(b["mask"].sum() for b in ip.eval_batches(config, batch_size=2000)) == 10_000   # 'test' by default
   info = ip.get_info(config)
-  assert (info.num_train, info.num_eval) == (55_000, 5000)
+  assert (info.num_train, info.num_eval, info.num_validation) == (55_000, 10_000, 5000)
+  with pytest.raises(ValueError, match="split must be one of"):
+    ip.load_arrays(config, "eval")
 
 
 def test_train_batches_deterministic_resumable_and_sharded(mnist_dir):
@@ -249,7 +257,7 @@ def test_train_batches_deterministic_resumable_and_sharded(mnist_dir):
 
 def test_eval_batches_cover_the_10k_test_set_once_with_batch_768(mnist_dir):
   config = make_config(data_dir=mnist_dir)
-  _, test_labels = ip.load_arrays(config, "eval")
+  _, test_labels = ip.load_arrays(config, "test")
   for procs in (1, 2):
     per_proc = [list(ip.eval_batches(config, batch_size=768, process_index=p, process_count=procs))
                 for p in range(procs)]
@@ -283,10 +291,13 @@ def test_cifar10_from_mock_data_source():
   with tfds.testing.mock_data(num_examples=40, policy=MOCK):
     info = ip.get_info(config)
     batches = list(ip.train_batches(config, epoch=0, global_batch_size=16, process_index=1, process_count=2))
-    evals = list(ip.eval_batches(config, batch_size=6))
-  assert (info.num_train, info.num_eval, info.image_shape, info.in_memory) == (32, 8, (32, 32, 3), True)
+    evals = list(ip.eval_batches(config, batch_size=6, split="validation"))
+    tests = list(ip.eval_batches(config, batch_size=6))
+  assert (info.num_train, info.num_eval, info.num_validation, info.image_shape, info.in_memory) == (
+      32, 40, 8, (32, 32, 3), True)
   assert len(batches) == 2 and batches[0]["image"].shape == (8, 32, 32, 3) and batches[0]["image"].dtype == np.uint8
   assert len(evals) == 2 and sum(b["mask"].sum() for b in evals) == 8
+  assert sum(b["mask"].sum() for b in tests) == 40
 
 
 # --- synthetic ------------------------------------------------------------------------------------------

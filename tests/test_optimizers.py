@@ -8,6 +8,8 @@ import optax
 import pytest
 
 import reference_optimizers as ref
+from configs import optimizer as optimizer_defaults
+from lamb_lars import optimizer_config as OC
 from lamb_lars import optimizers as O
 
 LR = 0.1
@@ -20,7 +22,7 @@ def schedule(count):
 
 
 def _cfg(**kw):
-  c = O.default_config()
+  c = optimizer_defaults.get_config()
   for k, v in kw.items():
     c[k] = v
   return c
@@ -80,23 +82,23 @@ CASES = [
 ]
 # The "original" solvers and the config glue: built from config.optimizer.
 for _name in ("sgd", "momentum", "nesterov", "adagrad", "rmsprop", "adam"):
-  CASES.append((f"cfg_{_name}", lambda n=_name: O.optimizer_from_config(_cfg(name=n, weight_decay=0.01), LR),
+  CASES.append((f"cfg_{_name}", lambda n=_name: OC.optimizer_from_config(_cfg(name=n, weight_decay=0.01), LR),
                 dict(kind="original", base=_name, lr=LR, momentum=0.9, weight_decay=0.01,
                      eps={"adagrad": 1e-7}.get(_name, 1e-8))))
 CASES += [
-    ("cfg_adamw", lambda: O.optimizer_from_config(_cfg(name="adamw", weight_decay=0.01), LR),
+    ("cfg_adamw", lambda: OC.optimizer_from_config(_cfg(name="adamw", weight_decay=0.01), LR),
      dict(kind="adamw", base="adam", lr=LR, weight_decay=0.01)),
-    ("cfg_lars_optax", lambda: O.optimizer_from_config(_cfg(name="lars", weight_decay=0.01, denominator="optax",
+    ("cfg_lars_optax", lambda: OC.optimizer_from_config(_cfg(name="lars", weight_decay=0.01, denominator="optax",
                                                             nesterov=True), LR),
      dict(kind="lars", lr=LR, momentum=0.9, nesterov=True, weight_decay=0.01, trust_coefficient=0.001)),
-    ("cfg_lamb_bound", lambda: O.optimizer_from_config(_cfg(name="lamb", weight_decay=0.01, ratio_bounds=LW_B,
+    ("cfg_lamb_bound", lambda: OC.optimizer_from_config(_cfg(name="lamb", weight_decay=0.01, ratio_bounds=LW_B,
                                                             phi_bounds=(None, 10.0)), LR),
      dict(kind="layerwise", base="adam", lr=LR, eps=1e-6, weight_decay=0.01, ratio_bounds=LW_B,
           phi_bounds=(None, 10.0))),
-    ("cfg_rmsprop_layerwise_bound", lambda: O.optimizer_from_config(
+    ("cfg_rmsprop_layerwise_bound", lambda: OC.optimizer_from_config(
         _cfg(name="rmsprop", layerwise=True, weight_decay=0.01, ratio_bounds=LW_B), LR),
      dict(kind="layerwise", base="rmsprop", lr=LR, weight_decay=0.01, ratio_bounds=LW_B)),
-    ("cfg_momentum_layerwise_masks", lambda: O.optimizer_from_config(
+    ("cfg_momentum_layerwise_masks", lambda: OC.optimizer_from_config(
         _cfg(name="momentum", layerwise=True, weight_decay=0.01, weight_decay_mask="", adaptation_mask="bias$"), LR),
      dict(kind="layerwise", base="momentum", momentum=0.9, lr=LR, weight_decay=0.01, wd_exclude=None,
           adapt_exclude="bias$")),
@@ -196,7 +198,7 @@ def test_paper_and_optax_denominators_differ():
 # ------------------------------------------------------------------------------------------------ config glue
 
 def test_default_config_has_every_key_and_validates():
-  c = O.default_config()
+  c = optimizer_defaults.get_config()
   for key in ("name", "learning_rate", "lr_scaling", "base_batch_size", "momentum", "nesterov", "b1", "b2", "eps",
               "weight_decay", "layerwise", "ratio_bounds", "trust_coefficient", "denominator", "phi_bounds",
               "weight_decay_mask", "adaptation_mask", "gradient_clip_norm", "track_stats", "schedule"):
@@ -204,7 +206,7 @@ def test_default_config_has_every_key_and_validates():
   for key in ("warmup_steps", "warmup_epochs", "warmup_shape", "decay", "poly_power", "end_lr_factor",
               "step_boundaries_epochs", "step_factor", "cycle_steps", "cycle_shape"):
     assert key in c.schedule, key
-  O.validate_config(c)
+  OC.validate_config(c)
 
 
 @pytest.mark.parametrize("key,value", [
@@ -213,7 +215,7 @@ def test_default_config_has_every_key_and_validates():
     ("weight_decay_mask", "(["), ("layerwise", True), ("schedule.decay", "exp"), ("schedule.warmup_shape", "step"),
     ("schedule.step_boundaries_epochs", ()), ("schedule.cycle_steps", -1)])
 def test_validate_config_names_the_bad_key(key, value):
-  c = O.default_config()
+  c = optimizer_defaults.get_config()
   c.name = "lars" if key == "layerwise" else ("sgd" if key != "name" else c.name)
   if key == "schedule.step_boundaries_epochs":
     c.schedule.decay = "step"
@@ -224,30 +226,31 @@ def test_validate_config_names_the_bad_key(key, value):
     c.layerwise = True
   node[leaf] = value
   with pytest.raises(ValueError, match=f"config.optimizer.{key} must be"):
-    O.validate_config(c)
+    OC.validate_config(c)
 
 
 def test_bounds_without_layerwise_are_rejected():
-  c = O.default_config()
+  c = optimizer_defaults.get_config()
   c.ratio_bounds = (0.1, 1.0)
   with pytest.raises(ValueError, match="ratio_bounds"):
-    O.validate_config(c)
+    OC.validate_config(c)
 
 
 @pytest.mark.parametrize("rule,factor", [("none", 1.0), ("linear", 32.0), ("sqrt", 32.0 ** 0.5)])
 def test_create_optimizer_scales_lr_and_returns_schedule(rule, factor):
-  c = O.default_config()
+  c = optimizer_defaults.get_config()
   c.lr_scaling, c.learning_rate, c.base_batch_size = rule, 0.1, 256
   c.schedule.warmup_epochs, c.schedule.decay = 2.0, "poly"
-  tx, lr = O.create_optimizer(c, total_steps=100, steps_per_epoch=10.0, batch_size=8192)
-  np.testing.assert_allclose([float(lr(0)), float(lr(20)), float(lr(100))], [0.0, 0.1 * factor, 0.0], atol=1e-7)
+  tx, lr = OC.create_optimizer(c, total_steps=100, num_train=81920, batch_size=8192)
+  np.testing.assert_allclose([float(lr(0)), float(lr(19)), float(lr(100))], [0.1 * factor / 20, 0.1 * factor, 0.0],
+                             rtol=1e-6, atol=1e-7)   # 2 epochs of warmup = 20 steps, first update η/20
   assert isinstance(tx, optax.GradientTransformation)
 
 
 def test_gradient_clipping_comes_first():
-  c = O.default_config()
+  c = optimizer_defaults.get_config()
   c.name, c.gradient_clip_norm, c.schedule.decay, c.lr_scaling = "sgd", 1.0, "constant", "none"
-  tx, _ = O.create_optimizer(c, total_steps=10, steps_per_epoch=1.0, batch_size=256)
+  tx, _ = OC.create_optimizer(c, total_steps=10, num_train=256, batch_size=256)
   p = {"w": jnp.ones(4)}
   u, _ = tx.update({"w": jnp.full(4, 10.0)}, tx.init(p), p)
   np.testing.assert_allclose(np.asarray(u["w"]), -0.1 * 0.5 * np.ones(4), rtol=1e-6)  # ‖g‖ = 20 → clipped to 1
@@ -271,17 +274,40 @@ def test_table3_command_parses_with_locked_config_and_builds(command):
   from absl import flags
   from ml_collections import config_flags
   root = ml_collections.ConfigDict({"batch_size": 256})
-  root.optimizer = O.default_config()
+  root.optimizer = optimizer_defaults.get_config()
   argv = ["prog"] + [a for a in shlex.split(command) if a.startswith("--config.")]
   fv = flags.FlagValues()
   # config_flags finds the override flags in sys_argv (sys.argv by default, which is pytest's here).
   config_flags.DEFINE_config_dict("config", root, flag_values=fv, lock_config=True, sys_argv=argv)
   fv(argv)
   cfg = fv.config
-  O.validate_config(cfg.optimizer)
-  tx, _ = O.create_optimizer(cfg.optimizer, total_steps=100, steps_per_epoch=10.0, batch_size=cfg.batch_size)
+  OC.validate_config(cfg.optimizer)
+  tx, _ = OC.create_optimizer(cfg.optimizer, total_steps=100, num_train=10 * cfg.batch_size, batch_size=cfg.batch_size)
   if "ratio_bounds" in command:
     assert tuple(cfg.optimizer.ratio_bounds) == (0.01, 10.0)
   p = ref.nest({k: jnp.asarray(v, jnp.float32) for k, v in ref.make_problem(steps=1)[0].items()})
   u, _ = tx.update(p, tx.init(p), p)
   assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(u))
+
+
+def test_trust_ratio_travels_as_one_value():
+  """A TrustRatio value and its fields as keywords build the same optimizer; the package exports the aliases."""
+  import lamb_lars
+  from lamb_lars import trust_ratio as tr
+  assert lamb_lars.lars is O.lars and lamb_lars.lamb is O.lamb and lamb_lars.scale_by_trust_ratio is tr.scale_by_trust_ratio
+  params = {"w": jnp.arange(1.0, 5.0), "bias": jnp.ones(2)}
+  grads = jax.tree.map(lambda p: 0.1 * p, params)
+  trust = O.LARS_TRUST.replace(weight_decay=0.01, trust_coefficient=0.02)
+  a, b = O.lars(LR, trust=trust), lamb_lars.lars(LR, weight_decay=0.01, trust_coefficient=0.02)
+  ua, _ = a.update(grads, a.init(params), params)
+  ub, _ = b.update(grads, b.init(params), params)
+  jax.tree.map(np.testing.assert_array_equal, ua, ub)
+  cfg = optimizer_defaults.get_config()
+  cfg.name, cfg.weight_decay = "lars", 0.01
+  got = OC.trust_from_config(cfg)
+  assert (got.trust_coefficient, got.denominator, got.weight_decay) == (0.001, "paper", 0.01)
+
+
+def test_config_default_mask_matches_the_library():
+  from lamb_lars import masks
+  assert optimizer_defaults.DEFAULT_EXCLUDE == masks.DEFAULT_EXCLUDE

@@ -186,14 +186,15 @@ def test_recipe_has_the_papers_effective_numbers(name, arg):
   assert (opt.name, plan.batch_size) == (want["opt"], want["batch"])
   peak = schedules.scale_learning_rate(opt.learning_rate, plan.batch_size, opt.base_batch_size, opt.lr_scaling)
   np.testing.assert_allclose(peak, want["peak"], rtol=1e-12)
-  kw = dict(steps_per_epoch=plan.epoch_length, batch_size=plan.batch_size, total_steps=plan.total_steps)
-  warmup = durations.to_steps(opt.schedule, "warmup", default=0, **kw)
+  kw = dict(num_train=plan.num_train, batch_size=plan.batch_size, total_steps=plan.total_steps)
+  warmup = durations.steps("warmup", opt.schedule, default=0, **kw)
+  assert warmup == plan.warmup_steps
   if "warmup" in want:
     assert warmup == want["warmup"]
   lr = schedules.create_schedule(opt.schedule, peak, **kw)
   np.testing.assert_allclose(float(lr(warmup)), peak, rtol=1e-6)          # the peak is reached after warmup
-  if "lr0" in want:
-    np.testing.assert_allclose(float(lr(0)), want["lr0"], rtol=1e-6)
+  if "lr0" in want:   # warmup from f0·η = lr0: the first update uses lr0 + (η − lr0)/W
+    np.testing.assert_allclose(float(lr(0)), want["lr0"] + (peak - want["lr0"]) / warmup, rtol=1e-6)
   for key, attr in (("ls", cfg.label_smoothing), ("momentum", opt.momentum), ("steps", plan.total_steps),
                     ("decay", opt.schedule.decay), ("ghost", plan.bn.ghost_batch_size),
                     ("group", plan.bn.group_devices)):

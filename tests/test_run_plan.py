@@ -1,4 +1,6 @@
 """Validation before compiling: one clear sentence per problem; step arithmetic."""
+import math
+
 import pytest
 
 from configs import default
@@ -8,19 +10,19 @@ from lamb_lars import run_plan
 def cfg(**kw):
   c = default.get_config()
   for k, v in kw.items():
-    node, *rest = k.split(".")
-    if rest:
-      c[node][rest[0]] = v
-    else:
-      c[k] = v
+    *path, last = k.split(".")
+    node = c
+    for part in path:
+      node = node[part]
+    node[last] = v
   return c
 
 
 def test_plan_arithmetic():
   p = run_plan.make_plan(cfg(batch_size=256, num_epochs=2.0), num_train=60000, num_devices=8)
-  assert (p.steps_per_epoch, p.total_steps, p.per_device_batch) == (234, 469, 32)   # ⌈2 · 60000/256⌉
-  assert p.eval_every_steps == 234 and p.chunk_size(0) == 50 and p.chunk_size(200) == 34
-  assert p.next_boundary(234) == 468 and p.next_boundary(468) == 469
+  assert (p.batches_per_epoch, p.total_steps, p.per_device_batch) == (234, 469, 32)   # ⌈2 · 60000/256⌉
+  assert p.eval_every_steps == 235 and p.chunk_size(0) == 50 and p.chunk_size(200) == 35   # ⌈234.375⌉
+  assert p.next_boundary(235) == 469 and p.next_boundary(468) == 469
   assert p.epoch_of(469) == pytest.approx(469 * 256 / 60000)
 
 
@@ -28,7 +30,7 @@ def test_huge_batch_epochs_count_examples():
   """At batch 819,200 on ImageNet, 90 epochs are 141 steps (paper §3.1), not 90 whole-batch data epochs."""
   c = cfg(batch_size=819200, num_epochs=90.0, dataset="imagenet2012")
   p = run_plan.make_plan(c, num_train=1281167, num_devices=8)
-  assert (p.total_steps, p.steps_per_epoch) == (141, 1)
+  assert (p.total_steps, p.batches_per_epoch) == (141, 1)
 
 
 def test_steps_override_epochs():
@@ -38,7 +40,7 @@ def test_steps_override_epochs():
 
 def test_accumulation_per_device_batch():
   p = run_plan.make_plan(cfg(batch_size=60000, num_microbatches=15), num_train=60000, num_devices=8)
-  assert p.per_device_batch == 500 and p.steps_per_epoch == 1
+  assert p.per_device_batch == 500 and p.batches_per_epoch == 1
 
 
 @pytest.mark.parametrize("kw, words", [
@@ -50,6 +52,10 @@ def test_accumulation_per_device_batch():
     (dict(parallelism="tpu"), "config.parallelism"),
     (dict(eval_batch_size=1001), "eval_batch_size"),
     (dict(num_epochs=0.0), "positive duration"),
+    (dict(**{"optimizer.schedule.warmup_steps": 5, "optimizer.schedule.warmup_epochs": 1.0}), "one unit only"),
+    (dict(**{"stop.target_mode": "up"}), "config.stop.target_mode"),
+    (dict(**{"stop.target_metric": "validation_loss"}), "needs config.validation_split"),
+    (dict(**{"stop.dead_after_fraction": 1.5}), "dead_after_fraction"),
 ])
 def test_errors(kw, words):
   with pytest.raises(ValueError, match=words.replace("(", r"\(")):
@@ -59,6 +65,19 @@ def test_errors(kw, words):
 def test_per_device_batch_below_one():
   with pytest.raises(ValueError, match="not divisible"):
     run_plan.make_plan(cfg(batch_size=4), num_train=60000, num_devices=8)
+
+
+def test_every_duration_rounds_up_in_the_same_way():
+  """Total, warmup, eval and checkpoint cadence all go through lamb_lars.durations: epochs are N/B steps, rounded up."""
+  c = cfg(batch_size=256, num_epochs=1.5, eval_every_epochs=0.5, checkpoint_every_epochs=0.25,
+          **{"optimizer.schedule.warmup_epochs": 0.1})
+  p = run_plan.make_plan(c, num_train=60000, num_devices=8)
+  n_b = 60000 / 256
+  assert (p.total_steps, p.eval_every_steps, p.checkpoint_every_steps, p.warmup_steps) == tuple(
+      math.ceil(e * n_b) for e in (1.5, 0.5, 0.25, 0.1))
+  c = cfg(num_train_steps=10, eval_every_steps=3, eval_every_epochs=1.0, checkpoint_every_epochs=0.0)
+  p = run_plan.make_plan(c, num_train=60000, num_devices=8)
+  assert (p.total_steps, p.eval_every_steps, p.checkpoint_every_steps) == (10, 3, 0)  # steps win; 0 = off
 
 
 # ------------------------------------------------ diagnostics under BN groups that span devices (issue 10, item 8)

@@ -10,7 +10,8 @@ import numpy as np
 import optax
 import pytest
 
-from lamb_lars import optimizers, schedules as S
+from configs import optimizer as optimizer_defaults
+from lamb_lars import schedules as S
 
 PEAK = 2.0
 T = np.arange(0, 131)
@@ -28,13 +29,27 @@ def test_scaling_rules(rule, want):
 
 
 def test_warmups_match_formula_and_optax():
+  """Update t uses x = min(t + 1, W)/W: the first update moves, the last warmup update (t = W − 1) uses the peak."""
   w, f0 = 40, 0.1
-  lin = PEAK * (f0 + (1 - f0) * np.minimum(T, w) / w)
-  cos = PEAK * (f0 + (1 - f0) * 0.5 * (1 - np.cos(np.pi * np.minimum(T, w) / w)))
+  x = np.minimum(T + 1, w) / w
+  lin = PEAK * (f0 + (1 - f0) * x)
+  cos = PEAK * (f0 + (1 - f0) * 0.5 * (1 - np.cos(np.pi * x)))
   np.testing.assert_allclose(values(S.linear_warmup(PEAK, w, f0)), lin, rtol=1e-6)
   np.testing.assert_allclose(values(S.cosine_warmup(PEAK, w, f0)), cos, rtol=1e-6, atol=1e-7)
-  np.testing.assert_allclose(values(S.linear_warmup(PEAK, w, f0)), values(optax.linear_schedule(f0 * PEAK, PEAK, w)),
-                             rtol=1e-6)
+  np.testing.assert_allclose(values(S.linear_warmup(PEAK, w, f0)),                  # optax's, one step ahead
+                             values(optax.linear_schedule(f0 * PEAK, PEAK, w), T + 1), rtol=1e-6)
+
+
+@pytest.mark.parametrize("shape", ["linear", "cosine"])
+def test_first_update_lr_is_nonzero_by_default(shape):
+  """With the default warmup_init_factor = 0 the first update already moves (η/W for linear warmup)."""
+  cfg = _cfg(warmup_steps=10, warmup_shape=shape, decay="cosine")
+  assert cfg.warmup_init_factor == 0.0
+  sched = S.create_schedule(cfg, PEAK, total_steps=100, num_train=2560, batch_size=256)
+  assert float(sched(0)) > 0.0
+  if shape == "linear":
+    np.testing.assert_allclose(float(sched(0)), PEAK / 10, rtol=1e-6)
+  np.testing.assert_allclose(float(sched(9)), PEAK, rtol=1e-6)   # the last warmup update reaches the peak
 
 
 def test_decays_match_formula_and_optax():
@@ -66,7 +81,7 @@ def test_cyclical(shape):
 
 
 def _cfg(**kw) -> ml_collections.ConfigDict:
-  c = optimizers.default_config().schedule
+  c = optimizer_defaults.get_config().schedule
   for k, v in kw.items():
     c[k] = v
   return c
@@ -74,44 +89,44 @@ def _cfg(**kw) -> ml_collections.ConfigDict:
 
 def test_create_schedule_warmup_then_poly_from_epochs():
   sched = S.create_schedule(_cfg(warmup_epochs=2.0, decay="poly", end_lr_factor=0.0), PEAK, total_steps=100,
-                            steps_per_epoch=10.0, batch_size=256)
-  want = np.where(T < 20, PEAK * T / 20, PEAK * (1 - np.minimum(T - 20, 80) / 80) ** 2)
+                            num_train=2560, batch_size=256)
+  want = np.where(T < 20, PEAK * (T + 1) / 20, PEAK * (1 - np.minimum(T - 20, 80) / 80) ** 2)
   np.testing.assert_allclose(values(sched), want, rtol=1e-6, atol=1e-7)
 
 
 def test_create_schedule_cosine_warmup_and_cosine_decay_percent():
   sched = S.create_schedule(_cfg(warmup_percent=10.0, warmup_shape="cosine", decay="cosine"), PEAK,
-                            total_steps=100, steps_per_epoch=10.0, batch_size=256)
-  want = np.where(T < 10, PEAK * 0.5 * (1 - np.cos(np.pi * T / 10)),
+                            total_steps=100, num_train=2560, batch_size=256)
+  want = np.where(T < 10, PEAK * 0.5 * (1 - np.cos(np.pi * (T + 1) / 10)),
                   PEAK * 0.5 * (1 + np.cos(np.pi * np.minimum(T - 10, 90) / 90)))
   np.testing.assert_allclose(values(sched), want, rtol=1e-6, atol=1e-6)
 
 
 def test_create_schedule_step_boundaries_are_absolute_epochs():
   sched = S.create_schedule(_cfg(warmup_steps=5, decay="step", step_boundaries_epochs=(3, 6), step_factor=0.5),
-                            PEAK, total_steps=100, steps_per_epoch=10.0, batch_size=256)
+                            PEAK, total_steps=100, num_train=2560, batch_size=256)
   got = values(sched, [5, 29, 30, 59, 60, 99])
   np.testing.assert_allclose(got, PEAK * np.array([1, 1, 0.5, 0.5, 0.25, 0.25]), rtol=1e-6)
 
 
 def test_create_schedule_cyclical_from_examples():
   sched = S.create_schedule(_cfg(decay="cyclical", cycle_examples=256 * 20, end_lr_factor=0.0), PEAK,
-                            total_steps=100, steps_per_epoch=10.0, batch_size=256)
+                            total_steps=100, num_train=2560, batch_size=256)
   np.testing.assert_allclose(values(sched, [0, 10, 20, 30]), [PEAK, 0.0, PEAK, 0.0], atol=1e-6)
 
 
 def test_create_schedule_errors():
   with pytest.raises(ValueError, match="one unit"):
-    S.create_schedule(_cfg(warmup_steps=5, warmup_epochs=1.0), PEAK, total_steps=10, steps_per_epoch=1.0,
+    S.create_schedule(_cfg(warmup_steps=5, warmup_epochs=1.0), PEAK, total_steps=10, num_train=1,
                       batch_size=1)
   with pytest.raises(ValueError, match="decay"):
-    S.create_schedule(_cfg(decay="exp"), PEAK, total_steps=10, steps_per_epoch=1.0, batch_size=1)
+    S.create_schedule(_cfg(decay="exp"), PEAK, total_steps=10, num_train=1, batch_size=1)
   with pytest.raises(ValueError, match="cycle"):
-    S.create_schedule(_cfg(decay="cyclical"), PEAK, total_steps=10, steps_per_epoch=1.0, batch_size=1)
+    S.create_schedule(_cfg(decay="cyclical"), PEAK, total_steps=10, num_train=1, batch_size=1)
 
 
 def test_schedules_are_jit_safe_and_follow_x64():
-  sched = S.create_schedule(_cfg(warmup_steps=10, decay="cosine"), PEAK, total_steps=100, steps_per_epoch=10.0,
+  sched = S.create_schedule(_cfg(warmup_steps=10, decay="cosine"), PEAK, total_steps=100, num_train=2560,
                             batch_size=256)
   counts = jnp.arange(100)
   np.testing.assert_allclose(np.asarray(jax.jit(jax.vmap(sched))(counts)), values(sched, range(100)), rtol=1e-6,

@@ -191,7 +191,7 @@ STUDY_CONFIGS = ["smoke.py", "mnist_table3.py", "mnist_batch_ladder.py", "cifar1
 @pytest.mark.parametrize("name", STUDY_CONFIGS)
 def test_study_configs_expand_and_every_trial_validates(name):
   """Every ready-made study expands, and each trial passes the library's checks before compiling."""
-  from lamb_lars import optimizers, run_plan
+  from lamb_lars import optimizer_config, run_plan
   spec = importlib.util.spec_from_file_location("study_cfg", os.path.join(REPO, "configs", "studies", name))
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
@@ -199,7 +199,7 @@ def test_study_configs_expand_and_every_trial_validates(name):
   trials = sweep.expand(study)
   assert trials and len({t.run_id for t in trials}) == len(trials)
   for t in trials:
-    optimizers.validate_config(t.config.optimizer)
+    optimizer_config.validate_config(t.config.optimizer)
     n = int(study.analysis.num_train)
     run_plan.make_plan(t.config, num_train=n, num_devices=sweep._num_devices(study, t))  # noqa: SLF001
   assert sum(t.role == "baseline" for t in trials) <= 1

@@ -110,10 +110,16 @@ def _final_rows(workdir):
 
 
 def test_kill_and_resume_matches_uninterrupted(data_dir, tmp_path):
+  """A run killed after its first checkpoint resumes bit-identically, and its stopping rules carry over."""
   env = dict(os.environ)
   ref, killed = tmp_path / "ref", tmp_path / "killed"
   subprocess.run(_cmd(ref), cwd=ROOT, env=env, check=True, capture_output=True, timeout=600)
-  proc = subprocess.Popen(_cmd(killed), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  want = _final_rows(ref)
+  # The dead-run rule from step 30 with the threshold at the best accuracy so far: it fires at step 30 exactly.
+  best = max(r["eval_accuracy"] for r in want[:3])
+  stop = ["--config.stop.dead_after_fraction=0.75", f"--config.stop.dead_accuracy={best!r}"]
+  proc = subprocess.Popen(_cmd(killed) + stop, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
   ckpt = killed / "checkpoints" / "10"
   deadline = time.time() + 600
   while not ckpt.exists() and time.time() < deadline and proc.poll() is None:
@@ -122,8 +128,63 @@ def test_kill_and_resume_matches_uninterrupted(data_dir, tmp_path):
   proc.send_signal(signal.SIGKILL)
   proc.wait()
   assert not (killed / "result.json").exists(), "the run finished before it could be killed"
-  subprocess.run(_cmd(killed), cwd=ROOT, env=env, check=True, capture_output=True, timeout=600)
-  assert json.load(open(killed / "result.json"))["status"] == "done"
-  got, want = _final_rows(killed), _final_rows(ref)
-  assert [r["step"] for r in got] == [10, 20, 30, 40]
-  assert got == want                         # bit-identical metrics after resume
+  subprocess.run(_cmd(killed) + stop, cwd=ROOT, env=env, check=True, capture_output=True, timeout=600)
+  result = json.load(open(killed / "result.json"))
+  assert (result["status"], result["stopped"], result["step"]) == ("diverged", "dead", 30)
+  assert [r["step"] for r in want] == [10, 20, 30, 40]
+  assert _final_rows(killed) == want[:3]     # bit-identical metrics after resume, up to the stop
+
+
+def test_divergence_without_stopping_counts_steps_once(data_dir, tmp_path):
+  """stop_on_divergence=False: the run goes on to its last step; the failing step is not counted twice."""
+  cfg = small_config(data_dir, stop_on_divergence=False, eval_every_steps=10,
+                     **{"optimizer.learning_rate": 1e6, "optimizer.schedule.decay": "constant"})
+  result = train_and_evaluate(cfg, str(tmp_path))
+  assert (result["status"], result["stopped"], result["step"]) == ("diverged", None, 20)
+  assert "non-finite training loss at step" in result["error"]
+  assert [r["step"] for r in (json.loads(l) for l in open(tmp_path / "metrics.jsonl"))] == [10, 20]
+
+
+def test_validation_split_is_evaluated_with_the_test_set(data_dir, tmp_path):
+  """validation_split=5000: train on 55K; every row has the 10K test set (eval_*) and the 5K hold-out."""
+  result = train_and_evaluate(small_config(data_dir, validation_split=5000, num_train_steps=6), str(tmp_path))
+  final = result["final"]
+  assert (final["eval_examples"], final["validation_examples"]) == (10_000, 5000)
+  assert 0.0 <= final["validation_accuracy"] <= 1.0 and np.isfinite(final["validation_loss"])
+  assert result["stopped"] is None and result["status"] == "done"
+
+
+def test_stop_at_target(data_dir, tmp_path):
+  cfg = small_config(data_dir, num_train_steps=40, eval_every_steps=5,
+                     **{"stop.target_metric": "eval_accuracy", "stop.target_goal": 0.3})
+  result = train_and_evaluate(cfg, str(tmp_path))
+  rows = [json.loads(l) for l in open(tmp_path / "metrics.jsonl")]
+  assert (result["status"], result["stopped"], result["error"]) == ("done", "target", None)
+  assert result["step"] == rows[-1]["step"] < 40 and result["total_steps"] == 40
+  assert rows[-1]["eval_accuracy"] >= 0.3 and all(r["eval_accuracy"] < 0.3 for r in rows[:-1])
+  assert train_and_evaluate(cfg, str(tmp_path)) == result          # finished: the recorded result comes back
+
+
+def test_dead_run_stops_at_chance_level(data_dir, tmp_path):
+  """From max(20% of the steps, warmup) on, a best accuracy at or below the threshold ends the run as diverged."""
+  cfg = small_config(data_dir, num_train_steps=20, eval_every_steps=2,
+                     **{"stop.dead_after_fraction": 0.2, "stop.dead_accuracy": 0.999,
+                        "optimizer.schedule.warmup_steps": 6})
+  result = train_and_evaluate(cfg, str(tmp_path))
+  assert (result["status"], result["stopped"], result["step"]) == ("diverged", "dead", 6)   # max(4, 6)
+  assert result["error"].startswith("no progress off chance level: best eval accuracy ")
+  assert "≤ 99.90% after " in result["error"] and result["error"].endswith(" epochs")
+
+
+def test_chance_threshold_and_stop_rules_state():
+  from lamb_lars import stopping
+  assert stopping.chance_threshold(10) == pytest.approx(0.325)
+  assert stopping.chance_threshold(1000) == pytest.approx(0.25075)
+  cfg = small_config(DATA_DIR, **{"stop.dead_after_fraction": 0.5})
+  rules = stopping.StopRules(cfg, total_steps=10, warmup_steps=0)
+  assert rules.check(2, {"eval_accuracy": 0.9}) is None
+  again = stopping.StopRules(cfg, total_steps=10, warmup_steps=0)
+  again.load_state_dict(rules.state_dict())                       # what a checkpoint carries
+  assert again.check(6, {"eval_accuracy": 0.1}) is None           # the best so far (0.9) is remembered
+  fresh = stopping.StopRules(cfg, total_steps=10, warmup_steps=0)
+  assert fresh.check(6, {"eval_accuracy": 0.1}).stopped == "dead"

@@ -96,7 +96,7 @@ def test_zero_norms_give_the_configured_ratio(denominator):
 
 
 def test_paper_denominator_is_bounded_near_weight_decay_equilibrium():
-  """g ≈ −βw: the paper ratio stays ≈ η/(2β) ≤ η/β, optax's ‖g + βw‖ blows it up (DESIGN.md §1.5)."""
+  """g ≈ −βw: the paper ratio stays ≈ η/(2β) ≤ η/β, optax's ‖g + βw‖ blows it up (docs/science.md §3)."""
   rng = np.random.default_rng(0)
   w = jnp.asarray(rng.standard_normal(1000), jnp.float32)
   beta, eta = 1e-2, 1e-3

@@ -1,5 +1,5 @@
 """CIFAR-10 / ResNet-50 (CIFAR stem) batch-size ladder 128 → 50K: the large-batch regime [2K, 25K] and the huge one
-(25K, 50K) of You et al. 2020 Table 2 (docs/science.md). For accelerators; not run on the 2-core CPU.
+(25K, 50K) of You et al. 2020 Table 2 (here 45K: 5K are held out for validation) (docs/science.md). For accelerators; not run on the 2-core CPU.
 
 Command:  python -m lamb_lars.study run --config=configs/studies/cifar10_ladder.py --workdir=runs/studies/cifar10 \\
               --config.base.data_dir=$TFDS_DATA_DIR [--executor=ray --ray_address=auto]
@@ -20,8 +20,9 @@ from configs import cifar10_resnet50
 from configs.studies import common
 
 B0 = 128
-LADDER = (128, 512, 2048, 4096, 8192, 16384, 25000, 32768, 50000)
-TECHNIQUE = (16384, 25000, 32768, 50000)
+FULL = 45000  # the training set after the 5K validation hold-out: the full batch of this study
+LADDER = (128, 512, 2048, 4096, 8192, 16384, 25000, 32768, FULL)
+TECHNIQUE = (16384, 25000, 32768, FULL)
 
 
 def _technique(name: str, fixed: dict, lr: tuple, warmup: tuple, seed: int) -> dict:
@@ -52,6 +53,6 @@ def get_config() -> ml_collections.ConfigDict:
   c.runner.resources = {"CPU": 4, "GPU": 1}
   c.analysis = common.analysis(
       title="CIFAR-10 / ResNet-50 batch-size ladder (200 epochs)", paper="cifar10_resnet50", target_goal=0.93,
-      num_train=45000, baseline_epochs=200.0, techniques=("tuned_momentum", "lars", "lamb"),
+      num_train=FULL, baseline_epochs=200.0, techniques=("tuned_momentum", "lars", "lamb"),
       target_technique="tuned_momentum")
   return c

@@ -1,7 +1,7 @@
 """Fast CPU building block for LeNet: 5×5 conv → +bias → ReLU → 2×2/2 max-pool as GEMMs with a hand-written VJP.
 
 Why: XLA:CPU runs LeNet's convolutions and, above all, their gradients and the max-pool gradient far below what
-the CPU can do (DESIGN §2: conv1 forward 8.7 ms, conv2 input+weight gradients 10.6 ms, max-pool gradient 7.8 ms
+the CPU can do (docs/science.md §5: conv1 forward 8.7 ms, conv2 input+weight gradients 10.6 ms, max-pool gradient 7.8 ms
 at batch 256). Dense matrix products, in contrast, run at 90–150 GFLOP/s per core here. So each conv+pool block
 is written as three GEMMs (forward, weight gradient, input gradient) around cheap copies.
 

@@ -17,7 +17,7 @@ import math
 import os
 import platform
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import ml_collections
 

@@ -1,7 +1,7 @@
 """The records every study analysis reads: one ``Trial`` per run, the goal of a steps-to-target study, the
 baseline of a workload, the Table 3 variants, the trial statuses and the chance-level threshold.
 
-This is the bottom layer of ``lamb_lars.study``: it imports nothing else from the package. The analyses
+This is the bottom layer of ``lamb_lars.study``: it imports nothing else from the study package. The analyses
 (``steps_to_target``, ``critical_batch``, ``regimes``, ``table3``, ``report``) read records only; the running side
 (``sweep``, ``search``, ``store``, ``runner``) writes them. Definitions and citations: docs/studies.md.
 """
@@ -11,6 +11,8 @@ import dataclasses
 import math
 import re
 from typing import Any, Mapping, Optional, Sequence
+
+from lamb_lars.stopping import chance_threshold  # noqa: F401  (the trainer's dead-run rule uses the same threshold)
 
 # How a trial ended. 'pruned' = stopped by the search at a rung because other trials of its cell were better
 # (successive halving); 'diverged' = a non-finite loss, or stopped because it never left chance level.
@@ -37,18 +39,6 @@ def normalise_variant(variant: Optional[str]) -> str:
   if key not in _VARIANT_KEYS:
     raise ValueError(f"variant {variant!r} is not one of {VARIANTS}.")
   return _VARIANT_KEYS[key]
-
-
-def chance_threshold(num_classes: int) -> float:
-  """The accuracy at or below which a run has not left chance level: a quarter of the way from chance (1/C) to
-  perfect accuracy, 1/C + 0.25·(1 − 1/C) (32.5% for 10 classes).
-
-  Used for the Table 3 verdict 'diverge' (a run that never gets off chance level) and for stopping dead runs
-  early. A quarter of the way is our choice (docs/studies.md): low enough that any run that learned anything
-  useful clears it, high enough that a run stuck at loss ln C with 10–23% accuracy (seen at batch 8K) does not.
-  """
-  c = 1.0 / int(num_classes)
-  return c + 0.25 * (1.0 - c)
 
 
 @dataclasses.dataclass(frozen=True)

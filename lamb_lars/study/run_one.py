@@ -18,6 +18,8 @@ from typing import IO, Optional
 
 import ml_collections
 
+from lamb_lars.io_utils import write_text_atomic
+
 from lamb_lars.study.workdir import TRIAL_CONFIG_FILE as CONFIG_FILE
 ERROR_FILE = "error.txt"
 LOCK_FILE = ".lock"
@@ -51,10 +53,7 @@ def write_error(run_dir: str, exc: BaseException) -> None:
     text = f"{type(exc).__name__}: {exc}\n"
   else:
     text = "".join(traceback.format_exception(exc))
-  tmp = os.path.join(run_dir, ERROR_FILE + ".tmp")
-  with open(tmp, "w", encoding="utf-8") as f:
-    f.write(text)
-  os.replace(tmp, os.path.join(run_dir, ERROR_FILE))
+  write_text_atomic(os.path.join(run_dir, ERROR_FILE), text)
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping, Optional
 
 import ml_collections
 
+from lamb_lars.io_utils import read_jsonl, write_text_atomic
 from lamb_lars.study import search as search_lib
 from lamb_lars.study import store
 from lamb_lars.study import sweep
@@ -117,7 +118,7 @@ class _Driver:
   def start(self, spec: sweep.TrialSpec) -> None:
     rdir = wd.run_dir(self.workdir, spec.run_id)
     os.makedirs(rdir, exist_ok=True)
-    wd.write_text_atomic(os.path.join(rdir, wd.TRIAL_CONFIG_FILE), spec.config.to_json_best_effort(indent=1))
+    write_text_atomic(os.path.join(rdir, wd.TRIAL_CONFIG_FILE), spec.config.to_json_best_effort(indent=1))
     err = os.path.join(rdir, "error.txt")
     if os.path.exists(err):  # from an earlier failed attempt
       os.remove(err)
@@ -130,7 +131,7 @@ class _Driver:
     path = os.path.join(wd.run_dir(self.workdir, a.spec.run_id), "metrics.jsonl")
     if not os.path.exists(path):
       return []
-    rows = store.read_metrics_jsonl(path)
+    rows = read_jsonl(path)
     if len(rows) <= a.rows_seen:
       return []
     new, a.rows_seen = rows[a.rows_seen:], len(rows)

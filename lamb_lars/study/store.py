@@ -28,7 +28,8 @@ import sqlite3
 import time
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
-from lamb_lars.study.records import FINISHED, STATUSES, Trial
+from lamb_lars.io_utils import read_jsonl
+from lamb_lars.study.records import FINISHED, STATUSES, Trial  # noqa: F401  (FINISHED: re-exported)
 
 _ROW_KEYS = ("step", "epoch", "examples", "wall_time")
 
@@ -232,23 +233,6 @@ def decisions(con: sqlite3.Connection) -> list[dict]:
   return [dict(r) for r in con.execute("SELECT cell, run_id, step, value, prune FROM decisions ORDER BY seq")]
 
 
-def read_metrics_jsonl(path: Union[str, os.PathLike]) -> list[dict]:
-  """Eval rows from a trainer's ``metrics.jsonl``; a torn last line (writer killed mid-write) is skipped."""
-  rows = []
-  with open(path, encoding="utf-8") as f:
-    for line in f:
-      line = line.strip()
-      if not line:
-        continue
-      try:
-        row = json.loads(line)
-      except json.JSONDecodeError:
-        continue
-      if isinstance(row, dict) and "step" in row:
-        rows.append(row)
-  return rows
-
-
 def ingest_run_dir(con: sqlite3.Connection, run_id: str, workdir: Union[str, os.PathLike]) -> Optional[str]:
   """Reads a run's ``metrics.jsonl`` and ``result.json`` (trainer contract) into the store; idempotent.
 
@@ -262,7 +246,7 @@ def ingest_run_dir(con: sqlite3.Connection, run_id: str, workdir: Union[str, os.
     upsert_run(con, run_id)
   metrics_path = os.path.join(workdir, "metrics.jsonl")
   if os.path.exists(metrics_path):
-    add_evals(con, run_id, read_metrics_jsonl(metrics_path))
+    add_evals(con, run_id, [r for r in read_jsonl(metrics_path) if "step" in r])
   result_path = os.path.join(workdir, "result.json")
   if not os.path.exists(result_path):
     return None

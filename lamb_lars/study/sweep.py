@@ -37,13 +37,12 @@ import dataclasses
 import hashlib
 import itertools
 import json
-import math
 import re
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Sequence
 
 import ml_collections
 
-from lamb_lars import optimizers
+from lamb_lars import optimizer_config
 from lamb_lars.study import search as search_lib
 from lamb_lars.study.records import ROLES, normalise_variant
 
@@ -237,10 +236,10 @@ def _check_study(study: ml_collections.ConfigDict, trials: Sequence[TrialSpec]) 
   for t in trials:
     cfg = t.config
     try:
-      optimizers.validate_config(cfg.optimizer)
+      optimizer_config.validate_config(cfg.optimizer)
     except ValueError as e:
       raise ValueError(f"trial {t.run_id}: {e}") from None
-    n = int(analysis.get("num_train", 0) or 0) - int(cfg.get("validation_split", 0) or 0)
+    n = int(analysis.get("num_train", 0) or 0)  # training examples after the validation hold-out (B_F)
     d, k = _num_devices(study, t), int(cfg.get("num_microbatches", 1) or 1)
     if t.batch_size % (d * k):
       raise ValueError(f"trial {t.run_id}: batch {t.batch_size} does not divide over {d} device(s) × {k} "

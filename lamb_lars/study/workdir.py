@@ -14,6 +14,8 @@ from typing import Optional
 
 import ml_collections
 
+from lamb_lars.io_utils import write_text_atomic
+
 STORE_FILE = "study.sqlite"
 STUDY_CONFIG_FILE = "study_config.json"
 COMMANDS_FILE = "commands.txt"
@@ -26,16 +28,6 @@ def store_path(workdir: str) -> str:
 
 def run_dir(workdir: str, run_id: str) -> str:
   return os.path.join(workdir, "runs", run_id)
-
-
-def write_text_atomic(path: str, text: str) -> None:
-  """Writes ``text`` to ``path`` through a temporary file and a rename: readers see the old or the new file."""
-  tmp = path + ".tmp"
-  with open(tmp, "w", encoding="utf-8") as f:
-    f.write(text)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
 
 
 def save_study_config(study: ml_collections.ConfigDict, workdir: str, command: Optional[str] = None) -> None:

@@ -1,4 +1,4 @@
-"""Base update directions and the layer-wise wrapper that puts a trust ratio on any of them.
+"""Base update directions (SGD, momentum, Nesterov, AdaGrad, RMSprop, Adam) and ``layerwise``, a trust ratio on any.
 
 "The Limit of the Batch Size" (You et al. 2020, Table 3) runs every solver three ways at batch 8K: *original*,
 *+ layer-wise* (the base direction d of each layer scaled by ‖w‖/‖d‖) and *+ layer-wise and bound ratio* (that ratio
@@ -25,7 +25,7 @@ Base directions (states follow optax, so checkpoints and ``optax.tree_utils`` wo
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -81,23 +81,15 @@ def base_direction(name: str, *, momentum: float = 0.9, b1: float = 0.9, b2: flo
   return scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=eps_root, bias_correction=bias_correction)
 
 
-def layerwise(base: optax.GradientTransformation,
-              learning_rate: Optional[optax.ScalarOrSchedule] = None, *,
-              trust_coefficient: float = 1.0, eps: float = 0.0, denominator: str = "optax",
-              weight_decay: float = 0.0, weight_decay_mask: Any = True, adaptation_mask: Any = True,
-              ratio_bounds: tr.Bounds = None, phi_bounds: tr.Bounds = None, zero_norm_ratio: float = 1.0,
-              stacked_mask: Any = False, track_stats: bool = False) -> optax.GradientTransformation:
-  """``base`` followed by :func:`~lamb_lars.trust_ratio.scale_by_trust_ratio` (and the learning rate, if given).
+def layerwise(base: optax.GradientTransformation, learning_rate: Optional[optax.ScalarOrSchedule] = None,
+              trust: tr.TrustRatio = tr.TrustRatio()) -> optax.GradientTransformation:
+  """``base`` followed by the trust ratio ``trust`` (a :class:`~lamb_lars.trust_ratio.TrustRatio`) and the LR.
 
   w ← w − lr · r · (d + βw) with r = clip(η·φ(‖w‖)/(D + ε), r_min, r_max) per layer (You et al. 2020, "The Limit of
   the Batch Size", Table 3 "+ layer-wise" / "+ bound ratio"). ``learning_rate=None`` leaves the sign and scale to a
   later transformation (the output is then the descent direction r·u, not an update).
   """
-  parts = [base, tr.scale_by_trust_ratio(
-      trust_coefficient, eps, denominator=denominator, weight_decay=weight_decay,
-      weight_decay_mask=weight_decay_mask, adaptation_mask=adaptation_mask, ratio_bounds=ratio_bounds,
-      phi_bounds=phi_bounds, zero_norm_ratio=zero_norm_ratio, stacked_mask=stacked_mask,
-      track_stats=track_stats, learning_rate=learning_rate)]
+  parts = [base, trust.transform(learning_rate)]
   if learning_rate is not None:
     parts.append(optax.scale_by_learning_rate(learning_rate))
   return optax.chain(*parts)

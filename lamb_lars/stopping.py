@@ -1,0 +1,111 @@
+"""When a run ends before its step budget: a target reached, a run stuck at chance level, a non-finite loss.
+
+Checked at every evaluation (``config.stop``); the first rule that fires ends the run and is recorded in
+``result.json`` as ``stopped``:
+
+* ``'target'`` (status ``done``): the evaluation's ``stop.target_metric`` meets ``stop.target_goal`` (≥ for
+  ``target_mode='max'``, ≤ for ``'min'``). Steps-to-target studies need only the first hit (Shallue et al. 2018,
+  "Measuring the Effects of Data Parallelism on Neural Network Training").
+* ``'dead'`` (status ``diverged``): at an evaluation at or after max(``dead_after_fraction`` · T, W) steps (T total,
+  W warmup), the best test accuracy so far is still at most the chance-level threshold (:func:`chance_threshold`).
+* ``'nonfinite'`` (status ``diverged``): a training loss is NaN or ±inf (checked after every step, not only at an
+  evaluation; see :func:`first_nonfinite`).
+
+The best accuracy so far is state: :class:`StopRules` saves it with each checkpoint, so a resumed run stops exactly
+where an uninterrupted one does.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+import numpy as np
+
+TARGET_METRICS = ("eval_accuracy", "eval_loss", "validation_accuracy", "validation_loss", "train_accuracy",
+                  "train_loss")
+MODES = ("max", "min")
+
+
+def chance_threshold(num_classes: int) -> float:
+  """1/C + ¼·(1 − 1/C): a quarter of the way from chance accuracy (1/C) to perfect accuracy (1).
+
+  A run whose test accuracy never gets past this point has not left chance level (32.5% for 10 classes, 25.075%
+  for 1,000); You et al. 2020 (Table 3) report such runs as diverged. The same threshold serves the trainer's
+  early "dead run" stop and the study's Table 3 verdict.
+  """
+  c = float(num_classes)
+  return 1.0 / c + 0.25 * (1.0 - 1.0 / c)
+
+
+@dataclasses.dataclass(frozen=True)
+class Stop:
+  """Why a run ended early: ``stopped`` ∈ {'target', 'dead', 'nonfinite'}, its ``status`` and an ``error`` sentence."""
+  stopped: str
+  status: str
+  error: Optional[str] = None
+
+
+def first_nonfinite(losses: np.ndarray) -> Optional[int]:
+  """Index of the first non-finite entry of ``losses``, or None."""
+  bad = np.flatnonzero(~np.isfinite(np.asarray(losses, np.float64)))
+  return int(bad[0]) if bad.size else None
+
+
+def _stop_config(config: Any) -> Any:
+  return config.get("stop", None) if hasattr(config, "get") else getattr(config, "stop", None)
+
+
+def validate(config: Any) -> None:
+  """ValueError naming the first bad ``config.stop`` key (absent ``stop``: nothing to check)."""
+  s = _stop_config(config)
+  if s is None:
+    return
+  if s.target_metric and s.target_metric not in TARGET_METRICS:
+    raise ValueError(f"config.stop.target_metric={s.target_metric!r} must be '' or one of {TARGET_METRICS}.")
+  if s.target_metric.startswith("validation_") and not config.get("validation_split", 0) > 0:
+    raise ValueError(f"config.stop.target_metric={s.target_metric!r} needs config.validation_split > 0.")
+  if s.target_mode not in MODES:
+    raise ValueError(f"config.stop.target_mode={s.target_mode!r} must be 'max' or 'min'.")
+  if not 0.0 <= s.dead_after_fraction <= 1.0:
+    raise ValueError(f"config.stop.dead_after_fraction={s.dead_after_fraction} must be in [0, 1] (0 = off).")
+  if not s.dead_accuracy < 1.0:
+    raise ValueError(f"config.stop.dead_accuracy={s.dead_accuracy} must be < 1 (negative = derived from chance).")
+
+
+class StopRules:
+  """The ``config.stop`` rules of one run, with the best test accuracy seen so far (checkpointed state)."""
+
+  def __init__(self, config: Any, *, total_steps: int, warmup_steps: int, epoch_of=lambda step: float(step)):
+    s = _stop_config(config)
+    self.metric = s.target_metric if s is not None else ""
+    self.goal, self.mode = (float(s.target_goal), s.target_mode) if s is not None else (0.0, "max")
+    fraction = float(s.dead_after_fraction) if s is not None else 0.0
+    self.dead_from = max(int(np.ceil(fraction * total_steps - 1e-9)), int(warmup_steps)) if fraction > 0 else None
+    given = float(s.dead_accuracy) if s is not None else -1.0
+    self.threshold = given if given >= 0 else chance_threshold(int(config.num_classes))
+    self.total_steps, self.epoch_of = total_steps, epoch_of
+    self.best_accuracy = -np.inf
+
+  def state_dict(self) -> dict:
+    return {"best_eval_accuracy": None if not np.isfinite(self.best_accuracy) else float(self.best_accuracy)}
+
+  def load_state_dict(self, state: Optional[dict]) -> None:
+    best = (state or {}).get("best_eval_accuracy")
+    self.best_accuracy = -np.inf if best is None else float(best)
+
+  def check(self, step: int, row: dict) -> Optional[Stop]:
+    """The rule that ends the run at the evaluation ``row`` of ``step``, or None to go on."""
+    acc = row.get("eval_accuracy")
+    if acc is not None and np.isfinite(acc):
+      self.best_accuracy = max(self.best_accuracy, float(acc))
+    if self.metric and self.metric in row:
+      value = float(row[self.metric])
+      if (value >= self.goal) if self.mode == "max" else (value <= self.goal):
+        return Stop("target", "done")
+    if self.dead_from is not None and step >= self.dead_from and self.best_accuracy <= self.threshold:
+      best = max(self.best_accuracy, 0.0)
+      return Stop("dead", "diverged",
+                  f"no progress off chance level: best eval accuracy {100 * best:.2f}% ≤ "
+                  f"{100 * self.threshold:.2f}% after {self.epoch_of(step):.1f} of "
+                  f"{round(self.epoch_of(self.total_steps), 1):g} epochs")
+    return None
