@@ -16,6 +16,7 @@ CORE = [
     "tqdm>=4.66",
     "absl-py>=2.1",
     "matplotlib>=3.8",
+    "optuna==5.0.0",        # the study search: quasi-random sampler and ASHA pruner (lamb_lars/study/search.py)
 ]
 
 setuptools.setup(
