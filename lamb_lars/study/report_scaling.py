@@ -1,0 +1,98 @@
+"""The report's scaling sections: steps to target per batch size (Shallue et al. 2018), the inverse-law fit
+S(B) = S_min·(1 + B_crit/B), the step-time fit t(B) = γ + δB with the time-optimal batch B*, the Golmant et al.
+2018 breakdown point, and the gradient noise scale B_simple (McCandlish et al. 2018) against the fitted B_crit.
+Analysis layer: reads records only. Definitions: docs/studies.md.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import numpy as np
+
+from lamb_lars.study import critical_batch, plots
+from lamb_lars.study.markdown import fmt, table
+from lamb_lars.study.records import Target, Trial
+from lamb_lars.study.report_curves import best_per_batch, series
+from lamb_lars.study.steps_to_target import reached_arrays, steps_to_target
+
+
+def step_times(trials: Sequence[Trial]) -> dict[int, float]:
+  by_batch: dict[int, list[float]] = {}
+  for t in trials:
+    s = critical_batch.seconds_per_step(t.curve) if t.status != "failed" else None
+    if s is not None and s > 0:
+      by_batch.setdefault(t.batch_size, []).append(s)
+  return {b: float(np.median(v)) for b, v in sorted(by_batch.items())}
+
+
+def steps_section(trials, target: Optional[Target], out_dir: str) -> tuple[list[str], Optional[critical_batch.InverseLawFit]]:
+  lines = ["## Steps to target", ""]
+  if target is None:
+    return lines + ["No target given (`target=Target(metric, goal, mode)`): steps-to-target, the S(B) fit, "
+                    "B* and the breakdown point are skipped.", ""], None
+  res = steps_to_target(trials, target.metric, target.goal, target.mode)
+  cmp = "≥" if target.mode == "max" else "≤"
+  lines += [f"Goal: first eval with `{target.metric}` {cmp} {target.goal}; diverged and failed trials are "
+            "infeasible (Shallue et al. 2018).", ""]
+  if not res:
+    return lines + ["No runs.", ""], None
+  lines += table(["batch", "steps", "epochs", "wall-clock s", "best run", "trials", "feasible", "reached"],
+                  [[b, r.steps, r.epochs, r.wall_time, r.best_run_id and f"`{r.best_run_id}`", r.num_trials,
+                    r.num_feasible, r.num_reached] for b, r in res.items()])
+  bs, steps = reached_arrays(res)
+  fit = None
+  if len(set(bs)) >= 2:
+    fit = critical_batch.fit_inverse_law(bs, steps)
+    lines += [f"Fit S(B) = S_min·(1 + B_crit/B) (least squares in log S): S_min = {fmt(fit.s_min)}, "
+              f"B_crit = {fmt(fit.b_crit)}, E_min = S_min·B_crit = {fmt(fit.e_min)} examples, "
+              f"rms log residual {fit.rms_log_residual:.3f} over {fit.num_points} batch sizes.", ""]
+  else:
+    lines += ["Fewer than two batch sizes reached the goal: no S(B) fit.", ""]
+  if bs:
+    name = plots.steps_vs_batch(out_dir, "steps_to_target.png", bs, steps, fit)
+    lines += [f"![steps to target]({name})", ""]
+  times = step_times(trials)
+  if len(times) >= 2:
+    stf = critical_batch.fit_step_time(list(times), list(times.values()))
+    lines += [f"Step time t(B) = γ + δ·B: γ = {stf.gamma:.4g} s, δ = {stf.delta:.4g} s/example "
+              f"(median Δwall/Δstep per batch, first eval interval skipped)."]
+    if fit is not None:
+      lines += [f"Time-optimal batch B* = √(B_crit·γ/δ) = {fmt(critical_batch.optimal_batch(fit, stf))}."]
+    lines += [""]
+  else:
+    lines += ["Step times at fewer than two batch sizes: no t(B) fit, no B*.", ""]
+  by_time = steps_to_target(trials, target.metric, target.goal, target.mode, by="wall_time")
+  point = critical_batch.breakdown_point(list(by_time), [r.wall_time for r in by_time.values()])
+  lines += ["Breakdown point (Golmant et al. 2018; smallest batch beyond which no larger batch reaches the goal "
+            f"more than 5% faster in wall-clock): {fmt(point) if point else 'not observed in the measured range'}.",
+            ""]
+  return lines, fit
+
+
+def late_median(t: Trial, key: str) -> Optional[float]:
+  _, v = series(t, key)
+  v = [x for x in v[len(v) // 2:] if x is not None and math.isfinite(x) and x > 0]
+  return float(np.median(v)) if v else None
+
+
+def noise_section(trials, out_dir: str, fit: Optional[critical_batch.InverseLawFit], limit: int) -> list[str]:
+  lines = ["## Predicted vs fitted critical batch", ""]
+  have = [t for t in trials if t.status != "failed" and late_median(t, "noise_scale") is not None]
+  if not have:
+    return lines + ["No run logged `noise_scale` (B_simple = tr Σ/|G|², McCandlish et al. 2018).", ""]
+  per_batch: dict[int, list[float]] = {}
+  for t in have:
+    per_batch.setdefault(t.batch_size, []).append(late_median(t, "noise_scale"))
+  predicted = float(np.median([x for v in per_batch.values() for x in v]))
+  fitted = fit.b_crit if fit is not None else None
+  lines += table(["batch", "B_simple (median over runs of each run's second-half median)"],
+                  [[b, float(np.median(v))] for b, v in sorted(per_batch.items())])
+  lines += [f"Predicted B_crit ≈ B_simple = {fmt(predicted)}; fitted B_crit = "
+            f"{fmt(fitted) if fitted is not None else 'no fit'}"
+            + (f"; ratio predicted/fitted = {predicted / fitted:.3g}." if fitted and math.isfinite(fitted) else "."),
+            ""]
+  best = best_per_batch(have, limit)
+  name = plots.series_plot(out_dir, "noise_scale.png", {f"B={b}": series(t, "noise_scale") for b, t in best.items()},
+                           "step", "B_simple (log)", hline=fitted, hlabel="fitted B_crit", logx=False)
+  return lines + [f"![noise scale]({name})", ""]
