@@ -8,12 +8,15 @@ analysis (pure functions of records; notebook-friendly)
   critical_batch   S(B) = S_min·(1 + B_crit/B), T(B) = S(B)·t(B), B*, Golmant et al. 2018 breakdown point
   regimes          You et al. 2020 Definitions 2.1–2.3: B_L, B_H, B_F from tagged trials
   table3           You et al. 2020 Table 3 verdicts and cells
-  plots, report    PNG figures and the markdown report, composed and written once
+  plots, markdown  PNG figures; markdown formatting
+  report           the report, composed from its sections and written once; report_scaling (steps to target,
+                   B_crit, noise scale) and report_curves (accuracy, curves, diffusion, trust ratios) hold sections
 running (processes, files, the search)
   sweep            study config → tagged trials (grids, quasi-random searches); one-sentence validation
   search           Optuna: quasi-random points, the ASHA pruner per cell, replayable from the store's log
   store, workdir   the SQLite results store (the system of record) and the workdir layout
-  executor, runner where trials run (local processes; ray_executor for a Ray cluster) and the driver loop
+  executor, runner where trials run (local processes) and the driver loop
+  ray_executor     trials as Ray tasks (ray_cluster: connecting and sizing; ray_testing: a localhost cluster)
   run_one          one trial in its own process
   publish          runs.csv / evals.csv and the report recomputed from them
 Definitions: docs/studies.md.
