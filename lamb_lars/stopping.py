@@ -7,11 +7,13 @@ Checked at every evaluation (``config.stop``); the first rule that fires ends th
   ``target_mode='max'``, ≤ for ``'min'``). Steps-to-target studies need only the first hit (Shallue et al. 2018,
   "Measuring the Effects of Data Parallelism on Neural Network Training").
 * ``'dead'`` (status ``diverged``): at an evaluation at or after max(``dead_after_fraction`` · T, W) steps (T total,
-  W warmup), the best test accuracy so far is still at most the chance-level threshold (:func:`chance_threshold`).
+  W warmup), the test accuracy of the last ``dead_evals`` evaluations (all of them, if there are fewer) is at most
+  the chance-level threshold (:func:`chance_threshold`): the run never left chance level, or fell back to it and
+  stayed. One evaluation at chance (a dip) does not stop a run.
 * ``'nonfinite'`` (status ``diverged``): a training loss is NaN or ±inf (checked after every step, not only at an
   evaluation; see :func:`first_nonfinite`).
 
-The best accuracy so far is state: :class:`StopRules` saves it with each checkpoint, so a resumed run stops exactly
+The recent accuracies are state: :class:`StopRules` saves them with each checkpoint, so a resumed run stops exactly
 where an uninterrupted one does.
 """
 from __future__ import annotations
@@ -68,12 +70,14 @@ def validate(config: Any) -> None:
     raise ValueError(f"config.stop.target_mode={s.target_mode!r} must be 'max' or 'min'.")
   if not 0.0 <= s.dead_after_fraction <= 1.0:
     raise ValueError(f"config.stop.dead_after_fraction={s.dead_after_fraction} must be in [0, 1] (0 = off).")
+  if int(s.get("dead_evals", 3)) < 1:
+    raise ValueError(f"config.stop.dead_evals={s.dead_evals} must be at least 1.")
   if not s.dead_accuracy < 1.0:
     raise ValueError(f"config.stop.dead_accuracy={s.dead_accuracy} must be < 1 (negative = derived from chance).")
 
 
 class StopRules:
-  """The ``config.stop`` rules of one run, with the best test accuracy seen so far (checkpointed state)."""
+  """The ``config.stop`` rules of one run, with the recent test accuracies (checkpointed state)."""
 
   def __init__(self, config: Any, *, total_steps: int, warmup_steps: int, epoch_of=lambda step: float(step)):
     s = _stop_config(config)
@@ -83,29 +87,29 @@ class StopRules:
     self.dead_from = max(int(np.ceil(fraction * total_steps - 1e-9)), int(warmup_steps)) if fraction > 0 else None
     given = float(s.dead_accuracy) if s is not None else -1.0
     self.threshold = given if given >= 0 else chance_threshold(int(config.num_classes))
+    self.num_recent = max(1, int(s.get("dead_evals", 3))) if s is not None else 3
     self.total_steps, self.epoch_of = total_steps, epoch_of
-    self.best_accuracy = -np.inf
+    self.recent: list[float] = []
 
   def state_dict(self) -> dict:
-    return {"best_eval_accuracy": None if not np.isfinite(self.best_accuracy) else float(self.best_accuracy)}
+    return {"recent_eval_accuracy": list(self.recent)}
 
   def load_state_dict(self, state: Optional[dict]) -> None:
-    best = (state or {}).get("best_eval_accuracy")
-    self.best_accuracy = -np.inf if best is None else float(best)
+    self.recent = [float(a) for a in (state or {}).get("recent_eval_accuracy", [])][-self.num_recent:]
 
   def check(self, step: int, row: dict) -> Optional[Stop]:
     """The rule that ends the run at the evaluation ``row`` of ``step``, or None to go on."""
     acc = row.get("eval_accuracy")
-    if acc is not None and np.isfinite(acc):
-      self.best_accuracy = max(self.best_accuracy, float(acc))
+    if acc is not None:
+      self.recent = (self.recent + [float(acc) if np.isfinite(acc) else 0.0])[-self.num_recent:]
     if self.metric and self.metric in row:
       value = float(row[self.metric])
       if (value >= self.goal) if self.mode == "max" else (value <= self.goal):
         return Stop("target", "done")
-    if self.dead_from is not None and step >= self.dead_from and self.best_accuracy <= self.threshold:
-      best = max(self.best_accuracy, 0.0)
+    if self.dead_from is not None and step >= self.dead_from and self.recent \
+        and max(self.recent) <= self.threshold:
       return Stop("dead", "diverged",
-                  f"no progress off chance level: best eval accuracy {100 * best:.2f}% ≤ "
-                  f"{100 * self.threshold:.2f}% after {self.epoch_of(step):.1f} of "
-                  f"{round(self.epoch_of(self.total_steps), 1):g} epochs")
+                  f"no progress off chance level: the last {len(self.recent)} eval accuracies are ≤ "
+                  f"{100 * self.threshold:.2f}% (latest {100 * self.recent[-1]:.2f}%) after "
+                  f"{self.epoch_of(step):.1f} of {round(self.epoch_of(self.total_steps), 1):g} epochs")
     return None

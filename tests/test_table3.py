@@ -24,7 +24,7 @@ def test_a_run_that_never_learns_is_diverge_not_unstable():
   # accuracy 10–23%, loss stuck at ln 10: the old rule called this 'unstable'; the paper calls it 'diverge'.
   never = _t("n", [0.10, 0.23, 0.11, 0.18], loss=math.log(10))
   v = trial_verdict(never)
-  assert v.verdict == "diverge" and "chance" in v.reason
+  assert v.verdict == "diverge" and "never left chance level" in v.reason
   assert trial_verdict(_t("edge", [0.325])).verdict == "diverge"        # ≤ threshold
   assert trial_verdict(_t("above", [0.3251])).verdict == "ok"
   dead = _t("d", [0.11, 0.11], status="diverged", stopped="dead")        # stopped early at chance level
@@ -40,7 +40,9 @@ def test_a_run_that_recovers_and_ends_at_its_best_is_not_unstable():
   v = trial_verdict(_t("u", [0.97, 0.99, 0.979]))                        # ends 1.1 points below its best
   assert (v.verdict, v.final, v.best) == ("unstable", 0.979, 0.99)
   assert trial_verdict(_t("w", [0.97, 0.99, 0.981])).verdict == "ok"     # within 1 point
-  assert trial_verdict(_t("c", [0.9, 0.5])).verdict == "unstable"       # learned, then lost it
+  assert trial_verdict(_t("c", [0.9, 0.5])).verdict == "unstable"       # learned, then lost part of it
+  back = trial_verdict(_t("b", [0.365, 0.096, 0.114, 0.114], loss=math.log(10)))  # seen at 8K: back to chance
+  assert back.verdict == "diverge" and "fell back to chance level" in back.reason
   assert trial_verdict(_t("p", [0.9], status="pruned")).verdict == "pruned"
   assert trial_verdict(_t("f", [0.99], status="failed")) is None
   assert trial_verdict(_t("q", [0.99], status="running")) is None

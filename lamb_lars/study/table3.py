@@ -4,9 +4,11 @@ bounded ('layer-wise + bound'), next to the baseline-batch column.
 
 Verdict of one trial (accuracy = test accuracy, a fraction; definitions in docs/studies.md):
 
-* **diverge**: a non-finite loss (the trainer stopped it: status ``diverged``), or a run that never gets off chance
-  level — its best test accuracy is ≤ ``records.chance_threshold(C)`` (32.5% for 10 classes). A run stopped early
-  because it was still at chance level after a set fraction of its budget (``stopped='dead'``) is the same case.
+* **diverge**: a non-finite loss (the trainer stopped it: status ``diverged``), or a run that ends at chance level —
+  its final test accuracy is ≤ ``records.chance_threshold(C)`` (32.5% for 10 classes): it never got off chance
+  level, or fell back to it and stayed (seen at batch 8K: 36% after one epoch, then 11% with loss ln 10 for the
+  remaining 29). A run the trainer stopped as dead (``stopped='dead'``: several evaluations in a row at chance
+  level) is the same case.
 * **unstable** (not diverged): the run ended more than ``drop_tol`` (1 point) below the best test accuracy it had
   reached: it learned, then lost it and did not recover. A run that dips and recovers to end at its best is
   not unstable, however deep the dip.
@@ -79,10 +81,11 @@ def trial_verdict(trial: Trial, *, num_classes: int = 10, drop_tol: float = 0.01
   if _nonfinite_loss(trial):
     return Verdict("diverge", final, best, "non-finite loss")
   threshold = chance_threshold(num_classes)
-  if best is None or best <= threshold:
-    shown = "no eval" if best is None else f"{100 * best:.2f}%"
-    return Verdict("diverge", final, best, f"never left chance level (best {shown} ≤ {100 * threshold:.1f}%)")
-  if final is None or final < best - drop_tol:
+  if final is None or not math.isfinite(final) or final <= threshold:
+    shown = "no eval" if final is None else f"{100 * final:.2f}%"
+    how = "never left chance level" if best is None or best <= threshold else "fell back to chance level"
+    return Verdict("diverge", final, best, f"{how} (final {shown} ≤ {100 * threshold:.1f}%)")
+  if final < best - drop_tol:
     return Verdict("unstable", final, best, f"ended at {100 * (final or 0):.2f}%, {100 * (best - (final or 0)):.2f} "
                    f"points below its best {100 * best:.2f}%")
   return Verdict("ok", final, best)
