@@ -124,6 +124,10 @@ def _study_window(con, study_name: str) -> tuple[Optional[float], Optional[float
   return spans[0][0], max(e for _, e in spans), busy + cur_e - cur_s
 
 
+def _plain_dict(section) -> dict:
+  return section.to_dict() if hasattr(section, "to_dict") else dict(section or {})
+
+
 def _cpu_model() -> str:
   try:
     with open("/proc/cpuinfo", encoding="utf-8") as f:
@@ -145,8 +149,8 @@ def report_spec(study: ml_collections.ConfigDict, workdir: str, con) -> report.R
               f"({int(a.get('num_train', 0))} training examples, validation split {base.get('validation_split', 0)}),"
               f" budget ρ = {a.get('baseline_epochs', base.num_epochs):g} epochs, eval every "
               f"{base.eval_every_epochs:g} epoch(s)",
-              f"- search: {dict(study.get('search') or {})}; runner: "
-              f"{ {k: v for k, v in dict(study.get('runner') or {}).items() if k != 'env'} }",
+              f"- search: {_plain_dict(study.get('search'))}; runner: "
+              f"{ {k: v for k, v in _plain_dict(study.get('runner')).items() if k != 'env'} }",
               f"- machine: {os.cpu_count()} CPUs ({_cpu_model()}), {platform.system()} {platform.release()}",
               f"- first trial started {stamp(first)}, last finished {stamp(last)}; wall time with at least one "
               f"trial running: {busy / 60:.1f} min"]
