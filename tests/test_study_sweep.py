@@ -96,3 +96,17 @@ def test_batch_divisibility_uses_the_trial_devices():
                                                                    "--xla_force_host_platform_device_count=8"}),))
   with pytest.raises(ValueError, match="over 8 device"):
     sweep.expand(c)
+
+
+def test_first_rung_comes_after_the_longest_warmup_of_the_cell():
+  from lamb_lars.study import runner
+  c = _study(sweeps=(dict(name="w", fixed={"batch_size": 64}, num_trials=4, seed=0,
+                          search={"optimizer.schedule.warmup_epochs": ("linear", 0.0, 4.5)}),
+                     dict(name="n", fixed={"batch_size": 64}, num_trials=2, seed=0,
+                          search={"optimizer.learning_rate": ("log", 0.01, 0.1)})))
+  specs = sweep.expand(c)
+  longest = max(t.params()["warmup_epochs"] for t in specs if t.sweep == "w")
+  cfg = {**runner.SEARCH_DEFAULTS, "min_epochs": 2}
+  got = runner.cell_min_epochs(specs, cfg)
+  assert got == {"w": max(2, math.ceil(longest)), "n": 2} and got["w"] >= 4
+  assert runner.cell_min_epochs(specs, {**cfg, "rung_after_warmup": False}) == {"w": 2, "n": 2}

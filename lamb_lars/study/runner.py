@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 import os
 import signal
 import time
@@ -34,7 +35,8 @@ from lamb_lars.study import workdir as wd
 from lamb_lars.study.executor import Executor, LocalExecutor, TrialHandle
 from lamb_lars.study.records import FINISHED, STATUSES
 
-SEARCH_DEFAULTS = dict(metric="validation_accuracy", mode="max", min_epochs=2, reduction_factor=3, pruner="asha")
+SEARCH_DEFAULTS = dict(metric="validation_accuracy", mode="max", min_epochs=2, reduction_factor=3, pruner="asha",
+                       rung_after_warmup=True)
 RUNNER_DEFAULTS = dict(num_workers=1, cpus_per_trial=0, retry_failed=True, timeout_s=0.0, env={},
                        resources={"CPU": 1}, max_retries=3)  # the last two: --executor=ray (ray_executor.py)
 
@@ -72,13 +74,28 @@ def register(con, study: ml_collections.ConfigDict, specs: list[sweep.TrialSpec]
   return {r["run_id"]: r["status"] for r in store.runs(con, study=study.name)}
 
 
+def cell_min_epochs(specs: list[sweep.TrialSpec], cfg: Mapping[str, Any]) -> dict[str, int]:
+  """The first rung of each searched cell: ``min_epochs``, or with ``rung_after_warmup`` the end of the longest
+  warmup among the cell's trials if later — no trial is judged while its LR is still ramping up (a rung at epoch 2
+  pruned most long-warmup trials at batch 8K; docs/studies/mnist_table3/discussion.md)."""
+  out: dict[str, int] = {}
+  for t in specs:
+    if not t.searched:
+      continue
+    first = int(cfg["min_epochs"])
+    if cfg["rung_after_warmup"]:
+      first = max(first, int(math.ceil(max(0.0, float(t.params()["warmup_epochs"])) - 1e-9)))
+    out[t.cell] = max(out.get(t.cell, 1), first)
+  return out
+
+
 def _rebuild_searches(con, specs, cfg: Mapping[str, Any]) -> dict[str, search_lib.CellSearch]:
   """One pruner per searched cell, its state replayed from the decision log (checked against it)."""
   if cfg["pruner"] == "none":
     return {}
   direction = "maximize" if cfg["mode"] == "max" else "minimize"
-  searches = {t.cell: search_lib.CellSearch(min_epochs=cfg["min_epochs"], reduction_factor=cfg["reduction_factor"],
-                                            direction=direction) for t in specs if t.searched}
+  searches = {cell: search_lib.CellSearch(min_epochs=first, reduction_factor=cfg["reduction_factor"],
+                                          direction=direction) for cell, first in cell_min_epochs(specs, cfg).items()}
   pruned = set()
   for d in store.decisions(con):
     s = searches.get(d["cell"])
