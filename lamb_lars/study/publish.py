@@ -12,6 +12,7 @@ The columns are documented in docs/studies.md.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import os
@@ -179,4 +180,8 @@ def publish(workdir: str, out_dir: Optional[str] = None) -> str:
     spec = report_spec(study, workdir, con)
   finally:
     con.close()
+  if os.path.exists(os.path.join(out_dir, "discussion.md")):  # hand-written next to the generated report
+    spec = dataclasses.replace(spec, notes=(spec.notes + "\n\n" if spec.notes else "") + (
+        "The disagreements with the paper, and what would settle them, are discussed in "
+        "[discussion.md](discussion.md)."))
   return report.write_report(load_csvs(out_dir), out_dir, spec)
