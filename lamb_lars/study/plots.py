@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 
 from lamb_lars.study.critical_batch import InverseLawFit, steps_model
 
-_MAX_LEGEND = 12
+_MAX_LEGEND = 16
 
 
 def _finite(xs: Sequence[float], ys: Sequence[float], positive: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -76,6 +76,11 @@ def training_curves(out_dir: str, name: str, curves: Mapping[str, Sequence[Mappi
   """Accuracy against epoch (step if no epoch) and loss against step, one line per trial."""
   fig = Figure(figsize=(11, 4.2))
   ax_acc, ax_loss = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+  if len(curves) > 10:  # more lines than the default cycle has colours
+    from matplotlib import colormaps
+    colors = [colormaps["tab20"](i % 20) for i in range(len(curves))]
+    ax_acc.set_prop_cycle(color=colors)
+    ax_loss.set_prop_cycle(color=colors)
   for label, curve in curves.items():
     xkey = "epoch" if all(r.get("epoch") is not None for r in curve) else "step"
     x, y = _finite([r[xkey] for r in curve if r.get(acc_key) is not None],

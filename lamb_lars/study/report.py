@@ -14,7 +14,7 @@ import dataclasses
 import os
 from typing import Optional, Sequence
 
-from lamb_lars.study import paper, regimes, report_curves, report_scaling, table3
+from lamb_lars.study import paper, plots, regimes, report_curves, report_scaling, table3
 from lamb_lars.study.markdown import fmt, pct, table
 from lamb_lars.study.records import STATUSES, Baseline, Target, Trial
 
@@ -137,7 +137,8 @@ def _points_section(trials: Sequence[Trial], spec: ReportSpec) -> list[str]:
   return lines + table(["setting", "paper's recipe", "measured: best final test acc (%)", "paper (%)"], rows)
 
 
-def _table3_section(trials: Sequence[Trial], spec: ReportSpec, baseline_batch: Optional[int]) -> list[str]:
+def _table3_section(trials: Sequence[Trial], spec: ReportSpec, baseline_batch: Optional[int],
+                    out_dir: str) -> list[str]:
   if not any(t.role == "table3" for t in trials):
     return []
   lines = ["## Table 3: optimizer × layer-wise variants", ""]
@@ -156,7 +157,30 @@ def _table3_section(trials: Sequence[Trial], spec: ReportSpec, baseline_batch: O
         rows.append([opt, col, c.text(2), c.run_id and f"`{c.run_id}`",
                      ", ".join(f"{k} {v}" for k, v in sorted(c.counts.items()))])
   lines += ["Trials per cell:", ""] + table(["solver", "column", "cell", "best trial", "verdicts"], rows)
+  curves = _table3_curves(trials, cells, batch)
+  if curves:
+    name = plots.training_curves(out_dir, "table3_curves.png", curves)
+    lines += [f"The trial shown per cell at batch {batch}: the cell's chosen trial, or (no trial ok) the full-budget "
+              "trial with the best accuracy it ever reached.", "", f"![Table 3 curves]({name})", ""]
   return lines
+
+
+def _table3_curves(trials: Sequence[Trial], cells: table3.Table3, batch: int) -> dict[str, Sequence]:
+  """{'<solver> <column>': eval curve} of one trial per large-batch cell (the evidence behind each cell)."""
+  by_id = {t.run_id: t for t in trials}
+  out = {}
+  for opt in cells.rows:
+    for col in cells.columns[-3:]:
+      c = cells.cells[(opt, col)]
+      pick = by_id.get(c.run_id) if c.run_id else None
+      if pick is None:
+        group = [t for t in trials if t.role == "table3" and t.optimizer == opt and t.batch_size == batch
+                 and table3.COLUMN_NAMES[t.variant] in col and t.status in ("done", "diverged")
+                 and t.best(ACC_KEY) is not None]
+        pick = max(group, key=lambda t: t.best(ACC_KEY), default=None)
+      if pick is not None:
+        out[f"{opt} {col.split(' ', 1)[1]} ({c.text()})"] = pick.curve
+  return out
 
 
 def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = ReportSpec()) -> str:
@@ -169,7 +193,7 @@ def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = Repor
   parts = [f"# {spec.title}", ""]
   parts += _settings_section(trials, spec) + _roles_section(trials)
   parts += _baseline_section(baseline, note, spec) + _regimes_section(trials, baseline, spec)
-  parts += _points_section(trials, spec) + _table3_section(trials, spec, baseline.batch_size if baseline else None)
+  parts += _points_section(trials, spec) + _table3_section(trials, spec, baseline.batch_size if baseline else None, out_dir)
   parts += steps_lines + report_scaling.noise_section(trials, out_dir, fit, spec.max_curves)
   parts += report_curves.accuracy_section(trials, out_dir) + report_curves.curves_section(trials, out_dir, spec.max_curves)
   parts += report_curves.diffusion_section(trials, out_dir, spec.max_curves) + report_curves.trust_section(trials, out_dir)
