@@ -45,11 +45,11 @@ def test_runs_status_lifecycle_and_trials(tmp_path):
   st.add_evals(con, "r1", [{"step": 20, "epoch": 0.2, "examples": 5120, "wall_time": 2.0, "eval_loss": 0.1},
                            {"step": 10, "epoch": 0.1, "examples": 2560, "wall_time": 1.0,
                             "eval_loss": float("nan"), "trust_ratio/fc1/kernel": 0.01}])
-  st.add_evals(con, "r1", [{"step": 20, "eval_loss": 0.05}])  # same step replaces
+  st.add_evals(con, "r1", [{"step": 20, "eval_loss": 0.05, "noise_scale": "nan"}])  # same step replaces
   rows = st.evals(con, "r1")
   assert [r["step"] for r in rows] == [10, 20] and math.isnan(rows[0]["eval_loss"])
-  assert rows[0]["trust_ratio/fc1/kernel"] == 0.01 and rows[1] == {"step": 20, "epoch": None, "examples": None,
-                                                                   "wall_time": None, "eval_loss": 0.05}
+  assert rows[0]["trust_ratio/fc1/kernel"] == 0.01 and math.isnan(rows[1].pop("noise_scale"))  # text → float
+  assert rows[1] == {"step": 20, "epoch": None, "examples": None, "wall_time": None, "eval_loss": 0.05}
   ts = st.trials(con, study="s")
   assert [(t.run_id, t.batch_size, t.optimizer, t.status, len(t.curve)) for t in ts] == [
       ("r1", 256, "sgd", "done", 2), ("r2", 1024, "lars", "failed", 0)]

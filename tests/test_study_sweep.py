@@ -110,3 +110,12 @@ def test_first_rung_comes_after_the_longest_warmup_of_the_cell():
   got = runner.cell_min_epochs(specs, cfg)
   assert got == {"w": max(2, math.ceil(longest)), "n": 2} and got["w"] >= 4
   assert runner.cell_min_epochs(specs, {**cfg, "rung_after_warmup": False}) == {"w": 2, "n": 2}
+
+
+def test_a_trial_with_more_cpu_devices_than_cpus_is_not_pinned():
+  from lamb_lars.study.executor import LocalExecutor
+  ex = LocalExecutor(slots=2, cpus_per_trial=1)
+  assert ex.affinity(1, {}) == {1}
+  assert ex.affinity(0, {"XLA_FLAGS": "--xla_force_host_platform_device_count=1"}) == {0}
+  assert ex.affinity(0, {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}) is None  # would deadlock
+  assert LocalExecutor(slots=1).affinity(0, {}) is None

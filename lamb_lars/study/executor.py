@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -86,7 +87,8 @@ class LocalExecutor:
 
   ``cpus_per_trial`` > 0 pins slot i to CPUs [i·c, (i+1)·c) (``sched_setaffinity``), so two single-threaded
   trials do not share a core; XLA sizes its CPU thread pool by the CPUs it may run on. Children die with the driver
-  (``PR_SET_PDEATHSIG``): a ``kill -9`` of the driver leaves no orphan trainer writing into the study.
+  (``PR_SET_PDEATHSIG``): a ``kill -9`` of the driver leaves no orphan trainer writing into the study. A trial
+  that forces more CPU devices than ``cpus_per_trial`` (e.g. 2 for the gradient noise scale) runs unpinned.
   """
   name = "local"
 
@@ -101,9 +103,20 @@ class LocalExecutor:
   def check_workdir(self, workdir: str) -> None:
     os.makedirs(workdir, exist_ok=True)
 
+  def affinity(self, slot: int, env: Mapping[str, str]) -> Optional[set[int]]:
+    """The CPUs slot ``slot`` is pinned to, or None (not pinned). A trial that forces more XLA CPU devices than
+    its share of CPUs is not pinned: the devices' collectives need a thread each at the same time, and on fewer
+    CPUs XLA's all-reduce rendezvous times out and aborts the process."""
+    if not self._cpus:
+      return None
+    m = re.search(r"--xla_force_host_platform_device_count=(\d+)", str(env.get("XLA_FLAGS", "")))
+    if m and int(m.group(1)) > self._cpus:
+      return None
+    return set(range(slot * self._cpus, (slot + 1) * self._cpus))
+
   def submit(self, run_id: str, run_dir: str, env: Mapping[str, str]) -> LocalHandle:
     slot = self._free.pop(0) if self._free else 0
-    cpus = set(range(slot * self._cpus, (slot + 1) * self._cpus)) if self._cpus else None
+    cpus = self.affinity(slot, {**os.environ, **env})
 
     def preexec() -> None:
       try:

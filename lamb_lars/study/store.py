@@ -150,7 +150,7 @@ def add_evals(con: sqlite3.Connection, run_id: str, rows: Iterable[Mapping[str, 
   """Writes eval rows (dicts with ``step`` and metrics) in one transaction; same (run_id, step) is replaced."""
   records = []
   for row in rows:
-    metrics = {k: v for k, v in _plain(row).items() if k not in _ROW_KEYS}
+    metrics = {k: _number(v) for k, v in _plain(row).items() if k not in _ROW_KEYS}
     records.append((run_id, int(row["step"]), _num(row.get("epoch")), _int(row.get("examples")),
                     _num(row.get("wall_time")), _dumps(metrics)))
   if records:
@@ -158,6 +158,11 @@ def add_evals(con: sqlite3.Connection, run_id: str, rows: Iterable[Mapping[str, 
       con.executemany("INSERT OR REPLACE INTO evals(run_id, step, epoch, examples, wall_time, metrics_json) "
                       "VALUES (?, ?, ?, ?, ?, ?)", records)
   return len(records)
+
+
+def _number(v: Any) -> Any:
+  """The trainer writes NaN/inf metrics as the text 'nan' / 'inf' (JSON has none); they come back as floats."""
+  return float(v) if isinstance(v, str) and v.lower() in ("nan", "inf", "-inf", "infinity", "-infinity") else v
 
 
 def _num(x: Any) -> Optional[float]:
