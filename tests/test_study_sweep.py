@@ -119,3 +119,6 @@ def test_a_trial_with_more_cpu_devices_than_cpus_is_not_pinned():
   assert ex.affinity(0, {"XLA_FLAGS": "--xla_force_host_platform_device_count=1"}) == {0}
   assert ex.affinity(0, {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}) is None  # would deadlock
   assert LocalExecutor(slots=1).affinity(0, {}) is None
+  assert ex.exclusive({"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+  assert not ex.exclusive({"XLA_FLAGS": "--xla_force_host_platform_device_count=1"})
+  assert not LocalExecutor(slots=2).exclusive({"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})

@@ -121,6 +121,7 @@ class _Active:
   started: float
   rows_seen: int = 0
   note: str = ""
+  exclusive: bool = False
 
 
 class _Driver:
@@ -132,7 +133,7 @@ class _Driver:
     self.active: dict[str, _Active] = {}
     self.done_count = 0
 
-  def start(self, spec: sweep.TrialSpec) -> None:
+  def start(self, spec: sweep.TrialSpec, exclusive: bool = False) -> None:
     rdir = wd.run_dir(self.workdir, spec.run_id)
     os.makedirs(rdir, exist_ok=True)
     write_text_atomic(os.path.join(rdir, wd.TRIAL_CONFIG_FILE), spec.config.to_json_best_effort(indent=1))
@@ -141,7 +142,7 @@ class _Driver:
       os.remove(err)
     store.set_status(self.con, spec.run_id, "running")
     handle = self.executor.submit(spec.run_id, rdir, {**dict(self.runner_cfg["env"] or {}), **spec.env})
-    self.active[spec.run_id] = _Active(spec, handle, time.monotonic())
+    self.active[spec.run_id] = _Active(spec, handle, time.monotonic(), exclusive=exclusive)
 
   def ingest(self, a: _Active) -> list[dict]:
     """New eval rows of a running trial into the store; returns them."""
@@ -198,6 +199,12 @@ class _Driver:
       if store.runs(self.con, run_id=rid)[0]["status"] == "running":
         store.set_status(self.con, rid, "pending")
     self.active.clear()
+
+
+def _exclusive(executor: Executor, runner_cfg: Mapping[str, Any], spec: sweep.TrialSpec) -> bool:
+  """Whether the executor wants this trial alone on its machine (LocalExecutor.exclusive)."""
+  check = getattr(executor, "exclusive", None)
+  return bool(check and check({**dict(runner_cfg["env"] or {}), **spec.env}))
 
 
 def _failure_text(rdir: str, code: Optional[int]) -> str:
@@ -273,8 +280,11 @@ def run_study(study: ml_collections.ConfigDict, workdir: str, *, executor: Optio
     retried: set[str] = set()
     try:
       while todo or driver.active:
-        while todo and len(driver.active) < executor.slots:
-          driver.start(todo.popleft())
+        while todo and len(driver.active) < executor.slots and not any(a.exclusive for a in driver.active.values()):
+          alone = _exclusive(executor, runner_cfg, todo[0])
+          if alone and driver.active:
+            break  # a trial that needs the machine to itself waits for the others to end
+          driver.start(todo.popleft(), exclusive=alone)
         time.sleep(poll_s)
         for rid, a in list(driver.active.items()):
           code = a.handle.poll()
