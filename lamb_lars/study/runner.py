@@ -188,7 +188,7 @@ class _Driver:
     status = store.ingest_run_dir(self.con, rid, rdir)
     if status is None:
       status = "failed"
-      store.set_status(self.con, rid, "failed", error=(a.note + "\n" if a.note else "") + _failure_text(rdir, code))
+      store.set_status(self.con, rid, "failed", error=(a.note + "\n" if a.note else "") + wd.failure_text(rdir, code))
     return status
 
   def interrupt(self) -> None:
@@ -205,21 +205,6 @@ def _exclusive(executor: Executor, runner_cfg: Mapping[str, Any], spec: sweep.Tr
   """Whether the executor wants this trial alone on its machine (LocalExecutor.exclusive)."""
   check = getattr(executor, "exclusive", None)
   return bool(check and check({**dict(runner_cfg["env"] or {}), **spec.env}))
-
-
-def _failure_text(rdir: str, code: Optional[int]) -> str:
-  path = os.path.join(rdir, "error.txt")
-  if os.path.exists(path):
-    with open(path, encoding="utf-8") as f:
-      return f.read().strip()
-  reason = (f"killed by signal {-code} ({signal.Signals(-code).name})" if code is not None and code < 0
-            else f"exit code {code}")
-  tail = ""
-  log = os.path.join(rdir, "log.txt")
-  if os.path.exists(log):
-    with open(log, encoding="utf-8", errors="replace") as f:
-      tail = "".join(f.readlines()[-20:])
-  return f"trainer process {reason} without a result\n{tail}".strip()
 
 
 def progress_line(con, run_id: str, status: str, index: int, total: int, seconds: float) -> str:

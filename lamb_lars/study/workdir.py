@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from typing import Optional
 
@@ -54,3 +55,19 @@ def commands(workdir: str) -> list[str]:
     return []
   with open(path, encoding="utf-8") as f:
     return [ln.strip() for ln in f if ln.strip()]
+
+
+def failure_text(rdir: str, code: Optional[int]) -> str:
+  """Why a trial ended without a result: its error.txt, else the exit code or signal and the end of its log."""
+  path = os.path.join(rdir, "error.txt")
+  if os.path.exists(path):
+    with open(path, encoding="utf-8") as f:
+      return f.read().strip()
+  reason = (f"killed by signal {-code} ({signal.Signals(-code).name})" if code is not None and code < 0
+            else f"exit code {code}")
+  tail = ""
+  log = os.path.join(rdir, "log.txt")
+  if os.path.exists(log):
+    with open(log, encoding="utf-8", errors="replace") as f:
+      tail = "".join(f.readlines()[-20:])
+  return f"trainer process {reason} without a result\n{tail}".strip()
