@@ -76,10 +76,12 @@ def bn_couples_devices(config: Any, plan: RunPlan) -> bool:
 def diagnostics_plan(config: Any, plan: RunPlan) -> DiagnosticsPlan:
   """Decides ``diagnostics.noise_scale`` and ``diagnostics.signal_to_noise`` for this plan; the trainer only reads it.
 
-  Both need per-device gradients g_d that are means over the device's own examples (B_small = the per-device batch;
-  McCandlish et al. 2018 App. A.1, You et al. 2020 §6.1) and at least 2 devices. When BN groups span devices, g_d
-  also depends on the other devices' examples through the pooled statistics, so neither estimates per-device
-  gradient noise: a forced-on request is refused. ``noise_scale``: ``'auto'`` (on with ≥ 2 devices and BN groups
+  The noise scale needs ≥ 2 gradient samples per step, each a mean over its own examples: B_small = one micro-batch
+  of one device (B/(D·k)) against B_big = B (McCandlish et al. 2018 App. A.1). Devices or micro-batches both work,
+  so one device with ``num_microbatches=2`` measures it without any collective. The signal-to-noise ratio (You et
+  al. 2020 §6.1) compares per-device gradients and needs ≥ 2 devices. When BN groups span devices, a device's
+  gradient also depends on the other devices' examples through the pooled statistics, so neither estimates
+  gradient noise: a forced-on request is refused. ``noise_scale``: ``'auto'`` (on with ≥ 2 samples and BN groups
   within a device, else off), True (on, or ConfigError), False (off). ``signal_to_noise``: True or False (off on
   one device, as before).
   """
@@ -97,10 +99,12 @@ def diagnostics_plan(config: Any, plan: RunPlan) -> DiagnosticsPlan:
           f"devices (bn.group_devices / bn.examples_per_group / bn.ghost_batch_size), so each device's gradient "
           f"depends on other devices' examples; set diagnostics.{key}=False (or 'auto' for noise_scale) or keep "
           f"BN groups within a device.")
-  if ns is True and plan.num_devices < 2:
-    raise ConfigError("config.diagnostics.noise_scale=True needs at least 2 devices (per-device vs global "
-                      "gradients); set it to 'auto' or False.")
-  return DiagnosticsPlan(noise_scale=bool(ns) and plan.num_devices > 1 and not coupled,
+  samples = plan.num_devices * plan.num_microbatches
+  if ns is True and samples < 2:
+    raise ConfigError("config.diagnostics.noise_scale=True needs at least 2 gradient samples per step (devices × "
+                      "num_microbatches: small- vs whole-batch gradients); set config.num_microbatches=2, or "
+                      "diagnostics.noise_scale to 'auto' or False.")
+  return DiagnosticsPlan(noise_scale=bool(ns) and samples > 1 and not coupled,
                          signal_to_noise=snr and plan.num_devices > 1)
 
 

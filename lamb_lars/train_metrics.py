@@ -16,17 +16,19 @@ from lamb_lars import noise_scale
 
 
 class NoiseScaleTracker:
-  """B_simple from per-device (B/D) and global (B) gradient norms, EMA-averaged; off on a single device."""
+  """B_simple from micro-batch (B/(D·k): one micro-batch of one device) and global (B) gradient norms, EMA-averaged;
+  off when a step has a single gradient sample (one device, one micro-batch)."""
 
-  def __init__(self, *, batch_size: int, num_devices: int, decay: float, enabled: bool):
-    self.enabled = bool(enabled) and num_devices > 1
-    self.b_small, self.b_big, self.decay = batch_size / num_devices, batch_size, decay
+  def __init__(self, *, batch_size: int, num_devices: int, decay: float, enabled: bool, num_microbatches: int = 1):
+    samples = num_devices * num_microbatches
+    self.enabled = bool(enabled) and samples > 1
+    self.b_small, self.b_big, self.decay = batch_size / samples, batch_size, decay
     self.state = noise_scale.NoiseScaleState(0.0, 0.0, 0)
 
   def update(self, metrics: dict) -> None:
     if not self.enabled:
       return
-    small = np.asarray(metrics["grad_sq_norm_local"], np.float64)
+    small = np.asarray(metrics["grad_sq_norm_small"], np.float64)
     big = np.asarray(metrics["grad_norm"], np.float64) ** 2
     for small_sq, big_sq in zip(small, big):
       self.state = noise_scale.update(self.state, small_sq, big_sq, self.b_small, self.b_big, self.decay)
@@ -86,5 +88,5 @@ def step_scalars(first_step: int, metrics: dict, lrs: np.ndarray) -> list[tuple[
   """(step, scalars) for TensorBoard of each step in a chunk; ``first_step`` is the 1-based number of its first."""
   return [(first_step + j, {"step/train_loss": float(metrics["train_loss"][j]), "step/lr": float(lrs[j]),
                             "step/grad_norm": float(metrics["grad_norm"][j]),
-                            "step/grad_norm_per_device_rms": float(np.sqrt(metrics["grad_sq_norm_local"][j]))})
+                            "step/grad_norm_small_rms": float(np.sqrt(metrics["grad_sq_norm_small"][j]))})
           for j in range(len(metrics["train_loss"]))]

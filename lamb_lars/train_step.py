@@ -7,8 +7,9 @@ device, into ``num_microbatches`` micro-batches (gradient accumulation). Per ste
   g     = (1/D) Σ_d g_d                                      global gradient = gradient of the global mean loss
   w, s  ← tx.update(g, s, w)                                 one optimizer update
 
-``|g_d|²`` averaged over devices and ``|g|²`` are returned so the gradient noise scale (McCandlish et al. 2018) can be
-estimated from two batch sizes for free.
+``|g_dj|²`` of each micro-batch's gradient averaged over micro-batches and devices (``grad_sq_norm_small``, batch
+B/(D·k)) and ``|g|²`` (batch B) are returned so the gradient noise scale (McCandlish et al. 2018) can be estimated
+from two batch sizes for free: on several devices, or on one device with ``num_microbatches ≥ 2``.
 """
 from __future__ import annotations
 
@@ -116,15 +117,18 @@ def make_local_step(model: nn.Module, tx: optax.GradientTransformation, opts: St
       params_v = _add_noise(params_v, r_w, opts.weight_noise)
     if k == 1:
       (loss, (new_bs, correct)), local_grads = grad_fn(params_v, state.batch_stats, xs[0], ys[0])
+      small_sq = tree_sq_norm(local_grads)
     else:
       def micro(carry, xy):
-        g_acc, l_acc, c_acc = carry
+        g_acc, l_acc, c_acc, sq_acc = carry
         (l, (bs, c)), g = grad_fn(params_v, state.batch_stats, *xy)
-        return (jax.tree.map(jnp.add, g_acc, g), l_acc + l, c_acc + c), bs
+        return (jax.tree.map(jnp.add, g_acc, g), l_acc + l, c_acc + c, sq_acc + tree_sq_norm(g)), bs
       zeros = vary(jax.tree.map(jnp.zeros_like, state.params))
-      init = (zeros, vary(jnp.zeros((), jnp.float32)), vary(jnp.zeros((), jnp.int32)))
-      (g_sum, l_sum, correct), bs_stack = jax.lax.scan(micro, init, (xs, ys))
+      scalar = lambda dtype: vary(jnp.zeros((), dtype))
+      init = (zeros, scalar(jnp.float32), scalar(jnp.int32), scalar(jnp.float32))
+      (g_sum, l_sum, correct, sq_sum), bs_stack = jax.lax.scan(micro, init, (xs, ys))
       local_grads = jax.tree.map(lambda g: g / k, g_sum)
+      small_sq = sq_sum / k
       loss = l_sum / k
       new_bs = jax.tree.map(lambda s: s.mean(0), bs_stack)
     grads = jax.lax.pmean(local_grads, axes)
@@ -136,7 +140,7 @@ def make_local_step(model: nn.Module, tx: optax.GradientTransformation, opts: St
         "train_loss": jax.lax.pmean(loss, axes),
         "train_accuracy": jax.lax.pmean(correct / labels.shape[0], axes),
         "grad_norm": jnp.sqrt(tree_sq_norm(grads)),
-        "grad_sq_norm_local": jax.lax.pmean(tree_sq_norm(local_grads), axes),
+        "grad_sq_norm_small": jax.lax.pmean(small_sq, axes),   # mean over devices and micro-batches of |g_dj|²
     }
     if opts.signal_to_noise:
       par, perp = noise_scale.snr_components(local_grads, jax.lax.pmean(local_grads, axes))

@@ -149,7 +149,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   ckpt = checkpoint.Checkpointer(workdir, keep=config.keep_checkpoints)
   state, meta = restore(ckpt, state, workdir)
   noise = train_metrics.NoiseScaleTracker(batch_size=plan.batch_size, num_devices=plan.num_devices,
-                                          decay=config.diagnostics.noise_scale_ema,
+                                          num_microbatches=plan.num_microbatches, decay=config.diagnostics.noise_scale_ema,
                                           enabled=plan.diagnostics.noise_scale)
   noise.load_state_dict(meta.get("noise_scale"))
   rules = stopping.StopRules(config, total_steps=plan.total_steps, warmup_steps=plan.warmup_steps,

@@ -154,14 +154,25 @@ def _per_device_grads_float64(step=0):
 
 
 def test_gradient_norms_match_independent_per_device_gradients():
-  """grad_sq_norm_local = mean_d ‖g_d‖² and grad_norm = ‖mean_d g_d‖ against per-device gradients from scratch."""
+  """grad_sq_norm_small = mean_d ‖g_d‖² and grad_norm = ‖mean_d g_d‖ against per-device gradients from scratch."""
   _, m = run_jit(8, 1, 4)
   g = _per_device_grads_float64()
   local_sq = np.mean(np.sum(g * g, axis=1))
   global_norm = np.sqrt(np.sum(np.square(g.mean(axis=0))))
-  np.testing.assert_allclose(m["grad_sq_norm_local"][0], local_sq, rtol=1e-5)
+  np.testing.assert_allclose(m["grad_sq_norm_small"][0], local_sq, rtol=1e-5)
   np.testing.assert_allclose(m["grad_norm"][0], global_norm, rtol=1e-5)
   assert local_sq > 1.5 * global_norm ** 2      # the two differ here, so swapping them would be caught
+
+
+@pytest.mark.parametrize("ndev, k", [(1, 8), (2, 4)])
+def test_micro_batch_gradient_norms_give_the_same_two_batch_sizes(ndev, k):
+  """With micro-batches, the small batch is one micro-batch of one device: 1 device × 8 micro-batches of 4 (or
+  2 × 4 × 4) sees the same 8 groups of 4 examples as 8 devices × 4, so mean_j ‖g_j‖² and ‖mean_j g_j‖ must equal
+  the from-scratch per-group gradients' — B_simple without any collective."""
+  _, m = run_jit(ndev, 1, 4, k=k)
+  g = _per_device_grads_float64()
+  np.testing.assert_allclose(m["grad_sq_norm_small"][0], np.mean(np.sum(g * g, axis=1)), rtol=1e-5)
+  np.testing.assert_allclose(m["grad_norm"][0], np.sqrt(np.sum(np.square(g.mean(axis=0)))), rtol=1e-5)
 
 
 def test_signal_to_noise_matches_float64_reference():

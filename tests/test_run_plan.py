@@ -96,6 +96,7 @@ def test_per_device_diagnostics_refused_when_bn_groups_span_devices(key):
     (dict(model="small_cnn", **{"bn.examples_per_group": 64}), 8, (False, False)),    # 32/device → 2 devices
     (dict(model="small_cnn", **{"bn.examples_per_group": 16}), 8, (True, False)),     # ghost 16 inside a device
     (dict(model="small_cnn"), 1, (False, False)),                                     # one device: no B_small
+    (dict(model="small_cnn", num_microbatches=2), 1, (True, False)),                  # ... unless 2 micro-batches
     (dict(model="lenet5", **{"bn.group_devices": 2}), 8, (True, False)),              # no BN: nothing couples
     (dict(model="small_cnn", **{"diagnostics.noise_scale": False,
                                 "diagnostics.signal_to_noise": True}), 8, (False, True)),
@@ -111,7 +112,7 @@ def test_diagnostics_plan_auto(kw, devices, want):
 
 @pytest.mark.parametrize("kw, words", [
     ({"diagnostics.noise_scale": "yes"}, "diagnostics.noise_scale='yes' is not one of"),
-    ({"diagnostics.noise_scale": True}, "at least 2 devices"),
+    ({"diagnostics.noise_scale": True}, "at least 2 gradient samples per step"),
 ])
 def test_diagnostics_errors(kw, words):
   with pytest.raises(run_plan.ConfigError, match=words):

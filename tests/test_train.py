@@ -72,7 +72,7 @@ def test_few_steps_learn(data_dir, tmp_path):
   assert [r["step"] for r in rows] == [20]
   tags = tensorboard_tags(tmp_path / "tensorboard")
   assert [st for st, _ in tags["step/grad_norm"]] == list(range(1, 21))       # every step
-  assert len(tags["step/grad_norm_per_device_rms"]) == 20
+  assert len(tags["step/grad_norm_small_rms"]) == 20
   assert tags["eval_accuracy"] == [(20, pytest.approx(final["eval_accuracy"]))]
   again = train_and_evaluate(small_config(data_dir), str(tmp_path))   # finished: returned, not re-run
   assert again == json.loads(open(tmp_path / "result.json").read())
