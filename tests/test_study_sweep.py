@@ -112,6 +112,28 @@ def test_first_rung_comes_after_the_longest_warmup_of_the_cell():
   assert runner.cell_min_epochs(specs, {**cfg, "rung_after_warmup": False}) == {"w": 2, "n": 2}
 
 
+def test_a_sub_sweeps_pruner_field_overrides_the_study_rule_for_its_cells_only():
+  """A later round of a study (its first round ran with rung_after_warmup=False, whose log must still replay)
+  can judge its own trials after their warmup, or from its own first rung."""
+  from lamb_lars.study import runner
+  space = {"optimizer.schedule.warmup_epochs": ("linear", 0.0, 4.5)}
+  c = _study(sweeps=(dict(name="r1", fixed={"batch_size": 64}, num_trials=4, seed=0, search=space),
+                     dict(name="r2", fixed={"batch_size": 64}, num_trials=4, seed=0, search=space,
+                          pruner={"rung_after_warmup": True}),
+                     dict(name="r3", fixed={"batch_size": 64}, num_trials=2, seed=0, search=space,
+                          pruner={"rung_after_warmup": False, "min_epochs": 3})))
+  specs = sweep.expand(c)
+  longest = max(t.params()["warmup_epochs"] for t in specs if t.sweep == "r2")
+  cfg = {**runner.SEARCH_DEFAULTS, "min_epochs": 2, "rung_after_warmup": False}
+  assert runner.cell_min_epochs(specs, cfg) == {"r1": 2, "r2": math.ceil(longest), "r3": 3} and longest > 3
+  for bad in ({"reduction_factor": 2}, {"min_epochs": 3, "typo": 1}):
+    with pytest.raises(ValueError, match="'pruner' may set only"):
+      sweep.expand(_study(sweeps=(dict(name="x", fixed={"batch_size": 64}, num_trials=2, search=space,
+                                       pruner=bad),)))
+  with pytest.raises(ValueError, match="only on a searched sub-sweep"):
+    sweep.expand(_study(sweeps=(dict(name="x", fixed={"batch_size": 64}, pruner={"min_epochs": 3}),)))
+
+
 def test_a_trial_with_more_cpu_devices_than_cpus_is_not_pinned():
   from lamb_lars.study.executor import LocalExecutor
   ex = LocalExecutor(slots=2, cpus_per_trial=1)

@@ -16,6 +16,13 @@ is the best final test accuracy (10K test set) of its trials that finished (docs
 row is momentum SGD (momentum 0.9, the baseline's optimizer). LRs are at the batch they run at. Layer-wise
 variants use the trust ratio ‖w‖/‖d‖ with trust coefficient 1, so their LR is the relative step per layer;
 bound = ratio clipped to [0, 10].
+
+Round 2 (``ROUND2``): the 8K cells of round 1 that missed the paper, searched again with 6 more points each on a
+log-LR range re-centred on round 1's best trial (Shallue et al. 2018 widen or move a search space whose best point
+lies at its edge), warmup 0–8 epochs, and the first rung after the longest warmup of the cell (round 1's rung at
+epoch 2 pruned most long warmups; docs/studies/mnist_table3/discussion.md). A cell is the best over both rounds.
+Round 1 ran with the first rung at epoch 2 for every cell (``rung_after_warmup=False``), which its search log
+must replay; round 2 sets its own rule per sub-sweep (``pruner``).
 """
 import ml_collections
 
@@ -31,14 +38,28 @@ LR_RANGES = dict(
     adam=dict(bs256=(1e-4, 1e-2), original=(3e-4, 3e-2), layerwise=(0.002, 0.2)),
     lars=dict(bs256=(0.1, 10.0), original=(1.0, 100.0)))
 WARMUP = {256: (0.0, 2.0), 8192: (0.0, 10.0)}
+# Round 2: (solver, variant) → log-LR range at 8K, re-centred on round 1's best trial (in brackets: its LR and
+# final test accuracy, docs/studies/mnist_table3/runs.csv).
+ROUND2 = {
+    ("momentum", "layerwise_bound"): (0.006, 0.2),   # [0.0435: 98.8%]
+    ("adagrad", "original"): (0.015, 0.3),           # [0.096: 96.3%; 0.52: 82.2%]
+    ("adagrad", "layerwise"): (0.002, 0.05),         # [0.0077: 94.8%, the two larger survivors pruned at epoch 2]
+    ("adagrad", "layerwise_bound"): (0.005, 0.1),    # [0.0247: 98.1%]
+    ("rmsprop", "original"): (3e-5, 1e-3),           # [3.9e-4: 93.6%, the smallest LR of round 1]
+    ("adam", "original"): (0.005, 0.15),             # [0.0265: 98.7%, the largest LR of round 1]
+    ("adam", "layerwise_bound"): (0.004, 0.1),       # [0.0124: 99.0%]
+    ("lars", "original"): (0.3, 8.0),                # [2.70: 98.4%, the smallest LR of round 1]
+}
+ROUND2_WARMUP = (0.0, 8.0)
 
 
-def _cell(name: str, solver: str, batch: int, variant: str, lr: tuple, seed: int) -> dict:
+def _cell(name: str, solver: str, batch: int, variant: str, lr: tuple, seed: int, warmup: tuple = (),
+          **extra) -> dict:
   return dict(name=name, role="table3", variant=variant,
               fixed={"batch_size": batch, "optimizer.name": solver, **common.VARIANT_KEYS[variant]},
               search={"optimizer.learning_rate": ("log",) + tuple(lr),
-                      "optimizer.schedule.warmup_epochs": ("linear",) + WARMUP[batch]},
-              num_trials=NUM_TRIALS, seed=seed)
+                      "optimizer.schedule.warmup_epochs": ("linear",) + tuple(warmup or WARMUP[batch])},
+              num_trials=NUM_TRIALS, seed=seed, **extra)
 
 
 def sweeps() -> tuple:
@@ -52,6 +73,10 @@ def sweeps() -> tuple:
       lr = lrs["original" if v == "original" else "layerwise"]
       out.append(_cell(f"b8k-{solver}-{v.replace('_', '')}", solver, 8192, v, lr, seed))
       seed += 1
+  for (solver, v), lr in ROUND2.items():
+    out.append(_cell(f"r2-b8k-{solver}-{v.replace('_', '')}", solver, 8192, v, lr, 100 + seed,
+                     warmup=ROUND2_WARMUP, pruner={"rung_after_warmup": True}))
+    seed += 1
   return tuple(out)
 
 
@@ -74,7 +99,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.name = "mnist_table3"
   c.base = base
   c.sweeps = sweeps()
-  c.search = common.search()
+  c.search = common.search(rung_after_warmup=False)  # round 1's rule; round 2 sets its own (``pruner``)
   c.runner = common.runner()
   c.analysis = common.analysis(
       title="MNIST / LeNet-5: You et al. 2020 Table 3 at paper budget (30 epochs, tuned per cell)",

@@ -77,13 +77,15 @@ def register(con, study: ml_collections.ConfigDict, specs: list[sweep.TrialSpec]
 def cell_min_epochs(specs: list[sweep.TrialSpec], cfg: Mapping[str, Any]) -> dict[str, int]:
   """The first rung of each searched cell: ``min_epochs``, or with ``rung_after_warmup`` the end of the longest
   warmup among the cell's trials if later — no trial is judged while its LR is still ramping up (a rung at epoch 2
-  pruned most long-warmup trials at batch 8K; docs/studies/mnist_table3/discussion.md)."""
+  pruned most long-warmup trials at batch 8K; docs/studies/mnist_table3/discussion.md). A sub-sweep's ``pruner``
+  field overrides both for its cells (a study's later round can use a rule its first round did not)."""
   out: dict[str, int] = {}
   for t in specs:
     if not t.searched:
       continue
-    first = int(cfg["min_epochs"])
-    if cfg["rung_after_warmup"]:
+    rule = {**cfg, **t.pruner}
+    first = int(rule["min_epochs"])
+    if rule["rung_after_warmup"]:
       first = max(first, int(math.ceil(max(0.0, float(t.params()["warmup_epochs"])) - 1e-9)))
     out[t.cell] = max(out.get(t.cell, 1), first)
   return out

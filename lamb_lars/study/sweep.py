@@ -17,7 +17,8 @@ A study config (``configs/studies/*.py``, plain data) has
                  'optimizer.schedule.warmup_epochs': ('linear', 0.0, 5.0)},
          num_trials=8, seed=0,            # search points per cell (Optuna's scrambled Sobol sampler)
          stop_at_target=False,            # steps-to-target: each trial stops at the analysis target
-         env={})                          # extra environment of these trials (e.g. XLA_FLAGS for 2 CPU devices)
+         env={},                          # extra environment of these trials (e.g. XLA_FLAGS for 2 CPU devices)
+         pruner={})                       # this sub-sweep's own first-rung rule: min_epochs, rung_after_warmup
 
   Range kinds: ``('log', lo, hi)``, ``('linear', lo, hi)``, ``('int', lo, hi)``, ``('choice', (a, b, ...))``.
   ``role='baseline'`` must give exactly one trial; ``role='linear'`` may vary ``batch_size`` only (linear
@@ -47,7 +48,8 @@ from lamb_lars.study import search as search_lib
 from lamb_lars.study.records import ROLES, normalise_variant
 
 _SWEEP_KEYS = ("name", "role", "technique", "variant", "fixed", "grid", "search", "num_trials", "seed",
-               "stop_at_target", "env")
+               "stop_at_target", "env", "pruner")
+PRUNER_KEYS = ("min_epochs", "rung_after_warmup")  # per-sub-sweep overrides of the study's ``search`` settings
 _SHORT = {"batch_size": "b", "learning_rate": "lr", "warmup_epochs": "wu", "weight_decay": "wd", "name": "",
           "momentum": "m", "num_epochs": "ep", "label_smoothing": "ls", "trust_coefficient": "tc"}
 
@@ -65,6 +67,7 @@ class TrialSpec:
   config: ml_collections.ConfigDict
   searched: bool = False
   env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  pruner: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
   @property
   def batch_size(self) -> int:
@@ -149,6 +152,10 @@ def _check_sweep(sweep: Mapping[str, Any]) -> None:
       search_lib.distributions(space)
     except ValueError as e:
       raise ValueError(f"sub-sweep {name!r}: {e}") from None
+  pruner = sweep.get("pruner") or {}
+  if set(pruner) - set(PRUNER_KEYS) or (pruner and not space):
+    raise ValueError(f"sub-sweep {name!r}: 'pruner' may set only {PRUNER_KEYS}, and only on a searched sub-sweep; "
+                     f"got {dict(pruner)}.")
   if role in ("baseline", "linear"):
     if space:
       raise ValueError(f"sub-sweep {name!r}: a {role} sub-sweep runs one recipe and cannot have a search.")
@@ -203,7 +210,8 @@ def expand(study: ml_collections.ConfigDict) -> list[TrialSpec]:
         seen_ids.add(rid)
         trials.append(TrialSpec(rid, sweep["name"], cell, role, str(sweep.get("technique", "") or ""), variant,
                                 overrides, config, searched=bool(sweep.get("search")),
-                                env={str(k): str(v) for k, v in dict(sweep.get("env") or {}).items()}))
+                                env={str(k): str(v) for k, v in dict(sweep.get("env") or {}).items()},
+                                pruner=dict(sweep.get("pruner") or {})))
   _check_study(study, trials)
   return trials
 
