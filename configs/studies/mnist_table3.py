@@ -19,7 +19,7 @@ bound = ratio clipped to [0, 10].
 
 Round 2 (``ROUND2``): the 8K cells of round 1 that missed the paper, searched again with 6 more points each on a
 log-LR range re-centred on round 1's best trial (Shallue et al. 2018 widen or move a search space whose best point
-lies at its edge), warmup 0–8 epochs, and the first rung after the longest warmup of the cell (round 1's rung at
+lies at its edge), warmup 0–5 epochs, and the first rung after the longest warmup of the cell (round 1's rung at
 epoch 2 pruned most long warmups; docs/studies/mnist_table3/discussion.md). A cell is the best over both rounds.
 Round 1 ran with the first rung at epoch 2 for every cell (``rung_after_warmup=False``), which its search log
 must replay; round 2 sets its own rule per sub-sweep (``pruner``).
@@ -50,7 +50,7 @@ ROUND2 = {
     ("adam", "layerwise_bound"): (0.004, 0.1),       # [0.0124: 99.0%]
     ("lars", "original"): (0.3, 8.0),                # [2.70: 98.4%, the smallest LR of round 1]
 }
-ROUND2_WARMUP = (0.0, 8.0)
+ROUND2_WARMUP = (0.0, 5.0)  # round 1's best 8K trials warmed up for 0.4–6.7 epochs
 
 
 def _cell(name: str, solver: str, batch: int, variant: str, lr: tuple, seed: int, warmup: tuple = (),
