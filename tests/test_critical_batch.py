@@ -82,6 +82,25 @@ def test_step_time_fit_time_model_and_optimal_batch():
   assert math.isinf(cb.optimal_batch(dataclasses.replace(fit, b_crit=math.inf), st))
 
 
+def test_step_time_fit_is_relative_and_never_gives_a_negative_overhead():
+  """Relative least squares, written out in float64: Σ((t − γ − δB)/t)² over γ, δ ≥ 0."""
+  bs = np.array([256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 55000], np.float64)
+  t = 7e-5 * bs
+  t[-1] = 9.8                      # the MNIST ladder's shape: linear, with a slow full batch
+  ols = np.polyfit(bs, t, 1)       # unweighted: the outlier drives the intercept negative
+  assert ols[1] < -0.1
+  st = cb.fit_step_time(bs, t)
+  assert st.gamma == 0.0
+  delta_ref = np.sum(bs / t) / np.sum((bs / t) ** 2)     # argmin_δ Σ(1 − δB/t)²
+  assert st.delta == pytest.approx(delta_ref, rel=1e-12)
+  assert st.delta == pytest.approx(7e-5, rel=0.05)       # the 8 regular batches decide it, not the outlier
+  ts = np.array([0.5, 0.45, 0.4])
+  flat = cb.fit_step_time([100, 200, 400], ts)   # faster at larger batches: δ clipped to 0
+  assert flat.delta == 0.0 and flat.gamma == pytest.approx(np.sum(1 / ts) / np.sum(1 / ts ** 2), rel=1e-12)
+  with pytest.raises(ValueError):
+    cb.fit_step_time([100, 200], [0.1, 0.0])
+
+
 def test_seconds_per_step_skips_compile_interval():
   curve = [{"step": 100, "wall_time": 30.0}, {"step": 200, "wall_time": 31.0}, {"step": 300, "wall_time": 32.0},
            {"step": 400, "wall_time": 33.2}]

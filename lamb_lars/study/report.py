@@ -129,6 +129,7 @@ def _points_section(trials: Sequence[Trial], spec: ReportSpec) -> list[str]:
   lines = ["## Huge-batch results next to the paper", ""]
   rows = []
   for batch, opt, acc, what in points:
+    batch = spec.num_train if batch == "full" else batch
     got = [t for t in trials if t.batch_size == batch and opt in ("any", t.optimizer)
            and t.status == "done" and t.last(ACC_KEY) is not None]
     best = max(got, key=lambda t: t.last(ACC_KEY), default=None)

@@ -56,9 +56,15 @@ def steps_section(trials, target: Optional[Target], out_dir: str) -> tuple[list[
   if len(times) >= 2:
     stf = critical_batch.fit_step_time(list(times), list(times.values()))
     lines += [f"Step time t(B) = γ + δ·B: γ = {stf.gamma:.4g} s, δ = {stf.delta:.4g} s/example "
-              f"(median Δwall/Δstep per batch, first eval interval skipped)."]
-    if fit is not None:
+              f"(median Δwall/Δstep per batch, first eval interval skipped; least squares in relative error, γ, δ ≥ 0)."]
+    if fit is not None and stf.delta == 0:
+      lines += ["δ = 0: a step costs the same at every batch, so a larger batch is always faster (B* = ∞)."]
+    elif fit is not None and stf.gamma > 0:
       lines += [f"Time-optimal batch B* = √(B_crit·γ/δ) = {fmt(critical_batch.optimal_batch(fit, stf))}."]
+    elif fit is not None:
+      lines += ["γ = 0: a step has no fixed cost to amortise, so the time to the goal T(B) = S(B)·δ·B = "
+                "δ·S_min·(B + B_crit) grows with B and the smallest batch is the fastest here (B* = 0): on this "
+                "machine a larger batch buys no parallelism."]
     lines += [""]
   else:
     lines += ["Step times at fewer than two batch sizes: no t(B) fit, no B*.", ""]
