@@ -17,7 +17,8 @@ row is momentum SGD (momentum 0.9, the baseline's optimizer). LRs are at the bat
 variants use the trust ratio ‖w‖/‖d‖ with trust coefficient 1, so their LR is the relative step per layer;
 bound = ratio clipped to [0, 10].
 
-Round 2 (``ROUND2``): the 8K cells of round 1 that missed the paper, searched again with 6 more points each on a
+Round 2 (``ROUND2``): the four 8K cells of round 1 whose best trial sat at the edge of its LR range or whose
+long-warmup trials were all pruned at epoch 2, searched again with 6 more points each on a
 log-LR range re-centred on round 1's best trial (Shallue et al. 2018 widen or move a search space whose best point
 lies at its edge), warmup 0–5 epochs, and the first rung after the longest warmup of the cell (round 1's rung at
 epoch 2 pruned most long warmups; docs/studies/mnist_table3/discussion.md). A cell is the best over both rounds.
@@ -41,13 +42,9 @@ WARMUP = {256: (0.0, 2.0), 8192: (0.0, 10.0)}
 # Round 2: (solver, variant) → log-LR range at 8K, re-centred on round 1's best trial (in brackets: its LR and
 # final test accuracy, docs/studies/mnist_table3/runs.csv).
 ROUND2 = {
-    ("momentum", "layerwise_bound"): (0.006, 0.2),   # [0.0435: 98.8%]
-    ("adagrad", "original"): (0.015, 0.3),           # [0.096: 96.3%; 0.52: 82.2%]
     ("adagrad", "layerwise"): (0.002, 0.05),         # [0.0077: 94.8%, the two larger survivors pruned at epoch 2]
-    ("adagrad", "layerwise_bound"): (0.005, 0.1),    # [0.0247: 98.1%]
     ("rmsprop", "original"): (3e-5, 1e-3),           # [3.9e-4: 93.6%, the smallest LR of round 1]
     ("adam", "original"): (0.005, 0.15),             # [0.0265: 98.7%, the largest LR of round 1]
-    ("adam", "layerwise_bound"): (0.004, 0.1),       # [0.0124: 99.0%]
     ("lars", "original"): (0.3, 8.0),                # [2.70: 98.4%, the smallest LR of round 1]
 }
 ROUND2_WARMUP = (0.0, 5.0)  # round 1's best 8K trials warmed up for 0.4–6.7 epochs
