@@ -47,8 +47,3 @@ def runner(num_workers: int = 2, cpus_per_trial: int = 1, timeout_s: float = 0.0
   return ml_collections.ConfigDict(dict(num_workers=num_workers, cpus_per_trial=cpus_per_trial, retry_failed=True,
                                         timeout_s=timeout_s, env=env or {}, resources=res,
                                         max_retries=max_retries))
-
-
-def devices_env(n: int) -> dict:
-  """The environment that gives a CPU trial ``n`` devices (e.g. 2 for the gradient noise scale)."""
-  return {"XLA_FLAGS": f"--xla_force_host_platform_device_count={n}"}
