@@ -37,6 +37,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.num_epochs = 30.0
   config.num_train_steps = -1
   config.num_microbatches = 1         # gradient accumulation: micro-batches per device per step
+  config.microbatch_size = 0          # >0: derive num_microbatches instead, so that each micro-batch is the largest
+                                      # divisor of the per-device batch ≤ this (and > half of it). Same gradient for
+                                      # models without BN; on CPU, 256 runs LeNet-5 batches ≥ 512 fastest
+                                      # (docs/performance.md). With BN the micro-batch is also the BN batch.
   config.eval_batch_size = 1000       # global; the last batch is padded and masked, never dropped
   config.label_smoothing = 0.0
 

@@ -108,13 +108,36 @@ def diagnostics_plan(config: Any, plan: RunPlan) -> DiagnosticsPlan:
                          signal_to_noise=snr and plan.num_devices > 1)
 
 
+def num_microbatches(config: Any, num_devices: int) -> int:
+  """``config.num_microbatches``, or, with ``config.microbatch_size`` = m > 0, the count that makes each micro-batch
+  the largest divisor of the per-device batch that is ≤ m — refused when that divisor is m/2 or less (e.g. a
+  per-device batch of 2 × a prime), since tiny micro-batches would be silently slow."""
+  k, m = int(config.get("num_microbatches", 1) or 1), int(config.get("microbatch_size", 0) or 0)
+  if m <= 0:
+    return k
+  if k != 1:
+    raise ConfigError(f"config.num_microbatches={k} and config.microbatch_size={m} both set the accumulation; "
+                      f"set one of them (the other to 1 or 0).")
+  b = int(config.batch_size)
+  if num_devices < 1 or b < 1 or b % num_devices:
+    return 1  # make_plan's own checks say what is wrong
+  per_device = b // num_devices
+  if per_device <= m:
+    return 1
+  size = max(d for d in range(1, m + 1) if per_device % d == 0)
+  if 2 * size <= m:
+    raise ConfigError(f"config.microbatch_size={m}: no divisor of the per-device batch {per_device} lies in "
+                      f"({m // 2}, {m}]; choose another microbatch_size or set config.num_microbatches.")
+  return per_device // size
+
+
 def make_plan(config: Any, *, num_train: int, num_devices: int) -> RunPlan:
   """Validates ``config`` against the data and the devices and derives the step counts and BN grouping."""
   for key in _CHOICES:
     _check_choice(config, key)
   if num_devices < 1:
     raise ValueError(f"config.num_devices asks for {num_devices} devices; at least one is needed.")
-  b, k = int(config.batch_size), int(config.num_microbatches)
+  b, k = int(config.batch_size), num_microbatches(config, num_devices)
   if b < 1:
     raise ValueError(f"config.batch_size={b} must be a positive number of examples.")
   if k < 1:

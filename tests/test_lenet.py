@@ -107,6 +107,17 @@ def test_outputs_and_gradients_match_reference(batch_chunk, ties):
   _assert_close(_ours(p, x, y, batch_chunk), _reference(p, x, y))
 
 
+def test_chunk_is_the_largest_divisor_not_below_half():
+  """A batch the chunk does not divide runs in chunks of its largest divisor ≤ chunk (the full batch 55,000 in
+  chunks of 250), not whole; a batch with no divisor in (chunk/2, chunk] runs whole; the result is unchanged."""
+  from lamb_lars.models.lenet import _chunk_size
+  assert _chunk_size(55000, 256) == 250 and _chunk_size(8192, 256) == 256 and _chunk_size(12, 8) == 6
+  assert _chunk_size(2 * 257, 256) is None and _chunk_size(256, 256) is None and _chunk_size(100, None) is None
+  x, y = _inputs(12, ties=False)
+  p = _random_params()
+  _assert_close(_ours(p, x, y, 8), _reference(p, x, y))
+
+
 def test_gradients_inside_shard_map():
   """Data-parallel under shard_map (as the trainer runs it): the global-mean-loss gradient equals the reference's."""
   from jax.sharding import Mesh, PartitionSpec as P

@@ -43,6 +43,31 @@ def test_accumulation_per_device_batch():
   assert p.per_device_batch == 500 and p.batches_per_epoch == 1
 
 
+@pytest.mark.parametrize("batch, devices, micro, k", [
+    (8192, 1, 256, 32), (55000, 1, 256, 220), (55000, 8, 256, 0), (256, 1, 256, 1), (60000, 8, 256, 30),
+    (512, 1, 128, 4)])
+def test_microbatch_size_derives_the_count(batch, devices, micro, k):
+  """Each micro-batch is the largest divisor of the per-device batch ≤ microbatch_size (k = 0: 55000 over 8
+  devices is 6875 = 5⁴·11 per device, whose largest divisor ≤ 256 is 125: refused rather than silently halved)."""
+  c = cfg(batch_size=batch, microbatch_size=micro)
+  if not k:
+    with pytest.raises(ValueError, match="per-device batch 6875"):
+      run_plan.make_plan(c, num_train=60000, num_devices=devices)
+    return
+  p = run_plan.make_plan(c, num_train=60000, num_devices=devices)
+  assert p.num_microbatches == k and p.per_device_batch * k * devices == batch
+  assert p.per_device_batch <= micro and all((batch // devices) % d for d in range(p.per_device_batch + 1, micro + 1))
+
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(batch_size=2 * 257, microbatch_size=256), r"no divisor of the per-device batch 514 lies in \(128, 256\]"),
+    (dict(batch_size=512, microbatch_size=256, num_microbatches=2), "set one of them"),
+])
+def test_microbatch_size_errors(kw, words):
+  with pytest.raises(ValueError, match=words):
+    run_plan.make_plan(cfg(**kw), num_train=60000, num_devices=1)
+
+
 @pytest.mark.parametrize("kw, words", [
     (dict(batch_size=100), "not divisible by 8 devices × 1 micro-batches"),
     (dict(batch_size=256, num_microbatches=3), "× 3 micro-batches"),

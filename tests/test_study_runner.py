@@ -94,6 +94,28 @@ def _wait_for(pred, proc, timeout=180):
   return None
 
 
+def test_trials_share_a_persistent_compilation_cache_per_host(tmp_path):
+  """The runner points every trial at <workdir>/jax_cache (unless told not to), and a trial process then writes
+  its compiled programs under <workdir>/jax_cache/<host>, where the next trial finds them."""
+  import socket
+  import types
+  from lamb_lars.study import run_one
+  cfg = {**runner.RUNNER_DEFAULTS, "env": {"A": "1"}}
+  spec = types.SimpleNamespace(env={"B": "2"})
+  assert runner.trial_env(cfg, spec, str(tmp_path)) == {"A": "1", "B": "2",
+                                                         run_one.CACHE_ENV: str(tmp_path / "jax_cache")}
+  assert runner.trial_env({**cfg, "compilation_cache": False}, spec, str(tmp_path)) == {"A": "1", "B": "2"}
+  env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+  env.update({run_one.CACHE_ENV: str(tmp_path / "jax_cache"), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+              "PYTHONPATH": REPO})
+  code = ("from lamb_lars.study import run_one; p = run_one.enable_compilation_cache(); import jax; "
+          "jax.jit(lambda x: x * 3 + 1)(2.0).block_until_ready(); print(p)")
+  out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+  assert out.returncode == 0, out.stderr
+  host_dir = tmp_path / "jax_cache" / socket.gethostname()
+  assert out.stdout.strip() == str(host_dir) and any(host_dir.iterdir())
+
+
 def test_changed_study_in_same_workdir_is_refused(tmp_path):
   c = smoke.get_config()
   con = st.open_store(tmp_path / "s.sqlite")

@@ -37,13 +37,14 @@ def search(**overrides: Any) -> ml_collections.ConfigDict:
 
 def runner(num_workers: int = 2, cpus_per_trial: int = 1, timeout_s: float = 0.0,
            env: Optional[dict] = None, resources: Optional[dict] = None,
-           max_retries: int = 3) -> ml_collections.ConfigDict:
+           max_retries: int = 3, compilation_cache: bool = True) -> ml_collections.ConfigDict:
   """Trials at once, CPUs pinned per trial (0 = no pinning), per-trial time limit (0 = none), extra environment;
   for ``--executor=ray``: what one trial asks of a node (``CPU``, ``GPU``, ``TPU`` chips, any custom resource;
   0 = not asked; e.g. ``--config.runner.resources.GPU=8``) and how often Ray retries a trial whose worker or node
-  died (it resumes from its checkpoint)."""
+  died (it resumes from its checkpoint); whether trials share a persistent XLA compilation cache in the workdir
+  (``jax_cache/<host>``)."""
   res = {"CPU": 1.0, "GPU": 0.0, "TPU": 0.0}  # floats: fractional GPUs are allowed
   res.update(resources or {})
   return ml_collections.ConfigDict(dict(num_workers=num_workers, cpus_per_trial=cpus_per_trial, retry_failed=True,
                                         timeout_s=timeout_s, env=env or {}, resources=res,
-                                        max_retries=max_retries))
+                                        max_retries=max_retries, compilation_cache=compilation_cache))

@@ -56,7 +56,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.base = base
   c.sweeps = (
       dict(name="baseline", role="baseline",
-           fixed={"batch_size": B0, "num_microbatches": 2, "diagnostics.noise_scale": True,
+           fixed={"batch_size": B0, "microbatch_size": B0 // 2, "diagnostics.noise_scale": True,
                   "diagnostics.noise_scale_ema": 0.99}),
       dict(name="linear", role="linear", grid={"batch_size": LADDER[1:]}),
       dict(name="tuned", role="technique", technique="tuned_momentum", grid={"batch_size": LADDER},

@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import socket
 import sys
 import time
 import traceback
@@ -23,6 +24,22 @@ from lamb_lars.io_utils import write_text_atomic
 from lamb_lars.study.workdir import TRIAL_CONFIG_FILE as CONFIG_FILE
 ERROR_FILE = "error.txt"
 LOCK_FILE = ".lock"
+CACHE_ENV = "LAMB_LARS_COMPILATION_CACHE"  # set by the runner (``runner.compilation_cache``)
+CACHE_DIR = "jax_cache"
+
+
+def enable_compilation_cache() -> Optional[str]:
+  """Points JAX's persistent compilation cache at ``$LAMB_LARS_COMPILATION_CACHE/<host>`` when that is set (and
+  ``JAX_COMPILATION_CACHE_DIR`` is not), and returns the directory. Per host: compiled CPU code may use the instruction set of the host that compiled it,
+  and a Ray cluster's nodes share the workdir. An entry another trial is still writing reads as an error, which
+  JAX answers by compiling (jax/_src/compiler.py ``_cache_read``)."""
+  root = os.environ.get(CACHE_ENV, "")
+  if not root or os.environ.get("JAX_COMPILATION_CACHE_DIR"):  # an explicit JAX setting wins
+    return None
+  import jax
+  path = os.path.join(root, socket.gethostname())
+  jax.config.update("jax_compilation_cache_dir", path)
+  return path
 
 
 def load_trial_config(run_dir: str) -> ml_collections.ConfigDict:
@@ -70,6 +87,7 @@ def main(argv: Optional[list[str]] = None) -> int:
   try:
     from absl import logging
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
+    enable_compilation_cache()
     from lamb_lars.trainer import train_and_evaluate
     result = train_and_evaluate(load_trial_config(run_dir), run_dir)
     print(f"{result['status']}: step {result['step']}/{result.get('total_steps')}", flush=True)

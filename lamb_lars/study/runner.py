@@ -28,6 +28,7 @@ from typing import Any, Callable, Mapping, Optional
 import ml_collections
 
 from lamb_lars.io_utils import read_jsonl, write_text_atomic
+from lamb_lars.study import run_one
 from lamb_lars.study import search as search_lib
 from lamb_lars.study import store
 from lamb_lars.study import sweep
@@ -38,6 +39,7 @@ from lamb_lars.study.records import FINISHED, STATUSES
 SEARCH_DEFAULTS = dict(metric="validation_accuracy", mode="max", min_epochs=2, reduction_factor=3, pruner="asha",
                        rung_after_warmup=True)
 RUNNER_DEFAULTS = dict(num_workers=1, cpus_per_trial=0, retry_failed=True, timeout_s=0.0, env={},
+                       compilation_cache=True,
                        resources={"CPU": 1}, max_retries=3)  # the last two: --executor=ray (ray_executor.py)
 
 
@@ -143,7 +145,7 @@ class _Driver:
     if os.path.exists(err):  # from an earlier failed attempt
       os.remove(err)
     store.set_status(self.con, spec.run_id, "running")
-    handle = self.executor.submit(spec.run_id, rdir, {**dict(self.runner_cfg["env"] or {}), **spec.env})
+    handle = self.executor.submit(spec.run_id, rdir, trial_env(self.runner_cfg, spec, self.workdir))
     self.active[spec.run_id] = _Active(spec, handle, time.monotonic(), exclusive=exclusive)
 
   def ingest(self, a: _Active) -> list[dict]:
@@ -201,6 +203,17 @@ class _Driver:
       if store.runs(self.con, run_id=rid)[0]["status"] == "running":
         store.set_status(self.con, rid, "pending")
     self.active.clear()
+
+
+def trial_env(runner_cfg: Mapping[str, Any], spec: sweep.TrialSpec, workdir_: str) -> dict[str, str]:
+  """The extra environment of a trial: the runner's, the sub-sweep's, and with ``compilation_cache`` the study's
+  persistent XLA cache (``run_one.enable_compilation_cache``: trials that compile the same program — the model
+  init and the eval step of every trial, the train step of equal configs — load it instead, ≈ 5 s of a LeNet
+  trial's 9 s of compiling; docs/BENCHMARKS.md §9)."""
+  env = {**dict(runner_cfg["env"] or {}), **spec.env}
+  if runner_cfg.get("compilation_cache"):
+    env.setdefault(run_one.CACHE_ENV, os.path.join(os.path.abspath(workdir_), run_one.CACHE_DIR))
+  return env
 
 
 def _exclusive(executor: Executor, runner_cfg: Mapping[str, Any], spec: sweep.TrialSpec) -> bool:

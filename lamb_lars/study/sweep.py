@@ -43,7 +43,7 @@ from typing import Any, Mapping, Sequence
 
 import ml_collections
 
-from lamb_lars import optimizer_config
+from lamb_lars import optimizer_config, run_plan
 from lamb_lars.study import search as search_lib
 from lamb_lars.study.records import ROLES, normalise_variant
 
@@ -248,7 +248,11 @@ def _check_study(study: ml_collections.ConfigDict, trials: Sequence[TrialSpec]) 
     except ValueError as e:
       raise ValueError(f"trial {t.run_id}: {e}") from None
     n = int(analysis.get("num_train", 0) or 0)  # training examples after the validation hold-out (B_F)
-    d, k = _num_devices(study, t), int(cfg.get("num_microbatches", 1) or 1)
+    d = _num_devices(study, t)
+    try:
+      k = run_plan.num_microbatches(cfg, d)
+    except ValueError as e:
+      raise ValueError(f"trial {t.run_id}: {e}") from None
     if t.batch_size % (d * k):
       raise ValueError(f"trial {t.run_id}: batch {t.batch_size} does not divide over {d} device(s) × {k} "
                        f"micro-batch(es).")
