@@ -7,8 +7,14 @@
    ASHA pruning, dead-run stopping, the faster worker setting). The number compared is *full-budget-equivalent
    runs per hour*: configurations the runner has a verdict on (finished, pruned or stopped dead) per hour — the
    grid runner needs one full run per configuration. Also printed: the best final test accuracy each found.
+3. **One trial's cost** at large batches: the same two trials (LAMB, warmup 1 and 2 epochs) as in-model chunking
+   without a compilation cache (the runner before session 4), accumulation over micro-batches of 256
+   (``microbatch_size``), and accumulation plus the study's shared persistent compilation cache, where the second
+   trial loads the model init and eval step the first compiled. One pinned worker. Prints seconds per trial and
+   the ratios.
 
-  python benchmarks/study_throughput.py                        # both parts, 30-epoch budget (≈ 25 min quiet)
+  python benchmarks/study_throughput.py                        # parts 1 and 2, 30-epoch budget (≈ 25 min quiet)
+  python benchmarks/study_throughput.py --part=trial --epochs=6 --trial_batches=16384,55000
   python benchmarks/study_throughput.py --part=workers --epochs=3 --batch=8192
   python benchmarks/study_throughput.py --part=cell --cell=b8k-adam-original
 
@@ -106,15 +112,40 @@ def part_cell(args, root: str) -> None:
   print(f"  ratio (search / grid, full-budget-equivalent runs per hour): {(n1 / s1) / (n0 / s0):.2f}×")
 
 
+def part_trial(args, root: str) -> None:
+  print(f"\n== 3. one trial's cost: LAMB, {args.epochs:g} epochs, 2 trials per setting, 1 pinned worker")
+  for batch in (int(b) for b in args.trial_batches.split(",")):
+    rows = []
+    for label, micro, cache in (("in-model chunks, no cache", 0, False),
+                                ("micro-batches of 256, no cache", 256, False),
+                                ("micro-batches of 256, shared cache", 256, True)):
+      sweeps = (dict(name="t", fixed={"batch_size": batch, "optimizer.name": "lamb", "optimizer.learning_rate": 0.01,
+                                      "optimizer.lr_scaling": "none"},
+                     grid={"optimizer.schedule.warmup_epochs": (1.0, 2.0)}),)
+      study = _study(f"trial-b{batch}-{len(rows)}", sweeps, args.epochs, "none")
+      study.base.microbatch_size = micro
+      study.runner.compilation_cache = cache
+      study.runner.env = {}
+      seconds, recs = _run(study, LocalExecutor(slots=1, cpus_per_trial=1), root)
+      walls = [float(r["wall_time"] or 0) for r in sorted(recs, key=lambda r: r["run_id"])]
+      rows.append((label, walls))
+      print(f"  batch {batch:>6}  {label:<36} per trial {' / '.join(f'{w:5.1f} s' for w in walls)}  "
+            f"(whole study {seconds:.1f} s)", flush=True)
+    base = sum(rows[0][1])
+    for label, walls in rows[1:]:
+      print(f"  batch {batch:>6}  {label:<36} {base / sum(walls):.2f}× faster than in-model chunks, no cache")
+
+
 def main() -> None:
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  p.add_argument("--part", choices=("all", "workers", "cell"), default="all")
+  p.add_argument("--part", choices=("all", "workers", "cell", "trial"), default="all")
   p.add_argument("--epochs", type=float, default=30.0)
   p.add_argument("--batch", type=int, default=8192, help="workers part: the trials' batch")
   p.add_argument("--trials", type=int, default=4, help="workers part: trials per setting")
   p.add_argument("--cell", default="b8k-adam-original", help="cell part: a sub-sweep of configs/studies/mnist_table3")
   p.add_argument("--pinned", action=argparse.BooleanOptionalAction, default=True,
                  help="cell part: run the search with N workers × 1 pinned CPU (default) or 1 worker")
+  p.add_argument("--trial_batches", default="16384,55000", help="trial part: the batches")
   p.add_argument("--workdir", default="", help="where the benchmark studies go (default: a temporary directory)")
   args = p.parse_args()
   root = args.workdir or tempfile.mkdtemp(prefix="study_throughput_")
@@ -123,6 +154,8 @@ def main() -> None:
     part_workers(args, root)
   if args.part in ("all", "cell"):
     part_cell(args, root)
+  if args.part == "trial":
+    part_trial(args, root)
   print(f"\nload average after: {os.getloadavg()[0]:.2f} (1 min)")
 
 
