@@ -38,6 +38,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.stacked_regex = ""               # regex of stacked (scanned) leaves: one ratio per slice of axis 0
   c.gradient_clip_norm = 0.0         # clip by global norm before everything; <= 0: off
   c.track_stats = False              # keep per-leaf trust-ratio statistics in the optimizer state
+  c.lr_table = False                 # carry the LR schedule as a per-step table in the optimizer state, so trials
+                                     # differing only in LR/warmup share a compiled step (lamb_lars/lr_table.py)
   s = c.schedule = ml_collections.ConfigDict()
   s.warmup_steps = -1                # one of warmup_{steps,epochs,examples,percent}; negative = unset
   s.warmup_epochs = -1.0

@@ -12,7 +12,7 @@ from typing import Any, Optional
 import optax
 
 from lamb_lars import base_directions as lw
-from lamb_lars import masks, optimizers, schedules
+from lamb_lars import lr_table, masks, optimizers, schedules
 from lamb_lars import trust_ratio as tr
 
 NAMES = optimizers.NAMES
@@ -135,13 +135,21 @@ def create_optimizer(cfg: Any, *, total_steps: int, num_train: int, batch_size: 
 
   peak = scale_learning_rate(learning_rate, batch_size, base_batch_size, lr_scaling); the schedule is
   :func:`lamb_lars.schedules.create_schedule` of ``cfg.schedule`` (durations: :mod:`lamb_lars.durations`);
-  gradient clipping by global norm comes first.
+  gradient clipping by global norm comes first. With ``cfg.lr_table`` the schedule is tabulated over the
+  ``total_steps`` updates and carried in the state (:mod:`lamb_lars.lr_table`), so the compiled update does not
+  depend on the LR values.
   """
   validate_config(cfg)
   peak = schedules.scale_learning_rate(cfg.learning_rate, batch_size, cfg.base_batch_size, cfg.lr_scaling)
   schedule = schedules.create_schedule(cfg.schedule, peak, total_steps=total_steps, num_train=num_train,
                                        batch_size=batch_size)
-  tx = optimizer_from_config(cfg, schedule)
-  if cfg.gradient_clip_norm > 0 and math.isfinite(cfg.gradient_clip_norm):
-    tx = optax.chain(optax.clip_by_global_norm(cfg.gradient_clip_norm), tx)
-  return tx, schedule
+
+  def make_tx(lr: optax.ScalarOrSchedule) -> optax.GradientTransformation:
+    tx = optimizer_from_config(cfg, lr)
+    if cfg.gradient_clip_norm > 0 and math.isfinite(cfg.gradient_clip_norm):
+      tx = optax.chain(optax.clip_by_global_norm(cfg.gradient_clip_norm), tx)
+    return tx
+
+  if cfg.get("lr_table", False):
+    return lr_table.with_lr_table(make_tx, lr_table.tabulate(schedule, total_steps)), schedule
+  return make_tx(schedule), schedule

@@ -22,8 +22,8 @@ import ml_collections
 import numpy as np
 
 import input_pipeline
-from lamb_lars import (bn_groups, checkpoint, evaluation, feeders, io_utils, mesh as mesh_lib, metric_writers,
-                       optimizer_config, run_plan, stopping, train_metrics)
+from lamb_lars import (bn_groups, checkpoint, evaluation, feeders, io_utils, lr_table, mesh as mesh_lib,
+                       metric_writers, optimizer_config, run_plan, stopping, train_metrics)
 from lamb_lars import train_step as ts
 from lamb_lars.models import create_model
 
@@ -89,10 +89,19 @@ def create_optimizer(config: ml_collections.ConfigDict, plan: run_plan.RunPlan):
                                            batch_size=plan.batch_size)
 
 
-def create_train_state(model, tx, mesh, image_shape: tuple, seed: int):
-  """(initial state replicated over the mesh, the key the train steps fold their step number into)."""
+def create_train_state(model, tx, mesh, image_shape: tuple, seed: int, table=None):
+  """(initial state replicated over the mesh, the key the train steps fold their step number into).
+
+  An LR table (``config.optimizer.lr_table``) enters the jitted init as an argument, so that the init program does
+  not depend on the learning rates either (:mod:`lamb_lars.lr_table`).
+  """
   init_rng, step_key = jax.random.split(jax.random.PRNGKey(seed))
-  state = jax.jit(lambda r: ts.init_state(model, tx, r, image_shape), out_shardings=mesh_lib.replicated(mesh))(init_rng)
+
+  def init(rng, table):
+    state = ts.init_state(model, tx, rng, image_shape)
+    return state if table is None else state.replace(opt_state=lr_table.set_lr_table(state.opt_state, table))
+
+  state = jax.jit(init, out_shardings=mesh_lib.replicated(mesh))(init_rng, table)
   return state, step_key
 
 
@@ -140,9 +149,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   input_pipeline.prepare(config)
 
   tx, lr_fn = create_optimizer(config, plan)
+  table = lr_table.tabulate(lr_fn, plan.total_steps) if config.optimizer.lr_table else None
   mesh = mesh_lib.make_mesh(plan.bn.group_devices, devices)
   model, opts = build_model(config, plan), step_options(config, plan)
-  state, step_key = create_train_state(model, tx, mesh, info.image_shape, config.seed)
+  state, step_key = create_train_state(model, tx, mesh, info.image_shape, config.seed, table)
   w0 = jax.device_get(state.params) if config.diagnostics.dist_from_init else None
   evaluate = evaluation.Evaluator(config, mesh, model, opts, w0)
   feeder = feeders.make_feeder(config, plan, mesh, info, model, tx, opts)

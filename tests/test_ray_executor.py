@@ -144,6 +144,15 @@ def _report(workdir: str, out: str) -> str:
   return "\n".join(kept), sorted(runs_csv, key=lambda r: r["run_id"])
 
 
+def _assert_same_report(got: tuple, want: tuple) -> None:
+  """Equal reports, or a failure that shows the differing lines and CSV rows (not pytest's truncated repr)."""
+  import difflib
+  diff = "\n".join(difflib.unified_diff(want[0].splitlines(), got[0].splitlines(), "local", "ray", lineterm=""))
+  assert got[0] == want[0], "the Ray study's report differs from the local one's:\n" + diff
+  rows = [f"local {w}\nray   {g}" for w, g in zip(want[1], got[1]) if w != g]
+  assert got[1] == want[1], "runs.csv differs:\n" + "\n".join(rows)
+
+
 _METRICS = ("eval_accuracy", "eval_loss", "train_loss")
 
 
@@ -316,7 +325,8 @@ def test_ray_study_equals_local_and_survives_a_dead_node(cluster, study_file, lo
   started = _started(log)
   assert len(started) == 2 and started[0] == ids["node2"][:12] and started[1] == ids["head"][:12], log
   assert re.search(r"Resumed from step [1-9]", log.split("=== ")[-1]), log  # the retry resumed
-  assert _report(workdir, str(tmp_module / "ray_report")) == _report(local_study, str(tmp_module / "local_report"))
+  _assert_same_report(_report(workdir, str(tmp_module / "ray_report")),
+                      _report(local_study, str(tmp_module / "local_report")))
   cluster.restart_node(1)  # for the tests after this one
 
 

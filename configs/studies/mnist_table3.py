@@ -83,7 +83,7 @@ def sweeps(rounds: tuple = (1, 2)) -> tuple:
 
 def base_config() -> ml_collections.ConfigDict:
   """The MNIST study base: the paper's baseline recipe on the 55K/5K/10K split, quiet, dead runs stopped, large
-  batches accumulated over micro-batches of 256."""
+  batches accumulated over micro-batches of 256, the LR schedule carried as data."""
   base = mnist_lenet.get_config()  # momentum 0.9, η 0.05 at B0 = 256, cosine decay, wd 5e-4, 30 epochs
   base.validation_split = 5000
   base.progress = False
@@ -94,6 +94,9 @@ def base_config() -> ml_collections.ConfigDict:
   # Batches above 256 accumulate over micro-batches of 256 (250 for the full batch 55K): the same gradient
   # (LeNet-5 has no BN), 1.3× faster at 16K and 2.8× at 55K on one CPU core (docs/BENCHMARKS.md §9).
   base.microbatch_size = 256
+  # The LR schedule as a table in the optimizer state: trials of a cell then share one compiled train step through
+  # the study's compilation cache instead of compiling it per trial (lamb_lars/lr_table.py).
+  base.optimizer.lr_table = True
   return base
 
 
