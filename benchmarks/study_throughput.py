@@ -2,16 +2,17 @@
 
 1. **Workers**: the same trials run as 1 worker × all CPUs against N workers × 1 pinned CPU each (runner
    `num_workers`, `cpus_per_trial`). Prints trials per hour and the ratio.
-2. **A Table 3 cell search**: today's grid runner (the old paper preset: a 3-point LR grid ×0.5/×1/×2, every
-   trial to the full budget, one worker) against the search runner (6 quasi-random points of log-LR × warmup,
+2. **A Table 3 cell search**: the grid runner as it was before issue 10 (the old paper preset: a 3-point LR grid
+   ×0.5/×1/×2, every trial to the full budget, one worker, in-model chunks, no shared compilation) against the search runner (6 quasi-random points of log-LR × warmup,
    ASHA pruning, dead-run stopping, the faster worker setting). The number compared is *full-budget-equivalent
    runs per hour*: configurations the runner has a verdict on (finished, pruned or stopped dead) per hour — the
    grid runner needs one full run per configuration. Also printed: the best final test accuracy each found.
 3. **One trial's cost** at large batches: the same two trials (LAMB, warmup 1 and 2 epochs) as in-model chunking
    without a compilation cache (the runner before session 4), accumulation over micro-batches of 256
-   (``microbatch_size``), and accumulation plus the study's shared persistent compilation cache, where the second
-   trial loads the model init and eval step the first compiled. One pinned worker. Prints seconds per trial and
-   the ratios.
+   (``microbatch_size``), accumulation plus the study's shared persistent compilation cache, where the second
+   trial loads the model init and eval step the first compiled, and all that with the LR schedule as a table
+   (``optimizer.lr_table``), where the second trial loads the train step too. One pinned worker. Prints seconds
+   per trial and the ratios.
 
   python benchmarks/study_throughput.py                        # parts 1 and 2, 30-epoch budget (≈ 25 min quiet)
   python benchmarks/study_throughput.py --part=trial --epochs=6 --trial_batches=16384,55000
@@ -95,9 +96,12 @@ def part_cell(args, root: str) -> None:
   best_ex = LocalExecutor(slots=ncpu, cpus_per_trial=1) if args.pinned else LocalExecutor(slots=1)
   print(f"\n== 2. Table 3 cell {args.cell}, {args.epochs:g}-epoch budget")
   results = []
+  old = _study("grid", (grid,), args.epochs, "none")  # the runner before issue 10: no accumulation, no shared
+  old.base.microbatch_size = 0                         # compiled programs
+  old.base.optimizer.lr_table = False
+  old.runner.compilation_cache = False
   for label, study, ex in (
-      ("grid runner (3 LRs, full budget, 1 worker)", _study("grid", (grid,), args.epochs, "none"),
-       LocalExecutor(slots=1)),
+      ("grid runner (3 LRs, full budget, 1 worker)", old, LocalExecutor(slots=1)),
       (f"search runner ({cell['num_trials']} points, ASHA, {'pinned workers' if args.pinned else '1 worker'})",
        _study("search", (cell,), args.epochs), best_ex)):
     seconds, recs = _run(study, ex, root)
@@ -116,24 +120,27 @@ def part_trial(args, root: str) -> None:
   print(f"\n== 3. one trial's cost: LAMB, {args.epochs:g} epochs, 2 trials per setting, 1 pinned worker")
   for batch in (int(b) for b in args.trial_batches.split(",")):
     rows = []
-    for label, micro, cache in (("in-model chunks, no cache", 0, False),
-                                ("micro-batches of 256, no cache", 256, False),
-                                ("micro-batches of 256, shared cache", 256, True)):
+    for label, micro, cache, table in (("in-model chunks, no cache", 0, False, False),
+                                       ("micro-batches of 256, no cache", 256, False, False),
+                                       ("micro-batches of 256, shared cache", 256, True, False),
+                                       ("micro-batches, shared cache, LR table", 256, True, True)):
       sweeps = (dict(name="t", fixed={"batch_size": batch, "optimizer.name": "lamb", "optimizer.learning_rate": 0.01,
                                       "optimizer.lr_scaling": "none"},
                      grid={"optimizer.schedule.warmup_epochs": (1.0, 2.0)}),)
       study = _study(f"trial-b{batch}-{len(rows)}", sweeps, args.epochs, "none")
       study.base.microbatch_size = micro
       study.runner.compilation_cache = cache
+      study.base.optimizer.lr_table = table
       study.runner.env = {}
       seconds, recs = _run(study, LocalExecutor(slots=1, cpus_per_trial=1), root)
       walls = [float(r["wall_time"] or 0) for r in sorted(recs, key=lambda r: r["run_id"])]
       rows.append((label, walls))
-      print(f"  batch {batch:>6}  {label:<36} per trial {' / '.join(f'{w:5.1f} s' for w in walls)}  "
+      print(f"  batch {batch:>6}  {label:<38} per trial {' / '.join(f'{w:5.1f} s' for w in walls)}  "
             f"(whole study {seconds:.1f} s)", flush=True)
     base = sum(rows[0][1])
     for label, walls in rows[1:]:
-      print(f"  batch {batch:>6}  {label:<36} {base / sum(walls):.2f}× faster than in-model chunks, no cache")
+      print(f"  batch {batch:>6}  {label:<38} {base / sum(walls):.2f}× faster than in-model chunks, no cache; "
+          f"second trial {rows[0][1][-1] / walls[-1]:.2f}×")
 
 
 def main() -> None:

@@ -92,7 +92,7 @@ def base_config() -> ml_collections.ConfigDict:
   base.diagnostics.noise_scale = False
   base.stop.dead_after_fraction = 0.2
   # Batches above 256 accumulate over micro-batches of 256 (250 for the full batch 55K): the same gradient
-  # (LeNet-5 has no BN), 1.3× faster at 16K and 2.8× at 55K on one CPU core (docs/BENCHMARKS.md §9).
+  # (LeNet-5 has no BN), 1.3× faster at 16K and 2.8× at 55K on one CPU core (docs/BENCHMARKS.md §11).
   base.microbatch_size = 256
   # The LR schedule as a table in the optimizer state: trials of a cell then share one compiled train step through
   # the study's compilation cache instead of compiling it per trial (lamb_lars/lr_table.py).

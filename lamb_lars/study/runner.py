@@ -208,8 +208,8 @@ class _Driver:
 def trial_env(runner_cfg: Mapping[str, Any], spec: sweep.TrialSpec, workdir_: str) -> dict[str, str]:
   """The extra environment of a trial: the runner's, the sub-sweep's, and with ``compilation_cache`` the study's
   persistent XLA cache (``run_one.enable_compilation_cache``: trials that compile the same program — the model
-  init and the eval step of every trial, the train step of equal configs — load it instead, ≈ 5 s of a LeNet
-  trial's 9 s of compiling; docs/BENCHMARKS.md §9)."""
+  init and the eval step of every trial, and the train step of a cell's trials with ``optimizer.lr_table`` —
+  load it instead: most of a LeNet trial's 9 s of compiling; docs/BENCHMARKS.md §11)."""
   env = {**dict(runner_cfg["env"] or {}), **spec.env}
   if runner_cfg.get("compilation_cache"):
     env.setdefault(run_one.CACHE_ENV, os.path.join(os.path.abspath(workdir_), run_one.CACHE_DIR))
