@@ -30,8 +30,16 @@ class LRTableState(NamedTuple):
 
 
 def tabulate(schedule: optax.Schedule, total_steps: int) -> np.ndarray:
-  """schedule(t) for t = 0 … total_steps, as a host array in the default float dtype."""
-  return np.asarray(jax.device_get(schedule(jnp.arange(int(total_steps) + 1))))
+  """schedule(t) for t = 0 … total_steps, as a host array in the default float dtype.
+
+  One jitted evaluation: evaluated op by op, a schedule compiles a dozen small programs for every new shape of
+  its argument (≈ 0.3 s each time on a CPU, docs/performance.md)."""
+  return np.asarray(jax.device_get(jax.jit(schedule)(np.arange(int(total_steps) + 1))))
+
+
+def lookup(table: np.ndarray, steps: Any) -> np.ndarray:
+  """table[min(t, len − 1)] for each update count t, on the host: the same values :func:`table_schedule` reads."""
+  return table[np.clip(np.asarray(steps), 0, table.shape[0] - 1)]
 
 
 def table_schedule(table: jax.Array) -> optax.Schedule:

@@ -149,7 +149,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   input_pipeline.prepare(config)
 
   tx, lr_fn = create_optimizer(config, plan)
-  table = lr_table.tabulate(lr_fn, plan.total_steps) if config.optimizer.lr_table else None
+  lrs = lr_table.tabulate(lr_fn, plan.total_steps)  # the LR of every update, on the host: logged per step
+  table = lrs if config.optimizer.lr_table else None
   mesh = mesh_lib.make_mesh(plan.bn.group_devices, devices)
   model, opts = build_model(config, plan), step_options(config, plan)
   state, step_key = create_train_state(model, tx, mesh, info.image_shape, config.seed, table)
@@ -185,14 +186,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         break
     window.add(m)
     noise.update(m)
-    for s, scalars in train_metrics.step_scalars(step + 1, m, np.asarray(lr_fn(np.arange(step, step + k)))):
+    for s, scalars in train_metrics.step_scalars(step + 1, m, lr_table.lookup(lrs, np.arange(step, step + k))):
       writer.write_scalars(s, scalars)
     step += k
     bar.update(k)
     bar.set_postfix(loss=f"{m['train_loss'][-1]:.4f}")
     if due(plan.eval_every_steps, step, plan):
       last_row = {"epoch": round(plan.epoch_of(step), 6), "examples": step * plan.batch_size,
-                  "lr": float(lr_fn(max(step - 1, 0))), **window.summary(), **noise.value()}
+                  "lr": float(lr_table.lookup(lrs, max(step - 1, 0))), **window.summary(), **noise.value()}
       last_row.update(evaluate(feeder.to_canonical(train_state)))
       writer.write_scalars(step, last_row, jsonl=True)
       log_eval(last_row, step)

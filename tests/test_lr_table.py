@@ -45,6 +45,9 @@ def test_table_reads_back_the_schedule_and_holds_its_last_value():
   want = [reference_lr(t, 0.3, 3, total) for t in range(total + 4)]
   got = [float(lr_table.table_schedule(jnp.asarray(table))(t)) for t in range(total + 4)]
   np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-9)
+  # the trainer's host-side read of the same table (the LR it logs for each update)
+  np.testing.assert_allclose(lr_table.lookup(table, np.arange(total + 4)), want, rtol=1e-6, atol=1e-9)
+  np.testing.assert_allclose(float(lr_table.lookup(table, 4)), want[4], rtol=1e-6)
   with pytest.raises(ValueError, match="non-empty vector"):
     lr_table.with_lr_table(lambda s: tx, np.zeros((2, 2)))
 

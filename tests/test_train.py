@@ -78,6 +78,25 @@ def test_few_steps_learn(data_dir, tmp_path):
   assert again == json.loads(open(tmp_path / "result.json").read())
 
 
+@pytest.mark.parametrize("table", [False, True])
+def test_logged_lr_is_the_schedule(data_dir, tmp_path, table):
+  """The LR logged for each update (TensorBoard step/lr) and for the eval row is η_t from the formula: linear
+  warmup η·(t+1)/W over W = 4 updates, then cosine decay to 0 over the remaining 16 (schedules.py docstring)."""
+  peak, w, total = 0.05, 4, 20
+  cfg = small_config(data_dir, eval_every_epochs=0.0, checkpoint_every_epochs=0.0,
+                     **{"optimizer.lr_scaling": "none", "optimizer.learning_rate": peak,
+                        "optimizer.schedule.warmup_steps": w, "optimizer.lr_table": table})
+  result = train_and_evaluate(cfg, str(tmp_path))
+
+  def eta(t):  # the LR of update t (0-based), written from the formula
+    return peak * (t + 1) / w if t < w else peak * 0.5 * (1 + np.cos(np.pi * (t - w) / (total - w)))
+
+  logged = tensorboard_tags(tmp_path / "tensorboard")["step/lr"]
+  assert [s for s, _ in logged] == list(range(1, total + 1))
+  np.testing.assert_allclose([v for _, v in logged], [eta(s - 1) for s in range(1, total + 1)], rtol=1e-5, atol=1e-9)
+  assert result["final"]["lr"] == pytest.approx(eta(total - 1), abs=1e-9)
+
+
 def test_divergence_is_a_result(data_dir, tmp_path):
   cfg = small_config(data_dir, **{"optimizer.learning_rate": 1e6, "optimizer.schedule.decay": "constant"})
   result = train_and_evaluate(cfg, str(tmp_path))
