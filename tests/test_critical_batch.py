@@ -120,3 +120,17 @@ def test_breakdown_point_hand_cases():
   assert cb.breakdown_point(b, [None] * 5) is None
   assert cb.breakdown_point([4096, 256, 1024], [41, 100, 40]) == 1024  # order of input does not matter
   assert cb.breakdown_point([256], [10]) is None
+
+
+def test_report_warns_when_b_crit_lies_beyond_the_data():
+  """Steps that halve with every doubling show no bend: the fitted B_crit is only a lower bound, and the report
+  says so. With a clear bend inside the batches (S = 100·(1 + 1000/B), B up to 8192) it says nothing."""
+  from lamb_lars.study.report_scaling import b_crit_caveat
+  perfect_b = [256, 512, 1024, 1536]
+  perfect = cb.fit_inverse_law(perfect_b, [2400 * 256 / b * (1 + 0.01 * (i % 2)) for i, b in enumerate(perfect_b)])
+  assert perfect.b_crit > 1536
+  assert "≳ 1536" in b_crit_caveat(perfect, perfect_b)
+  bend_b = np.array([256, 1024, 4096, 8192])
+  bend = cb.fit_inverse_law(bend_b, 100.0 * (1 + 1000.0 / bend_b))
+  assert abs(bend.b_crit - 1000.0) < 1.0
+  assert b_crit_caveat(bend, list(bend_b)) is None

@@ -26,6 +26,19 @@ def step_times(trials: Sequence[Trial]) -> dict[int, float]:
   return {b: float(np.median(v)) for b, v in sorted(by_batch.items())}
 
 
+def b_crit_caveat(fit: critical_batch.InverseLawFit, batches: Sequence[int]) -> Optional[str]:
+  """A warning when the fitted B_crit lies beyond every batch that reached the goal, else None.
+
+  Below B_crit, S(B) falls almost in proportion to 1/B (perfect scaling). A fit over such batches alone sees no
+  bend, and its B_crit is set by noise: the data bound it from below only (Shallue et al. 2018 §4; McCandlish et al.
+  2018 eq. 2.11). Example: MNIST steps to 99.0%, docs/studies/rerun_2026-11-24, run 4."""
+  largest = max(batches)
+  if not fit.b_crit > largest:
+    return None
+  return (f"Caution: B_crit = {fmt(fit.b_crit)} lies beyond the largest batch that reached the goal ({largest}). "
+          f"Up to there S(B) shows no bend, so the data only say B_crit ≳ {largest}.")
+
+
 def steps_section(trials, target: Optional[Target], out_dir: str) -> tuple[list[str], Optional[critical_batch.InverseLawFit]]:
   lines = ["## Steps to target", ""]
   if target is None:
@@ -47,6 +60,9 @@ def steps_section(trials, target: Optional[Target], out_dir: str) -> tuple[list[
     lines += [f"Fit S(B) = S_min·(1 + B_crit/B) (least squares in log S): S_min = {fmt(fit.s_min)}, "
               f"B_crit = {fmt(fit.b_crit)}, E_min = S_min·B_crit = {fmt(fit.e_min)} examples, "
               f"rms log residual {fit.rms_log_residual:.3f} over {fit.num_points} batch sizes.", ""]
+    caveat = b_crit_caveat(fit, bs)
+    if caveat:
+      lines += [caveat, ""]
   else:
     lines += ["Fewer than two batch sizes reached the goal: no S(B) fit.", ""]
   if bs:
