@@ -383,6 +383,10 @@ def test_handle_kill_stops_the_trainer(cluster, study_file, tmp_module):
   spec.loader.exec_module(module)
   study = module.get_config()
   trial = sweep.expand(study)[0]
+  # 100 epochs: the kill must land mid-run even when the log shows its first step late (a loaded machine); the
+  # 3-epoch trial could finish between the poll and the kill.
+  with trial.config.unlocked():
+    trial.config.num_epochs = 100.0
   rdir = str(tmp_module / "kill" / trial.run_id)
   os.makedirs(rdir)
   with open(os.path.join(rdir, "trial_config.json"), "w") as f:
