@@ -409,4 +409,9 @@ def test_handle_kill_stops_the_trainer(cluster, study_file, tmp_module):
   assert out.returncode == 0, out.stdout + out.stderr
   assert "code -9" in out.stdout
   assert not _trainers(rdir)
+  # The task writes its "killed" line after it has killed the trainer, and Ray may report the cancelled task as
+  # ended a moment before that write lands: wait for it.
+  deadline = time.monotonic() + 30
+  while "killed" not in _read(os.path.join(rdir, "log.txt")) and time.monotonic() < deadline:
+    time.sleep(0.1)
   assert "killed" in _read(os.path.join(rdir, "log.txt"))

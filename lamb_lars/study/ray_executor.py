@@ -85,6 +85,7 @@ def _run_trial(run_id: str, run_dir: str, env: Mapping[str, str]) -> int:
       proc.kill()
       proc.wait()
       log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} killed {run_id} (cancelled)\n")
+      log.flush()
       raise
 
 
@@ -154,6 +155,10 @@ class RayTrialHandle:
       ready, _ = ray.wait([self.ref], timeout=self._kill_timeout_s)
       if ready:
         break
+    if force:  # the worker process was killed, so its task wrote no "killed" line: the driver writes it
+      with open(os.path.join(self.run_dir, LOG_FILE), "a", encoding="utf-8") as log:
+        log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} killed {self.run_id} (worker force-killed: the "
+                  f"task had not ended {self._kill_timeout_s:g} s after its cancel)\n")
     self._code = -signal.SIGKILL
 
 
