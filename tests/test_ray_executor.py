@@ -207,6 +207,13 @@ def _mid_trial(workdir: str, node_prefix: str = "") -> str | None:
   return None
 
 
+def _wait_until(condition, timeout_s: float) -> None:
+  """Polls ``condition`` until it holds or ``timeout_s`` passes; the caller asserts it afterwards."""
+  deadline = time.monotonic() + timeout_s
+  while not condition() and time.monotonic() < deadline:
+    time.sleep(0.1)
+
+
 def _trainers(workdir: str) -> list[int]:
   import psutil
   out = []
@@ -351,9 +358,7 @@ def test_driver_sigkill_and_restart_loses_nothing(cluster, study_file, local_stu
       proc.wait()
     proc.stdout.close()
   # Fate-sharing: the dead driver's tasks, and with them its trainers, are gone within seconds.
-  deadline = time.monotonic() + 30
-  while _trainers(workdir) and time.monotonic() < deadline:
-    time.sleep(0.2)
+  _wait_until(lambda: not _trainers(workdir), 30)
   assert not _trainers(workdir), "a trainer outlived its driver"
   con = st.open_store(wd.store_path(workdir))
   before = {r["run_id"]: r["status"] for r in st.runs(con)}
@@ -411,7 +416,5 @@ def test_handle_kill_stops_the_trainer(cluster, study_file, tmp_module):
   assert not _trainers(rdir)
   # The task writes its "killed" line after it has killed the trainer, and Ray may report the cancelled task as
   # ended a moment before that write lands: wait for it.
-  deadline = time.monotonic() + 30
-  while "killed" not in _read(os.path.join(rdir, "log.txt")) and time.monotonic() < deadline:
-    time.sleep(0.1)
+  _wait_until(lambda: "killed" in _read(os.path.join(rdir, "log.txt")), 30)
   assert "killed" in _read(os.path.join(rdir, "log.txt"))

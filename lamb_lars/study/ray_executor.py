@@ -59,6 +59,11 @@ def _repo_root() -> str:
   return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def _killed_line(run_id: str, why: str) -> str:
+  """The run log's record of a kill, written by the task or, when the task could not, by the driver."""
+  return f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} killed {run_id} ({why})\n"
+
+
 def _run_trial(run_id: str, run_dir: str, env: Mapping[str, str]) -> int:
   """The body of a trial's Ray task (on a worker): ``run_one`` in a subprocess; returns its exit status."""
   import ray  # noqa: PLC0415
@@ -84,7 +89,7 @@ def _run_trial(run_id: str, run_dir: str, env: Mapping[str, str]) -> int:
     except BaseException:  # ray.cancel: KeyboardInterrupt / TaskCancelledError in this thread
       proc.kill()
       proc.wait()
-      log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} killed {run_id} (cancelled)\n")
+      log.write(_killed_line(run_id, "cancelled"))
       log.flush()
       raise
 
@@ -157,8 +162,8 @@ class RayTrialHandle:
         break
     if force:  # the worker process was killed, so its task wrote no "killed" line: the driver writes it
       with open(os.path.join(self.run_dir, LOG_FILE), "a", encoding="utf-8") as log:
-        log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} killed {self.run_id} (worker force-killed: the "
-                  f"task had not ended {self._kill_timeout_s:g} s after its cancel)\n")
+        log.write(_killed_line(self.run_id, f"worker force-killed: the task had not ended {self._kill_timeout_s:g} s "
+                               "after its cancel"))
     self._code = -signal.SIGKILL
 
 
