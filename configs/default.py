@@ -22,11 +22,13 @@ def get_config() -> ml_collections.ConfigDict:
   config.image_size = 224             # ImageNet crop size
   config.grain_workers = 0            # ImageNet: grain worker processes (0 = in-process)
   config.data_on_device = "auto"      # auto | yes | no: keep an in-memory training set on every device
+  config.input_scaling = "standardize"  # standardize: (x/255 − mean)/std of the dataset | unit: x/255 (the input of
+                                      # TensorFlow's official MNIST CNN, configs/paper/)
   config.synthetic = ml_collections.ConfigDict(dict(
       image_shape=(28, 28, 1), num_classes=10, num_train=2048, num_eval=512))
 
   # Model (see lamb_lars/models/).
-  config.model = "lenet5"
+  config.model = "lenet5"             # lenet5 | mnist_cnn | small_cnn | resnet{18,…,152}[_cifar] (lamb_lars/models/)
   config.num_classes = 10
   config.dtype = "float32"            # compute dtype: float32 | bfloat16 (params and BN statistics stay float32)
   config.zero_init_last_bn = False

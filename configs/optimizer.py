@@ -31,6 +31,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.trust_coefficient = config_dict.placeholder(float)  # η; None: 0.001 for lars, 1.0 otherwise
   c.trust_eps = 0.0                  # ε in the ratio's denominator
   c.denominator = config_dict.placeholder(str)  # 'paper' | 'optax'; None: 'paper' for lars, 'optax' otherwise
+  c.lars_update = "velocity"         # lars: 'velocity' (v ← m·v + lr·r·(g+βw); w ← w − v) | 'tf' (the authors' TF
+                                     # LARSOptimizer: v ← m·v + g; w ← w − lr·r·v, β only in the ratio, no masks;
+                                     # lamb_lars/tf_lars.py)
   c.phi_bounds = ()                  # LAMB φ(‖w‖) = clip(‖w‖, lo, hi); () = identity
   c.zero_norm_ratio = 1.0            # ratio where ‖w‖ or the direction norm is 0
   c.weight_decay_mask = DEFAULT_EXCLUDE  # regex of param paths EXCLUDED from weight decay ('' = none)
@@ -47,8 +50,10 @@ def get_config() -> ml_collections.ConfigDict:
   s.warmup_percent = -1.0
   s.warmup_shape = "linear"          # 'linear' | 'cosine'
   s.warmup_init_factor = 0.0         # f0: lr(t) = η·(f0 + (1 − f0)·(t+1)/W) in warmup; first update η/W at f0 = 0
-  s.decay = "cosine"                 # 'constant' | 'cosine' | 'poly' | 'step' | 'cyclical'
+  s.decay = "cosine"                 # 'constant' | 'cosine' | 'poly' | 'step' | 'cyclical' | 'tf_poly' (the authors'
+                                     # TF schedule: warmup from 0 over unrounded steps, poly decay at the global step)
   s.end_lr_factor = 0.0              # final (cosine, poly) or cycle-low (cyclical) LR, fraction of the peak
+  s.end_lr = -1.0                    # 'tf_poly' only: absolute final LR (TF end_learning_rate); < 0: end_lr_factor·η
   s.poly_power = 2.0
   s.step_boundaries_epochs = ()      # 'step': epochs at which the LR is multiplied by step_factor
   s.step_factor = 0.1

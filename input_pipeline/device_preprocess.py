@@ -8,6 +8,9 @@ CIFAR augmentation happen here, vectorised over the batch with per-example rando
   probability ½ (He et al. 2016); then per-channel mean/std normalisation (statistics of the 50K train set).
 * ImageNet: crops are taken on the host (``imagenet.py``); here only per-channel mean/std normalisation.
 * synthetic: ``(x/255 − 0.5) / 0.5``.
+
+``scaling='unit'`` replaces the mean/std normalisation by ``x/255`` alone for every dataset: the input of
+TensorFlow's official MNIST model, which You et al. 2020 trained (``config.input_scaling``).
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ MEAN_STD = {
     "synthetic": ((0.5,), (0.5,)),
 }
 CIFAR_PAD = 4
+SCALINGS = ("standardize", "unit")
 
 
 def normalize(images: jax.Array, mean: tuple, std: tuple, dtype=jnp.float32) -> jax.Array:
@@ -54,8 +58,10 @@ def cifar_augment(images: jax.Array, rng: jax.Array) -> jax.Array:
 
 
 def preprocess(images: jax.Array, labels: Optional[jax.Array] = None, *, dataset: str, train: bool,
-               rng: Optional[jax.Array] = None, dtype=jnp.float32) -> jax.Array:
+               rng: Optional[jax.Array] = None, dtype=jnp.float32, scaling: str = "standardize") -> jax.Array:
   """uint8 [B, H, W, C] → normalised ``dtype`` [B, H, W, C] for ``dataset``; ``rng`` needed for CIFAR training.
+
+  ``scaling``: 'standardize' ((x/255 − mean)/std, the dataset's statistics) or 'unit' (x/255).
 
   ``labels`` is accepted for a uniform call signature (and future label-aware augmentation) and unused.
   """
@@ -66,5 +72,9 @@ def preprocess(images: jax.Array, labels: Optional[jax.Array] = None, *, dataset
     if rng is None:
       raise ValueError("CIFAR-10 training augmentation needs an rng.")
     images = cifar_augment(images, rng)
+  if scaling not in SCALINGS:
+    raise ValueError(f"input_scaling must be one of {SCALINGS}; got {scaling!r}.")
+  if scaling == "unit":
+    return (images.astype(jnp.float32) * (1.0 / 255.0)).astype(dtype)
   mean, std = MEAN_STD[dataset]
   return normalize(images, mean, std, dtype)

@@ -27,8 +27,18 @@ _TOLERANCE = 1e-9
 
 def to_steps(value: float, unit: str, *, num_train: int, batch_size: int, total_steps: Optional[int] = None) -> int:
   """``value`` ``unit`` as a number of optimizer steps, rounded up (formulas in the module docstring)."""
+  return int(math.ceil(to_exact_steps(value, unit, num_train=num_train, batch_size=batch_size,
+                                      total_steps=total_steps) - _TOLERANCE))
+
+
+def to_exact_steps(value: float, unit: str, *, num_train: int, batch_size: int,
+                   total_steps: Optional[int] = None) -> float:
+  """``value`` ``unit`` in optimizer steps *before* rounding (e.g. 16 epochs of 60,000 at batch 8192 = 117.1875).
+
+  Only a schedule that is defined on fractional steps uses it: the authors' TensorFlow warmup (``schedules.tf_poly``)
+  divides by 60000·W/B unrounded. Every other duration is :func:`to_steps`."""
   if unit == "steps":
-    return int(math.ceil(value - _TOLERANCE))
+    return float(value)
   if unit == "epochs":
     exact = value * num_train / batch_size
   elif unit == "examples":
@@ -39,7 +49,7 @@ def to_steps(value: float, unit: str, *, num_train: int, batch_size: int, total_
     exact = value / 100.0 * total_steps
   else:
     raise ValueError(f"unit must be one of {UNITS}; got {unit!r}.")
-  return int(math.ceil(exact - _TOLERANCE))
+  return exact
 
 
 def _get(cfg: Any, key: str) -> Any:
@@ -60,12 +70,19 @@ def steps(name: str, cfg: Any, *, num_train: int, batch_size: int, total_steps: 
           default: Optional[int] = None) -> int:
   """The duration ``name`` of ``cfg`` in steps; ValueError naming the keys when more than one unit is given, or
   none and there is no ``default``."""
+  return int(math.ceil(exact_steps(name, cfg, num_train=num_train, batch_size=batch_size, total_steps=total_steps,
+                                   default=default) - _TOLERANCE))
+
+
+def exact_steps(name: str, cfg: Any, *, num_train: int, batch_size: int, total_steps: Optional[int] = None,
+                default: Optional[float] = None) -> float:
+  """:func:`steps` before rounding (see :func:`to_exact_steps`)."""
   g = given(cfg, name)
   if len(g) > 1:
     raise ValueError(f"Give the duration '{name}' in one unit only; got {', '.join(f'{name}_{u}' for u in g)}.")
   if not g:
     if default is None:
       raise ValueError(f"Set one of {', '.join(f'{name}_{u}' for u in UNITS)}.")
-    return int(default)
+    return float(default)
   (unit, value), = g.items()
-  return to_steps(value, unit, num_train=num_train, batch_size=batch_size, total_steps=total_steps)
+  return to_exact_steps(value, unit, num_train=num_train, batch_size=batch_size, total_steps=total_steps)

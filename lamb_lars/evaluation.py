@@ -26,7 +26,8 @@ class Evaluator:
 
   def __init__(self, config: Any, mesh: Any, model, opts: ts.StepOptions, initial_params: Optional[Any] = None):
     ds = config.dataset
-    preprocess = lambda im, lab, rng: input_pipeline.preprocess(im, lab, dataset=ds, train=False, rng=rng)
+    preprocess = lambda im, lab, rng: input_pipeline.preprocess(im, lab, dataset=ds, train=False, rng=rng,
+                                                                  scaling=config.input_scaling)
     self.config, self.mesh = config, mesh
     self.step = ts.make_eval_step(model, opts, preprocess)
     self.splits = ("test", "validation") if config.validation_split > 0 else ("test",)

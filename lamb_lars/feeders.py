@@ -140,7 +140,8 @@ class PmapFeeder(_HostFeeder):
 def make_feeder(config: Any, plan: run_plan.RunPlan, mesh: Any, info: Any, model, tx, opts: ts.StepOptions):
   """The feeder for ``config.parallelism`` and ``config.data_on_device`` ('auto': resident when it fits)."""
   ds = config.dataset
-  preprocess = lambda im, lab, rng: input_pipeline.preprocess(im, lab, dataset=ds, train=True, rng=rng)
+  preprocess = lambda im, lab, rng: input_pipeline.preprocess(im, lab, dataset=ds, train=True, rng=rng,
+                                                                  scaling=config.input_scaling)
   if config.parallelism == "pmap":
     cls = PmapFeeder
   else:

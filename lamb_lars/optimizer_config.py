@@ -12,7 +12,7 @@ from typing import Any, Optional
 import optax
 
 from lamb_lars import base_directions as lw
-from lamb_lars import lr_table, masks, optimizers, schedules
+from lamb_lars import lr_table, masks, optimizers, schedules, tf_lars
 from lamb_lars import trust_ratio as tr
 
 NAMES = optimizers.NAMES
@@ -67,6 +67,18 @@ def validate_config(cfg: Any) -> None:
       masks.compile_patterns(cfg[key])
     except ValueError:
       raise _bad(key, "a valid Python regular expression ('' for none)", cfg[key]) from None
+  if cfg.lars_update not in ("velocity", "tf"):
+    raise _bad("lars_update", "'velocity' or 'tf'", cfg.lars_update)
+  if cfg.lars_update == "tf":
+    if cfg.name != "lars":
+      raise _bad("lars_update", "'velocity' unless name='lars'", cfg.lars_update)
+    ignored = [k for k in ("nesterov", "ratio_bounds", "phi_bounds", "weight_decay_mask", "adaptation_mask",
+                           "stacked_regex", "track_stats") if cfg[k]]
+    if cfg.denominator not in (None, "paper"):
+      ignored.append("denominator")
+    if ignored:
+      raise _bad("lars_update", f"'velocity' when {', '.join(ignored)} is set (the authors' TF LARS applies the "
+                 "paper-denominator ratio to every variable; set those keys to their empty values)", "tf")
   s = cfg.schedule
   if s.decay not in schedules.DECAYS:
     raise _bad("schedule.decay", f"one of {schedules.DECAYS}", s.decay)
@@ -85,6 +97,11 @@ def validate_config(cfg: Any) -> None:
       isinstance(b, (int, float)) and b >= 0 for b in s.step_boundaries_epochs)):
     raise _bad("schedule.step_boundaries_epochs", "a non-empty tuple of epochs >= 0 when decay='step'",
                s.step_boundaries_epochs)
+  if s.decay == "tf_poly" and (s.warmup_shape != "linear" or s.warmup_init_factor != 0.0):
+    raise _bad("schedule.warmup_shape", "'linear' with warmup_init_factor=0 when decay='tf_poly' (its warmup is "
+               "TensorFlow's η·t/W)", (s.warmup_shape, s.warmup_init_factor))
+  if s.decay != "tf_poly" and s.end_lr >= 0:
+    raise _bad("schedule.end_lr", "< 0 (unset) unless decay='tf_poly'; other decays take end_lr_factor", s.end_lr)
   if s.decay == "cyclical" and not any(s[f"cycle_{u}"] > 0 for u in ("steps", "epochs", "examples", "percent")):
     raise _bad("schedule.cycle_steps", "> 0 (or cycle_epochs / cycle_examples / cycle_percent) when "
                "decay='cyclical'", s.cycle_steps)
@@ -111,6 +128,9 @@ def trust_from_config(cfg: Any) -> tr.TrustRatio:
 def optimizer_from_config(cfg: Any, learning_rate: optax.ScalarOrSchedule) -> optax.GradientTransformation:
   """The transformation named by ``cfg`` (``config.optimizer``), with the given learning rate or schedule."""
   trust = trust_from_config(cfg)
+  if cfg.name == "lars" and cfg.lars_update == "tf":
+    return tf_lars.tf_lars(learning_rate, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
+                           trust_coefficient=trust.trust_coefficient, eps=cfg.trust_eps)
   if cfg.name == "lars":
     return optimizers.lars(learning_rate, momentum=cfg.momentum, nesterov=cfg.nesterov, trust=trust)
   if cfg.name == "lamb":

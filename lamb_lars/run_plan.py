@@ -20,6 +20,7 @@ _CHOICES = {
     "data_on_device": ("auto", "yes", "no"),
     "dtype": ("float32", "bfloat16"),
     "parallelism": ("jit", "pmap"),
+    "input_scaling": ("standardize", "unit"),
 }
 
 

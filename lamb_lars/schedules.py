@@ -22,6 +22,14 @@ Decay, with s = t − W and e = ``end_lr_factor``:
   cyclical  x = (s mod C)/C, low = e·η; cycles restart at the peak:
               triangular  low + (η − low) · |1 − 2x|                (Smith 2017, started at the peak)
               cosine      low + (η − low) · ½(1 + cos(π x))          (SGDR, Loshchilov & Hutter 2017)
+
+``decay='tf_poly'`` is the authors' own MNIST schedule (You et al. 2020; GitHub ``fastalgo/mnist_tpu``), with
+TensorFlow's conventions instead of the ones above. With W the warmup in *unrounded* steps (e.g. 16 epochs of 60,000
+at batch 8192 = 117.1875), T the total steps and ``end`` the absolute final LR (``end_lr``; TF's
+``end_learning_rate``):
+  t < W   η · t / W                                   warmup from 0: the first update (t = 0) has LR 0
+  t ≥ W   (η − end) · (1 − min(t, T)/T)^p + end       ``tf.train.polynomial_decay`` at the *global* step t
+so the decay counts from step 0, not from the end of warmup, and the LR jumps down to the decay curve at t = W.
 """
 from __future__ import annotations
 
@@ -35,7 +43,7 @@ from lamb_lars import durations
 
 SCALING_RULES = ("none", "linear", "sqrt")
 WARMUP_SHAPES = ("linear", "cosine")
-DECAYS = ("constant", "cosine", "poly", "step", "cyclical")
+DECAYS = ("constant", "cosine", "poly", "step", "cyclical", "tf_poly")
 CYCLE_SHAPES = ("triangular", "cosine")
 
 
@@ -82,10 +90,16 @@ def cosine_decay(peak: float, steps: int, end_factor: float = 0.0) -> optax.Sche
                                * 0.5 * (1.0 + jnp.cos(jnp.pi * jnp.minimum(_t(count), d) / d)))
 
 
+def _remaining(count: Any, total: int) -> Any:
+  """1 − min(t, T)/T as (T − min(t, T))/T, which is exactly 0 from t = T on: under jit XLA computes t/T as t·(1/T),
+  so 1 − t/T left ±2e-17 at t = T, and a fractional power of that is NaN or ~1e-8 instead of 0."""
+  return (total - jnp.minimum(_t(count), total)) / total
+
+
 def polynomial_decay(peak: float, steps: int, end_factor: float = 0.0, power: float = 2.0) -> optax.Schedule:
   """lr(s) = η·(e + (1 − e)·(1 − min(s, T)/T)^p); the LARS / MLPerf ResNet-50 recipe uses p = 2."""
   d = max(int(steps), 1)
-  return lambda count: peak * (end_factor + (1.0 - end_factor) * (1.0 - jnp.minimum(_t(count), d) / d) ** power)
+  return lambda count: peak * (end_factor + (1.0 - end_factor) * _remaining(count, d) ** power)
 
 
 def step_decay(peak: float, boundaries: Sequence[int], factor: float = 0.1) -> optax.Schedule:
@@ -116,6 +130,20 @@ def cyclical(peak: float, cycle_steps: int, low_factor: float = 0.0, shape: str 
   return schedule
 
 
+def tf_poly(peak: float, warmup_steps: float, total_steps: int, end_lr: float, power: float) -> optax.Schedule:
+  """The authors' schedule (module docstring): η·t/W for t < W, then TF ``polynomial_decay`` at the global step t."""
+  w, total = float(warmup_steps), max(int(total_steps), 1)
+
+  def schedule(count):
+    t = _t(count)
+    decayed = (peak - end_lr) * _remaining(t, total) ** power + end_lr
+    if w <= 0:
+      return decayed
+    return jnp.where(t < w, peak * t / w, decayed)
+
+  return schedule
+
+
 def warmup_then(warmup: optax.Schedule, decay: optax.Schedule, warmup_steps: int) -> optax.Schedule:
   """lr(t) = warmup(t) for t < W, decay(t − W) afterwards (decay only when W = 0)."""
   if warmup_steps <= 0:
@@ -135,6 +163,11 @@ def create_schedule(cfg: Any, peak: float, *, total_steps: int, num_train: int, 
   :mod:`lamb_lars.durations` (epochs are N/B steps, rounded up); step boundaries count from step 0, warmup included.
   """
   kw = dict(num_train=num_train, batch_size=batch_size, total_steps=total_steps)
+  if _get(cfg, "decay", "constant") == "tf_poly":
+    end_lr = float(_get(cfg, "end_lr", -1.0))
+    return tf_poly(peak, durations.exact_steps("warmup", cfg, default=0, **kw), total_steps,
+                   end_lr if end_lr >= 0 else float(_get(cfg, "end_lr_factor", 0.0)) * peak,
+                   float(_get(cfg, "poly_power", 2.0)))
   warmup_steps = durations.steps("warmup", cfg, default=0, **kw)
   shape = _get(cfg, "warmup_shape", "linear")
   if shape not in WARMUP_SHAPES:

@@ -57,6 +57,9 @@ class StepOptions:
   label_noise: float = 0.0
 
 
+_DROPOUT_STREAM = 0x44524F50  # fold_in constant of the dropout keys ("DROP")
+
+
 def _add_noise(tree: Any, rng: jax.Array, std: float) -> Any:
   leaves, treedef = jax.tree.flatten(tree)
   keys = jax.random.split(rng, len(leaves))
@@ -86,14 +89,15 @@ def make_local_step(model: nn.Module, tx: optax.GradientTransformation, opts: St
                     preprocess: Preprocess, axes: Any, vary: Callable[[Any], Any]):
   """One optimizer step on this device's share of the global batch; collectives over ``axes``."""
 
-  def loss_fn(params, batch_stats, x, y):
+  def loss_fn(params, batch_stats, x, y, dropout_rng):
     variables = {"params": params}
+    rngs = {"dropout": dropout_rng}   # unused (and compiled away) in models without dropout
     if batch_stats:
       variables["batch_stats"] = batch_stats
-      logits, new_vars = model.apply(variables, x, train=True, mutable=["batch_stats"])
+      logits, new_vars = model.apply(variables, x, train=True, mutable=["batch_stats"], rngs=rngs)
       new_bs = new_vars["batch_stats"]
     else:
-      logits, new_bs = model.apply(variables, x, train=True), batch_stats
+      logits, new_bs = model.apply(variables, x, train=True, rngs=rngs), batch_stats
     loss = cross_entropy(logits, y, opts.num_classes, opts.label_smoothing).mean()
     correct = jnp.sum(jnp.argmax(logits, -1) == y)
     return loss, (new_bs, correct)
@@ -104,6 +108,8 @@ def make_local_step(model: nn.Module, tx: optax.GradientTransformation, opts: St
     """``rng`` differs per device (augmentation, input/label/weight noise); ``step_rng`` is shared (gradient noise)."""
     k = opts.num_microbatches
     r_pre, r_act, r_lab, r_lab2, r_w = jax.random.split(rng, 5)
+    # Dropout: one key per micro-batch, from a stream of its own (fold_in keeps the five keys above unchanged).
+    r_drop = jax.random.split(jax.random.fold_in(rng, _DROPOUT_STREAM), k)
     x = preprocess(images, labels, r_pre)
     if opts.activation_noise:
       x = x + opts.activation_noise * jax.random.normal(r_act, x.shape, x.dtype)
@@ -116,7 +122,7 @@ def make_local_step(model: nn.Module, tx: optax.GradientTransformation, opts: St
     if opts.weight_noise:
       params_v = _add_noise(params_v, r_w, opts.weight_noise)
     if k == 1:
-      (loss, (new_bs, correct)), local_grads = grad_fn(params_v, state.batch_stats, xs[0], ys[0])
+      (loss, (new_bs, correct)), local_grads = grad_fn(params_v, state.batch_stats, xs[0], ys[0], r_drop[0])
       small_sq = tree_sq_norm(local_grads)
     else:
       def micro(carry, xy):
@@ -126,7 +132,7 @@ def make_local_step(model: nn.Module, tx: optax.GradientTransformation, opts: St
       zeros = vary(jax.tree.map(jnp.zeros_like, state.params))
       scalar = lambda dtype: vary(jnp.zeros((), dtype))
       init = (zeros, scalar(jnp.float32), scalar(jnp.int32), scalar(jnp.float32))
-      (g_sum, l_sum, correct, sq_sum), bs_stack = jax.lax.scan(micro, init, (xs, ys))
+      (g_sum, l_sum, correct, sq_sum), bs_stack = jax.lax.scan(micro, init, (xs, ys, r_drop))
       local_grads = jax.tree.map(lambda g: g / k, g_sum)
       small_sq = sq_sum / k
       loss = l_sum / k

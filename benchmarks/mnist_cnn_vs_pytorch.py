@@ -1,0 +1,218 @@
+"""The paper's MNIST CNN (TensorFlow's official model, lamb_lars/models/mnist_cnn.py): JAX against PyTorch, one run.
+
+Both sides train the same network (conv 32@5×5 → pool → conv 64@5×5 → pool → dense 1024 → dropout 0.4 → dense 10)
+from the same parameters (the JAX init, copied into torch) with momentum SGD, float32, on the same random batch. They
+are timed in alternation — each repeat times torch, then every JAX variant — so load from other processes hits all
+alike; the printed ratio is the median over repeats of JAX img/s ÷ PyTorch img/s. A one-step guard first checks that
+both sides give the same loss (dropout off for the guard).
+
+  python benchmarks/mnist_cnn_vs_pytorch.py                    # batch 256 and 8192 (micro-batches of 256)
+  python benchmarks/mnist_cnn_vs_pytorch.py --batches 256 --repeats 3 --steps 5
+  python benchmarks/mnist_cnn_vs_pytorch.py --quick            # smoke run
+
+JAX variants: ``model`` (lamb_lars' MnistCNN: max-pool as reshape + max) and ``xla_pool`` (the same network with
+``nn.max_pool``, XLA's reduce-window and select-and-scatter). A batch above ``--micro`` is accumulated over
+micro-batches of ``--micro`` on both sides (JAX: ``lax.scan`` inside the step; torch: backward per micro-batch).
+PyTorch (CPU build, ``pip install torch==2.13.0``) is a benchmark-only extra. Threads: both sides use all cores
+unless ``--threads`` is given (torch.set_num_threads; XLA via its intra-op flag).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import numpy as np
+
+LR, MOMENTUM = 0.01, 0.9
+
+
+def jax_model(variant: str):
+  import flax.linen as nn
+  from lamb_lars.models import mnist_cnn
+  if variant == "model":
+    return mnist_cnn.MnistCNN()
+
+  class XlaPool(mnist_cnn.MnistCNN):
+    @nn.compact
+    def __call__(self, x, train=False):
+      pool = lambda z: nn.max_pool(z, (2, 2), (2, 2), padding="SAME")
+      init = nn.initializers.glorot_uniform()
+      x = pool(nn.relu(nn.Conv(32, (5, 5), padding="SAME", kernel_init=init, name="conv1")(x)))
+      x = pool(nn.relu(nn.Conv(64, (5, 5), padding="SAME", kernel_init=init, name="conv2")(x)))
+      x = nn.relu(nn.Dense(1024, kernel_init=init, name="fc1")(x.reshape((x.shape[0], -1))))
+      x = nn.Dropout(self.dropout_rate, deterministic=not train)(x)
+      return nn.Dense(self.num_classes, kernel_init=init, name="fc2")(x)
+  return XlaPool()
+
+
+def make_jax_step(variant: str, batch: int, micro: int):
+  """jit(params, opt_state, x, y, key) → (params, opt_state, loss): one momentum-SGD step, micro-batched."""
+  import jax
+  import optax
+  model, tx = jax_model(variant), optax.sgd(LR, MOMENTUM)
+  k = max(batch // micro, 1)
+
+  def loss_fn(p, x, y, key):
+    logits = model.apply({"params": p}, x, train=True, rngs={"dropout": key})
+    return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
+  grad_fn = jax.value_and_grad(loss_fn)
+
+  def step(p, s, x, y, key):
+    if k == 1:
+      loss, g = grad_fn(p, x, y, key)
+    else:
+      xs, ys = x.reshape((k, -1) + x.shape[1:]), y.reshape((k, -1))
+      keys = jax.random.split(key, k)
+
+      def body(acc, xyk):
+        l, g = grad_fn(p, *xyk)
+        return jax.tree.map(lambda a, b: a + b / k, acc, g), l
+      g, losses = jax.lax.scan(body, jax.tree.map(jax.numpy.zeros_like, p), (xs, ys, keys))
+      loss = losses.mean()
+    u, s = tx.update(g, s, p)
+    return optax.apply_updates(p, u), s, loss
+
+  init = jax.jit(lambda key: model.init(key, jax.numpy.zeros((1, 28, 28, 1)))["params"])
+  return jax.jit(step, donate_argnums=(0, 1)), init, tx
+
+
+def torch_model(params):
+  """The same network in torch (NCHW), with the JAX parameters copied in (HWIO → OIHW; NHWC flatten order)."""
+  import torch
+  from torch import nn
+
+  class Net(nn.Module):
+    def __init__(self):
+      super().__init__()
+      self.conv1, self.conv2 = nn.Conv2d(1, 32, 5, padding=2), nn.Conv2d(32, 64, 5, padding=2)
+      self.fc1, self.fc2, self.drop = nn.Linear(3136, 1024), nn.Linear(1024, 10), nn.Dropout(0.4)
+
+    def forward(self, x):
+      x = torch.max_pool2d(torch.relu(self.conv1(x)), 2)
+      x = torch.max_pool2d(torch.relu(self.conv2(x)), 2)
+      x = x.permute(0, 2, 3, 1).reshape(x.shape[0], -1)   # NHWC flatten, as the JAX model
+      return self.fc2(self.drop(torch.relu(self.fc1(x))))
+
+  net = Net()
+  t = lambda a: torch.from_numpy(np.ascontiguousarray(np.asarray(a)))
+  with torch.no_grad():
+    for name in ("conv1", "conv2"):
+      getattr(net, name).weight.copy_(t(np.transpose(params[name]["kernel"], (3, 2, 0, 1))))
+      getattr(net, name).bias.copy_(t(params[name]["bias"]))
+    for name in ("fc1", "fc2"):
+      getattr(net, name).weight.copy_(t(np.asarray(params[name]["kernel"]).T))
+      getattr(net, name).bias.copy_(t(params[name]["bias"]))
+  return net
+
+
+def make_torch_step(net, batch: int, micro: int):
+  import torch
+  opt = torch.optim.SGD(net.parameters(), lr=LR, momentum=MOMENTUM)
+  k = max(batch // micro, 1)
+
+  def step(x, y):
+    opt.zero_grad(set_to_none=True)
+    total = 0.0
+    for xs, ys in zip(x.chunk(k), y.chunk(k)):
+      loss = torch.nn.functional.cross_entropy(net(xs), ys) / k
+      loss.backward()
+      total += float(loss)
+    opt.step()
+    return total
+  return step
+
+
+def run(batches, micro: int, steps: int, repeats: int, variants) -> list[dict]:
+  import jax
+  import torch
+  rng = np.random.default_rng(0)
+  rows = []
+  for batch in batches:
+    x = rng.random((batch, 28, 28, 1), dtype=np.float32)
+    y = rng.integers(0, 10, batch)
+    xt, yt = torch.from_numpy(np.transpose(x, (0, 3, 1, 2)).copy()), torch.from_numpy(y)
+    jax_steps = {}
+    for v in variants:
+      step, init, tx = make_jax_step(v, batch, micro)
+      p = init(jax.random.key(0))
+      host_params = jax.device_get(p)
+      s = tx.init(p)
+      p, s, loss = step(p, s, x, y, jax.random.key(1))   # compile
+      loss.block_until_ready()
+      jax_steps[v] = [step, p, s]
+    net = torch_model(host_params)
+    net.train()
+    tstep = make_torch_step(net, batch, micro)
+    tstep(xt, yt)   # warm-up
+    times = {"torch": [], **{v: [] for v in variants}}
+    for _ in range(repeats):
+      t0 = time.perf_counter()
+      for _ in range(steps):
+        tstep(xt, yt)
+      times["torch"].append(time.perf_counter() - t0)
+      for v in variants:
+        step, p, s = jax_steps[v]
+        t0 = time.perf_counter()
+        for i in range(steps):
+          p, s, loss = step(p, s, x, y, jax.random.key(i))
+        loss.block_until_ready()
+        times[v].append(time.perf_counter() - t0)
+        jax_steps[v][1:] = [p, s]
+    torch_ips = [steps * batch / t for t in times["torch"]]
+    row = {"batch": batch, "micro": min(micro, batch), "torch_img_s": statistics.median(torch_ips)}
+    for v in variants:
+      ips = [steps * batch / t for t in times[v]]
+      row[f"{v}_img_s"] = statistics.median(ips)
+      row[f"{v}_vs_torch"] = statistics.median(a / b for a, b in zip(ips, torch_ips))
+    rows.append(row)
+    print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
+  return rows
+
+
+def guard() -> float:
+  """Loss of one batch on both sides from the same parameters, dropout off; returns |difference|."""
+  import jax
+  import torch
+  from lamb_lars.models import mnist_cnn
+  model = mnist_cnn.MnistCNN()
+  x = np.random.default_rng(1).random((64, 28, 28, 1), dtype=np.float32)
+  params = jax.device_get(model.init(jax.random.key(0), x[:1])["params"])
+  jax_logits = np.asarray(model.apply({"params": params}, x, train=False))
+  net = torch_model(params).eval()
+  with torch.no_grad():
+    torch_logits = net(torch.from_numpy(np.transpose(x, (0, 3, 1, 2)).copy())).numpy()
+  return float(np.abs(jax_logits - torch_logits).max())
+
+
+def main():
+  ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  ap.add_argument("--batches", default="256,8192")
+  ap.add_argument("--micro", type=int, default=256)
+  ap.add_argument("--steps", type=int, default=10)
+  ap.add_argument("--repeats", type=int, default=5)
+  ap.add_argument("--variants", default="model,xla_pool")
+  ap.add_argument("--threads", type=int, default=0)
+  ap.add_argument("--quick", action="store_true")
+  a = ap.parse_args()
+  if a.threads:
+    import torch
+    torch.set_num_threads(a.threads)
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                               f" --xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads={a.threads}")
+  if a.quick:
+    a.batches, a.steps, a.repeats = "64", 2, 1
+  diff = guard()
+  print(f"guard: max |logit difference| JAX vs torch = {diff:.2e}")
+  if diff > 1e-3:
+    raise SystemExit("the two models differ; not timing them")
+  print(f"load average before timing: {os.getloadavg()}")
+  run([int(b) for b in a.batches.split(",")], a.micro, a.steps, a.repeats, a.variants.split(","))
+  print(f"load average after timing: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+  main()

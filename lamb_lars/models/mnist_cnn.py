@@ -1,0 +1,54 @@
+"""The MNIST CNN that You et al. 2020 actually trained: TensorFlow's official MNIST model.
+
+The paper's Table 3 cites its MNIST network as "LeNet [41]" with [41] = "Google TPU Team, Implementation of LeNet by
+Google". The authors' training code (GitHub ``fastalgo/mnist_tpu``, ``*/mnist_tpu.py``: ``create_model``) builds
+the model of TensorFlow's ``official/mnist`` (itself the ``mnist_deep.py`` tutorial network in ``tf.keras``):
+
+  conv 32@5×5 SAME + ReLU → max-pool 2×2/2 SAME → conv 64@5×5 SAME + ReLU → max-pool 2×2/2 SAME →
+  flatten (7·7·64 = 3136) → dense 1024 + ReLU → dropout 0.4 → dense 10
+
+3,274,634 parameters, initialised as Keras does by default: Glorot-uniform kernels (Glorot & Bengio 2010), zero
+biases. Inputs are pixels/255 with no mean/std normalisation (``config.input_scaling = 'unit'``). Dropout needs a
+``'dropout'`` rng when ``train=True``; the train step passes one per device and step.
+
+The 2×2/2 max-pools see even sizes (28, 14), so SAME padding adds nothing and each pool is a reshape + max over
+the 2×2 window. That is the same function as ``nn.max_pool(..., padding='SAME')`` and its gradient avoids XLA's
+select-and-scatter, the slowest op of this model's backward pass on CPU (benchmarks/mnist_cnn_vs_pytorch.py).
+Where a window holds tied maxima, the gradient is shared among them instead of going to the first one; after a
+ReLU, ties are almost always zeros, whose gradient is zero either way.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+NUM_PARAMS = 3_274_634   # 832 + 51,264 + 3,212,288 + 10,250
+
+
+def max_pool_2x2(x: jnp.ndarray) -> jnp.ndarray:
+  """2×2 max-pool with stride 2 on NHWC ``x`` with even H and W (= SAME padding there)."""
+  b, h, w, c = x.shape
+  if h % 2 or w % 2:
+    raise ValueError(f"max_pool_2x2 needs even spatial sizes; got {h}×{w}.")
+  return x.reshape(b, h // 2, 2, w // 2, 2, c).max(axis=(2, 4))
+
+
+class MnistCNN(nn.Module):
+  """TensorFlow's official MNIST CNN (module docstring); ``model.apply(v, x, train=..., rngs={'dropout': k})``."""
+  num_classes: int = 10
+  dropout_rate: float = 0.4
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jnp.ndarray, train: bool = False) -> jnp.ndarray:
+    dense = lambda n, name: nn.Dense(n, dtype=self.dtype, kernel_init=nn.initializers.glorot_uniform(), name=name)
+    conv = lambda n, name: nn.Conv(n, (5, 5), padding="SAME", dtype=self.dtype,
+                                   kernel_init=nn.initializers.glorot_uniform(), name=name)
+    x = max_pool_2x2(nn.relu(conv(32, "conv1")(x.astype(self.dtype))))
+    x = max_pool_2x2(nn.relu(conv(64, "conv2")(x)))
+    x = x.reshape((x.shape[0], -1))
+    x = nn.relu(dense(1024, "fc1")(x))
+    x = nn.Dropout(self.dropout_rate, deterministic=not train)(x)
+    return dense(self.num_classes, "fc2")(x).astype(jnp.promote_types(self.dtype, jnp.float32))  # f32 logits for bf16
