@@ -29,7 +29,6 @@ import sys
 import time
 from typing import Optional, Sequence
 
-from lamb_lars.study import replicates
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +122,7 @@ def collect(workdir: str) -> list[Ours]:
 
 def comparison(ours: Sequence[Ours]) -> list[dict]:
   """One row per configuration: theirs, ours per seed, our summary, difference and verdict."""
+  from lamb_lars.study import replicates
   rows = []
   for name, logged in AUTHORS.items():
     mine = [o for o in ours if o.config == name]
