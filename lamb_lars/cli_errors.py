@@ -53,7 +53,7 @@ def sentence(exc: BaseException, *, value_errors: bool = True) -> Optional[str]:
   if isinstance(exc, OSError) and (exc.filename or exc.errno in (errno.ENOSPC, errno.EROFS)):
     where = f" {exc.filename}" if exc.filename else ""
     reason = exc.strerror or text
-    return f"cannot write{where}: {reason}; choose a --workdir that is a writable directory with free space."
+    return f"cannot write{where}: {reason}; give a writable directory with free space."
   return None
 
 

@@ -193,7 +193,7 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str, info: input_p
   rules.load_state_dict(meta.get("stopping"))
   window = train_metrics.MetricsWindow(plan.batch_size, meta.get("train_time", 0.0))
   step = int(jax.device_get(state.step))
-  writer = metric_writers.MetricWriter(workdir, enabled=is_main, resume_step=step)
+  writer = metric_writers.MetricWriter(workdir, enabled=is_main, resume_step=step, log=_log)
   bar = progress_bar(config, plan, step)
 
   train_state, stop, error, last_row = feeder.to_training(state), None, None, None
