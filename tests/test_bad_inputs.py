@@ -146,10 +146,13 @@ def test_workdir_lock_is_exclusive_reentrant_and_survives_a_dead_holder(tmp_path
     assert open(path).read().strip() == str(os.getpid())
     with workdir_lock.hold(str(tmp_path)):  # re-entrant: run_one holds it and train_and_evaluate asks again
       pass
-    code = ("import sys; from lamb_lars import workdir_lock as w\n"
-            "try:\n  w.acquire(sys.argv[1])\nexcept w.WorkdirLocked as e:\n  print(e); sys.exit(2)")
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=ENV, capture_output=True, text=True)
-    assert out.returncode == 2 and f"(PID {os.getpid()})" in out.stdout and one_sentence(out.stdout), out
+    before = files(tmp_path)
+    out = subprocess.run([sys.executable, "train.py", "--config=configs/mnist_lenet.py", "--config.dataset=synthetic",
+                          f"--workdir={tmp_path}"], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=120)
+    last = out.stderr.strip().splitlines()[-1]
+    assert out.returncode == 2 and f"in use by a training run (PID {os.getpid()})" in last and one_sentence(last)
+    assert files(tmp_path) == before
+  code = "import sys; from lamb_lars import workdir_lock as w; w.acquire(sys.argv[1])"
   out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=ENV, capture_output=True, text=True)
   assert out.returncode == 0, out  # released
 
@@ -265,6 +268,12 @@ def test_training_resumes_past_a_truncated_checkpoint_exactly_as_uninterrupted(t
   result = train_and_evaluate(tiny_config(), resumed)
   assert result["status"] == "done" and os.listdir(os.path.join(resumed, checkpoint.QUARANTINE_DIR))
   assert rows(resumed) == rows(ref) and len(rows(ref)) == 3
+  # The finished run re-run with another batch size: refused in one sentence, nothing changed (issue item 1).
+  before = files(ref)
+  with pytest.raises(ConfigError) as e:
+    train_and_evaluate(tiny_config(batch_size=64), ref)
+  assert "different config (batch_size)" in str(e.value) and one_sentence(str(e.value))
+  assert files(ref) == before
 
 
 # --- 5. Studies: every trial validated before any runs, failures counted (item 5), the prune race (item 9). -----
