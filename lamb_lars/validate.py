@@ -21,6 +21,7 @@ it checks:
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 from lamb_lars import models, optimizer_config, run_plan
@@ -31,7 +32,8 @@ MIN_IMAGE_SIZE = {"lenet5": 12}  # SAME 5×5 conv, 2×2 pool, VALID 5×5 conv, 2
 
 
 def _finite_positive(value: Any) -> bool:
-  return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+  return (isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+          and value > 0)
 
 
 def check_bounds(config: Any) -> None:
@@ -40,13 +42,13 @@ def check_bounds(config: Any) -> None:
   if not _finite_positive(lr):
     raise ConfigError(f"config.optimizer.learning_rate={lr!r} must be a finite number > 0.")
   m, eps = config.bn.momentum, config.bn.epsilon
-  if not (isinstance(m, (int, float)) and 0.0 <= m < 1.0):
+  if not (isinstance(m, numbers.Real) and 0.0 <= m < 1.0):
     raise ConfigError(f"config.bn.momentum={m!r} must be in [0, 1) (the weight of the old running statistics).")
   if not _finite_positive(eps):
     raise ConfigError(f"config.bn.epsilon={eps!r} must be a finite number > 0.")
   for key in ("keep_checkpoints", "num_microbatches", "batch_size", "eval_batch_size", "scan_steps"):
     value = config.get(key, 1)
-    if not (isinstance(value, int) and value >= 1):
+    if not (isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1):
       raise ConfigError(f"config.{key}={value!r} must be an integer ≥ 1.")
   if config.model not in models.MODEL_NAMES:
     raise ConfigError(f"config.model={config.model!r} is not one of {', '.join(models.MODEL_NAMES)}.")

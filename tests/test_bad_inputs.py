@@ -393,6 +393,11 @@ def test_truncated_result_json_is_one_sentence(tmp_path):
   with pytest.raises(ConfigError) as e:
     trainer.recorded_result(str(tmp_path))
   assert "result.json is damaged" in str(e.value) and one_sentence(str(e.value))
+  con = st.open_store(str(tmp_path / "s.sqlite"))  # the study runner reads the same file
+  with pytest.raises(ValueError) as e:
+    st.ingest_run_dir(con, "r1", str(tmp_path))
+  assert f"{tmp_path}/result.json is damaged" in str(e.value) and one_sentence(str(e.value))
+  con.close()
 
 
 def test_report_refuses_a_missing_store_and_an_out_file(tmp_path):

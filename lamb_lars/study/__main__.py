@@ -54,7 +54,7 @@ def main() -> None:
         from lamb_lars.study.publish import publish
         print(publish(FLAGS.workdir, FLAGS.out))
         return
-      if FLAGS["config"].config_filename is None:
+      if not FLAGS["config"].present:
         raise app.UsageError("run needs --config=configs/studies/<study>.py")
       study = cli_errors.load_config(lambda: FLAGS.config, FLAGS["config"].config_filename)
       from lamb_lars.study import runner, sweep

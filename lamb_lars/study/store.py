@@ -289,8 +289,14 @@ def ingest_run_dir(con: sqlite3.Connection, run_id: str, workdir: Union[str, os.
   result_path = os.path.join(workdir, "result.json")
   if not os.path.exists(result_path):
     return None
-  with open(result_path, encoding="utf-8") as f:
-    result = json.load(f)
+  try:
+    with open(result_path, encoding="utf-8") as f:
+      result = json.load(f)
+  except (ValueError, UnicodeDecodeError):
+    raise ValueError(f"{result_path} is damaged (not valid JSON); move it away and re-run to resume that trial "
+                     f"from its checkpoints.") from None
+  if not isinstance(result, dict):
+    raise ValueError(f"{result_path} does not hold a result object; move it away and re-run to resume that trial.")
   final = result.get("final") or {}
   wall = final.get("wall_time")
   status = result.get("status", "done")
