@@ -56,11 +56,13 @@ class Checkpointer:
 
   def quarantine(self, step: int) -> str:
     """Moves checkpoint ``step`` to the quarantine folder (a rename, so nothing is lost); returns its new path."""
-    os.makedirs(self._quarantine, exist_ok=True)
-    dest = os.path.join(self._quarantine, f"{step}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
-    os.rename(os.path.join(self._dir, str(step)), dest)
+    from etils import epath  # orbax's own path library: a rename on local disks and on gs://
+    quarantine = epath.Path(self._quarantine)
+    quarantine.mkdir(parents=True, exist_ok=True)
+    dest = quarantine / f"{step}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    (epath.Path(self._dir) / str(step)).rename(dest)
     self._mngr.reload()
-    return dest
+    return str(dest)
 
   def restore_newest_intact(self, abstract_state: Any, log: Callable[[str], None] = print) -> tuple[Any, dict]:
     """The newest checkpoint that restores; each newer one that fails is quarantined with one log line.
