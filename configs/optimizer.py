@@ -49,6 +49,7 @@ def get_config() -> ml_collections.ConfigDict:
   s.warmup_examples = -1
   s.warmup_percent = -1.0
   s.warmup_shape = "linear"          # 'linear' | 'cosine'
+  s.allow_long_warmup = False        # a warmup longer than training is refused unless this is True
   s.warmup_init_factor = 0.0         # f0: lr(t) = η·(f0 + (1 − f0)·(t+1)/W) in warmup; first update η/W at f0 = 0
   s.decay = "cosine"                 # 'constant' | 'cosine' | 'poly' | 'step' | 'cyclical' | 'tf_poly' (the authors'
                                      # TF schedule: warmup from 0 over unrounded steps, poly decay at the global step)

@@ -2,14 +2,15 @@
 
 A writer writes to a temporary file in the same directory (unique per process and call, so concurrent writers never
 share one) and renames it over the target: a reader, or a run killed mid-write, sees the old file or the new one,
-never half of either. Appended JSONL rows can be cut short by a kill -9; :func:`read_jsonl` skips such a line.
+never half of either. Appended JSONL rows can be cut short by a kill -9; :func:`read_jsonl` skips such a line, and
+any other line that is not a JSON object, and says which.
 """
 from __future__ import annotations
 
 import json
 import os
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 
 def _atomic(path: str, write: Callable[[str], None]) -> None:
@@ -52,17 +53,26 @@ def read_json(path: str, default: Any = None) -> Any:
     return json.load(f)
 
 
-def read_jsonl(path: str) -> list[dict]:
-  """Rows of a JSONL file ([] if it does not exist); a torn line (a writer killed mid-line) is skipped."""
+def read_jsonl(path: str, on_skip: Optional[Callable[[int, str], None]] = None) -> list[dict]:
+  """The JSON-object rows of a JSONL file ([] if it does not exist). A line that is not a JSON object — a torn
+  line (a writer killed mid-line), or anything else — is skipped, and ``on_skip(line_number, why)`` is told."""
   if not os.path.exists(path):
     return []
   rows = []
-  with open(path) as f:
-    for line in f:
+  with open(path, encoding="utf-8", errors="replace") as f:
+    for n, line in enumerate(f, 1):
+      if not line.strip():
+        continue
       try:
-        rows.append(json.loads(line))
+        row = json.loads(line)
       except json.JSONDecodeError:
-        pass
+        row, why = None, "not valid JSON" + ("" if line.endswith("\n") else " (cut short)")
+      else:
+        why = f"a JSON {type(row).__name__}, not an object"
+      if isinstance(row, dict):
+        rows.append(row)
+      elif on_skip is not None:
+        on_skip(n, why)
   return rows
 
 

@@ -10,6 +10,7 @@ recorded result. The parts: :mod:`~lamb_lars.feeders` (data placement), :mod:`~l
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -23,7 +24,8 @@ import numpy as np
 
 import input_pipeline
 from lamb_lars import (bn_groups, checkpoint, evaluation, feeders, io_utils, lr_table, mesh as mesh_lib,
-                       metric_writers, optimizer_config, run_plan, stopping, train_metrics)
+                       metric_writers, optimizer_config, run_identity, run_plan, stopping, train_metrics, validate,
+                       workdir_lock)
 from lamb_lars import train_step as ts
 from lamb_lars.models import create_model
 
@@ -37,19 +39,31 @@ def _log(msg: str) -> None:
 
 
 def make_plan(config: ml_collections.ConfigDict, info: input_pipeline.DatasetInfo, devices: list) -> run_plan.RunPlan:
-  """Everything checkable, checked before anything compiles; a bad config raises a one-sentence ConfigError."""
+  """Everything checkable, checked before anything compiles (:mod:`lamb_lars.validate`, the validator studies use
+  too); a bad config raises a one-sentence ConfigError."""
+  if config.num_devices > len(jax.devices()):
+    raise run_plan.ConfigError(f"config.num_devices={config.num_devices} but only {len(jax.devices())} devices exist.")
+  return validate.check(config, info, len(devices))
+
+
+def get_info(config: ml_collections.ConfigDict) -> input_pipeline.DatasetInfo:
+  """The dataset's sizes and shapes; a bad data setting (unknown dataset, validation_split) is a ConfigError."""
   try:
-    if config.num_devices > len(jax.devices()):
-      raise ValueError(f"config.num_devices={config.num_devices} but only {len(jax.devices())} devices exist.")
-    optimizer_config.validate_config(config.optimizer)
-    return run_plan.make_plan(config, num_train=info.num_train, num_devices=len(devices))
+    return input_pipeline.get_info(config)
+  except input_pipeline.DatasetNotFoundError:
+    raise
   except ValueError as e:
     raise run_plan.ConfigError(str(e)) from None
 
 
 def recorded_result(workdir: str) -> Optional[dict]:
   """The result of a run that already finished in ``workdir`` (done or diverged), else None."""
-  result = io_utils.read_json(os.path.join(workdir, "result.json"))
+  path = os.path.join(workdir, "result.json")
+  try:
+    result = io_utils.read_json(path)
+  except (ValueError, UnicodeDecodeError):
+    raise run_plan.ConfigError(f"{path} is damaged (not valid JSON); move it away to resume the run from its "
+                               f"checkpoints.") from None
   if result and result.get("status") in ("done", "diverged"):
     _log(f"{workdir} already finished ({result['status']} at step {result.get('step')}); nothing to do.")
     return result
@@ -109,7 +123,7 @@ def restore(ckpt: checkpoint.Checkpointer, state, workdir: str) -> tuple[Any, di
   """The newest checkpoint's state and metadata, or ``state`` and empty metadata when there is none."""
   if ckpt.latest_step() is None:
     return state, {}
-  state, meta = ckpt.restore(state)
+  state, meta = ckpt.restore_newest_intact(state, log=_log)
   _log(f"Resumed from step {int(state.step)} in {workdir}.")
   return state, meta
 
@@ -135,17 +149,28 @@ def progress_bar(config, plan: run_plan.RunPlan, step: int):
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  """Trains and evaluates ``config`` in ``workdir``; resumes if a checkpoint is there. Returns the result record."""
+  """Trains and evaluates ``config`` in ``workdir``; resumes if a checkpoint is there. Returns the result record.
+
+  The workdir is locked while it runs (:mod:`lamb_lars.workdir_lock`) and belongs to the config it was started
+  with (:mod:`lamb_lars.run_identity`)."""
   mesh_lib.initialize_distributed(config)
-  info = input_pipeline.get_info(config)
+  info = get_info(config)
   devices = jax.devices()[: config.num_devices or None]
   plan = make_plan(config, info, devices)
   os.makedirs(workdir, exist_ok=True)
+  lock = workdir_lock.hold(workdir) if jax.process_index() == 0 else contextlib.nullcontext()  # one writer per run
+  with lock:
+    return _train_locked(config, workdir, info, devices, plan)
+
+
+def _train_locked(config: ml_collections.ConfigDict, workdir: str, info: input_pipeline.DatasetInfo, devices: list,
+                  plan: run_plan.RunPlan) -> dict:
+  run_identity.check(config, workdir)
   if (done := recorded_result(workdir)) is not None:
     return done
   is_main = jax.process_index() == 0
   if is_main:
-    io_utils.write_text_atomic(os.path.join(workdir, "config.json"), config.to_json_best_effort(indent=1))
+    run_identity.record(config, workdir)
   input_pipeline.prepare(config)
 
   tx, lr_fn = create_optimizer(config, plan)
@@ -168,7 +193,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   rules.load_state_dict(meta.get("stopping"))
   window = train_metrics.MetricsWindow(plan.batch_size, meta.get("train_time", 0.0))
   step = int(jax.device_get(state.step))
-  writer = metric_writers.MetricWriter(workdir, enabled=is_main, resume_step=step)
+  writer = metric_writers.MetricWriter(workdir, enabled=is_main, resume_step=step, log=_log)
   bar = progress_bar(config, plan, step)
 
   train_state, stop, error, last_row = feeder.to_training(state), None, None, None

@@ -177,7 +177,7 @@ def local_study(study_file, tmp_module):
   workdir = str(tmp_module / "local")
   out = subprocess.run(_cmd(study_file, workdir, "--num_workers=2"), cwd=REPO, env=_env(), capture_output=True,
                        text=True, timeout=300)
-  assert out.returncode == 0, out.stdout + out.stderr
+  assert out.returncode == 1 and "1 trial(s) failed" in out.stderr, out.stdout + out.stderr  # the 'bad' trial
   return workdir
 
 
@@ -327,7 +327,7 @@ def test_ray_study_equals_local_and_survives_a_dead_node(cluster, study_file, lo
     if proc.poll() is None:
       proc.kill()
       proc.wait()
-  assert proc.returncode == 0, out
+  assert proc.returncode == 1, out  # the 'bad' trial failed
   assert "0 already finished, 4 to run on ray (2 at once)" in out
   got = _records(workdir)
   _assert_same_results(got, _records(local_study))
@@ -366,7 +366,7 @@ def test_driver_sigkill_and_restart_loses_nothing(cluster, study_file, local_stu
   assert before[killed_run] == "running"
   # Restart: the unfinished runs are resubmitted and resume; the finished ones are not run again.
   out = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
-  assert out.returncode == 0, out.stdout + out.stderr
+  assert out.returncode == 1 and "1 trial(s) failed" in out.stderr, out.stdout + out.stderr  # the 'bad' trial
   finished = sum(v in st.FINISHED for v in before.values())
   assert f"{finished} already finished, {4 - finished} to run" in out.stdout
   got = _records(workdir)

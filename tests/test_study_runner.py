@@ -152,7 +152,7 @@ def test_study_survives_sigkill_of_a_trial_and_of_the_runner(tmp_path):
   assert set(before) == expected and before[second] == "running"
   # 3. Restart: the study finishes; every trial recorded exactly once; the killed ones resumed.
   out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-  assert out.returncode == 0, out.stdout + out.stderr
+  assert out.returncode == 1 and "1 trial(s) failed" in out.stderr, out.stdout + out.stderr  # the 'bad' trial
   finished = sum(v in FINISHED for v in before.values())
   assert f"{finished} already finished" in out.stdout
   con = st.open_store(wd.store_path(workdir))
@@ -179,7 +179,7 @@ def test_study_survives_sigkill_of_a_trial_and_of_the_runner(tmp_path):
   # 4. The same command again, not retrying failed runs: nothing to do, nothing changes.
   again = subprocess.run(cmd + ["--config.runner.retry_failed=False"], cwd=REPO, env=env, capture_output=True,
                          text=True, timeout=120)
-  assert again.returncode == 0 and "0 to run" in again.stdout, again.stdout + again.stderr
+  assert again.returncode == 1 and "0 to run" in again.stdout, again.stdout + again.stderr  # 'bad' still failed
   assert _statuses(workdir) == {rid: r["status"] for rid, r in runs.items()}
   # 5. The report and the raw results, from the workdir alone.
   rep = subprocess.run([sys.executable, "-m", "lamb_lars.study", "report", f"--workdir={workdir}",

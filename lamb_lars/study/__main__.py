@@ -7,7 +7,9 @@
 ``run`` expands the study into trials, runs each in its own process (searching and pruning per cell) and records
 everything in ``<workdir>/study.sqlite``; re-running the same command skips finished trials and resumes the rest.
 ``report`` needs only the workdir: it writes runs.csv, evals.csv and README.md + PNGs computed from the CSVs.
-The study config is locked: a misspelled ``--config.`` override is an error.
+The study config is locked: a misspelled ``--config.`` override is an error. Every trial config is validated (by
+the validator ``train.py`` uses) before any trial runs; a mistake is one sentence and exit status 2
+(``--verbose`` shows the traceback). ``run`` exits 1 when trials failed, listing each failure's line.
 """
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ def main() -> None:
   from absl import app, flags
   from ml_collections import config_flags
 
+  from lamb_lars import cli_errors
+
   config_flags.DEFINE_config_file("config", None, "Study config file (configs/studies/*.py).", lock_config=True)
   flags.DEFINE_string("workdir", None, "Study directory: study.sqlite, study_config.json, runs/<run_id>/.")
   flags.DEFINE_string("out", None, "report: output directory (default <workdir>/report).")
@@ -36,6 +40,7 @@ def main() -> None:
   flags.DEFINE_bool("dry_run", False, "run: list the trials and exit.")
   flags.DEFINE_enum("executor", "local", ["local", "ray"], "run: where trials run (local processes or a Ray cluster).")
   flags.DEFINE_string("ray_address", "auto", "run --executor=ray: the cluster ('auto' or HOST:PORT).")
+  flags.DEFINE_bool("verbose", False, "Show the traceback of a config, store or workdir mistake too.")
   flags.mark_flags_as_required(["workdir"])
   FLAGS = flags.FLAGS
 
@@ -49,11 +54,12 @@ def main() -> None:
         from lamb_lars.study.publish import publish
         print(publish(FLAGS.workdir, FLAGS.out))
         return
-      if FLAGS.config is None:
+      if not FLAGS["config"].present:
         raise app.UsageError("run needs --config=configs/studies/<study>.py")
+      study = cli_errors.load_config(lambda: FLAGS.config, FLAGS["config"].config_filename)
       from lamb_lars.study import runner, sweep
       if FLAGS.dry_run:
-        for t in sweep.expand(FLAGS.config):
+        for t in sweep.expand(study):
           print(t.run_id, t.role, t.technique or "-", dict(t.overrides))
         return
       executor = None
@@ -62,20 +68,37 @@ def main() -> None:
           from lamb_lars.study import ray_executor
         except ImportError:
           raise ValueError("--executor=ray needs Ray: pip install -e .[ray]") from None
-        executor = ray_executor.make_executor(FLAGS.config, FLAGS.ray_address)
+        executor = ray_executor.make_executor(study, FLAGS.ray_address)
       signal.signal(signal.SIGTERM, _raise_interrupt)
       command = " ".join(shlex.quote(a) for a in ["python", "-m", "lamb_lars.study"] + sys.argv[1:])
-      counts = runner.run_study(FLAGS.config, FLAGS.workdir, executor=executor, num_workers=FLAGS.num_workers,
+      counts = runner.run_study(study, FLAGS.workdir, executor=executor, num_workers=FLAGS.num_workers,
                                 command=command, log=lambda s: print(s, flush=True))
-    except ValueError as e:  # a bad study config: one sentence, no traceback
-      print(f"error: {e}", file=sys.stderr)
-      sys.exit(2)
     except KeyboardInterrupt:
       print("interrupted: unfinished runs are back to pending; re-run the same command to resume.", flush=True)
       sys.exit(130)
+    except Exception as e:  # a bad study config, store or workdir: one sentence, no traceback; bugs keep theirs
+      cli_errors.exit_on_mistake(e)
+      raise
     print("finished: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v), flush=True)
+    if counts.get("failed"):
+      _exit_failed(FLAGS.workdir, study.name)
 
-  app.run(run)
+  app.run(run, flags_parser=cli_errors.flags_parser)
+
+
+def _exit_failed(workdir: str, study_name: str) -> None:
+  """Exit status 1, after one line per failed trial (its error's first line; a traceback's last)."""
+  from lamb_lars.study import runner, store
+  from lamb_lars.study import workdir as wd
+  con = store.open_store(wd.store_path(workdir))
+  try:
+    failed = runner.failures(con, study_name)
+  finally:
+    con.close()
+  print(f"{len(failed)} trial(s) failed; re-run the same command to retry them:", file=sys.stderr)
+  for run_id, line in failed:
+    print(f"  {run_id}: {line}", file=sys.stderr)
+  sys.exit(1)
 
 
 if __name__ == "__main__":

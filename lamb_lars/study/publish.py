@@ -174,6 +174,12 @@ def publish(workdir: str, out_dir: Optional[str] = None) -> str:
   ``<workdir>/report``); the report is computed from the CSV files. Returns the README path."""
   study = wd.load_study_config(workdir)
   out_dir = out_dir or os.path.join(workdir, "report")
+  if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+    raise ValueError(f"--out={out_dir} is a file; give a directory for the report.")
+  if not os.path.exists(wd.store_path(workdir)):
+    raise ValueError(f"{workdir} has no results store ({wd.STORE_FILE}); re-run `python -m lamb_lars.study run` with "
+                     f"the same --config and --workdir to rebuild it (finished trials are read back from their run "
+                     f"dirs).")
   con = store.open_store(wd.store_path(workdir))
   try:
     export_csvs(con, study.name, out_dir)

@@ -8,22 +8,21 @@ and ``result.json`` (status done / diverged). Any exception is written to ``RUN_
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import socket
 import sys
-import time
 import traceback
-from typing import IO, Optional
+from typing import Optional
 
 import ml_collections
 
+from lamb_lars import workdir_lock
 from lamb_lars.io_utils import write_text_atomic
 
 from lamb_lars.study.workdir import TRIAL_CONFIG_FILE as CONFIG_FILE
 ERROR_FILE = "error.txt"
-LOCK_FILE = ".lock"
+LOCK_FILE = workdir_lock.TRAIN_LOCK
 CACHE_ENV = "LAMB_LARS_COMPILATION_CACHE"  # set by the runner (``runner.compilation_cache``)
 CACHE_DIR = "jax_cache"
 
@@ -48,19 +47,10 @@ def load_trial_config(run_dir: str) -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(json.load(f))
 
 
-def acquire_lock(run_dir: str, timeout_s: float = 60.0) -> IO:
-  """An exclusive lock on the run dir, waited for up to ``timeout_s`` (a dying predecessor may still hold it)."""
-  f = open(os.path.join(run_dir, LOCK_FILE), "a+")
-  deadline = time.monotonic() + timeout_s
-  while True:
-    try:
-      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-      return f
-    except BlockingIOError:
-      if time.monotonic() > deadline:
-        f.close()
-        raise RuntimeError(f"another process is training {run_dir} (lock held for {timeout_s:.0f} s)") from None
-      time.sleep(0.2)
+def acquire_lock(run_dir: str, timeout_s: float = 60.0) -> str:
+  """The run dir's exclusive lock (:mod:`lamb_lars.workdir_lock`, the one ``train_and_evaluate`` takes again),
+  waited for up to ``timeout_s`` (a dying predecessor may still hold it); returns it for ``workdir_lock.release``."""
+  return workdir_lock.acquire(run_dir, LOCK_FILE, what="another trial process", timeout_s=timeout_s)
 
 
 def write_error(run_dir: str, exc: BaseException) -> None:
@@ -97,7 +87,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     traceback.print_exc()
     return 1
   finally:
-    lock.close()
+    workdir_lock.release(lock)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import math
 import os
 import signal
@@ -27,6 +28,7 @@ from typing import Any, Callable, Mapping, Optional
 
 import ml_collections
 
+from lamb_lars import run_identity, workdir_lock
 from lamb_lars.io_utils import read_jsonl, write_text_atomic
 from lamb_lars.study import run_one
 from lamb_lars.study import search as search_lib
@@ -65,7 +67,7 @@ def register(con, study: ml_collections.ConfigDict, specs: list[sweep.TrialSpec]
   recorded = {r["run_id"]: r for r in store.runs(con)}
   for t in specs:
     old = recorded.get(t.run_id)
-    if old is not None and old["config"] and old["config"] != _plain(t.config):
+    if old is not None and old["config"] and run_identity.differing_keys(old["config"], t.config, allowed=False):
       raise ValueError(f"run {t.run_id} in this workdir was recorded with a different config (the study or its "
                        "overrides changed); use a new --workdir for the changed study.")
   for t in specs:
@@ -93,22 +95,33 @@ def cell_min_epochs(specs: list[sweep.TrialSpec], cfg: Mapping[str, Any]) -> dic
   return out
 
 
-def _rebuild_searches(con, specs, cfg: Mapping[str, Any]) -> dict[str, search_lib.CellSearch]:
-  """One pruner per searched cell, its state replayed from the decision log (checked against it)."""
+def _rebuild_searches(con, specs, cfg: Mapping[str, Any],
+                      log: Callable[[str], None] = print) -> dict[str, search_lib.CellSearch]:
+  """One pruner per searched cell, its state replayed from the decision log (checked against it).
+
+  A log that two runners once wrote at once (before workdir locks) is repaired: later duplicates of a report are
+  deleted (``store.remove_duplicate_decisions``), and since the two runners decided from different states, the
+  recorded decisions are then replayed as they were acted on instead of being checked."""
   if cfg["pruner"] == "none":
     return {}
   direction = "maximize" if cfg["mode"] == "max" else "minimize"
   searches = {cell: search_lib.CellSearch(min_epochs=first, reduction_factor=cfg["reduction_factor"],
                                           direction=direction) for cell, first in cell_min_epochs(specs, cfg).items()}
+  repaired = store.remove_duplicate_decisions(con)
+  if repaired:
+    log(f"repaired the search log: removed {repaired} duplicated decision(s) that two runners sharing this workdir "
+        f"wrote; the remaining decisions are replayed as recorded.")
+  lenient = store.decisions_repaired(con)
   pruned = set()
   for d in store.decisions(con):
     s = searches.get(d["cell"])
     if s is None:
       continue
     value = float("nan") if d["value"] is None else d["value"]
-    if s.report(d["run_id"], d["step"], value) != bool(d["prune"]):
-      raise RuntimeError(f"replaying the search log of cell {d['cell']} gave a different decision for "
-                         f"{d['run_id']} at epoch {d['step']}; the log is inconsistent.")
+    if s.report(d["run_id"], d["step"], value) != bool(d["prune"]) and not lenient:
+      raise ValueError(f"replaying the search log of cell {d['cell']} gave a different decision for "
+                       f"{d['run_id']} at epoch {d['step']} than the one recorded, so the log in "
+                       f"{store_file(con)} is inconsistent; use a new --workdir for this study.")
     if d["prune"]:
       pruned.add(d["run_id"])
   for rid in pruned:  # the runner died between logging a prune and recording it
@@ -116,6 +129,11 @@ def _rebuild_searches(con, specs, cfg: Mapping[str, Any]) -> dict[str, search_li
     if rec and rec[0]["status"] not in FINISHED:
       store.set_status(con, rid, "pruned", stopped="pruned", error="pruned by the search (from the log)")
   return searches
+
+
+def store_file(con) -> str:
+  row = con.execute("PRAGMA database_list").fetchone()
+  return row[2] if row else "the store"
 
 
 @dataclasses.dataclass
@@ -179,6 +197,9 @@ class _Driver:
       if prune and running:
         a.handle.kill()
         self.ingest(a)
+        # Rows past the prune point — later rows of the same poll, or written between the poll and the kill —
+        # are not part of the trial's record.
+        store.delete_evals_after(self.con, a.spec.run_id, int(row["step"]))
         store.set_status(self.con, a.spec.run_id, "pruned", stopped="pruned",
                          error=f"pruned by the search at epoch {step}: {metric} {value:.4f} was not in the top "
                                f"1/{self.search_cfg['reduction_factor']} of its cell at that rung")
@@ -242,7 +263,49 @@ def progress_line(con, run_id: str, status: str, index: int, total: int, seconds
 
 def make_executor(study: ml_collections.ConfigDict, num_workers: Optional[int] = None) -> LocalExecutor:
   cfg = settings(study, "runner", RUNNER_DEFAULTS)
-  return LocalExecutor(slots=int(num_workers or cfg["num_workers"]), cpus_per_trial=int(cfg["cpus_per_trial"]))
+  slots = cfg["num_workers"] if num_workers is None else num_workers
+  if not (isinstance(slots, int) and slots >= 1):
+    raise ValueError(f"num_workers={slots!r} (--num_workers or study.runner.num_workers) must be an integer ≥ 1.")
+  return LocalExecutor(slots=slots, cpus_per_trial=int(cfg["cpus_per_trial"]))
+
+
+def validate_trials(specs: list[sweep.TrialSpec]) -> None:
+  """Every trial's config through the validator ``train.py`` uses (lamb_lars/validate.py), before any trial runs:
+  a ValueError naming the first bad trial. Devices: the trial's ``num_devices``, or 1 when it takes all of them
+  (a trial checks its own devices again when it starts). A dataset that is not on this machine may be on the
+  machines that run the trials (``--executor=ray``): such a trial gets the checks that need no data, and its own
+  process reports the missing data."""
+  from input_pipeline import DatasetNotFoundError
+  from lamb_lars import optimizer_config, validate
+  from lamb_lars.trainer import get_info
+  infos: dict[str, Any] = {}
+  for t in specs:
+    c = t.config
+    data_key = json.dumps([c.get(k) for k in ("dataset", "data_source", "data_dir", "validation_split",
+                                              "image_size")] + [_plain(c.get("synthetic"))])
+    try:
+      if data_key not in infos:
+        try:
+          infos[data_key] = get_info(c)
+        except DatasetNotFoundError:
+          infos[data_key] = None
+      if infos[data_key] is None:
+        validate.check_bounds(c)
+        optimizer_config.validate_config(c.optimizer)
+      else:
+        validate.check(c, infos[data_key], int(c.get("num_devices", 0) or 1))
+    except ValueError as e:
+      raise ValueError(f"trial {t.run_id}: {e}") from None
+
+
+def failures(con, study_name: str) -> list[tuple[str, str]]:
+  """(run_id, the failure's first line) of every failed trial; for a traceback, its last line (``Type: message``)."""
+  out = []
+  for r in store.runs(con, study=study_name, status="failed"):
+    lines = [ln.strip() for ln in (r.get("error") or "").strip().splitlines() if ln.strip()]
+    line = (lines[-1] if lines and lines[0].startswith("Traceback") else lines[0]) if lines else "(no error text)"
+    out.append((r["run_id"], line[:200]))
+  return out
 
 
 def run_study(study: ml_collections.ConfigDict, workdir: str, *, executor: Optional[Executor] = None,
@@ -263,13 +326,20 @@ def run_study(study: ml_collections.ConfigDict, workdir: str, *, executor: Optio
                      f"{search_cfg['pruner']!r}, {search_cfg['mode']!r}.")
   retry = bool(runner_cfg["retry_failed"] if retry_failed is None else retry_failed)
   timeout = float(runner_cfg["timeout_s"] if timeout_s is None else timeout_s) or 0.0
+  validate_trials(specs)
   executor = executor or make_executor(study, num_workers)
   executor.check_workdir(workdir)
+  os.makedirs(workdir, exist_ok=True)
+  with workdir_lock.hold(workdir, workdir_lock.STUDY_LOCK, what="a study runner"):
+    return _run_locked(study, workdir, specs, executor, search_cfg, runner_cfg, retry, timeout, command, log, poll_s)
+
+
+def _run_locked(study, workdir, specs, executor, search_cfg, runner_cfg, retry, timeout, command, log, poll_s):
   wd.save_study_config(study, workdir, command)
   con = store.open_store(wd.store_path(workdir))
   try:
     statuses = register(con, study, specs)
-    searches = _rebuild_searches(con, specs, search_cfg)
+    searches = _rebuild_searches(con, specs, search_cfg, log)
     statuses = {r["run_id"]: r["status"] for r in store.runs(con, study=study.name)}
     skip = FINISHED + (() if retry else ("failed",))
     todo = collections.deque(t for t in specs if statuses[t.run_id] not in skip)

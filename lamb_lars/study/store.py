@@ -7,6 +7,7 @@ Tables::
        finished, wall_time, steps, final_json)
   evals(run_id, step, epoch, examples, wall_time, metrics_json, PRIMARY KEY(run_id, step))
   decisions(seq INTEGER PRIMARY KEY AUTOINCREMENT, cell, run_id, step, value, prune)   /*the search's log*/
+  notes(key TEXT PRIMARY KEY, value TEXT)   /*facts about the store itself, e.g. 'decisions_repaired'*/
 
 Durability: WAL journal, ``synchronous=FULL``, and every write is its own committed transaction
 (``BEGIN IMMEDIATE … COMMIT``), so a ``kill -9`` of any writer at any moment loses nothing already written; a
@@ -42,6 +43,7 @@ CREATE TABLE IF NOT EXISTS evals(
   run_id TEXT NOT NULL, step INT NOT NULL, epoch REAL, examples INT, wall_time REAL, metrics_json TEXT,
   PRIMARY KEY(run_id, step));
 CREATE INDEX IF NOT EXISTS runs_by_study ON runs(study, batch_size);
+CREATE TABLE IF NOT EXISTS notes(key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS decisions(
   seq INTEGER PRIMARY KEY AUTOINCREMENT, cell TEXT NOT NULL, run_id TEXT NOT NULL, step INT NOT NULL, value REAL,
   prune INT NOT NULL);
@@ -150,14 +152,24 @@ def add_evals(con: sqlite3.Connection, run_id: str, rows: Iterable[Mapping[str, 
   """Writes eval rows (dicts with ``step`` and metrics) in one transaction; same (run_id, step) is replaced."""
   records = []
   for row in rows:
-    metrics = {k: _number(v) for k, v in _plain(row).items() if k not in _ROW_KEYS}
-    records.append((run_id, int(row["step"]), _num(row.get("epoch")), _int(row.get("examples")),
-                    _num(row.get("wall_time")), _dumps(metrics)))
+    try:
+      metrics = {k: _number(v) for k, v in _plain(row).items() if k not in _ROW_KEYS}
+      records.append((run_id, int(row["step"]), _num(row.get("epoch")), _int(row.get("examples")),
+                      _num(row.get("wall_time")), _dumps(metrics)))
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
+      raise ValueError(f"run {run_id}: an eval row of its metrics.jsonl is malformed ({type(e).__name__}: {e}; row "
+                       f"{str(row)[:120]}); fix or remove that line in runs/{run_id}/metrics.jsonl.") from None
   if records:
     with _transaction(con):
       con.executemany("INSERT OR REPLACE INTO evals(run_id, step, epoch, examples, wall_time, metrics_json) "
                       "VALUES (?, ?, ?, ?, ?, ?)", records)
   return len(records)
+
+
+def delete_evals_after(con: sqlite3.Connection, run_id: str, step: int) -> int:
+  """Deletes a run's eval rows past ``step`` (a pruned trial's rows after its prune point); returns how many."""
+  with _transaction(con):
+    return con.execute("DELETE FROM evals WHERE run_id=? AND step>?", (run_id, int(step))).rowcount
 
 
 def _number(v: Any) -> Any:
@@ -226,11 +238,33 @@ def to_trial(d: Mapping[str, Any], curve: Sequence[Mapping[str, Any]]) -> Trial:
 
 
 def log_decision(con: sqlite3.Connection, cell: str, run_id: str, step: int, value: Optional[float],
-                 prune: bool) -> None:
-  """Appends one search report and its decision to the log (before the runner acts on it)."""
+                 prune: bool) -> bool:
+  """Appends one search report and its decision to the log (before the runner acts on it). A trial reports each
+  epoch once, so a second report of the same (cell, run_id, step) is not written (False): the log never holds a
+  duplicate, even if two runners shared a workdir."""
   with _transaction(con):
-    con.execute("INSERT INTO decisions(cell, run_id, step, value, prune) VALUES (?, ?, ?, ?, ?)",
-                (cell, run_id, int(step), None if value is None else float(value), int(bool(prune))))
+    cur = con.execute("INSERT INTO decisions(cell, run_id, step, value, prune) SELECT ?, ?, ?, ?, ? WHERE NOT EXISTS "
+                      "(SELECT 1 FROM decisions WHERE cell=? AND run_id=? AND step=?)",
+                      (cell, run_id, int(step), None if value is None else float(value), int(bool(prune)),
+                       cell, run_id, int(step)))
+    return cur.rowcount == 1
+
+
+def remove_duplicate_decisions(con: sqlite3.Connection) -> int:
+  """Repairs a log that two runners wrote at once (before workdir locks): keeps the first report of each
+  (cell, run_id, step) and deletes the later ones; returns how many were deleted. A repair is noted in the store
+  (:func:`decisions_repaired`) for good."""
+  with _transaction(con):
+    cur = con.execute("DELETE FROM decisions WHERE seq NOT IN (SELECT MIN(seq) FROM decisions "
+                      "GROUP BY cell, run_id, step)")
+    if cur.rowcount:
+      con.execute("INSERT OR REPLACE INTO notes(key, value) VALUES ('decisions_repaired', ?)", (str(time.time()),))
+    return cur.rowcount
+
+
+def decisions_repaired(con: sqlite3.Connection) -> bool:
+  """Whether :func:`remove_duplicate_decisions` ever removed anything from this store's log."""
+  return con.execute("SELECT 1 FROM notes WHERE key='decisions_repaired'").fetchone() is not None
 
 
 def decisions(con: sqlite3.Connection) -> list[dict]:
@@ -255,8 +289,14 @@ def ingest_run_dir(con: sqlite3.Connection, run_id: str, workdir: Union[str, os.
   result_path = os.path.join(workdir, "result.json")
   if not os.path.exists(result_path):
     return None
-  with open(result_path, encoding="utf-8") as f:
-    result = json.load(f)
+  try:
+    with open(result_path, encoding="utf-8") as f:
+      result = json.load(f)
+  except (ValueError, UnicodeDecodeError):
+    raise ValueError(f"{result_path} is damaged (not valid JSON); move it away and re-run to resume that trial "
+                     f"from its checkpoints.") from None
+  if not isinstance(result, dict):
+    raise ValueError(f"{result_path} does not hold a result object; move it away and re-run to resume that trial.")
   final = result.get("final") or {}
   wall = final.get("wall_time")
   status = result.get("status", "done")
