@@ -67,9 +67,11 @@ def register(con, study: ml_collections.ConfigDict, specs: list[sweep.TrialSpec]
   recorded = {r["run_id"]: r for r in store.runs(con)}
   for t in specs:
     old = recorded.get(t.run_id)
-    if old is not None and old["config"] and run_identity.differing_keys(old["config"], t.config, allowed=False):
-      raise ValueError(f"run {t.run_id} in this workdir was recorded with a different config (the study or its "
-                       "overrides changed); use a new --workdir for the changed study.")
+    changed = old is not None and old["config"] and run_identity.differing_keys(old["config"], _plain(t.config),
+                                                                                allowed=False)
+    if changed:  # keys absent from the record came with a code upgrade (configs are locked): not a change
+      raise ValueError(f"run {t.run_id} in this workdir was recorded with a different config ({', '.join(changed[:6])}"
+                       f"; the study or its overrides changed); use a new --workdir for the changed study.")
   for t in specs:
     epochs = float(t.config.num_epochs) if float(t.config.get("num_epochs", 0) or 0) > 0 else None
     store.upsert_run(con, t.run_id, study=study.name, config=t.config, params=t.params(),
