@@ -76,7 +76,7 @@ class Checkpointer:
       except Exception as e:  # noqa: BLE001  (orbax / tensorstore / json errors all mean "this one is damaged")
         failed.append((step, _first_line(e)))
         continue
-      for bad, why in failed:
+      for bad, why in failed if jax.process_index() == 0 else ():  # one process moves the shared folder
         log(f"Checkpoint at step {bad} does not restore ({why}); moved it to {self.quarantine(bad)} and resuming "
             f"from step {step}.")
       return out
