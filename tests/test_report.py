@@ -90,9 +90,13 @@ def test_full_report_from_the_csv_files(tmp_path):
                   "## Accuracy vs batch size", "## Training curves", "## Distance from initialisation",
                   "## Trust ratios"):
     assert heading in text, heading
-  assert "| B_L | 2048 (first failing linear batch: 4096) | 8192 |" in text
-  assert "| B_H | 8192 (first huge batch: 32768) | 8192 |" in text
+  # You et al. 2020 Def. 2.1: B_L = the smallest batch where linear scaling fails (4096 here; the paper's 2048),
+  # reported with its bracket (last passing batch 2048) and the evidence at both ends.
+  assert "| B_L | 4096 | last pass 2048: Def. 2.1 pass " in text and "first fail 4096: Def. 2.1 fail " in text
+  assert text.split("| B_L |")[1].split("\n")[0].endswith("| 2048 |")
+  assert "| B_H | 8192 | first huge batch above: 32768; best technique run at B_H: pass" in text
   assert "| 32768 | huge |" in text and "| 4096 | large with tuned |" in text
+  assert "| 2048 | linear scaling works | `linear-b2048` done 99.50% | pass |" in text
   assert "B_crit = " in text and "out of memory" in text
   for png in ("steps_to_target.png", "accuracy_vs_batch.png", "training_curves.png", "noise_scale.png"):
     assert (out / png).read_bytes()[:8] == PNG

@@ -6,8 +6,9 @@
 Command:  python -m lamb_lars.study run --config=configs/studies/mnist_batch_ladder.py --workdir=studies/mnist_ladder
           python -m lamb_lars.study report --workdir=studies/mnist_ladder --out=docs/studies/mnist_batch_ladder
 Hardware: a quiet 2-core CPU, two single-threaded trials at once (runner defaults; docs/BENCHMARKS.md).
-Expected (paper, 30 epochs): baseline 99.2%; large batch up to B_L = 8K; huge beyond 8K (at 32K LARS 95.8%,
-LAMB with long warmup 98.7%); full batch 98.3% only after 1,000 epochs.
+Expected (paper, 30 epochs): baseline 99.2%; linear scaling works below B_L = 2K (Table 2: large = [B_L, B_H] =
+[2K, 8K], Def. 2.1); huge beyond B_H = 8K (at 32K LARS 95.8%, LAMB with long warmup 98.7%); full batch 98.3% only
+after 1,000 epochs.
 
 * baseline: the recipe of configs/mnist_lenet.py (momentum 0.9, η = 0.05 at B0 = 256, cosine decay, wd 5e-4,
   30 epochs), trained on 55K with 5K held out (the paper tunes on 55K/5K/10K), with its batch of 256 computed as

@@ -7,6 +7,7 @@ analysis (pure functions of records; notebook-friendly)
   steps_to_target  Shallue et al. 2018: fewest steps to a goal per batch size
   critical_batch   S(B) = S_min·(1 + B_crit/B), T(B) = S(B)·t(B), B*, Golmant et al. 2018 breakdown point
   regimes          You et al. 2020 Definitions 2.1–2.3: B_L, B_H, B_F from tagged trials
+  verdict          pass / fail / borderline of per-seed values (or one run ± a tolerance) against a threshold
   table3           You et al. 2020 Table 3 verdicts and cells
   plots, markdown  PNG figures; markdown formatting
   report           the report, composed from its sections and written once; report_scaling (steps to target,
