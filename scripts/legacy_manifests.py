@@ -50,6 +50,9 @@ WHY = (
      "goal (the recomputed section carries it)"),
     ("## Steps to target", lambda old, new: "γ, δ ≥ 0" in new and "γ, δ ≥ 0" not in old,
      "written before the step-time fit t(B) = γ + δB was constrained to γ, δ ≥ 0"),
+    ("## Predicted vs fitted critical batch", lambda old, new: "B_simple over training" not in old,
+     "written before the report gave B_simple as a trajectory over training and counted its non-finite "
+     "evaluations (the committed section drops them silently)"),
 )
 
 
