@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from typing import Optional
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -56,7 +57,11 @@ WHY = (
 )
 
 
-def why(head: str, old: str, new: str) -> str | None:
+def why(head: str, old: Optional[str], new: Optional[str]) -> Optional[str]:
+  if old is None:
+    return "the report gained this section after the folder was written"
+  if new is None:
+    return "the report no longer has this section"
   return next((reason for h, test, reason in WHY if h == head and test(old, new)), None)
 
 
@@ -93,7 +98,8 @@ def legacy_manifest(folder: str) -> dict:
       os.symlink(os.path.join(path, name), os.path.join(tmp, name))
     new = provenance.sections(open(report.write_report(publish.load_csvs(tmp), tmp, spec), encoding="utf-8").read())
   old = provenance.sections(text)
-  differ = {h: why(h, old[h], new.get(h, "")) for h in old if new.get(h) != old[h]}
+  differ = {h: why(h, old.get(h), new.get(h)) for h in list(old) + [h for h in new if h not in old]
+            if new.get(h) != old.get(h)}
   unknown = [h for h, reason in differ.items() if reason is None]
   if unknown:
     raise SystemExit(f"{folder}: sections {unknown} differ for an unknown reason; not writing a manifest.")

@@ -95,10 +95,13 @@ def spec_to_json(spec: report.ReportSpec) -> dict:
 
 
 def spec_from_json(d: Mapping[str, Any]) -> report.ReportSpec:
-  d = dict(d)
+  """The ReportSpec of a manifest (JSON lists back to tuples; fields the current ReportSpec lacks are an error)."""
+  known = {f.name for f in dataclasses.fields(report.ReportSpec)}
+  unknown = sorted(set(d) - known)
+  if unknown:
+    raise ValueError(f"the manifest's report_spec has fields {unknown} that this code's report does not know.")
+  d = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
   d["target"] = Target(**d["target"]) if d.get("target") else None
-  for k in ("techniques", "settings"):
-    d[k] = tuple(d.get(k) or ())
   return report.ReportSpec(**d)
 
 

@@ -7,7 +7,7 @@ stopped, final_test_accuracy, final_test_loss, final_validation_accuracy, final_
 best_test_accuracy, steps, wall_time, started, finished, error, overrides`` (JSON of the swept keys).
 ``evals.csv``: one row per evaluation — ``run_id, step, epoch, examples, wall_time, test_accuracy, test_loss,
 validation_accuracy, validation_loss``, then every other logged metric (train loss, LR, noise scale, …).
-The columns are documented in docs/studies.md. ``manifest.json`` records how the folder was made (provenance.py).
+The columns are documented in docs/studies.md.
 """
 from __future__ import annotations
 
