@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from lamb_lars.study.records import Baseline, Trial
-from lamb_lars.study.regimes import (baseline_from_trials, classify_trials, linear_evidence, linear_verdict,
+from lamb_lars.study.regimes import (baseline_from_trials, classify_trials, first_failure, linear_evidence,
+                                     linear_verdict,
                                      passes_large_batch, reach_verdict, reaches_accuracy, row_epoch,
                                      technique_evidence)
 
@@ -151,3 +152,16 @@ def test_reach_verdict_uses_the_best_accuracy_within_budget():
   run = _t("r", 8192, [(10, 0.99, 0.5), (30, 0.98, 0.5), (31, 0.999, 0.01)], role="technique", technique="lars")
   v = reach_verdict([run], BASE)
   assert (v.value, v.verdict) == (0.99, "pass")                        # the epoch-31 eval is past ρ
+
+
+def test_sqrt_scaling_is_reported_beside_linear_and_never_sets_b_l():
+  """The paper's Optimization 0 takes linear or square-root scaling; Def. 2.1 (B_L) is linear scaling's alone."""
+  sq = lambda b, rows: Trial(f"s{b}", b, "momentum", role="linear", params={"lr_scaling": "sqrt"},
+                             curve=[{"step": i + 1, "epoch": e, "eval_accuracy": a, "validation_loss": vl}
+                                    for i, (e, a, vl) in enumerate(rows)])
+  trials = [_t("l512", 512, PASS), _t("l1024", 1024, FAIL), sq(1024, PASS), sq(2048, FAIL)]
+  r = classify_trials(BASE, trials, TECH)
+  assert (r.b_l, r.b_l_last_pass) == (1024, 512)
+  assert linear_evidence(trials, BASE) == {512: True, 1024: False}
+  assert linear_evidence(trials, BASE, rule="sqrt") == {1024: True, 2048: False}
+  assert first_failure(linear_evidence(trials, BASE, rule="sqrt"), 256) == (2048, 1024)

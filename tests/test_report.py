@@ -106,3 +106,15 @@ def test_empty_and_missing_data(tmp_path):
   path = report.write_report([], str(tmp_path / "r"), report.ReportSpec())
   text = open(path).read()
   assert "No trials in the store." in text and "No baseline" in text
+
+
+def test_regimes_report_sqrt_scaling_beside_linear(tmp_path):
+  from lamb_lars.study.records import Trial
+  rows = lambda acc: [{"step": 10, "epoch": 30.0, "eval_accuracy": acc, "validation_loss": 0.02}]
+  trials = [Trial("base", 256, "momentum", role="baseline", curve=rows(0.99)),
+            Trial("lin-1024", 1024, "momentum", role="linear", params={"lr_scaling": "linear"}, curve=rows(0.5)),
+            Trial("sqrt-1024", 1024, "momentum", role="linear", params={"lr_scaling": "sqrt"}, curve=rows(0.99))]
+  text = open(report.write_report(trials, str(tmp_path), report.ReportSpec(baseline_epochs=30.0, num_train=N))).read()
+  assert "| B_L | 1024 | last pass 256 (B0); first fail 1024: Def. 2.1 fail " in text
+  assert "Square-root scaling (η·√(B/B0)" in text and "first failing tested batch —, last passing below it 1024" in text
+  assert "| 1024 | not large (no technique tried) | `lin-1024` done 50.00% | fail | pass |" in text

@@ -155,11 +155,19 @@ def _verdict(trials: Sequence[Trial], ok) -> Optional[bool]:
   return None
 
 
-def linear_evidence(trials: Iterable[Trial], baseline: Baseline, **kw) -> dict[int, bool]:
-  """``{batch: passes Def. 2.1}`` from the ``role='linear'`` trials."""
+def scaling_rule(trial: Trial) -> str:
+  """The LR scaling rule of a ``role='linear'`` trial: 'linear' (η·B/B0, Def. 2.1) or 'sqrt' (η·√(B/B0))."""
+  return str(trial.params.get("lr_scaling") or "linear")
+
+
+def linear_evidence(trials: Iterable[Trial], baseline: Baseline, *, rule: str = "linear",
+                    **kw) -> dict[int, bool]:
+  """``{batch: passes Def. 2.1}`` from the ``role='linear'`` trials whose scaling rule is ``rule``: 'linear' is
+  Def. 2.1 itself; 'sqrt' is the square-root rule the paper's "Optimization 0" (§3.1) takes when it is better,
+  reported beside it and never used for B_L."""
   by_batch: dict[int, list[Trial]] = {}
   for t in trials:
-    if t.role == "linear":
+    if t.role == "linear" and scaling_rule(t) == rule:
       by_batch.setdefault(int(t.batch_size), []).append(t)
   out = {b: _verdict(ts, lambda t: passes_large_batch(t, baseline, **kw)) for b, ts in by_batch.items()}
   return {b: v for b, v in sorted(out.items()) if v is not None}
@@ -200,14 +208,21 @@ def _label(b: int, baseline: Baseline, linear: Mapping[int, bool], tech: Mapping
   return "huge"
 
 
+def first_failure(evidence: Mapping[int, bool], b0: int) -> tuple[Optional[int], Optional[int]]:
+  """(the smallest tested batch above B0 that fails, the largest passing tested batch below it — B0 when none):
+  B_L and its bracket (Def. 2.1). (None, largest pass) when none fails; (None, None) when nothing above B0."""
+  above = sorted(b for b in evidence if b > b0)
+  fail = next((b for b in above if not evidence[b]), None)
+  below = [b for b in above if evidence[b] and (fail is None or b < fail)]
+  return fail, (max(below) if below else (b0 if above else None))
+
+
 def classify(baseline: Baseline, linear: Mapping[int, bool], tech: Mapping[int, Mapping[str, bool]],
              techniques: Sequence[str]) -> Regimes:
   """Regimes from per-batch evidence (see the module docstring)."""
   b0 = baseline.batch_size
   above = sorted(b for b in linear if b > b0)
-  b_l = next((b for b in above if not linear[b]), None)
-  below = [b for b in above if linear[b] and (b_l is None or b < b_l)]
-  b_l_last_pass = max(below) if below else (b0 if above else None)
+  b_l, b_l_last_pass = first_failure(linear, b0)
   batches = sorted(set(linear) | set(tech))
   labels = {b: _label(b, baseline, linear, tech.get(b, {}), techniques) for b in batches}
   reached_by = {b: tuple(sorted(n for n, ok in tech.get(b, {}).items() if ok)) + (("linear",) if linear.get(b)

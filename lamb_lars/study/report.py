@@ -103,14 +103,17 @@ def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec
             f"{list(spec.techniques)} fails to reach 99.5%·A. Large = [B_L, B_H], huge = (B_H, B_F] (You et al. "
             "2020 Table 2).", ""]
   ref = paper.TABLE2.get(spec.workload, {})
-  lin = {b: [t for t in trials if t.role == "linear" and t.batch_size == b] for b in r.labels}
+  rule = lambda b, name: [t for t in trials if t.role == "linear" and t.batch_size == b
+                          and regimes.scaling_rule(t) == name]
+  lin, sqrt = {b: rule(b, "linear") for b in r.labels}, {b: rule(b, "sqrt") for b in r.labels}
   d21 = {b: regimes.linear_verdict(ts, baseline, loss_key=loss_key) for b, ts in lin.items() if ts}
   d21v = {b: v.verdict for b, v in d21.items()}
+  sqrt_v = {b: regimes.linear_verdict(ts, baseline, loss_key=loss_key).verdict for b, ts in sqrt.items() if ts}
   best_tech = {b: max((t for t in trials if t.technique in spec.techniques and t.batch_size == b),
                       key=lambda t: regimes.best_accuracy_within_budget(t, baseline), default=None) for b in r.labels}
   d22 = {b: regimes.reach_verdict([t], baseline) for b, t in best_tech.items() if t is not None}
   ev = lambda b: (f"{b}: Def. 2.1 {d21v[b]} (acc {d21[b].accuracy.text()}; loss {d21[b].loss.text()})"
-                  if b in d21 else f"{b}: no linear run")
+                  if b in d21 else f"{b} (B0)" if b == baseline.batch_size else f"{b}: no linear run")
   lines += table(["quantity", "measured", "bracket and evidence", "paper"], [
       ["B_L", fmt(r.b_l) if r.b_l is not None else f"> {fmt(r.b_l_last_pass)} (no tested batch fails)",
        f"last pass {ev(r.b_l_last_pass)}; first fail " + (ev(r.b_l) if r.b_l is not None else "none"),
@@ -118,6 +121,12 @@ def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec
       ["B_H", fmt(r.b_h), f"first huge batch above: {fmt(r.b_h_next_huge)}; best technique run at B_H: "
        + (d22[r.b_h].text() if r.b_h in d22 else "—"), fmt(ref.get("b_h"))],
       ["B_F", fmt(r.b_f), "—", fmt(ref.get("b_f"))]])
+  if sqrt_v:  # the paper's Optimization 0 (§3.1) takes linear or square-root scaling, whichever is better
+    fail, last = regimes.first_failure(regimes.linear_evidence(trials, baseline, rule="sqrt", loss_key=loss_key),
+                                       baseline.batch_size)
+    lines += [f"Square-root scaling (η·√(B/B0), the alternative of the paper's Optimization 0, §3.1) under the same "
+              f"test: first failing tested batch {fmt(fail)}, last passing below it {fmt(last)}. B_L above is "
+              "linear scaling's (Def. 2.1).", ""]
   lines += [f"Measured B_L is the smallest tested batch above B0 whose linear-scaling run fails Def. 2.1; the true "
             "B_L lies in (last pass, first fail]. Verdicts: `pass` / `fail` when the interval (95% over seeds, or "
             f"one run ± {100 * regimes.vd.ACC_TOLERANCE:g} pp accuracy / ± {100 * regimes.vd.LOSS_TOLERANCE:g}% "
@@ -132,9 +141,11 @@ def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec
         best = max((t for t in group if t.best(ACC_KEY) is not None), key=lambda t: t.best(ACC_KEY), default=None)
         tech.append(f"{name}: {len(group)} trials, best {pct(best.best(ACC_KEY)) if best else '—'}%"
                     + (f" (`{best.run_id}`)" if best else ""))
-    rows.append([b, label, lin_txt, d21v.get(b, "—"), "; ".join(tech) or "—", d22[b].verdict if b in d22 else "—"])
-  lines += table(["batch", "regime", "linear scaling (best test acc)", "Def. 2.1", "techniques (best test acc within "
-                  "ρ)", "Def. 2.2 reach (best run)"], rows)
+    rows.append([b, label, lin_txt, d21v.get(b, "—")] + ([sqrt_v.get(b, "—")] if sqrt_v else [])
+                + ["; ".join(tech) or "—", d22[b].verdict if b in d22 else "—"])
+  lines += table(["batch", "regime", "linear scaling (best test acc)", "Def. 2.1"]
+                 + (["√ scaling, same test"] if sqrt_v else []) + ["techniques (best test acc within ρ)",
+                                                                  "Def. 2.2 reach (best run)"], rows)
   lines += [f"- anomaly: {a}" for a in r.anomalies]
   return lines + ([""] if r.anomalies else [])
 
