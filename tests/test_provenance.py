@@ -80,6 +80,13 @@ def test_tampered_csv_or_readme_fails_verify(tmp_path):
   provenance.write_manifest(out, m)
   problems = provenance.verify(out)
   assert problems and all("differs from the one recomputed from the CSVs" in p for p in problems), problems
+  # a hand-edited README
+  publish.publish(work, out)
+  readme = os.path.join(out, "README.md")
+  with open(readme, "a") as f:
+    f.write("\nB_L = 512.\n")
+  problems = provenance.verify(out)
+  assert len(problems) == 1 and problems[0].startswith("README.md has sha256 ")
   # a manifest whose trial counts do not match runs.csv
   publish.publish(work, out)
   m = json.load(open(os.path.join(out, "manifest.json")))

@@ -94,7 +94,8 @@ def test_full_report_from_the_csv_files(tmp_path):
   # reported with its bracket (last passing batch 2048) and the evidence at both ends.
   assert "| B_L | 4096 | last pass 2048: Def. 2.1 pass " in text and "first fail 4096: Def. 2.1 fail " in text
   assert text.split("| B_L |")[1].split("\n")[0].endswith("| 2048 |")
-  assert "| B_H | 8192 | first huge batch above: 32768; best technique run at B_H: pass" in text
+  assert "| B_H | 8192 | best technique run at B_H: pass: " in text
+  assert "; first huge batch above: 32768, its best technique run: fail: 0.96 ∈ [0.958, 0.962] vs 0.99" in text
   assert "| 32768 | huge |" in text and "| 4096 | large with tuned |" in text
   assert "| 2048 | linear scaling works | `linear-b2048` done 99.50% | pass |" in text
   assert "B_crit = " in text and "out of memory" in text

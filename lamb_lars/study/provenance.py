@@ -157,6 +157,10 @@ def verify(out_dir: str) -> list[str]:
       problems.append(f"{name} has sha256 {sha256(p)[:12]}…, the manifest says {str(m.get('files', {}).get(name))[:12]}….")
   if problems:  # the CSVs are not the manifest's: recomputing from them would check the wrong files
     return problems
+  with open(os.path.join(out_dir, "runs.csv"), newline="", encoding="utf-8") as f:
+    studies = sorted({r["study"] for r in csv.DictReader(f)})
+  if studies and studies != [m.get("study")]:
+    problems.append(f"runs.csv holds the studies {studies}, the manifest names {m.get('study')!r}.")
   counts = trial_counts(out_dir)
   if counts != m.get("trials"):
     problems.append(f"runs.csv has {counts['total']} trials {counts['by_status']}, the manifest says "

@@ -118,8 +118,10 @@ def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec
       ["B_L", fmt(r.b_l) if r.b_l is not None else f"> {fmt(r.b_l_last_pass)} (no tested batch fails)",
        f"last pass {ev(r.b_l_last_pass)}; first fail " + (ev(r.b_l) if r.b_l is not None else "none"),
        fmt(ref.get("b_l"))],
-      ["B_H", fmt(r.b_h), f"first huge batch above: {fmt(r.b_h_next_huge)}; best technique run at B_H: "
-       + (d22[r.b_h].text() if r.b_h in d22 else "—"), fmt(ref.get("b_h"))],
+      ["B_H", fmt(r.b_h), "best technique run at B_H: " + (d22[r.b_h].text() if r.b_h in d22 else "—")
+       + f"; first huge batch above: {fmt(r.b_h_next_huge)}" + (
+           f", its best technique run: {d22[r.b_h_next_huge].text()}" if r.b_h_next_huge in d22 else ""),
+       fmt(ref.get("b_h"))],
       ["B_F", fmt(r.b_f), "—", fmt(ref.get("b_f"))]])
   if sqrt_v:  # the paper's Optimization 0 (§3.1) takes linear or square-root scaling, whichever is better
     fail, last = regimes.first_failure(regimes.linear_evidence(trials, baseline, rule="sqrt", loss_key=loss_key),
