@@ -165,3 +165,15 @@ def test_sqrt_scaling_is_reported_beside_linear_and_never_sets_b_l():
   assert linear_evidence(trials, BASE) == {512: True, 1024: False}
   assert linear_evidence(trials, BASE, rule="sqrt") == {1024: True, 2048: False}
   assert first_failure(linear_evidence(trials, BASE, rule="sqrt"), 256) == (2048, 1024)
+
+
+def test_untested_batches_below_b_l_are_not_large():
+  """Large = [B_L, B_H] (You et al. 2020 Table 2): a batch below B_L is not large, even where linear scaling was not
+  run and a tuned technique reaches."""
+  trials = [_t("l512", 512, PASS), _t("l2048", 2048, FAIL),
+            _t("t768", 768, PASS, role="technique", technique="tuned"),
+            _t("t4096", 4096, PASS, role="technique", technique="tuned")]
+  r = classify_trials(BASE, trials, TECH)
+  assert r.b_l == 2048
+  assert r.labels[768] == "below B_L (linear scaling not run here); reached by tuned"
+  assert r.labels[4096] == "large with tuned (linear scaling not run)"

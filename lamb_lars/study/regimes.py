@@ -26,8 +26,9 @@ Which trials count (the caller tags them: ``Trial.role`` and ``Trial.technique``
   its trials there are finished and none reached. Linear runs that pass count as reaching (they reach A too).
 
 Labels per tested batch: 'small' (B < B0), 'baseline' (B0), 'linear scaling works' (its linear run passes; below
-B_L unless listed as an anomaly), 'large with <techniques>' (linear scaling fails or was not run, and these
-techniques reach), 'huge' (every declared technique failed), 'not large (no technique tried)', 'not large (untried: …)' (some declared techniques failed, the others
+B_L unless listed as an anomaly), 'below B_L (linear scaling not run here)' (untested between B0 and B_L, with the
+techniques that reach there), 'large with <techniques>' (B ≥ B_L, or B_L not found, where linear scaling fails or
+was not run and these techniques reach), 'huge' (every declared technique failed), 'not large (no technique tried)', 'not large (untried: …)' (some declared techniques failed, the others
 were not run), 'untested' (nothing finished yet). A batch ≥ B_F is also marked full.
 """
 from __future__ import annotations
@@ -189,7 +190,7 @@ def technique_evidence(trials: Iterable[Trial], baseline: Baseline, techniques: 
 
 
 def _label(b: int, baseline: Baseline, linear: Mapping[int, bool], tech: Mapping[str, bool],
-           techniques: Sequence[str]) -> str:
+           techniques: Sequence[str], b_l: Optional[int] = None) -> str:
   if b == baseline.batch_size:
     return "baseline"
   if b < baseline.batch_size:
@@ -197,6 +198,8 @@ def _label(b: int, baseline: Baseline, linear: Mapping[int, bool], tech: Mapping
   if linear.get(b):
     return "linear scaling works"
   reached = sorted(name for name, ok in tech.items() if ok)
+  if b not in linear and b_l is not None and b < b_l:  # between tested linear batches that pass: not large
+    return "below B_L (linear scaling not run here)" + (f"; reached by {', '.join(reached)}" if reached else "")
   if reached:
     return "large with " + ", ".join(reached) + ("" if b in linear else " (linear scaling not run)")
   tried = [name for name in techniques if name in tech]
@@ -224,7 +227,7 @@ def classify(baseline: Baseline, linear: Mapping[int, bool], tech: Mapping[int, 
   above = sorted(b for b in linear if b > b0)
   b_l, b_l_last_pass = first_failure(linear, b0)
   batches = sorted(set(linear) | set(tech))
-  labels = {b: _label(b, baseline, linear, tech.get(b, {}), techniques) for b in batches}
+  labels = {b: _label(b, baseline, linear, tech.get(b, {}), techniques, b_l) for b in batches}
   reached_by = {b: tuple(sorted(n for n, ok in tech.get(b, {}).items() if ok)) + (("linear",) if linear.get(b)
                                                                                  else ()) for b in batches}
   reaching = [b for b in batches if b > b0 and reached_by[b]]

@@ -43,6 +43,8 @@ class Verdict:
 
   def text(self, digits: int = 4) -> str:
     how = f"{self.num_values} seeds" if self.num_values > 1 else "1 run"
+    if not math.isfinite(self.value):
+      return f"{self.verdict}: no finite value (diverged or no eval) vs {self.threshold:.{digits}g}, {how}"
     return (f"{self.verdict}: {self.value:.{digits}g} ∈ [{self.low:.{digits}g}, {self.high:.{digits}g}] vs "
             f"{self.threshold:.{digits}g}, {how}")
 
