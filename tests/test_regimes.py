@@ -4,11 +4,14 @@ test is not rescued by itself, LR-tuned or LARS runs are not linear scaling, and
 technique to have failed."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from lamb_lars.study.records import Baseline, Trial
-from lamb_lars.study.regimes import (baseline_from_trials, classify_trials, linear_evidence, passes_large_batch,
-                                     reaches_accuracy, row_epoch, technique_evidence)
+from lamb_lars.study.regimes import (baseline_from_trials, classify_trials, first_failure, linear_evidence,
+                                     linear_verdict,
+                                     passes_large_batch, reach_verdict, reaches_accuracy, row_epoch,
+                                     technique_evidence)
 
 BASE = Baseline(batch_size=256, accuracy=0.992, val_loss=0.03, epochs=30, num_train=55000)
 # thresholds: test accuracy >= 0.98704, validation loss <= 0.036
@@ -28,7 +31,7 @@ FAIL = [(10, 0.5, 1.3), (30, 0.9, 0.4)]
 def test_linear_only_failure_is_not_huge():
   r = classify_trials(BASE, [_t("l1", 1024, FAIL), _t("l4", 4096, FAIL)], TECH)
   assert r.labels == {1024: "not large (no technique tried)", 4096: "not large (no technique tried)"}
-  assert (r.b_l, r.b_l_next_fail, r.b_h_next_huge) == (256, 1024, None)
+  assert (r.b_l, r.b_l_last_pass, r.b_h_next_huge) == (1024, 256, None)
 
 
 def test_huge_needs_every_declared_technique_to_fail():
@@ -43,7 +46,7 @@ def test_huge_needs_every_declared_technique_to_fail():
 def test_loss_failure_of_linear_run_is_not_rescued_by_itself():
   lossy = _t("l", 2048, [(30, 0.99, 0.05)])            # accuracy passes, validation loss does not
   r = classify_trials(BASE, [lossy], TECH)
-  assert r.labels == {2048: "not large (no technique tried)"} and r.b_l == 256
+  assert r.labels == {2048: "not large (no technique tried)"} and (r.b_l, r.b_l_last_pass) == (2048, 256)
 
 
 def test_only_tagged_linear_runs_test_def_2_1():
@@ -51,7 +54,7 @@ def test_only_tagged_linear_runs_test_def_2_1():
   lars = _t("x", 4096, PASS, role="technique", technique="lars", optimizer="lars")
   assert linear_evidence([tuned, lars], BASE) == {}
   r = classify_trials(BASE, [_t("l", 4096, FAIL), tuned, lars], TECH)
-  assert r.labels[4096] == "large with lars, tuned" and r.b_l == 256 and r.b_h == 4096
+  assert r.labels[4096] == "large with lars, tuned" and r.b_l == 4096 and r.b_h == 4096
 
 
 def test_ladder_with_edges():
@@ -61,7 +64,7 @@ def test_ladder_with_edges():
     trials += [_t(f"{n}{b}", b, PASS if (ok and n == "lars") else FAIL, role="technique", technique=n)
                for n in TECH]
   r = classify_trials(BASE, trials, TECH)
-  assert (r.b_l, r.b_l_next_fail, r.b_h, r.b_h_next_huge, r.b_f) == (2048, 4096, 8192, 32768, 55000)
+  assert (r.b_l, r.b_l_last_pass, r.b_h, r.b_h_next_huge, r.b_f) == (4096, 2048, 8192, 32768, 55000)
   assert r.labels[4096] == "not large (no technique tried)" and r.labels[8192] == "large with lars"
   assert r.labels[32768] == "huge" and r.reached_by[8192] == ("lars",) and r.anomalies == ()
 
@@ -99,3 +102,78 @@ def test_baseline_is_the_one_named_recipe_with_validation_loss():
   assert (b.batch_size, b.accuracy, b.val_loss, b.run_id) == (256, 0.991, 0.031, "base")
   with pytest.raises(ValueError, match="exactly one baseline"):
     baseline_from_trials([tuned], num_train=55000, epochs=30)
+
+
+def test_b_l_is_the_smallest_failing_batch_with_its_bracket():
+  """You et al. 2020 Def. 2.1: linear scaling works for every B < B_L, so B_L is the *smallest* failing batch (the
+  old code reported the largest passing one, 512, for a study whose linear scaling first fails at 1024)."""
+  passing = {512: True, 1024: False, 2048: False, 4096: True, 8192: False}   # 4096 passes again: an anomaly
+  trials = [_t(f"l{b}", b, PASS if ok else FAIL) for b, ok in passing.items()]
+  r = classify_trials(BASE, trials, TECH)
+  assert (r.b_l, r.b_l_last_pass) == (1024, 512)
+  assert r.labels[512] == "linear scaling works" and r.labels[1024] == "not large (no technique tried)"
+  assert r.anomalies == ("batch 4096: linear scaling passes above B_L = 1024 (its first failure)",)
+  none_fail = classify_trials(BASE, [_t("a", 512, PASS), _t("b", 2048, PASS)], TECH)
+  assert (none_fail.b_l, none_fail.b_l_last_pass) == (None, 2048)
+
+
+def test_paper_table2_reads_b_l_as_the_lower_end_of_the_large_range():
+  """Table 2 caption: "for ImageNet, B_L = 2K, B_H = 64K"; large = [B_L, B_H]."""
+  from lamb_lars.study.paper import TABLE2
+  assert {k: (v["b_l"], v["b_h"]) for k, v in TABLE2.items()} == {
+      "mnist_lenet": (2048, 8192), "cifar10_resnet50": (2048, 25000), "imagenet_resnet50": (2048, 65536)}
+  assert all(v["large"] == (v["b_l"], v["b_h"]) for v in TABLE2.values())
+
+
+def test_linear_verdict_with_seeds_and_single_runs():
+  thr_acc, thr_loss = 0.995 * BASE.accuracy, 1.2 * BASE.val_loss      # 0.98704, 0.036
+  one = lambda acc, loss, rid="s": _t(rid, 1024, [(30, acc, loss)])
+  assert linear_verdict([one(0.990, 0.03)], BASE).verdict == "pass"     # 0.3 pp above, beyond the 0.2 pp tolerance
+  assert linear_verdict([one(0.988, 0.03)], BASE).verdict == "borderline"   # 0.1 pp above: within tolerance
+  assert linear_verdict([one(0.986, 0.03)], BASE).verdict == "borderline"   # 0.1 pp below: within tolerance
+  assert linear_verdict([one(0.980, 0.03)], BASE).verdict == "fail"
+  assert linear_verdict([one(0.995, 0.05)], BASE).verdict == "fail"     # the loss bar fails
+  # three seeds: the 95% t interval of the mean, numpy float64 from the formula with t_{0.975,2} = 4.302653
+  accs = [0.9880, 0.9890, 0.9875]
+  x = np.array(accs)
+  half = 4.302653 * x.std(ddof=1) / np.sqrt(3)
+  v = linear_verdict([one(a, 0.03, f"s{i}") for i, a in enumerate(accs)], BASE)
+  assert v.accuracy.low == pytest.approx(x.mean() - half, abs=1e-9)
+  assert v.accuracy.high == pytest.approx(x.mean() + half, abs=1e-9)
+  assert v.accuracy.num_values == 3 and v.verdict == ("pass" if x.mean() - half >= thr_acc else "borderline")
+  assert v.verdict == "borderline"                                      # 0.98817 ± 0.00190 straddles 0.98704
+  div = _t("d", 1024, [(5, 0.99, 0.02)], status="diverged")
+  assert linear_verdict([one(0.995, 0.02), div], BASE).verdict == "borderline"   # one seed diverged
+  assert linear_verdict([div], BASE).verdict == "fail"
+  assert thr_loss == pytest.approx(0.036)
+
+
+def test_reach_verdict_uses_the_best_accuracy_within_budget():
+  run = _t("r", 8192, [(10, 0.99, 0.5), (30, 0.98, 0.5), (31, 0.999, 0.01)], role="technique", technique="lars")
+  v = reach_verdict([run], BASE)
+  assert (v.value, v.verdict) == (0.99, "pass")                        # the epoch-31 eval is past ρ
+
+
+def test_sqrt_scaling_is_reported_beside_linear_and_never_sets_b_l():
+  """The paper's Optimization 0 takes linear or square-root scaling; Def. 2.1 (B_L) is linear scaling's alone."""
+  sq = lambda b, rows: Trial(f"s{b}", b, "momentum", role="linear", params={"lr_scaling": "sqrt"},
+                             curve=[{"step": i + 1, "epoch": e, "eval_accuracy": a, "validation_loss": vl}
+                                    for i, (e, a, vl) in enumerate(rows)])
+  trials = [_t("l512", 512, PASS), _t("l1024", 1024, FAIL), sq(1024, PASS), sq(2048, FAIL)]
+  r = classify_trials(BASE, trials, TECH)
+  assert (r.b_l, r.b_l_last_pass) == (1024, 512)
+  assert linear_evidence(trials, BASE) == {512: True, 1024: False}
+  assert linear_evidence(trials, BASE, rule="sqrt") == {1024: True, 2048: False}
+  assert first_failure(linear_evidence(trials, BASE, rule="sqrt"), 256) == (2048, 1024)
+
+
+def test_untested_batches_below_b_l_are_not_large():
+  """Large = [B_L, B_H] (You et al. 2020 Table 2): a batch below B_L is not large, even where linear scaling was not
+  run and a tuned technique reaches."""
+  trials = [_t("l512", 512, PASS), _t("l2048", 2048, FAIL),
+            _t("t768", 768, PASS, role="technique", technique="tuned"),
+            _t("t4096", 4096, PASS, role="technique", technique="tuned")]
+  r = classify_trials(BASE, trials, TECH)
+  assert r.b_l == 2048
+  assert r.labels[768] == "below B_L (linear scaling not run here); reached by tuned"
+  assert r.labels[4096] == "large with tuned (linear scaling not run)"

@@ -90,9 +90,14 @@ def test_full_report_from_the_csv_files(tmp_path):
                   "## Accuracy vs batch size", "## Training curves", "## Distance from initialisation",
                   "## Trust ratios"):
     assert heading in text, heading
-  assert "| B_L | 2048 (first failing linear batch: 4096) | 8192 |" in text
-  assert "| B_H | 8192 (first huge batch: 32768) | 8192 |" in text
+  # You et al. 2020 Def. 2.1: B_L = the smallest batch where linear scaling fails (4096 here; the paper's 2048),
+  # reported with its bracket (last passing batch 2048) and the evidence at both ends.
+  assert "| B_L | 4096 | last pass 2048: Def. 2.1 pass " in text and "first fail 4096: Def. 2.1 fail " in text
+  assert text.split("| B_L |")[1].split("\n")[0].endswith("| 2048 |")
+  assert "| B_H | 8192 | best technique run at B_H: pass: " in text
+  assert "; first huge batch above: 32768, its best technique run: fail: 0.96 ∈ [0.958, 0.962] vs 0.99" in text
   assert "| 32768 | huge |" in text and "| 4096 | large with tuned |" in text
+  assert "| 2048 | linear scaling works | `linear-b2048` done 99.50% | pass |" in text
   assert "B_crit = " in text and "out of memory" in text
   for png in ("steps_to_target.png", "accuracy_vs_batch.png", "training_curves.png", "noise_scale.png"):
     assert (out / png).read_bytes()[:8] == PNG
@@ -102,3 +107,15 @@ def test_empty_and_missing_data(tmp_path):
   path = report.write_report([], str(tmp_path / "r"), report.ReportSpec())
   text = open(path).read()
   assert "No trials in the store." in text and "No baseline" in text
+
+
+def test_regimes_report_sqrt_scaling_beside_linear(tmp_path):
+  from lamb_lars.study.records import Trial
+  rows = lambda acc: [{"step": 10, "epoch": 30.0, "eval_accuracy": acc, "validation_loss": 0.02}]
+  trials = [Trial("base", 256, "momentum", role="baseline", curve=rows(0.99)),
+            Trial("lin-1024", 1024, "momentum", role="linear", params={"lr_scaling": "linear"}, curve=rows(0.5)),
+            Trial("sqrt-1024", 1024, "momentum", role="linear", params={"lr_scaling": "sqrt"}, curve=rows(0.99))]
+  text = open(report.write_report(trials, str(tmp_path), report.ReportSpec(baseline_epochs=30.0, num_train=N))).read()
+  assert "| B_L | 1024 | last pass 256 (B0); first fail 1024: Def. 2.1 fail " in text
+  assert "Square-root scaling (η·√(B/B0)" in text and "first failing tested batch —, last passing below it 1024" in text
+  assert "| 1024 | not large (no technique tried) | `lin-1024` done 50.00% | fail | pass |" in text

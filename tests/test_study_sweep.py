@@ -72,6 +72,7 @@ def test_asha_decisions_replay_exactly():
     (dict(sweeps=(dict(name="x", fixed={"batch_size": 30, "num_microbatches": 4}),)), "does not divide"),
     (dict(sweeps=(dict(name="x", fixed={"batch_size": 1024}),)), "exceeds"),
     (dict(sweeps=(dict(name="x", role="linear", fixed={"optimizer.momentum": 0.8}),)), "batch_size only"),
+    (dict(sweeps=(dict(name="x", role="linear", fixed={"optimizer.lr_scaling": "none"}),)), "batch_size only"),
     (dict(sweeps=(dict(name="x", role="baseline", grid={"batch_size": (32, 64)}),)), "at most one baseline"),
     (dict(sweeps=(dict(name="x", role="sideways"),)), "role"),
     (dict(sweeps=(dict(name="x", variant="sideways"),)), "variant"),

@@ -7,8 +7,8 @@ Command:  python -m lamb_lars.study run --config=configs/studies/cifar10_ladder.
 Hardware: one GPU per trial, bf16 (configs/cifar10_resnet50.py). 1 baseline + 8 linear runs + 3 techniques × 4
           batches × 6 searched trials (ASHA keeps about 2 of each 6 to the full 200 epochs). Batches beyond one
           device's memory need --config.base.num_microbatches or more devices.
-Expected (paper): baseline 128 → 93.9% in 200 epochs; linear scaling holds to B_L = 25K; no technique reaches
-99.5%·A above 25K (B_H = 25K).
+Expected (paper): baseline 128 → 93.9% in 200 epochs; linear scaling works below B_L = 2K (Table 2: large =
+[2K, 25K]); no technique reaches 99.5%·A above B_H = 25K.
 
 Roles (docs/studies.md): the baseline recipe (momentum SGD, η = 0.1 at 128, cosine, 200 epochs), linear scaling of
 it (η·B/128 and nothing else), and the techniques: LR + warmup tuning of the same optimizer ('tuned_momentum'),

@@ -7,7 +7,9 @@ analysis (pure functions of records; notebook-friendly)
   steps_to_target  Shallue et al. 2018: fewest steps to a goal per batch size
   critical_batch   S(B) = S_min·(1 + B_crit/B), T(B) = S(B)·t(B), B*, Golmant et al. 2018 breakdown point
   regimes          You et al. 2020 Definitions 2.1–2.3: B_L, B_H, B_F from tagged trials
+  verdict          pass / fail / borderline of per-seed values (or one run ± a tolerance) against a threshold
   table3           You et al. 2020 Table 3 verdicts and cells
+  noise_trajectory McCandlish et al. 2018 B_simple per phase of training, non-finite evaluations counted
   plots, markdown  PNG figures; markdown formatting
   report           the report, composed from its sections and written once; report_scaling (steps to target,
                    B_crit, noise scale) and report_curves (accuracy, curves, diffusion, trust ratios) hold sections
@@ -19,5 +21,6 @@ running (processes, files, the search)
   ray_executor     trials as Ray tasks (ray_cluster: connecting and sizing; ray_testing: a localhost cluster)
   run_one          one trial in its own process
   publish          runs.csv / evals.csv and the report recomputed from them
+  provenance       manifest.json of a published folder, and ``verify`` (hashes, counts, the README recomputed)
 Definitions: docs/studies.md.
 """

@@ -3,10 +3,13 @@
   python -m lamb_lars.study run --config=configs/studies/mnist_table3.py --workdir=/tmp/studies/table3 \
       [--num_workers=2] [--executor=local|ray] [--ray_address=auto|HOST:PORT] [--dry_run]
   python -m lamb_lars.study report --workdir=/tmp/studies/table3 [--out=docs/studies/mnist_table3]
+  python -m lamb_lars.study verify docs/studies/mnist_table3 [DIR ...]
 
 ``run`` expands the study into trials, runs each in its own process (searching and pruning per cell) and records
 everything in ``<workdir>/study.sqlite``; re-running the same command skips finished trials and resumes the rest.
-``report`` needs only the workdir: it writes runs.csv, evals.csv and README.md + PNGs computed from the CSVs.
+``report`` needs only the workdir: it writes runs.csv, evals.csv and README.md + PNGs computed from the CSVs, and
+manifest.json (provenance). ``verify`` checks a published folder against its manifest and recomputes its README from
+the CSVs; it exits 1 with one sentence per mismatch.
 The study config is locked: a misspelled ``--config.`` override is an error. Every trial config is validated (by
 the validator ``train.py`` uses) before any trial runs; a mistake is one sentence and exit status 2
 (``--verbose`` shows the traceback). ``run`` exits 1 when trials failed, listing each failure's line.
@@ -28,6 +31,9 @@ def _raise_interrupt(signum, frame):  # SIGTERM → KeyboardInterrupt: the runne
 def main() -> None:
   if _REPO_ROOT not in sys.path:
     sys.path.insert(0, _REPO_ROOT)  # study configs import `configs.*` from the repo root
+  if sys.argv[1:2] == ["verify"]:  # no flags: folders only
+    from lamb_lars.study import provenance
+    sys.exit(provenance.main(sys.argv[2:]))
   from absl import app, flags
   from ml_collections import config_flags
 
@@ -48,11 +54,12 @@ def main() -> None:
     from absl import logging
     logging.set_verbosity(logging.WARNING)
     if len(argv) != 2 or argv[1] not in ("run", "report"):
-      raise app.UsageError("usage: python -m lamb_lars.study {run|report} --workdir=DIR [--config=STUDY.py]")
+      raise app.UsageError("usage: python -m lamb_lars.study {run|report} --workdir=DIR [--config=STUDY.py] | verify DIR")
     try:
       if argv[1] == "report":
         from lamb_lars.study.publish import publish
-        print(publish(FLAGS.workdir, FLAGS.out))
+        command = " ".join(shlex.quote(a) for a in ["python", "-m", "lamb_lars.study"] + sys.argv[1:])
+        print(publish(FLAGS.workdir, FLAGS.out, command=command))
         return
       if not FLAGS["config"].present:
         raise app.UsageError("run needs --config=configs/studies/<study>.py")

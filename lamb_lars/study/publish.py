@@ -22,7 +22,7 @@ from typing import Any, Optional
 
 import ml_collections
 
-from lamb_lars.study import report, store
+from lamb_lars.study import provenance, report, store
 from lamb_lars.study import workdir as wd
 from lamb_lars.study.records import Target, Trial
 
@@ -169,9 +169,12 @@ def report_spec(study: ml_collections.ConfigDict, workdir: str, con) -> report.R
       settings=tuple(settings))
 
 
-def publish(workdir: str, out_dir: Optional[str] = None) -> str:
+def publish(workdir: str, out_dir: Optional[str] = None, command: Optional[str] = None) -> str:
   """Writes runs.csv, evals.csv, README.md and PNGs of the study in ``workdir`` to ``out_dir`` (default
-  ``<workdir>/report``); the report is computed from the CSV files. Returns the README path."""
+  ``<workdir>/report``); the report is computed from the CSV files. Then ``manifest.json`` (provenance.py): the
+  code commit, the study's commands and ``command`` (this report's), the config hash, the machine, the trial
+  window and counts, the files' sha256 and the report's settings, so ``verify`` can recompute the README.
+  Returns the README path."""
   study = wd.load_study_config(workdir)
   out_dir = out_dir or os.path.join(workdir, "report")
   if os.path.exists(out_dir) and not os.path.isdir(out_dir):
@@ -190,4 +193,10 @@ def publish(workdir: str, out_dir: Optional[str] = None) -> str:
     spec = dataclasses.replace(spec, notes=(spec.notes + "\n\n" if spec.notes else "") + (
         "The disagreements with the paper, and what would settle them, are discussed in "
         "[discussion.md](discussion.md)."))
-  return report.write_report(load_csvs(out_dir), out_dir, spec)
+  readme = report.write_report(load_csvs(out_dir), out_dir, spec)
+  with open(os.path.join(workdir, wd.STUDY_CONFIG_FILE), encoding="utf-8") as f:
+    config_json = f.read()
+  provenance.write_manifest(out_dir, provenance.build_manifest(
+      out_dir, spec, study=study.name, commands=wd.commands(workdir) + ([command] if command else []),
+      config_json=config_json))
+  return readme

@@ -93,22 +93,49 @@ def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec
   lines = ["## Regimes", ""]
   if baseline is None:
     return lines + ["No baseline, so no regimes.", ""]
-  r = regimes.classify_trials(baseline, trials, spec.techniques, loss_key=(
-      "validation_loss" if any(t.curve and t.curve[-1].get("validation_loss") is not None for t in trials)
-      else "eval_loss"))
+  loss_key = ("validation_loss" if any(t.curve and t.curve[-1].get("validation_loss") is not None for t in trials)
+              else "eval_loss")
+  r = regimes.classify_trials(baseline, trials, spec.techniques, loss_key=loss_key)
   lines += [f"Large batch (Def. 2.1): linear scaling of the baseline recipe reaches ≥ 99.5%·A = "
             f"{pct(regimes.ACC_FRACTION * baseline.accuracy)}% test accuracy and ≤ 1.2·ξ = "
-            f"{regimes.LOSS_FACTOR * baseline.val_loss:.4f} validation loss within ρ = {baseline.epochs:g} epochs. Huge "
-            f"(Def. 2.2): every technique of the declared set {list(spec.techniques)} fails to reach 99.5%·A.", ""]
+            f"{regimes.LOSS_FACTOR * baseline.val_loss:.4f} validation loss within ρ = {baseline.epochs:g} epochs for "
+            "every B < B_L; B ≥ B_L is large. Huge (Def. 2.2, B > B_H): every technique of the declared set "
+            f"{list(spec.techniques)} fails to reach 99.5%·A. Large = [B_L, B_H], huge = (B_H, B_F] (You et al. "
+            "2020 Table 2).", ""]
   ref = paper.TABLE2.get(spec.workload, {})
-  lines += table(["quantity", "measured", "paper"], [
-      ["B_L", f"{fmt(r.b_l)} (first failing linear batch: {fmt(r.b_l_next_fail)})", fmt(ref.get("b_l"))],
-      ["B_H", f"{fmt(r.b_h)} (first huge batch: {fmt(r.b_h_next_huge)})", fmt(ref.get("b_h"))],
-      ["B_F", fmt(r.b_f), fmt(ref.get("b_f"))]])
+  rule = lambda b, name: [t for t in trials if t.role == "linear" and t.batch_size == b
+                          and regimes.scaling_rule(t) == name]
+  lin, sqrt = {b: rule(b, "linear") for b in r.labels}, {b: rule(b, "sqrt") for b in r.labels}
+  d21 = {b: regimes.linear_verdict(ts, baseline, loss_key=loss_key) for b, ts in lin.items() if ts}
+  d21v = {b: v.verdict for b, v in d21.items()}
+  sqrt_v = {b: regimes.linear_verdict(ts, baseline, loss_key=loss_key).verdict for b, ts in sqrt.items() if ts}
+  best_tech = {b: max((t for t in trials if t.technique in spec.techniques and t.batch_size == b),
+                      key=lambda t: regimes.best_accuracy_within_budget(t, baseline), default=None) for b in r.labels}
+  d22 = {b: regimes.reach_verdict([t], baseline) for b, t in best_tech.items() if t is not None}
+  ev = lambda b: (f"{b}: Def. 2.1 {d21v[b]} (acc {d21[b].accuracy.text()}; loss {d21[b].loss.text()})"
+                  if b in d21 else f"{b} (B0)" if b == baseline.batch_size else f"{b}: no linear run")
+  lines += table(["quantity", "measured", "bracket and evidence", "paper"], [
+      ["B_L", fmt(r.b_l) if r.b_l is not None else f"> {fmt(r.b_l_last_pass)} (no tested batch fails)",
+       f"last pass {ev(r.b_l_last_pass)}; first fail " + (ev(r.b_l) if r.b_l is not None else "none"),
+       fmt(ref.get("b_l"))],
+      ["B_H", fmt(r.b_h), "best technique run at B_H: " + (d22[r.b_h].text() if r.b_h in d22 else "—")
+       + f"; first huge batch above: {fmt(r.b_h_next_huge)}" + (
+           f", its best technique run: {d22[r.b_h_next_huge].text()}" if r.b_h_next_huge in d22 else ""),
+       fmt(ref.get("b_h"))],
+      ["B_F", fmt(r.b_f), "—", fmt(ref.get("b_f"))]])
+  if sqrt_v:  # the paper's Optimization 0 (§3.1) takes linear or square-root scaling, whichever is better
+    fail, last = regimes.first_failure(regimes.linear_evidence(trials, baseline, rule="sqrt", loss_key=loss_key),
+                                       baseline.batch_size)
+    lines += [f"Square-root scaling (η·√(B/B0), the alternative of the paper's Optimization 0, §3.1) under the same "
+              f"test: first failing tested batch {fmt(fail)}, last passing below it {fmt(last)}. B_L above is "
+              "linear scaling's (Def. 2.1).", ""]
+  lines += [f"Measured B_L is the smallest tested batch above B0 whose linear-scaling run fails Def. 2.1; the true "
+            "B_L lies in (last pass, first fail]. Verdicts: `pass` / `fail` when the interval (95% over seeds, or "
+            f"one run ± {100 * regimes.vd.ACC_TOLERANCE:g} pp accuracy / ± {100 * regimes.vd.LOSS_TOLERANCE:g}% "
+            "loss) is on one side of the threshold, `borderline` when it straddles it.", ""]
   rows = []
   for b, label in r.labels.items():
-    lin = [t for t in trials if t.role == "linear" and t.batch_size == b]
-    lin_txt = ", ".join(f"`{t.run_id}` {t.status} {pct(t.best(ACC_KEY))}%" for t in lin) or "not run"
+    lin_txt = ", ".join(f"`{t.run_id}` {t.status} {pct(t.best(ACC_KEY))}%" for t in lin[b]) or "not run"
     tech = []
     for name in spec.techniques:
       group = [t for t in trials if t.technique == name and t.batch_size == b]
@@ -116,8 +143,11 @@ def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec
         best = max((t for t in group if t.best(ACC_KEY) is not None), key=lambda t: t.best(ACC_KEY), default=None)
         tech.append(f"{name}: {len(group)} trials, best {pct(best.best(ACC_KEY)) if best else '—'}%"
                     + (f" (`{best.run_id}`)" if best else ""))
-    rows.append([b, label, lin_txt, "; ".join(tech) or "—"])
-  lines += table(["batch", "regime", "linear scaling (best test acc)", "techniques (best test acc within ρ)"], rows)
+    rows.append([b, label, lin_txt, d21v.get(b, "—")] + ([sqrt_v.get(b, "—")] if sqrt_v else [])
+                + ["; ".join(tech) or "—", d22[b].verdict if b in d22 else "—"])
+  lines += table(["batch", "regime", "linear scaling (best test acc)", "Def. 2.1"]
+                 + (["√ scaling, same test"] if sqrt_v else []) + ["techniques (best test acc within ρ)",
+                                                                  "Def. 2.2 reach (best run)"], rows)
   lines += [f"- anomaly: {a}" for a in r.anomalies]
   return lines + ([""] if r.anomalies else [])
 

@@ -1,6 +1,7 @@
 """The report's scaling sections: steps to target per batch size (Shallue et al. 2018), the inverse-law fit
 S(B) = S_min·(1 + B_crit/B), the step-time fit t(B) = γ + δB with the time-optimal batch B*, the Golmant et al.
-2018 breakdown point, and the gradient noise scale B_simple (McCandlish et al. 2018) against the fitted B_crit.
+2018 breakdown point, and the gradient noise scale B_simple (McCandlish et al. 2018) against the fitted B_crit,
+with its trajectory over training (noise_trajectory.py).
 Analysis layer: reads records only. Definitions: docs/studies.md.
 """
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from lamb_lars.study import critical_batch, plots
+from lamb_lars.study import critical_batch, noise_trajectory, plots
 from lamb_lars.study.markdown import fmt, table
 from lamb_lars.study.records import Target, Trial
 from lamb_lars.study.report_curves import best_per_batch, series
@@ -93,8 +94,10 @@ def steps_section(trials, target: Optional[Target], out_dir: str) -> tuple[list[
 
 
 def late_median(t: Trial, key: str) -> Optional[float]:
+  """The median of the finite values of ``key`` over the second half of the run's evals (non-positive ones
+  included; the non-finite ones are counted in the report, noise_trajectory.count_nonfinite)."""
   _, v = series(t, key)
-  v = [x for x in v[len(v) // 2:] if x is not None and math.isfinite(x) and x > 0]
+  v = [x for x in v[len(v) // 2:] if x is not None and math.isfinite(x)]
   return float(np.median(v)) if v else None
 
 
@@ -103,18 +106,36 @@ def noise_section(trials, out_dir: str, fit: Optional[critical_batch.InverseLawF
   have = [t for t in trials if t.status != "failed" and late_median(t, "noise_scale") is not None]
   if not have:
     return lines + ["No run logged `noise_scale` (B_simple = tr Σ/|G|², McCandlish et al. 2018).", ""]
-  per_batch: dict[int, list[float]] = {}
+  per_batch: dict[int, list[Trial]] = {}
   for t in have:
-    per_batch.setdefault(t.batch_size, []).append(late_median(t, "noise_scale"))
-  predicted = float(np.median([x for v in per_batch.values() for x in v]))
+    per_batch.setdefault(t.batch_size, []).append(t)
+  predicted = float(np.median([late_median(t, "noise_scale") for t in have]))
   fitted = fit.b_crit if fit is not None else None
-  lines += table(["batch", "B_simple (median over runs of each run's second-half median)"],
-                  [[b, float(np.median(v))] for b, v in sorted(per_batch.items())])
-  lines += [f"Predicted B_crit ≈ B_simple = {fmt(predicted)}; fitted B_crit = "
+  bad, total = noise_trajectory.count_nonfinite(have)
+  lines += table(["batch", "B_simple (median over runs of each run's second-half median)", "runs",
+                  "non-finite evals / evals"],
+                  [[b, float(np.median([late_median(t, "noise_scale") for t in ts])), len(ts),
+                    "{} / {}".format(*noise_trajectory.count_nonfinite(ts))] for b, ts in sorted(per_batch.items())])
+  lines += [f"Predicted B_crit ≈ B_simple = {fmt(predicted)} (second-half median; {bad} of {total} evaluations "
+            "were non-finite and are not in it); fitted B_crit = "
             f"{fmt(fitted) if fitted is not None else 'no fit'}"
             + (f"; ratio predicted/fitted = {predicted / fitted:.3g}." if fitted and math.isfinite(fitted) else "."),
             ""]
+  lines += trajectory_lines(per_batch)
   best = best_per_batch(have, limit)
   name = plots.series_plot(out_dir, "noise_scale.png", {f"B={b}": series(t, "noise_scale") for b, t in best.items()},
                            "step", "B_simple (log)", hline=fitted, hlabel="fitted B_crit", logx=False)
   return lines + [f"![noise scale]({name})", ""]
+
+
+def trajectory_lines(per_batch: dict[int, list[Trial]], num_phases: int = 10) -> list[str]:
+  """B_simple per tenth of training (noise_trajectory.py): it is no constant, so no single number stands for it."""
+  traj = {b: noise_trajectory.trajectory(ts, num_phases=num_phases) for b, ts in sorted(per_batch.items())}
+  cell = lambda p: ("—" if p.median is None else f"{fmt(p.median)} [{fmt(p.q25)}, {fmt(p.q75)}], n {p.num_finite}") + (
+      f", {p.num_nonfinite} non-finite" if p.num_nonfinite else "") + (
+      f", {p.num_nonpositive} ≤ 0" if p.num_nonpositive else "")
+  rows = [[f"{10 * k}–{10 * (k + 1)}%" if num_phases == 10 else f"{k + 1}/{num_phases}"]
+          + [cell(traj[b][k]) for b in traj] for k in range(num_phases)]
+  return (["B_simple over training: per phase of each run's steps, the median [quartiles] of the finite "
+           "evaluations, their number n, and the non-finite ones (counted, never used).", ""]
+          + table(["phase of training"] + [f"B = {b}" for b in traj], rows))

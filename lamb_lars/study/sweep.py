@@ -160,9 +160,11 @@ def _check_sweep(sweep: Mapping[str, Any]) -> None:
     if space:
       raise ValueError(f"sub-sweep {name!r}: a {role} sub-sweep runs one recipe and cannot have a search.")
     varied = set(sweep.get("fixed") or {}) | set(sweep.get("grid") or {})
-    if role == "linear" and varied - {"batch_size"}:
+    scaling = (sweep.get("fixed") or {}).get("optimizer.lr_scaling", "linear")
+    if role == "linear" and (varied - {"batch_size", "optimizer.lr_scaling"} or scaling not in ("linear", "sqrt")):
       raise ValueError(f"sub-sweep {name!r}: linear scaling is the baseline recipe with η·B/B0 and nothing else, so "
-                       f"it may vary batch_size only; it also sets {sorted(varied - {'batch_size'})}.")
+                       "it may vary batch_size only (and optimizer.lr_scaling, 'linear' or 'sqrt': the paper's "
+                       f"Optimization 0 alternative); it sets {sorted(varied)}, lr_scaling {scaling!r}.")
 
 
 def _cells(sweep: Mapping[str, Any]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:

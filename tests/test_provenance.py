@@ -1,0 +1,123 @@
+"""Provenance of published study folders: publish writes manifest.json, ``verify`` recomputes the README from the
+CSVs and checks hashes and counts, a tampered CSV fails, and every folder in docs/studies/ verifies."""
+from __future__ import annotations
+
+import csv
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import ml_collections
+import pytest
+
+from lamb_lars.study import provenance, publish, store as st
+from lamb_lars.study import workdir as wd
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _curve(b, acc, n=4):
+  return [{"step": (i + 1) * 10, "epoch": 30.0 * (i + 1) / n, "examples": (i + 1) * 10 * b, "wall_time": 1.0 + i,
+           "eval_accuracy": acc * (i + 1) / n, "eval_loss": 1.0 / (i + 1), "validation_loss": 0.05 / (i + 1),
+           "validation_accuracy": acc * (i + 1) / n, "noise_scale": 100.0 * (i + 1)} for i in range(n)]
+
+
+def _workdir(tmp_path):
+  work = tmp_path / "work"
+  study = ml_collections.ConfigDict(dict(
+      name="tiny", base=dict(model="lenet5", dataset="mnist", num_epochs=30.0, eval_every_epochs=1.0),
+      search=dict(metric="validation_accuracy"), runner=dict(num_workers=1),
+      analysis=dict(title="Tiny", paper="mnist_lenet", num_train=1000, baseline_epochs=30.0, target_goal=0.9,
+                    techniques=["tuned"], target_technique="tuned")))
+  wd.save_study_config(study, str(work), command="python -m lamb_lars.study run --config=tiny.py --workdir=w")
+  con = st.open_store(wd.store_path(str(work)))
+  rows = [("baseline", 256, 0.99, "baseline", ""), ("linear-512", 512, 0.99, "linear", ""),
+          ("linear-1024", 1024, 0.5, "linear", ""), ("tuned-1024", 1024, 0.99, "technique", "tuned")]
+  for rid, b, acc, role, tech in rows:
+    st.upsert_run(con, rid, study="tiny", batch_size=b, optimizer="momentum", role=role, technique=tech,
+                  cell=rid, budget_epochs=30.0, params={"learning_rate": 0.05})
+    st.add_evals(con, rid, _curve(b, acc))
+    st.set_status(con, rid, "running")
+    st.set_status(con, rid, "done")
+  con.close()
+  return str(work)
+
+
+def test_publish_writes_a_manifest_that_verifies(tmp_path):
+  work, out = _workdir(tmp_path), str(tmp_path / "out")
+  publish.publish(work, out, command="python -m lamb_lars.study report --workdir=w --out=o")
+  with open(os.path.join(out, "manifest.json")) as f:
+    m = json.load(f)
+  assert m["study"] == "tiny" and m["trials"] == {"total": 4, "by_status": {"done": 4}}
+  assert m["commands"][-1] == "python -m lamb_lars.study report --workdir=w --out=o"
+  assert "run --config=tiny.py" in m["commands"][0]
+  assert len(m["config_sha256"]) == 64 and m["machine"]["cpu_count"] == os.cpu_count()
+  assert set(m["files"]) == {"runs.csv", "evals.csv", "README.md"} and m["superseded"] is False
+  assert m["started"] and m["finished"] and "commit" in m["code"] and "dirty" in m["code"]
+  assert provenance.verify(out) == []
+
+
+def test_tampered_csv_or_readme_fails_verify(tmp_path):
+  work, out = _workdir(tmp_path), str(tmp_path / "out")
+  publish.publish(work, out)
+  evals = os.path.join(out, "evals.csv")
+  with open(evals, newline="") as f:
+    rows = list(csv.DictReader(f))
+  for r in rows:   # linear scaling at 512 now fails Def. 2.1
+    if r["run_id"] == "linear-512":
+      r["test_accuracy"] = str(float(r["test_accuracy"]) / 2)
+  with open(evals, "w", newline="") as f:
+    w = csv.DictWriter(f, fieldnames=list(rows[0]))
+    w.writeheader()
+    w.writerows(rows)
+  problems = provenance.verify(out)
+  assert len(problems) == 1 and problems[0].startswith("evals.csv has sha256")
+  # re-hash the tampered CSV into the manifest: now the recomputed README disagrees with the committed one
+  m = json.load(open(os.path.join(out, "manifest.json")))
+  m["files"]["evals.csv"] = provenance.sha256(evals)
+  provenance.write_manifest(out, m)
+  problems = provenance.verify(out)
+  assert problems and all("differs from the one recomputed from the CSVs" in p for p in problems), problems
+  # a hand-edited README
+  publish.publish(work, out)
+  readme = os.path.join(out, "README.md")
+  with open(readme, "a") as f:
+    f.write("\nB_L = 512.\n")
+  problems = provenance.verify(out)
+  assert len(problems) == 1 and problems[0].startswith("README.md has sha256 ")
+  # a manifest whose trial counts do not match runs.csv
+  publish.publish(work, out)
+  m = json.load(open(os.path.join(out, "manifest.json")))
+  m["trials"]["total"] = 5
+  provenance.write_manifest(out, m)
+  assert provenance.verify(out) == [
+      "runs.csv has 4 trials {'done': 4}, the manifest says {'by_status': {'done': 4}, 'total': 5}."]
+
+
+def test_cli_verify_exit_codes(tmp_path):
+  work, out = _workdir(tmp_path), str(tmp_path / "out")
+  publish.publish(work, out)
+  run = lambda *a: subprocess.run([sys.executable, "-m", "lamb_lars.study", "verify", *a], cwd=REPO,
+                                  capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO})
+  ok = run(out)
+  assert ok.returncode == 0 and ok.stdout.strip().endswith("verified"), ok.stderr
+  os.remove(os.path.join(out, "evals.csv"))
+  bad = run(out)
+  assert bad.returncode == 1 and "evals.csv is missing." in bad.stdout
+  none = run(str(tmp_path))
+  assert none.returncode == 2 and none.stderr.count("\n") == 1 and "has no manifest.json" in none.stderr
+
+
+PUBLISHED = sorted(os.path.dirname(p) for p in glob.glob(os.path.join(REPO, "docs", "studies", "**", "runs.csv"),
+                                                          recursive=True))
+
+
+def test_every_published_folder_has_a_manifest():
+  assert PUBLISHED and all(os.path.isfile(os.path.join(d, "manifest.json")) for d in PUBLISHED)
+
+
+@pytest.mark.parametrize("folder", PUBLISHED, ids=[os.path.relpath(d, REPO) for d in PUBLISHED])
+def test_published_folder_verifies(folder):
+  assert provenance.verify(folder) == []
