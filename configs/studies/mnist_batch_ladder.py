@@ -72,6 +72,7 @@ def get_config() -> ml_collections.ConfigDict:
   )
   c.search = common.search()
   c.runner = common.runner()
+  c.replicates = common.replicates(num_seeds=3)
   c.analysis = common.analysis(
       title="MNIST / LeNet-5 batch-size ladder at paper budget (30 epochs)", paper="mnist_lenet",
       num_train=FULL, baseline_epochs=30.0, target_goal=0.99, techniques=("tuned_momentum", "lars", "lamb"),
