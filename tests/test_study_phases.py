@@ -179,3 +179,15 @@ def test_runs_csv_has_seed_phase_and_replicate_columns(finished, tmp_path):
   back = {t.run_id: t for t in publish.load_csvs(str(tmp_path))}
   assert {rid: (t.seed, t.phase, t.replicate_of, t.promoted) for rid, t in back.items()} == \
       {rid: (t.seed, t.phase, t.replicate_of, t.promoted) for rid, t in trials.items()}
+
+
+def test_report_shows_search_adequacy_and_replicates(finished, tmp_path):
+  from lamb_lars.study import publish
+  workdir = finished[0]
+  readme = publish.publish(workdir, str(tmp_path / "report"))
+  text = open(readme, encoding="utf-8").read()
+  adequacy = text[text.index("## Search adequacy"):text.index("## Replicates")]
+  row = next(ln for ln in adequacy.splitlines() if ln.startswith("| tuned |"))
+  assert "interior" in row and "[0.001, 0.01], [0.01, 0.1]" in row and "| 12 | 9 |" in row
+  reps = text[text.index("## Replicates"):]
+  assert "(n=3)" in reps and "95% t interval" in reps

@@ -18,11 +18,12 @@ VARIANT_KEYS = {
 
 
 def analysis(**overrides: Any) -> ml_collections.ConfigDict:
-  """The report's settings: the target of steps-to-target, ρ, N, the declared technique set, the paper's
+  """The report's settings: the target of steps-to-target (and ``targets``, further goals below it, each with its
+  own S(B) fit; lamb_lars/study/report_replicates.py), ρ, N, the declared technique set, the paper's
   workload key (lamb_lars/study/paper.py), Table 3's batch, a title and notes."""
   a = ml_collections.ConfigDict(dict(
       title="", notes="", paper="", target_metric="eval_accuracy", target_goal=0.99, target_mode="max",
-      baseline_epochs=0.0, num_train=60000, techniques=(), target_technique="", table3_batch=0))
+      baseline_epochs=0.0, num_train=60000, techniques=(), target_technique="", table3_batch=0, targets=()))
   a.update(overrides)
   return a
 

@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 import ml_collections
 
-from lamb_lars.study import report, store
+from lamb_lars.study import report, runner, store
 from lamb_lars.study import workdir as wd
 from lamb_lars.study.records import Target, Trial
 
@@ -172,7 +172,8 @@ def report_spec(study: ml_collections.ConfigDict, workdir: str, con) -> report.R
       baseline_epochs=float(a.get("baseline_epochs", 0) or base.num_epochs), num_train=int(a.get("num_train", 0)),
       num_classes=int(base.get("num_classes", 10)), techniques=tuple(a.get("techniques", ()) or ()),
       target_technique=str(a.get("target_technique", "") or ""), table3_batch=int(a.get("table3_batch", 0) or 0),
-      settings=tuple(settings))
+      settings=tuple(settings), targets=tuple(float(g) for g in a.get("targets", ()) or ()),
+      edge_fraction=float({**runner.SEARCH_DEFAULTS, **_plain_dict(study.get("search"))}["edge_fraction"]))
 
 
 def publish(workdir: str, out_dir: Optional[str] = None) -> str:

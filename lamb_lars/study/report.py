@@ -14,7 +14,7 @@ import dataclasses
 import os
 from typing import Optional, Sequence
 
-from lamb_lars.study import paper, plots, regimes, report_curves, report_scaling, table3
+from lamb_lars.study import paper, plots, regimes, report_curves, report_replicates, report_scaling, table3
 from lamb_lars.study.markdown import fmt, pct, table
 from lamb_lars.study.records import STATUSES, Baseline, Target, Trial
 
@@ -36,6 +36,8 @@ class ReportSpec:
   table3_batch: int = 0
   settings: tuple[str, ...] = ()          # markdown lines: machine, date, commands, wall time
   max_curves: int = 8
+  targets: tuple[float, ...] = ()         # further steps-to-target goals (report_replicates.py)
+  edge_fraction: float = 0.1              # the search's edge rule (search_adequacy.py)
 
 
 def _settings_section(trials: Sequence[Trial], spec: ReportSpec) -> list[str]:
@@ -195,6 +197,7 @@ def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = Repor
   parts += _settings_section(trials, spec) + _roles_section(trials)
   parts += _baseline_section(baseline, note, spec) + _regimes_section(trials, baseline, spec)
   parts += _points_section(trials, spec) + _table3_section(trials, spec, baseline.batch_size if baseline else None, out_dir)
+  parts += report_replicates.sections(trials, spec, baseline.batch_size if baseline else None)
   parts += steps_lines + report_scaling.noise_section(trials, out_dir, fit, spec.max_curves)
   parts += report_curves.accuracy_section(trials, out_dir) + report_curves.curves_section(trials, out_dir, spec.max_curves)
   parts += report_curves.diffusion_section(trials, out_dir, spec.max_curves) + report_curves.trust_section(trials, out_dir)
