@@ -60,15 +60,20 @@ class _Handle:
 
 
 class FakeExecutor:
+  """Runs trials as ``_Handle``s; with ``interrupt``, the first submit of a run id containing it raises
+  KeyboardInterrupt (the runner killed at that moment)."""
   name, slots = "fake", 1
 
-  def __init__(self):
-    self.submitted = []
+  def __init__(self, interrupt=None):
+    self.submitted, self.interrupt = [], interrupt
 
   def check_workdir(self, workdir):
     os.makedirs(workdir, exist_ok=True)
 
   def submit(self, run_id, run_dir, env):
+    if self.interrupt and self.interrupt in run_id:
+      self.interrupt = None
+      raise KeyboardInterrupt("killed")
     self.submitted.append(run_id)
     return _Handle(run_id, run_dir)
 
@@ -90,8 +95,8 @@ def _study(num_seeds=2):
   return c
 
 
-def _run(study, workdir):
-  ex, lines = FakeExecutor(), []
+def _run(study, workdir, interrupt=None):
+  ex, lines = FakeExecutor(interrupt), []
   runner.run_study(study, workdir, executor=ex, poll_s=0.0, log=lines.append)
   return ex, lines
 
@@ -191,3 +196,48 @@ def test_report_shows_search_adequacy_and_replicates(finished, tmp_path):
   assert "interior" in row and "[0.001, 0.01], [0.01, 0.1]" in row and "| 12 | 9 |" in row
   reps = text[text.index("## Replicates"):]
   assert "(n=3)" in reps and "95% t interval" in reps
+
+
+def test_a_replicate_changes_only_the_seed_which_sets_init_data_order_and_step_key():
+  """A replicate's config differs from its chosen trial's in ``seed`` alone; that seed keys the initialisation and
+  the per-step key (dropout, augmentation) in the trainer and the training order in the input pipeline, while
+  the held-out validation split stays the same examples."""
+  import jax
+  import optax
+  from input_pipeline import pipeline
+  from lamb_lars import mesh as mesh_lib, trainer
+  from lamb_lars.models import create_model
+  from lamb_lars.study import phases, sweep
+  spec = sweep.expand(_study())[0]
+  rep = phases.replicate_spec(spec, 1)
+  a, b = spec.config.to_dict(), rep.config.to_dict()
+  assert {k for k in a if a[k] != b[k]} == {"seed"} and (spec.seed, rep.seed) == (0, 1)
+  order = [next(pipeline.train_batches(c, epoch=0, global_batch_size=32))["label"] for c in (spec.config, rep.config)]
+  assert (order[0] != order[1]).any()
+  val = [next(pipeline.eval_batches(c, batch_size=32, split="validation"))["label"] for c in (spec.config, rep.config)]
+  assert (val[0] == val[1]).all()
+  model, mesh = create_model("lenet5", num_classes=10), mesh_lib.make_mesh(1, jax.devices()[:1])
+  states = [trainer.create_train_state(model, optax.sgd(0.1), mesh, (28, 28, 1), c.seed) for c in (spec.config, rep.config)]
+  (s0, k0), (s1, k1) = states
+  leaves = zip(jax.tree_util.tree_leaves(s0.params), jax.tree_util.tree_leaves(s1.params))
+  assert any((x != y).any() for x, y in leaves) and (k0 != k1).any()
+
+
+@pytest.mark.parametrize("where", ["-x1-", "-seed"])
+def test_runner_killed_during_a_follow_up_resumes_to_the_same_study(tmp_path, where):
+  """Killed when the first extension (or replicate) trial starts, then run again: the same trials and plan log as an
+  uninterrupted run, every trial recorded once."""
+  workdir = str(tmp_path / "w")
+  with pytest.raises(KeyboardInterrupt):
+    _run(_study(), workdir, interrupt=where)
+  _run(_study(), workdir)
+  con = st.open_store(wd.store_path(workdir))
+  got = {t.run_id: (t.status, t.phase, t.seed, t.replicate_of, t.promoted) for t in st.trials(con)}
+  plan = [(p["kind"], p["cell"], p["key"]) for p in st.plan(con)]
+  con.close()
+  ref_dir = str(tmp_path / "ref")
+  _run(_study(), ref_dir)
+  con = st.open_store(wd.store_path(ref_dir))
+  want = {t.run_id: (t.status, t.phase, t.seed, t.replicate_of, t.promoted) for t in st.trials(con)}
+  assert got == want and sorted(plan) == sorted((p["kind"], p["cell"], p["key"]) for p in st.plan(con))
+  con.close()

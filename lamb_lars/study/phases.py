@@ -104,10 +104,10 @@ def follow_ups(study, con, specs: Sequence[sweep.TrialSpec], search_cfg: Mapping
       if need > 0:
         pool = sorted((t for t in ts if t.status == "pruned" and not t.promoted),
                       key=lambda t: _promotion_order(t, metric, mode))
-        for t in pool[:need]:
-          store.promote(con, t.run_id)
+        for t in pool[:need]:  # logged first: a runner killed in between promotes the same trial next time
           store.log_plan(con, "promote", cell, t.run_id, {"epoch": t.final_epoch, "reason": f"{need} short of "
                          f"search.min_full_budget={search_cfg['min_full_budget']}"})
+          store.promote(con, t.run_id)
           log(f"         {cell}: promoting pruned {t.run_id} (epoch {t.final_epoch}) to its full budget")
           promoted += 1
         if pool[:need]:
@@ -134,8 +134,12 @@ def _extension(study, con, cell, own, ts, chosen, search_cfg, log) -> list[sweep
     log(f"         {cell}: best LR {float(lr):.4g} at the {side} edge of [{span[0]:.4g}, {span[1]:.4g}]; searching "
         f"[{lo:.4g}, {hi:.4g}] (extension {rounds + 1})")
     return sweep.extension_trials(study, cell, rounds + 1, space)
-  where = ("nothing chosen" if chosen is None else "no LR search" if not side and original is None
-           else f"{side} edge, extensions used up" if side else "interior")
+  if chosen is None:
+    where = "nothing chosen"
+  elif original is None:
+    where = "no LR search"
+  else:
+    where = f"{side} edge, extensions used up" if side else "interior"
   store.log_plan(con, "extend", cell, "end", {"rounds": rounds, "where": where,
                                              "chosen": None if chosen is None else chosen.run_id})
   return []

@@ -14,6 +14,13 @@ Per trial: ``pending → running → done | diverged | pruned | failed``.
   (``runner.retry_failed``) and resumes interrupted ones; the search is rebuilt from its decision log, so a
   study killed at any moment (``kill -9`` of the runner, or of a trial) ends with every trial recorded once.
   A trial killed by a signal it did not get from us (e.g. the OOM killer) is retried once in the same run.
+* **Follow-ups.** When a cell's trials have all finished, the runner extends an LR range whose best point is at
+  its edge, promotes pruned trials until the cell has ``search.min_full_budget`` full-budget trials, and re-runs
+  the chosen configuration (on the validation split) with ``replicates.num_seeds`` fresh seeds (phases.py); the
+  study ends when no cell has a follow-up left. Each decision is logged in the store's ``plan`` table once. To add
+  replicates to a finished study without searching further, run the same command with
+  ``--config.replicates.num_seeds=K --config.search.max_extensions=0 --config.search.min_full_budget=0``: only
+  the missing seeds run.
 """
 from __future__ import annotations
 
