@@ -149,9 +149,10 @@ def _table3_section(trials: Sequence[Trial], spec: ReportSpec, baseline_batch: O
   b0 = baseline_batch or paper.TABLE2.get(spec.workload, {}).get("b0")
   cells = table3.build_table3(trials, batch, baseline_batch=b0, num_classes=spec.num_classes)
   ref = paper.TABLE3 if spec.workload == "mnist_lenet" else None
-  lines += [table3.render_markdown(cells, ref), "Each cell: measured / paper. Measured = the best final test accuracy "
-            "(%) over the cell's tuned trials that ran the full budget and are neither 'diverge' nor 'unstable'; "
-            "when there is none, the cell's verdict (docs/studies.md).", ""]
+  lines += [table3.render_markdown(cells, ref), "Each cell: measured / paper. Measured = the mean final test accuracy "
+            "(%) of the replicates of the cell's chosen trial (the full-budget trial, neither 'diverge' nor "
+            "'unstable', with the best final validation accuracy), or that trial's own when it has no replicates "
+            "(a single run); when there is none, the cell's verdict (docs/studies.md).", ""]
   rows = []
   for opt in cells.rows:
     for col in cells.columns:
