@@ -91,3 +91,29 @@ def test_headline_target_is_the_highest_every_baseline_seed_reaches_within_half_
   # within half the budget (2 of 4 epochs): every seed reaches 98.5% (0.986, 0.985, 0.9855), not 98.8%
   assert R.headline_target(seeds, (0.98, 0.985, 0.988), "eval_accuracy") == 0.985
   assert R.headline_target(seeds, (0.99,), "eval_accuracy") is None
+
+
+def test_report_scaling_section_fits_seeds_at_the_headline_target():
+  """Seeds on the exact law S = 100·(1 + 1000/B) to 98.5%; one seed at 4096 misses within a 120-step budget (a
+  bound below the law's 124 steps, so it costs nothing): the fit gives B_crit = 1000 at the headline target."""
+  from lamb_lars.study import report_replicates
+  from lamb_lars.study.records import Target
+
+  def run(rid, b, hit, budget_steps, seed, role="technique", phase="replicate"):
+    rows = [{"step": 1.0, "epoch": 0.1, "eval_accuracy": 0.5}]
+    if hit is not None:
+      rows.append({"step": float(hit), "epoch": hit / 10.0, "eval_accuracy": 0.986})
+    rows.append({"step": float(budget_steps), "epoch": budget_steps / 10.0, "eval_accuracy": 0.986 if hit else 0.9})
+    return Trial(rid, b, role=role, technique="tuned", phase=phase, seed=seed, budget_epochs=budget_steps / 10.0,
+                 curve=rows, replicate_of="c" if phase == "replicate" else "")
+  trials = [run(f"base{s}", 256, 100.0, 1000.0, s, role="baseline", phase="search") for s in range(3)]
+  for b in (256, 512, 1024, 2048, 4096):
+    for s in (1, 2):
+      trials.append(run(f"b{b}s{s}", b, 100.0 * (1 + 1000.0 / b), 1000.0, s))
+  trials.append(run("b4096miss", 4096, None, 120.0, 3))
+  text = "\n".join(report_replicates.scaling_section(trials, Target("eval_accuracy", 0.985), (0.98, 0.99), "tuned",
+                                                     bootstrap_num=20))
+  assert "Headline target (the highest that every baseline seed reaches within half its budget): 98.50%" in text
+  row = next(ln for ln in text.splitlines() if ln.startswith("| 98.50% (headline)"))
+  assert row.split(" | ")[1] == "1000" and ">120" in row
+  assert "| 99.00% |" in text and "two or more batch sizes" in text   # nobody reaches 99%
