@@ -37,13 +37,13 @@ import ml_collections
 
 from lamb_lars import run_identity, workdir_lock
 from lamb_lars.io_utils import read_jsonl, write_text_atomic
+from lamb_lars.study import phases
 from lamb_lars.study import run_one
 from lamb_lars.study import search as search_lib
 from lamb_lars.study import store
 from lamb_lars.study import sweep
 from lamb_lars.study import workdir as wd
 from lamb_lars.study.executor import Executor, LocalExecutor, TrialHandle
-from lamb_lars.study import phases
 from lamb_lars.study.records import FINISHED, ROLES, STATUSES
 
 SEARCH_DEFAULTS = dict(metric="validation_accuracy", mode="max", min_epochs=2, reduction_factor=3, pruner="asha",
