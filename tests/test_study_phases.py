@@ -217,7 +217,8 @@ def test_a_replicate_changes_only_the_seed_which_sets_init_data_order_and_step_k
   val = [next(pipeline.eval_batches(c, batch_size=32, split="validation"))["label"] for c in (spec.config, rep.config)]
   assert (val[0] == val[1]).all()
   model, mesh = create_model("lenet5", num_classes=10), mesh_lib.make_mesh(1, jax.devices()[:1])
-  states = [trainer.create_train_state(model, optax.sgd(0.1), mesh, (28, 28, 1), c.seed) for c in (spec.config, rep.config)]
+  states = [trainer.create_train_state(model, optax.sgd(0.1), mesh, (28, 28, 1), c.seed)
+            for c in (spec.config, rep.config)]
   (s0, k0), (s1, k1) = states
   leaves = zip(jax.tree_util.tree_leaves(s0.params), jax.tree_util.tree_leaves(s1.params))
   assert any((x != y).any() for x, y in leaves) and (k0 != k1).any()

@@ -67,7 +67,8 @@ def export_csvs(con, study_name: str, out_dir: str) -> tuple[str, str]:
         "steps": d["steps"], "wall_time": t.wall_time, "started": d["started"], "finished": d["finished"],
         "error": (t.error or "").strip().splitlines()[-1] if t.error else "",
         "overrides": json.dumps(overrides, sort_keys=True), "seed": t.seed, "phase": t.phase,
-        "replicate_of": t.replicate_of, "promoted": int(t.promoted), "search_space": json.dumps(t.space, sort_keys=True)})
+        "replicate_of": t.replicate_of, "promoted": int(t.promoted),
+        "search_space": json.dumps(t.space, sort_keys=True)})
     for r in t.curve:
       row = {"run_id": t.run_id, **{_RENAME.get(k, k): v for k, v in r.items()}}
       extra += [k for k in row if k not in EVAL_COLUMNS and k not in extra]

@@ -11,8 +11,9 @@ to a target fall as 1/B up to about B_crit and level off at S_min beyond it. Eac
 so a censored point costs nothing while the model predicts at least its bound, and pulls the fit up only when
 the model predicts fewer steps than the budget that was not enough. With log Ŝ = c + log(1 + β/B), c = log S_min
 and β = B_crit, the loss is convex in c for fixed β: c is found by bisection on the derivative, and β by a profile
-over a log grid (10⁻³·min B … 10³·max B) refined by successively finer grids around its best point, with the limits β = 0 (no speed-up:
-Ŝ = S_min) and β = ∞ (perfect scaling across the data: Ŝ = E_min/B, E_min = S_min·B_crit) compared explicitly.
+over a log grid (10⁻³·min B … 10³·max B) refined by successively finer grids around its best point, with the
+limits β = 0 (no speed-up: Ŝ = S_min) and β = ∞ (perfect scaling across the data: Ŝ = E_min/B, E_min =
+S_min·B_crit) compared explicitly.
 The fit needs reached points at two or more batch sizes.
 
 Uncertainty: ``bootstrap`` resamples the seeds of each batch with replacement and refits (percentile interval of
