@@ -16,6 +16,7 @@ from lamb_lars.study import runner, store as st
 from lamb_lars.study import workdir as wd
 
 LR_OPT = 0.05   # the simulated optimum: above the first range [0.001, 0.01], inside the first extension
+DIVERGE_LR = 2.0   # simulated trials above this LR diverge
 
 
 def _simulated_rows(cfg: dict) -> list[dict]:
@@ -38,7 +39,8 @@ class _Handle:
   def __init__(self, run_id, run_dir):
     self.run_id, self.dir = run_id, run_dir
     with open(os.path.join(run_dir, wd.TRIAL_CONFIG_FILE), encoding="utf-8") as f:
-      self.rows = _simulated_rows(json.load(f))
+      cfg = json.load(f)
+    self.rows, self.lr = _simulated_rows(cfg), cfg["optimizer"]["learning_rate"]
     path = os.path.join(run_dir, "metrics.jsonl")
     self.done = sum(1 for _ in open(path, encoding="utf-8")) if os.path.exists(path) else 0  # resume
     self.killed = False
@@ -46,6 +48,10 @@ class _Handle:
   def poll(self):
     if self.killed:
       return -9
+    if self.lr > DIVERGE_LR and self.done >= 1:   # a non-finite loss after the first evaluation
+      with open(os.path.join(self.dir, "result.json"), "w", encoding="utf-8") as f:
+        json.dump({"status": "diverged", "step": self.rows[0]["step"], "error": "non-finite loss"}, f)
+      return 0
     if self.done < len(self.rows):
       with open(os.path.join(self.dir, "metrics.jsonl"), "a", encoding="utf-8") as f:
         f.write(json.dumps(self.rows[self.done]) + "\n")
@@ -242,3 +248,20 @@ def test_runner_killed_during_a_follow_up_resumes_to_the_same_study(tmp_path, wh
   want = {t.run_id: (t.status, t.phase, t.seed, t.replicate_of, t.promoted) for t in st.trials(con)}
   assert got == want and sorted(plan) == sorted((p["kind"], p["cell"], p["key"]) for p in st.plan(con))
   con.close()
+
+
+def test_a_cell_where_every_trial_diverged_extends_downward(tmp_path):
+  c = _study(num_seeds=0)
+  c.sweeps = (dict(name="hot", role="table3", fixed={"batch_size": 64},
+                   search={"optimizer.learning_rate": ("log", 5.0, 50.0)}, num_trials=4, seed=0),)
+  c.analysis.techniques = ()
+  c.analysis.target_technique = ""
+  _run(c, str(tmp_path))
+  con = st.open_store(wd.store_path(str(tmp_path)))
+  ext = {p["key"]: p["detail"] for p in st.plan(con) if p["kind"] == "extend"}
+  trials = st.trials(con)
+  con.close()
+  assert ext["1"]["side"] == "low" and ext["1"]["why"] == "every trial diverged"
+  assert ext["1"]["space"]["optimizer.learning_rate"] == pytest.approx(["log", 0.5, 5.0])
+  assert all(t.status == "diverged" for t in trials if t.phase == "search")
+  assert any(t.status == "done" for t in trials if t.phase == "extend1")

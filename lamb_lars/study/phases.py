@@ -12,6 +12,8 @@ Per cell, in order, once every trial of the cell has finished (done, diverged, p
    searched again, ``num_trials`` new points on the range shifted by the original range's width on that side
    (search_adequacy.py); trials ``<sweep>-x<k>-…``, phase ``extend<k>``, pruned by the same cell search. At most
    ``max_extensions`` times; the log records each extension and the cell's final verdict ('extend', key 'end').
+   A cell where no trial finished and some diverged (the Table 3 momentum cell at 8K whose range began at 0.05)
+   extends downward: divergence at every LR tried says the range lies above the stable ones.
 2. **Promotion** (searched cells; ``search.min_full_budget``): while fewer trials of the cell ran their full budget
    (or stopped at the target) than ``min_full_budget``, the pruned trials that got furthest (then with the best
    search metric at their last evaluation) resume from their checkpoints to the full budget, never pruned again.
@@ -126,13 +128,18 @@ def _extension(study, con, cell, own, ts, chosen, search_cfg, log) -> list[sweep
   lr = None if chosen is None else chosen.params.get("learning_rate")
   side = "" if original is None or span is None or lr is None else adequacy_lib.edge(
       float(lr), span[0], span[1], float(search_cfg["edge_fraction"]), adequacy_lib.tried_lrs(ts))
+  if chosen is None and original is not None and span is not None and any(t.status == "diverged" for t in ts) \
+      and not any(t.status == "done" for t in ts):
+    side = "low"  # every trial that ran diverged: the range lies above the stable LRs
   if side and rounds < int(search_cfg["max_extensions"]):
     lo, hi = adequacy_lib.shifted(span[0], span[1], side, original[1] / original[0])
     space = {**dict(own[0].space), adequacy_lib.LR_KEY: ["log", lo, hi]}
-    store.log_plan(con, "extend", cell, str(rounds + 1), {"side": side, "chosen": chosen.run_id, "lr": float(lr),
-                                                        "searched": list(span), "space": space})
-    log(f"         {cell}: best LR {float(lr):.4g} at the {side} edge of [{span[0]:.4g}, {span[1]:.4g}]; searching "
-        f"[{lo:.4g}, {hi:.4g}] (extension {rounds + 1})")
+    why = "every trial diverged" if chosen is None else f"best LR {float(lr):.4g} at the {side} edge"
+    store.log_plan(con, "extend", cell, str(rounds + 1), {"side": side, "why": why, "searched": list(span),
+                                                        "chosen": None if chosen is None else chosen.run_id,
+                                                        "space": space})
+    log(f"         {cell}: {why} of [{span[0]:.4g}, {span[1]:.4g}]; searching [{lo:.4g}, {hi:.4g}] "
+        f"(extension {rounds + 1})")
     return sweep.extension_trials(study, cell, rounds + 1, space)
   if chosen is None:
     where = "nothing chosen"
