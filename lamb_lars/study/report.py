@@ -191,13 +191,17 @@ def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = Repor
   """Writes ``out_dir/README.md`` and its PNG plots; returns the README path."""
   os.makedirs(out_dir, exist_ok=True)
   trials = list(trials)
-  baseline, note = _baseline(trials, spec)
-  target_trials = [t for t in trials if not spec.target_technique or t.technique == spec.target_technique]
+  # The single-run sections read the study's own trials; replicates (fresh seeds of each cell's chosen
+  # configuration) are summarised with their intervals by report_replicates.
+  # TODO(issue 22, B_L/B_H half): Def. 2.1/2.2 verdicts from the replicates (replicates.versus_threshold).
+  own = [t for t in trials if t.phase != "replicate"]
+  baseline, note = _baseline(own, spec)
+  target_trials = [t for t in own if not spec.target_technique or t.technique == spec.target_technique]
   steps_lines, fit = report_scaling.steps_section(target_trials, spec.target, out_dir)
   parts = [f"# {spec.title}", ""]
   parts += _settings_section(trials, spec) + _roles_section(trials)
-  parts += _baseline_section(baseline, note, spec) + _regimes_section(trials, baseline, spec)
-  parts += _points_section(trials, spec) + _table3_section(trials, spec, baseline.batch_size if baseline else None, out_dir)
+  parts += _baseline_section(baseline, note, spec) + _regimes_section(own, baseline, spec)
+  parts += _points_section(own, spec) + _table3_section(trials, spec, baseline.batch_size if baseline else None, out_dir)
   parts += report_replicates.sections(trials, spec, baseline.batch_size if baseline else None)
   parts += steps_lines + report_scaling.noise_section(trials, out_dir, fit, spec.max_curves)
   parts += report_curves.accuracy_section(trials, out_dir) + report_curves.curves_section(trials, out_dir, spec.max_curves)
