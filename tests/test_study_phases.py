@@ -267,3 +267,15 @@ def test_a_cell_where_every_trial_diverged_extends_downward(tmp_path):
   assert ext["1"]["space"]["optimizer.learning_rate"] == pytest.approx(["log", 0.5, 5.0])
   assert all(t.status == "diverged" for t in trials if t.phase == "search")
   assert any(t.status == "done" for t in trials if t.phase == "extend1")
+
+
+@pytest.mark.parametrize("key, value", [("replicates.num_seeds", -1), ("replicates.roles", ("tech",)),
+                                        ("search.edge_fraction", 0.5), ("search.max_extensions", -1),
+                                        ("search.min_full_budget", -2)])
+def test_bad_follow_up_settings_are_one_sentence_before_anything_runs(tmp_path, key, value):
+  c = _study()
+  section, name = key.split(".")
+  c[section][name] = value
+  with pytest.raises(ValueError, match=f"study.{section}: "):
+    runner.run_study(c, str(tmp_path / "w"), executor=FakeExecutor(), poll_s=0.0, log=lambda s: None)
+  assert not os.path.exists(tmp_path / "w")

@@ -376,6 +376,11 @@ def run_study(study: ml_collections.ConfigDict, workdir: str, *, executor: Optio
   if int(rep_cfg["num_seeds"]) < 0 or set(rep_cfg["roles"]) - set(ROLES):
     raise ValueError(f"study.replicates: num_seeds must be ≥ 0 and roles among {ROLES}; got "
                      f"{rep_cfg['num_seeds']!r}, {tuple(rep_cfg['roles'])!r}.")
+  if not (0.0 <= float(search_cfg["edge_fraction"]) < 0.5 and int(search_cfg["max_extensions"]) >= 0
+          and int(search_cfg["min_full_budget"]) >= 0):
+    raise ValueError(f"study.search: edge_fraction must be in [0, 0.5) and max_extensions, min_full_budget ≥ 0; got "
+                     f"{search_cfg['edge_fraction']!r}, {search_cfg['max_extensions']!r}, "
+                     f"{search_cfg['min_full_budget']!r}.")
   if search_cfg["pruner"] not in ("asha", "none") or search_cfg["mode"] not in ("max", "min"):
     raise ValueError(f"study.search: pruner must be 'asha' or 'none' and mode 'max' or 'min'; got "
                      f"{search_cfg['pruner']!r}, {search_cfg['mode']!r}.")
