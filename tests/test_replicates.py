@@ -78,9 +78,11 @@ def _run(rid, accs, *, b=256, status="done", seed=0, budget=None, per_epoch=10):
 def test_steps_per_seed_censors_misses_and_divergence_at_the_budget():
   runs = [_run("hit", [0.97, 0.981, 0.99], seed=1), _run("miss", [0.97, 0.975, 0.979], seed=2),
           _run("div", [0.985, 0.99], status="diverged", seed=3, budget=3),
-          _run("fail", [0.99], status="failed"), _run("late", [0.97, 0.975, 0.981], seed=4)]
+          _run("fail", [0.99], status="failed"), _run("late", [0.97, 0.975, 0.981], seed=4),
+          _run("stopped", [0.97, 0.979], seed=5, budget=3)]   # stopped at another goal after 2 of 3 epochs
   got = {s.run_id: (s.steps, s.censored) for s in R.steps_per_seed(runs, "eval_accuracy", 0.98)}
-  assert got == {"hit": (20.0, False), "miss": (30.0, True), "div": (30.0, True), "late": (30.0, False)}
+  assert got == {"hit": (20.0, False), "miss": (30.0, True), "div": (30.0, True), "late": (30.0, False),
+                 "stopped": (20.0, True)}
   half = {s.run_id: (s.steps, s.censored) for s in R.steps_per_seed(runs, "eval_accuracy", 0.98, within=0.5)}
   assert half["late"] == (15.0, True) and half["hit"] == (15.0, True)
 

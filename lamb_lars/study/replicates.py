@@ -151,7 +151,9 @@ def budget_steps(t: Trial) -> Optional[float]:
 def steps_per_seed(trials: Sequence[Trial], metric: str, goal: float, mode: str = "max",
                    within: float = 1.0) -> list[SeedSteps]:
   """Each finished trial's steps to ``goal``: its first hit within ``within`` × its budget, else censored at that
-  many steps (diverged trials are censored: they never reach the goal). Failed and unfinished trials are skipped."""
+  many steps, or at its last step when it stopped earlier without the goal (e.g. at a lower target: S is only known
+  to exceed the steps it ran); a diverged trial never reaches the goal and is censored at the limit. Failed and
+  unfinished trials are skipped."""
   out = []
   for t in trials:
     if t.status not in ("done", "diverged"):
@@ -163,6 +165,8 @@ def steps_per_seed(trials: Sequence[Trial], metric: str, goal: float, mode: str 
     hit = first_hit(t.curve, metric, goal, mode) if t.status == "done" else None
     if hit is not None and float(hit["step"]) <= limit:
       out.append(SeedSteps(t.run_id, t.batch_size, t.seed, float(hit["step"]), False))
+    elif t.status == "done" and t.curve:  # it trained this far without the goal (less if it stopped early)
+      out.append(SeedSteps(t.run_id, t.batch_size, t.seed, min(limit, float(t.curve[-1]["step"])), True))
     else:
       out.append(SeedSteps(t.run_id, t.batch_size, t.seed, limit, True))
   return out
