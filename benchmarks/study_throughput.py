@@ -46,6 +46,8 @@ def _study(name: str, sweeps: tuple, epochs: float, pruner: str = "asha"):
   c.sweeps = sweeps
   c.search.pruner = pruner
   c.search.min_epochs = max(1, int(round(epochs / 15)))
+  c.search.max_extensions = c.search.min_full_budget = 0   # the search alone: no follow-ups (phases.py)
+  c.replicates.num_seeds = 0
   c.analysis.techniques = ()
   return c
 

@@ -85,3 +85,27 @@ def test_build_and_render_paper_like_table():
       "| momentum | 99.2 / 99.2 | diverge / diverge | 99.2 / 99.2 | 99.2 / 99.2 |",
       "| adam | 99.3 / — | 99.1 / — | unstable / — | 99.4 / — |",
       "| lars | n/a / — | 99.4 / — | n/a / — | n/a / — |"]
+
+
+def _tv(rid, test, val, **kw):
+  """A full-budget trial (2 epochs) with final test accuracy ``test`` and validation accuracy ``val``."""
+  t = _t(rid, [0.9, test], budget=2, **kw)
+  curve = [dict(r, validation_accuracy=v) for r, v in zip(t.curve, [0.9, val])]
+  return Trial(**{**t.__dict__, "curve": curve})
+
+
+def test_cell_chooses_on_validation_not_test_and_reports_its_replicates():
+  # 'hi-test' is best on the test set (99.4%) but worse on validation; the old rule chose it (selection bias).
+  trials = [_tv("hi-test", 0.994, 0.985), _tv("hi-val", 0.990, 0.991)]
+  c = cell(trials)
+  assert (c.run_id, c.accuracy, c.selected_on, c.replicates) == ("hi-val", 0.990, "validation_accuracy", None)
+  # the chosen configuration's fresh seeds give the cell's accuracy: mean, sd and a 95% t interval
+  reps = [Trial(**{**_tv(f"hi-val-seed{s}", a, 0.99).__dict__, "phase": "replicate", "replicate_of": "hi-val",
+                   "seed": s}) for s, a in ((1, 0.989), (2, 0.991), (3, 0.993))]
+  c = cell(trials + reps)
+  x = [0.989, 0.991, 0.993]
+  mean, sd = sum(x) / 3, math.sqrt(sum((v - sum(x) / 3) ** 2 for v in x) / 2)
+  assert c.run_id == "hi-val" and c.num_trials == 2 and math.isclose(c.accuracy, mean)
+  assert math.isclose(c.replicates.sd, sd) and math.isclose(c.replicates.hi - mean, 4.30265273 * sd / math.sqrt(3))
+  # without a validation split the cell can only select on test, and says so
+  assert cell([_t("a", [0.9, 0.99], budget=2)]).selected_on == "eval_accuracy"

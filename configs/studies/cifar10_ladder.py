@@ -50,6 +50,7 @@ def get_config() -> ml_collections.ConfigDict:
   )
   c.search = common.search(min_epochs=20, reduction_factor=3)
   c.runner = common.runner(num_workers=1, cpus_per_trial=0)
+  c.replicates = common.replicates(num_seeds=3)
   c.runner.resources = {"CPU": 4, "GPU": 1}
   c.analysis = common.analysis(
       title="CIFAR-10 / ResNet-50 batch-size ladder (200 epochs)", paper="cifar10_resnet50", target_goal=0.93,

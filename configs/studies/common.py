@@ -18,21 +18,33 @@ VARIANT_KEYS = {
 
 
 def analysis(**overrides: Any) -> ml_collections.ConfigDict:
-  """The report's settings: the target of steps-to-target, ρ, N, the declared technique set, the paper's
+  """The report's settings: the target of steps-to-target (and ``targets``, further goals below it, each with its
+  own S(B) fit; lamb_lars/study/report_replicates.py), ρ, N, the declared technique set, the paper's
   workload key (lamb_lars/study/paper.py), Table 3's batch, a title and notes."""
   a = ml_collections.ConfigDict(dict(
       title="", notes="", paper="", target_metric="eval_accuracy", target_goal=0.99, target_mode="max",
-      baseline_epochs=0.0, num_train=60000, techniques=(), target_technique="", table3_batch=0))
+      baseline_epochs=0.0, num_train=60000, techniques=(), target_technique="", table3_batch=0, targets=()))
   a.update(overrides)
   return a
 
 
 def search(**overrides: Any) -> ml_collections.ConfigDict:
-  """The pruner of searched cells: ASHA on the validation accuracy, rungs at r, r·η, r·η² … epochs."""
+  """The pruner of searched cells: ASHA on the validation accuracy, rungs at r, r·η, r·η² … epochs; and the
+  adequacy rules of a cell's search (lamb_lars/study/phases.py): a best LR in the outer ``edge_fraction`` of its
+  log range moves the range by its width on that side, at most ``max_extensions`` times; pruned trials are
+  resumed to the full budget until a cell has ``min_full_budget`` full-budget trials."""
   s = ml_collections.ConfigDict(dict(metric="validation_accuracy", mode="max", min_epochs=2, reduction_factor=3,
-                                     pruner="asha"))
+                                     pruner="asha", edge_fraction=0.1, max_extensions=2, min_full_budget=4))
   s.update(overrides)
   return s
+
+
+def replicates(num_seeds: int = 3, roles: tuple = ("baseline", "linear", "technique", "table3", "search")
+               ) -> ml_collections.ConfigDict:
+  """After a cell's search, its chosen configuration (selected on the validation split) re-run with
+  ``num_seeds`` fresh seeds (initialisation, data order, dropout), for the cells of these ``roles``
+  (lamb_lars/study/phases.py, replicates.py). Raising ``num_seeds`` on a finished study runs only the new seeds."""
+  return ml_collections.ConfigDict(dict(num_seeds=num_seeds, roles=tuple(roles)))
 
 
 def runner(num_workers: int = 2, cpus_per_trial: int = 1, timeout_s: float = 0.0,

@@ -48,6 +48,7 @@ def get_config() -> ml_collections.ConfigDict:
   )
   c.search = common.search(min_epochs=10, reduction_factor=3)
   c.runner = common.runner(num_workers=1, cpus_per_trial=0)
+  c.replicates = common.replicates(num_seeds=3)
   c.runner.resources = {"CPU": 8, "GPU": 8}
   c.analysis = common.analysis(
       title="ImageNet / ResNet-50 batch-size ladder (90 epochs)", paper="imagenet_resnet50", target_goal=0.759,

@@ -80,8 +80,10 @@ def get_config() -> ml_collections.ConfigDict:
   )
   c.search = common.search()
   c.runner = common.runner()
+  c.replicates = common.replicates(num_seeds=3)
   c.analysis = common.analysis(
       title="MNIST / LeNet-5 batch-size ladder at paper budget (30 epochs)", paper="mnist_lenet",
-      num_train=FULL, baseline_epochs=30.0, target_goal=0.99, techniques=("tuned_momentum", "lars", "lamb"),
+      num_train=FULL, baseline_epochs=30.0, target_goal=0.99, targets=(0.98, 0.985, 0.988),
+      techniques=("tuned_momentum", "lars", "lamb"),
       target_technique="tuned_momentum")
   return c

@@ -184,6 +184,7 @@ def get_config(part: str = "") -> ml_collections.ConfigDict:
   c.sweeps = sweeps((2,) if part else (1, 2))
   c.search = common.search(rung_after_warmup=False)  # round 1's rule; round 2 sets its own (``pruner``)
   c.runner = common.runner()
+  c.replicates = common.replicates(num_seeds=3)
   c.analysis = common.analysis(
       title="MNIST / LeNet-5: You et al. 2020 Table 3 at paper budget (30 epochs, tuned per cell)"
       + (", round 2: four 8K cells on re-centred LR ranges" if part else ""),

@@ -42,7 +42,10 @@ def get_config():
            search={"optimizer.learning_rate": ("log", 0.005, 0.5)}, num_trials=4, seed=0),
       dict(name="t3", role="table3", variant="layerwise", fixed={"batch_size": 128, "optimizer.layerwise": True}),
   )
-  c.search = common.search(min_epochs=1, reduction_factor=3)
+  # Off here so the study stays 8 trials (the runner tests kill and resume it); turn them on with
+  # --config.replicates.num_seeds=3 --config.search.min_full_budget=2 --config.search.max_extensions=1.
+  c.search = common.search(min_epochs=1, reduction_factor=3, max_extensions=0, min_full_budget=0)
+  c.replicates = common.replicates(num_seeds=0)
   c.runner = common.runner(num_workers=1, cpus_per_trial=0)
   c.analysis = common.analysis(title="Smoke study", target_goal=0.05, num_train=512, baseline_epochs=3.0,
                                techniques=("tuned",), target_technique="tuned")

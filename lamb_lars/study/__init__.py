@@ -10,14 +10,20 @@ analysis (pure functions of records; notebook-friendly)
   verdict          pass / fail / borderline of per-seed values (or one run ± a tolerance) against a threshold
   table3           You et al. 2020 Table 3 verdicts and cells
   noise_trajectory McCandlish et al. 2018 B_simple per phase of training, non-finite evaluations counted
+  selection        a cell's chosen configuration, on the validation split only
+  replicates       fresh seeds of the chosen configuration: mean, sd, t interval, agrees/differs, censored steps
+  scaling_fit      S(B) fitted per seed with misses as lower bounds; bootstrap over seeds, leave one batch out
+  search_adequacy  a cell's best LR interior or at an edge, its full-budget trials, the ranges searched
   plots, markdown  PNG figures; markdown formatting
   report           the report, composed from its sections and written once; report_scaling (steps to target,
-                   B_crit, noise scale) and report_curves (accuracy, curves, diffusion, trust ratios) hold sections
+                   B_crit, noise scale), report_curves (accuracy, curves, diffusion, trust ratios) and
+                   report_replicates (search adequacy, replicate intervals, per-seed B_crit) hold sections
 running (processes, files, the search)
   sweep            study config → tagged trials (grids, quasi-random searches); one-sentence validation
   search           Optuna: quasi-random points, the ASHA pruner per cell, replayable from the store's log
   store, workdir   the SQLite results store (the system of record) and the workdir layout
   executor, runner where trials run (local processes) and the driver loop
+  phases           after a cell's search: LR range extensions, promotions to the full budget, replicates
   ray_executor     trials as Ray tasks (ray_cluster: connecting and sizing; ray_testing: a localhost cluster)
   run_one          one trial in its own process
   publish          runs.csv / evals.csv and the report recomputed from them

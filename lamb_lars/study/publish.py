@@ -4,7 +4,9 @@ recomputed from those files alone (so every number in it can be recomputed from 
 ``runs.csv``: one row per trial — ``run_id, study, cell, role, technique, batch_size, optimizer, variant,
 learning_rate, warmup_epochs, lr_scaling, num_epochs`` (the epochs the trial ran to), ``budget_epochs, status,
 stopped, final_test_accuracy, final_test_loss, final_validation_accuracy, final_validation_loss,
-best_test_accuracy, steps, wall_time, started, finished, error, overrides`` (JSON of the swept keys).
+best_test_accuracy, steps, wall_time, started, finished, error, overrides`` (JSON of the swept keys), ``seed``
+(initialisation, data order, dropout), ``phase`` (search | extend<k> | replicate), ``replicate_of`` (the chosen
+trial a replicate repeats), ``promoted`` (a pruned trial resumed to its full budget), ``search_space`` (JSON).
 ``evals.csv``: one row per evaluation — ``run_id, step, epoch, examples, wall_time, test_accuracy, test_loss,
 validation_accuracy, validation_loss``, then every other logged metric (train loss, LR, noise scale, …).
 The columns are documented in docs/studies.md.
@@ -22,14 +24,15 @@ from typing import Any, Optional
 
 import ml_collections
 
-from lamb_lars.study import provenance, report, store
+from lamb_lars.study import provenance, report, runner, store
 from lamb_lars.study import workdir as wd
 from lamb_lars.study.records import Target, Trial
 
 RUN_COLUMNS = ("run_id", "study", "cell", "role", "technique", "batch_size", "optimizer", "variant",
                "learning_rate", "warmup_epochs", "lr_scaling", "num_epochs", "budget_epochs", "status", "stopped",
                "final_test_accuracy", "final_test_loss", "final_validation_accuracy", "final_validation_loss",
-               "best_test_accuracy", "steps", "wall_time", "started", "finished", "error", "overrides")
+               "best_test_accuracy", "steps", "wall_time", "started", "finished", "error", "overrides",
+               "seed", "phase", "replicate_of", "promoted", "search_space")
 EVAL_COLUMNS = ("run_id", "step", "epoch", "examples", "wall_time", "test_accuracy", "test_loss",
                 "validation_accuracy", "validation_loss")
 _RENAME = {"eval_accuracy": "test_accuracy", "eval_loss": "test_loss"}   # trainer key → CSV column
@@ -63,7 +66,9 @@ def export_csvs(con, study_name: str, out_dir: str) -> tuple[str, str]:
         "final_validation_loss": final.get("validation_loss"), "best_test_accuracy": t.best("eval_accuracy"),
         "steps": d["steps"], "wall_time": t.wall_time, "started": d["started"], "finished": d["finished"],
         "error": (t.error or "").strip().splitlines()[-1] if t.error else "",
-        "overrides": json.dumps(overrides, sort_keys=True)})
+        "overrides": json.dumps(overrides, sort_keys=True), "seed": t.seed, "phase": t.phase,
+        "replicate_of": t.replicate_of, "promoted": int(t.promoted),
+        "search_space": json.dumps(t.space, sort_keys=True)})
     for r in t.curve:
       row = {"run_id": t.run_id, **{_RENAME.get(k, k): v for k, v in r.items()}}
       extra += [k for k in row if k not in EVAL_COLUMNS and k not in extra]
@@ -106,7 +111,9 @@ def load_csvs(out_dir: str) -> list[Trial]:
                        variant=r["variant"] or "original", role=r["role"] or "search", technique=r["technique"],
                        cell=r["cell"], params=params, status=r["status"], stopped=r["stopped"] or None,
                        budget_epochs=v["budget_epochs"], error=r["error"] or None, wall_time=v["wall_time"],
-                       curve=sorted(curves.get(r["run_id"], []), key=lambda row: row["step"])))
+                       curve=sorted(curves.get(r["run_id"], []), key=lambda row: row["step"]),
+                       seed=v.get("seed"), phase=r.get("phase") or "search", replicate_of=r.get("replicate_of") or "",
+                       promoted=bool(v.get("promoted")), space=json.loads(r.get("search_space") or "{}")))
   return out
 
 
@@ -166,7 +173,8 @@ def report_spec(study: ml_collections.ConfigDict, workdir: str, con) -> report.R
       baseline_epochs=float(a.get("baseline_epochs", 0) or base.num_epochs), num_train=int(a.get("num_train", 0)),
       num_classes=int(base.get("num_classes", 10)), techniques=tuple(a.get("techniques", ()) or ()),
       target_technique=str(a.get("target_technique", "") or ""), table3_batch=int(a.get("table3_batch", 0) or 0),
-      settings=tuple(settings))
+      settings=tuple(settings), targets=tuple(float(g) for g in a.get("targets", ()) or ()),
+      edge_fraction=float({**runner.SEARCH_DEFAULTS, **_plain_dict(study.get("search"))}["edge_fraction"]))
 
 
 def publish(workdir: str, out_dir: Optional[str] = None, command: Optional[str] = None) -> str:

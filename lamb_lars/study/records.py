@@ -50,6 +50,11 @@ class Trial:
   held-out split when there is one, ``train_loss``, ``lr``, ``noise_scale``, …).
   ``budget_epochs``: the duration the trial was configured for (ρ for a full run).
   ``stopped``: why it ended before its budget: 'target', 'dead', 'nonfinite', 'pruned', or None.
+  ``seed``: its ``config.seed`` (initialisation, data order and per-step randomness such as dropout).
+  ``phase``: 'search' (the study's own trials), 'extend<k>' (the k-th automatic extension of its cell's LR range)
+  or 'replicate' (the cell's chosen configuration re-run with a fresh seed); ``replicate_of``: the chosen trial a
+  replicate repeats; ``promoted``: a pruned trial resumed to its full budget so that its cell has the minimum
+  number of full-budget trials; ``space``: the search space its point was drawn from (phases.py).
   """
   run_id: str
   batch_size: int
@@ -65,6 +70,11 @@ class Trial:
   curve: Sequence[Mapping[str, Any]] = ()
   error: Optional[str] = None
   wall_time: Optional[float] = None
+  seed: Optional[int] = None
+  phase: str = "search"
+  replicate_of: str = ""
+  promoted: bool = False
+  space: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
   def last(self, key: str) -> Optional[float]:
     """The metric at the last eval that logged it."""

@@ -14,7 +14,7 @@ import dataclasses
 import os
 from typing import Optional, Sequence
 
-from lamb_lars.study import paper, plots, regimes, report_curves, report_scaling, table3
+from lamb_lars.study import paper, plots, regimes, report_curves, report_replicates, report_scaling, table3
 from lamb_lars.study.markdown import fmt, pct, table
 from lamb_lars.study.records import STATUSES, Baseline, Target, Trial
 
@@ -36,6 +36,8 @@ class ReportSpec:
   table3_batch: int = 0
   settings: tuple[str, ...] = ()          # markdown lines: machine, date, commands, wall time
   max_curves: int = 8
+  targets: tuple[float, ...] = ()         # further steps-to-target goals (report_replicates.py)
+  edge_fraction: float = 0.1              # the search's edge rule (search_adequacy.py)
 
 
 def _settings_section(trials: Sequence[Trial], spec: ReportSpec) -> list[str]:
@@ -177,9 +179,10 @@ def _table3_section(trials: Sequence[Trial], spec: ReportSpec, baseline_batch: O
   b0 = baseline_batch or paper.TABLE2.get(spec.workload, {}).get("b0")
   cells = table3.build_table3(trials, batch, baseline_batch=b0, num_classes=spec.num_classes)
   ref = paper.TABLE3 if spec.workload == "mnist_lenet" else None
-  lines += [table3.render_markdown(cells, ref), "Each cell: measured / paper. Measured = the best final test accuracy "
-            "(%) over the cell's tuned trials that ran the full budget and are neither 'diverge' nor 'unstable'; "
-            "when there is none, the cell's verdict (docs/studies.md).", ""]
+  lines += [table3.render_markdown(cells, ref), "Each cell: measured / paper. Measured = the mean final test accuracy "
+            "(%) of the replicates of the cell's chosen trial (the full-budget trial, neither 'diverge' nor "
+            "'unstable', with the best final validation accuracy), or that trial's own when it has no replicates "
+            "(a single run); when there is none, the cell's verdict (docs/studies.md).", ""]
   rows = []
   for opt in cells.rows:
     for col in cells.columns:
@@ -218,13 +221,18 @@ def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = Repor
   """Writes ``out_dir/README.md`` and its PNG plots; returns the README path."""
   os.makedirs(out_dir, exist_ok=True)
   trials = list(trials)
-  baseline, note = _baseline(trials, spec)
-  target_trials = [t for t in trials if not spec.target_technique or t.technique == spec.target_technique]
+  # The single-run sections read the study's own trials; replicates (fresh seeds of each cell's chosen
+  # configuration) are summarised with their intervals by report_replicates.
+  # TODO(issue 22, B_L/B_H half): Def. 2.1/2.2 verdicts from the replicates (replicates.versus_threshold).
+  own = [t for t in trials if t.phase != "replicate"]
+  baseline, note = _baseline(own, spec)
+  target_trials = [t for t in own if not spec.target_technique or t.technique == spec.target_technique]
   steps_lines, fit = report_scaling.steps_section(target_trials, spec.target, out_dir)
   parts = [f"# {spec.title}", ""]
   parts += _settings_section(trials, spec) + _roles_section(trials)
-  parts += _baseline_section(baseline, note, spec) + _regimes_section(trials, baseline, spec)
-  parts += _points_section(trials, spec) + _table3_section(trials, spec, baseline.batch_size if baseline else None, out_dir)
+  parts += _baseline_section(baseline, note, spec) + _regimes_section(own, baseline, spec)
+  parts += _points_section(own, spec) + _table3_section(trials, spec, baseline.batch_size if baseline else None, out_dir)
+  parts += report_replicates.sections(trials, spec, baseline.batch_size if baseline else None)
   parts += steps_lines + report_scaling.noise_section(trials, out_dir, fit, spec.max_curves)
   parts += report_curves.accuracy_section(trials, out_dir) + report_curves.curves_section(trials, out_dir, spec.max_curves)
   parts += report_curves.diffusion_section(trials, out_dir, spec.max_curves) + report_curves.trust_section(trials, out_dir)

@@ -14,6 +14,13 @@ Per trial: ``pending → running → done | diverged | pruned | failed``.
   (``runner.retry_failed``) and resumes interrupted ones; the search is rebuilt from its decision log, so a
   study killed at any moment (``kill -9`` of the runner, or of a trial) ends with every trial recorded once.
   A trial killed by a signal it did not get from us (e.g. the OOM killer) is retried once in the same run.
+* **Follow-ups.** When a cell's trials have all finished, the runner extends an LR range whose best point is at
+  its edge, promotes pruned trials until the cell has ``search.min_full_budget`` full-budget trials, and re-runs
+  the chosen configuration (on the validation split) with ``replicates.num_seeds`` fresh seeds (phases.py); the
+  study ends when no cell has a follow-up left. Each decision is logged in the store's ``plan`` table once. To add
+  replicates to a finished study without searching further, run the same command with
+  ``--config.replicates.num_seeds=K --config.search.max_extensions=0 --config.search.min_full_budget=0``: only
+  the missing seeds run.
 """
 from __future__ import annotations
 
@@ -30,16 +37,18 @@ import ml_collections
 
 from lamb_lars import run_identity, workdir_lock
 from lamb_lars.io_utils import read_jsonl, write_text_atomic
+from lamb_lars.study import phases
 from lamb_lars.study import run_one
 from lamb_lars.study import search as search_lib
 from lamb_lars.study import store
 from lamb_lars.study import sweep
 from lamb_lars.study import workdir as wd
 from lamb_lars.study.executor import Executor, LocalExecutor, TrialHandle
-from lamb_lars.study.records import FINISHED, STATUSES
+from lamb_lars.study.records import FINISHED, ROLES, STATUSES
 
 SEARCH_DEFAULTS = dict(metric="validation_accuracy", mode="max", min_epochs=2, reduction_factor=3, pruner="asha",
-                       rung_after_warmup=True)
+                       rung_after_warmup=True, edge_fraction=0.1, max_extensions=2, min_full_budget=4)
+REPLICATE_DEFAULTS = dict(num_seeds=3, roles=ROLES)   # phases.py
 RUNNER_DEFAULTS = dict(num_workers=1, cpus_per_trial=0, retry_failed=True, timeout_s=0.0, env={},
                        compilation_cache=True,
                        resources={"CPU": 1}, max_retries=3)  # the last two: --executor=ray (ray_executor.py)
@@ -76,7 +85,8 @@ def register(con, study: ml_collections.ConfigDict, specs: list[sweep.TrialSpec]
     epochs = float(t.config.num_epochs) if float(t.config.get("num_epochs", 0) or 0) > 0 else None
     store.upsert_run(con, t.run_id, study=study.name, config=t.config, params=t.params(),
                      batch_size=t.batch_size, optimizer=t.optimizer, variant=t.variant, role=t.role,
-                     technique=t.technique, cell=t.cell, budget_epochs=epochs)
+                     technique=t.technique, cell=t.cell, budget_epochs=epochs, seed=t.seed, phase=t.phase,
+                     replicate_of=t.replicate_of, space=t.space)
   return {r["run_id"]: r["status"] for r in store.runs(con, study=study.name)}
 
 
@@ -128,7 +138,7 @@ def _rebuild_searches(con, specs, cfg: Mapping[str, Any],
       pruned.add(d["run_id"])
   for rid in pruned:  # the runner died between logging a prune and recording it
     rec = store.runs(con, run_id=rid)
-    if rec and rec[0]["status"] not in FINISHED:
+    if rec and rec[0]["status"] not in FINISHED and not rec[0].get("promoted"):
       store.set_status(con, rid, "pruned", stopped="pruned", error="pruned by the search (from the log)")
   return searches
 
@@ -156,6 +166,7 @@ class _Driver:
     self.searches, self.search_cfg, self.runner_cfg, self.log = searches, search_cfg, runner_cfg, log
     self.active: dict[str, _Active] = {}
     self.done_count = 0
+    self.promoted: set[str] = set()   # pruned trials resumed to their full budget: never pruned again
 
   def start(self, spec: sweep.TrialSpec, exclusive: bool = False) -> None:
     rdir = wd.run_dir(self.workdir, spec.run_id)
@@ -184,7 +195,7 @@ class _Driver:
     """Reports new evals to the cell's pruner; kills and records the trial when pruned (True). A trial that has
     already ended is reported (the pruner's state must see it) but keeps its own result."""
     s = self.searches.get(a.spec.cell)
-    if s is None:
+    if s is None or not a.spec.searched or a.spec.run_id in self.promoted:
       return False
     metric = self.search_cfg["metric"]
     for row in sorted(rows, key=lambda r: r["step"]):
@@ -310,6 +321,46 @@ def failures(con, study_name: str) -> list[tuple[str, str]]:
   return out
 
 
+def _run_wave(driver: "_Driver", todo: collections.deque, timeout: float, poll_s: float) -> None:
+  """Runs the trials of ``todo`` to their end (pruning, timeouts, one resume after a foreign kill)."""
+  executor, runner_cfg, con, log = driver.executor, driver.runner_cfg, driver.con, driver.log
+  total, driver.done_count = len(todo), 0
+  retried: set[str] = set()
+  try:
+    while todo or driver.active:
+      while todo and len(driver.active) < executor.slots and not any(a.exclusive for a in driver.active.values()):
+        alone = _exclusive(executor, runner_cfg, todo[0])
+        if alone and driver.active:
+          break  # a trial that needs the machine to itself waits for the others to end
+        driver.start(todo.popleft(), exclusive=alone)
+      time.sleep(poll_s)
+      for rid, a in list(driver.active.items()):
+        code = a.handle.poll()
+        if driver.consider(a, driver.ingest(a), running=code is None):
+          status = "pruned"
+        elif code is None:
+          if timeout and time.monotonic() - a.started > timeout:
+            a.note = f"timed out after {timeout:.0f} s (runner.timeout_s)"
+            a.handle.kill()
+            status = driver.finish(a, -signal.SIGKILL)
+          else:
+            continue
+        else:
+          status = driver.finish(a, code)
+          if status == "failed" and code is not None and code < 0 and rid not in retried:
+            retried.add(rid)  # killed by a signal we did not send: resume it once from its checkpoint
+            log(f"         {rid}: trial killed by signal {-code}; resuming it from its checkpoint")
+            del driver.active[rid]
+            todo.appendleft(a.spec)
+            continue
+        del driver.active[rid]
+        driver.done_count += 1
+        log(progress_line(con, rid, status, driver.done_count, total, time.monotonic() - a.started))
+  except BaseException:
+    driver.interrupt()
+    raise
+
+
 def run_study(study: ml_collections.ConfigDict, workdir: str, *, executor: Optional[Executor] = None,
               num_workers: Optional[int] = None, retry_failed: Optional[bool] = None,
               timeout_s: Optional[float] = None, command: Optional[str] = None,
@@ -323,6 +374,15 @@ def run_study(study: ml_collections.ConfigDict, workdir: str, *, executor: Optio
   specs = sweep.expand(study)
   search_cfg = settings(study, "search", SEARCH_DEFAULTS)
   runner_cfg = settings(study, "runner", RUNNER_DEFAULTS)
+  rep_cfg = settings(study, "replicates", REPLICATE_DEFAULTS)
+  if int(rep_cfg["num_seeds"]) < 0 or set(rep_cfg["roles"]) - set(ROLES):
+    raise ValueError(f"study.replicates: num_seeds must be ≥ 0 and roles among {ROLES}; got "
+                     f"{rep_cfg['num_seeds']!r}, {tuple(rep_cfg['roles'])!r}.")
+  if not (0.0 <= float(search_cfg["edge_fraction"]) < 0.5 and int(search_cfg["max_extensions"]) >= 0
+          and int(search_cfg["min_full_budget"]) >= 0):
+    raise ValueError(f"study.search: edge_fraction must be in [0, 0.5) and max_extensions, min_full_budget ≥ 0; got "
+                     f"{search_cfg['edge_fraction']!r}, {search_cfg['max_extensions']!r}, "
+                     f"{search_cfg['min_full_budget']!r}.")
   if search_cfg["pruner"] not in ("asha", "none") or search_cfg["mode"] not in ("max", "min"):
     raise ValueError(f"study.search: pruner must be 'asha' or 'none' and mode 'max' or 'min'; got "
                      f"{search_cfg['pruner']!r}, {search_cfg['mode']!r}.")
@@ -333,56 +393,39 @@ def run_study(study: ml_collections.ConfigDict, workdir: str, *, executor: Optio
   executor.check_workdir(workdir)
   os.makedirs(workdir, exist_ok=True)
   with workdir_lock.hold(workdir, workdir_lock.STUDY_LOCK, what="a study runner"):
-    return _run_locked(study, workdir, specs, executor, search_cfg, runner_cfg, retry, timeout, command, log, poll_s)
+    return _run_locked(study, workdir, specs, executor, search_cfg, runner_cfg, rep_cfg, retry, timeout, command, log,
+                       poll_s)
 
 
-def _run_locked(study, workdir, specs, executor, search_cfg, runner_cfg, retry, timeout, command, log, poll_s):
+def _run_locked(study, workdir, specs, executor, search_cfg, runner_cfg, rep_cfg, retry, timeout, command, log,
+                poll_s):
   wd.save_study_config(study, workdir, command)
   con = store.open_store(wd.store_path(workdir))
   try:
-    statuses = register(con, study, specs)
-    searches = _rebuild_searches(con, specs, search_cfg, log)
-    statuses = {r["run_id"]: r["status"] for r in store.runs(con, study=study.name)}
-    skip = FINISHED + (() if retry else ("failed",))
-    todo = collections.deque(t for t in specs if statuses[t.run_id] not in skip)
-    total = len(todo)
-    log(f"study {study.name}: {len(specs)} trials, {len(specs) - total} already finished, {total} to run on "
-        f"{executor.name} ({executor.slots} at once), workdir {workdir}")
+    register(con, study, specs)
+    searches = _rebuild_searches(con, specs, search_cfg, log)  # the study's own trials set each cell's first rung
+    earlier = phases.planned(study, con, specs)
+    register(con, study, earlier)
+    specs = specs + earlier
     driver = _Driver(study, workdir, con, executor, searches, search_cfg, runner_cfg, log)
-    retried: set[str] = set()
-    try:
-      while todo or driver.active:
-        while todo and len(driver.active) < executor.slots and not any(a.exclusive for a in driver.active.values()):
-          alone = _exclusive(executor, runner_cfg, todo[0])
-          if alone and driver.active:
-            break  # a trial that needs the machine to itself waits for the others to end
-          driver.start(todo.popleft(), exclusive=alone)
-        time.sleep(poll_s)
-        for rid, a in list(driver.active.items()):
-          code = a.handle.poll()
-          if driver.consider(a, driver.ingest(a), running=code is None):
-            status = "pruned"
-          elif code is None:
-            if timeout and time.monotonic() - a.started > timeout:
-              a.note = f"timed out after {timeout:.0f} s (runner.timeout_s)"
-              a.handle.kill()
-              status = driver.finish(a, -signal.SIGKILL)
-            else:
-              continue
-          else:
-            status = driver.finish(a, code)
-            if status == "failed" and code is not None and code < 0 and rid not in retried:
-              retried.add(rid)  # killed by a signal we did not send: resume it once from its checkpoint
-              log(f"         {rid}: trial killed by signal {-code}; resuming it from its checkpoint")
-              del driver.active[rid]
-              todo.appendleft(a.spec)
-              continue
-          del driver.active[rid]
-          driver.done_count += 1
-          log(progress_line(con, rid, status, driver.done_count, total, time.monotonic() - a.started))
-    except BaseException:
-      driver.interrupt()
-      raise
+    skip = FINISHED + (() if retry else ("failed",))
+    first = True
+    while True:
+      statuses = {r["run_id"]: r["status"] for r in store.runs(con, study=study.name)}
+      driver.promoted = {r["run_id"] for r in store.runs(con, study=study.name) if r.get("promoted")}
+      todo = collections.deque(t for t in specs if statuses[t.run_id] not in skip)
+      if first:
+        log(f"study {study.name}: {len(specs)} trials, {len(specs) - len(todo)} already finished, {len(todo)} to run "
+            f"on {executor.name} ({executor.slots} at once), workdir {workdir}")
+      elif todo:
+        log(f"study {study.name}: {len(todo)} follow-up trials to run (extensions, promotions, replicates)")
+      _run_wave(driver, todo, timeout, poll_s)
+      first, skip = False, FINISHED + ("failed",)  # failed trials are retried once per command, at its start
+      new, promoted = phases.follow_ups(study, con, specs, search_cfg, rep_cfg, log)
+      if not new and not promoted:
+        break
+      register(con, study, new)
+      specs = specs + new
     counts = collections.Counter(r["status"] for r in store.runs(con, study=study.name))
     return {s: counts.get(s, 0) for s in STATUSES}
   finally:

@@ -4,10 +4,13 @@ Tables::
 
   runs(run_id TEXT PRIMARY KEY, study, config_json, params_json /*the swept values*/, batch_size, optimizer,
        variant, role, technique, cell, budget_epochs, status /*records.STATUSES*/, stopped, error, started,
-       finished, wall_time, steps, final_json)
+       finished, wall_time, steps, final_json, seed INT, phase TEXT, replicate_of TEXT, promoted INT,
+       space_json /*the search space of the trial's point*/)
   evals(run_id, step, epoch, examples, wall_time, metrics_json, PRIMARY KEY(run_id, step))
   decisions(seq INTEGER PRIMARY KEY AUTOINCREMENT, cell, run_id, step, value, prune)   /*the search's log*/
   notes(key TEXT PRIMARY KEY, value TEXT)   /*facts about the store itself, e.g. 'decisions_repaired'*/
+  plan(seq INTEGER PRIMARY KEY AUTOINCREMENT, kind, cell, key, detail_json, UNIQUE(kind, cell, key))
+       /*what the runner added after a cell's search: range extensions, promotions, replicates (phases.py)*/
 
 Durability: WAL journal, ``synchronous=FULL``, and every write is its own committed transaction
 (``BEGIN IMMEDIATE … COMMIT``), so a ``kill -9`` of any writer at any moment loses nothing already written; a
@@ -34,11 +37,18 @@ from lamb_lars.study.records import FINISHED, STATUSES, Trial  # noqa: F401  (FI
 
 _ROW_KEYS = ("step", "epoch", "examples", "wall_time")
 
+# Columns added after the first stores were written (open_store adds them to an older store).
+_ADDED_COLUMNS = (("seed", "INT"), ("phase", "TEXT"), ("replicate_of", "TEXT"), ("promoted", "INT DEFAULT 0"),
+                  ("space_json", "TEXT"))
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs(
   run_id TEXT PRIMARY KEY, study TEXT, config_json TEXT, params_json TEXT, batch_size INT, optimizer TEXT,
   variant TEXT, role TEXT, technique TEXT, cell TEXT, budget_epochs REAL, status TEXT NOT NULL DEFAULT 'pending',
   stopped TEXT, error TEXT, started REAL, finished REAL, wall_time REAL, steps INT, final_json TEXT);
+CREATE TABLE IF NOT EXISTS plan(
+  seq INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, cell TEXT NOT NULL, key TEXT NOT NULL, detail_json TEXT,
+  UNIQUE(kind, cell, key));
 CREATE TABLE IF NOT EXISTS evals(
   run_id TEXT NOT NULL, step INT NOT NULL, epoch REAL, examples INT, wall_time REAL, metrics_json TEXT,
   PRIMARY KEY(run_id, step));
@@ -64,6 +74,10 @@ def open_store(path: Union[str, os.PathLike]) -> sqlite3.Connection:
     for stmt in _SCHEMA.strip().split(";"):
       if stmt.strip():
         con.execute(stmt)
+    have = {r["name"] for r in con.execute("PRAGMA table_info(runs)")}
+    for column, kind in _ADDED_COLUMNS:
+      if column not in have:  # a store written before these columns existed
+        con.execute(f"ALTER TABLE runs ADD COLUMN {column} {kind}")
   return con
 
 
@@ -104,7 +118,8 @@ def _loads(text: Optional[str]) -> Any:
 def upsert_run(con: sqlite3.Connection, run_id: str, *, study: str = "", config: Any = None,
                params: Optional[Mapping[str, Any]] = None, batch_size: Optional[int] = None,
                optimizer: str = "", variant: str = "", role: str = "", technique: str = "", cell: str = "",
-               budget_epochs: Optional[float] = None, status: Optional[str] = None) -> None:
+               budget_epochs: Optional[float] = None, status: Optional[str] = None, seed: Optional[int] = None,
+               phase: str = "search", replicate_of: str = "", space: Optional[Mapping[str, Any]] = None) -> None:
   """Registers a run (status ``pending``) or updates its description; an existing status is kept unless given."""
   if status is not None and status not in STATUSES:
     raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
@@ -119,6 +134,8 @@ def upsert_run(con: sqlite3.Connection, run_id: str, *, study: str = "", config:
         (run_id, study, _dumps(config or {}), _dumps(params or {}),
          None if batch_size is None else int(batch_size), optimizer, variant, role, technique, cell,
          None if budget_epochs is None else float(budget_epochs), status or "pending", status))
+    con.execute("UPDATE runs SET seed=?, phase=?, replicate_of=?, space_json=? WHERE run_id=?",
+                (None if seed is None else int(seed), phase, replicate_of, _dumps(space or {}), run_id))
 
 
 def set_status(con: sqlite3.Connection, run_id: str, status: str, *, error: Optional[str] = None,
@@ -190,6 +207,7 @@ def _run_dict(r: sqlite3.Row) -> dict:
   d["config"] = _loads(d.pop("config_json")) or {}
   d["params"] = _loads(d.pop("params_json")) or {}
   d["final"] = _loads(d.pop("final_json"))
+  d["space"] = _loads(d.pop("space_json", None)) or {}
   return d
 
 
@@ -234,7 +252,8 @@ def to_trial(d: Mapping[str, Any], curve: Sequence[Mapping[str, Any]]) -> Trial:
                variant=d["variant"] or "original", role=d.get("role") or "search",
                technique=d.get("technique") or "", cell=d.get("cell") or "", params=d["params"],
                status=d["status"], stopped=d.get("stopped"), budget_epochs=d.get("budget_epochs"), curve=curve,
-               error=d["error"], wall_time=d["wall_time"])
+               error=d["error"], wall_time=d["wall_time"], seed=d.get("seed"), phase=d.get("phase") or "search",
+               replicate_of=d.get("replicate_of") or "", promoted=bool(d.get("promoted")), space=d.get("space") or {})
 
 
 def log_decision(con: sqlite3.Connection, cell: str, run_id: str, step: int, value: Optional[float],
@@ -265,6 +284,27 @@ def remove_duplicate_decisions(con: sqlite3.Connection) -> int:
 def decisions_repaired(con: sqlite3.Connection) -> bool:
   """Whether :func:`remove_duplicate_decisions` ever removed anything from this store's log."""
   return con.execute("SELECT 1 FROM notes WHERE key='decisions_repaired'").fetchone() is not None
+
+
+def promote(con: sqlite3.Connection, run_id: str) -> None:
+  """Marks a pruned run as promoted and puts it back to ``pending``: it resumes from its checkpoint to its full
+  budget and the search never prunes it again (phases.py: the minimum of full-budget trials per cell)."""
+  with _transaction(con):
+    con.execute("UPDATE runs SET promoted=1, status='pending' WHERE run_id=? AND status='pruned'", (run_id,))
+
+
+def log_plan(con: sqlite3.Connection, kind: str, cell: str, key: str, detail: Mapping[str, Any]) -> bool:
+  """Records one follow-up of a cell's search (``kind`` 'extend' | 'promote' | 'replicate') once; True when new."""
+  with _transaction(con):
+    cur = con.execute("INSERT OR IGNORE INTO plan(kind, cell, key, detail_json) VALUES (?, ?, ?, ?)",
+                      (kind, cell, str(key), _dumps(detail)))
+    return cur.rowcount > 0
+
+
+def plan(con: sqlite3.Connection) -> list[dict]:
+  """The follow-up log in the order it was written (``detail`` decoded)."""
+  return [{**dict(r), "detail": _loads(r["detail_json"])}
+          for r in con.execute("SELECT kind, cell, key, detail_json FROM plan ORDER BY seq")]
 
 
 def decisions(con: sqlite3.Connection) -> list[dict]:

@@ -39,7 +39,7 @@ import hashlib
 import itertools
 import json
 import re
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import ml_collections
 
@@ -68,6 +68,14 @@ class TrialSpec:
   searched: bool = False
   env: Mapping[str, str] = dataclasses.field(default_factory=dict)
   pruner: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  phase: str = "search"                 # 'search' | 'extend<k>' | 'replicate' (phases.py)
+  replicate_of: str = ""
+  space: Mapping[str, Any] = dataclasses.field(default_factory=dict)   # the search space its point came from
+
+  @property
+  def seed(self) -> int:
+    """``config.seed``: initialisation, data order and per-step randomness (dropout, augmentation)."""
+    return int(self.config.get("seed", 0) or 0)
 
   @property
   def batch_size(self) -> int:
@@ -186,9 +194,6 @@ def expand(study: ml_collections.ConfigDict) -> list[TrialSpec]:
   """Every trial of the study, in sweep order; raises ValueError (one sentence) on anything malformed."""
   if not study.get("sweeps"):
     raise ValueError("the study config has no sweeps.")
-  analysis = study.get("analysis") or {}
-  target = analysis.get("target_metric", "eval_accuracy"), analysis.get("target_goal", 0.99), \
-      analysis.get("target_mode", "max")
   trials, seen_ids, seen_names = [], set(), set()
   for sweep in study.sweeps:
     sweep = dict(sweep)
@@ -196,26 +201,67 @@ def expand(study: ml_collections.ConfigDict) -> list[TrialSpec]:
     if sweep["name"] in seen_names:
       raise ValueError(f"two sub-sweeps are named {sweep['name']!r}; run-id prefixes must be unique.")
     seen_names.add(sweep["name"])
-    role, variant = sweep.get("role", "search"), normalise_variant(sweep.get("variant"))
-    fixed = dict(sweep.get("fixed") or {})
-    if sweep.get("stop_at_target"):
-      fixed.update({"stop.target_metric": target[0], "stop.target_goal": float(target[1]),
-                    "stop.target_mode": target[2]})
+    fixed = _fixed(study, sweep)
     for grid_point, points in _cells(sweep):
-      cell = "-".join([sweep["name"]] + [f"{_short_key(k)}{_fmt_value(v)}" for k, v in grid_point.items()])
-      for point in points:
-        overrides = {**fixed, **grid_point, **point}
-        config = apply_overrides(study.base, overrides)
-        rid = run_id(sweep["name"], {**grid_point, **point}, overrides)
-        if rid in seen_ids:
-          raise ValueError(f"two trials have the same id {rid!r}: a sub-sweep repeats a point.")
-        seen_ids.add(rid)
-        trials.append(TrialSpec(rid, sweep["name"], cell, role, str(sweep.get("technique", "") or ""), variant,
-                                overrides, config, searched=bool(sweep.get("search")),
-                                env={str(k): str(v) for k, v in dict(sweep.get("env") or {}).items()},
-                                pruner=dict(sweep.get("pruner") or {})))
+      for spec in _cell_trials(study, sweep, grid_point, points, fixed, sweep["name"], "search"):
+        if spec.run_id in seen_ids:
+          raise ValueError(f"two trials have the same id {spec.run_id!r}: a sub-sweep repeats a point.")
+        seen_ids.add(spec.run_id)
+        trials.append(spec)
   _check_study(study, trials)
   return trials
+
+
+def cell_name(sweep: Mapping[str, Any], grid_point: Mapping[str, Any]) -> str:
+  return "-".join([sweep["name"]] + [f"{_short_key(k)}{_fmt_value(v)}" for k, v in grid_point.items()])
+
+
+def _cell_trials(study, sweep: Mapping[str, Any], grid_point: Mapping[str, Any], points: Sequence[Mapping[str, Any]],
+                 fixed: Mapping[str, Any], id_prefix: str, phase: str,
+                 space: Optional[Mapping[str, Any]] = None) -> list[TrialSpec]:
+  """The trials of one cell: ``base`` + fixed + grid point + each search point."""
+  role, variant = sweep.get("role", "search"), normalise_variant(sweep.get("variant"))
+  space = dict(sweep.get("search") or {}) if space is None else dict(space)
+  out = []
+  for point in points:
+    overrides = {**fixed, **grid_point, **point}
+    config = apply_overrides(study.base, overrides)
+    out.append(TrialSpec(run_id(id_prefix, {**grid_point, **point}, overrides), sweep["name"],
+                         cell_name(sweep, grid_point), role, str(sweep.get("technique", "") or ""), variant,
+                         overrides, config, searched=bool(sweep.get("search")),
+                         env={str(k): str(v) for k, v in dict(sweep.get("env") or {}).items()},
+                         pruner=dict(sweep.get("pruner") or {}), phase=phase,
+                         space={k: list(v) if isinstance(v, tuple) else v for k, v in space.items()}))
+  return out
+
+
+def _fixed(study, sweep: Mapping[str, Any]) -> dict[str, Any]:
+  analysis = study.get("analysis") or {}
+  fixed = dict(sweep.get("fixed") or {})
+  if sweep.get("stop_at_target"):
+    fixed.update({"stop.target_metric": analysis.get("target_metric", "eval_accuracy"),
+                  "stop.target_goal": float(analysis.get("target_goal", 0.99)),
+                  "stop.target_mode": analysis.get("target_mode", "max")})
+  return fixed
+
+
+def extension_trials(study: ml_collections.ConfigDict, cell: str, round_: int,
+                     space: Mapping[str, Any]) -> list[TrialSpec]:
+  """The trials of the ``round_``-th extension of ``cell``'s search: its sub-sweep's ``num_trials`` new points
+  drawn from ``space`` (the cell's space with a moved LR range, phases.py), ids ``<sweep>-x<round>-…``."""
+  for sweep in study.sweeps:
+    sweep = dict(sweep)
+    if not sweep.get("search"):
+      continue
+    for i, combo in enumerate(itertools.product(*dict(sweep.get("grid") or {}).values())):
+      grid_point = dict(zip(dict(sweep.get("grid") or {}).keys(), combo))
+      if cell_name(sweep, grid_point) != cell:
+        continue
+      seed = int(sweep.get("seed", 0) or 0) * 1000 + i + 7919 * int(round_)
+      points = search_lib.sample(dict(space), int(sweep["num_trials"]), seed)
+      return _cell_trials(study, sweep, grid_point, points, _fixed(study, sweep), f"{sweep['name']}-x{round_}",
+                          f"extend{round_}", space)
+  raise ValueError(f"no searched cell {cell!r} in this study.")
 
 
 def _num_devices(study: ml_collections.ConfigDict, t: TrialSpec) -> int:

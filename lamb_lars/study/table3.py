@@ -15,9 +15,13 @@ Verdict of one trial (accuracy = test accuracy, a fraction; definitions in docs/
 * **ok**: neither.
 * **pruned**: stopped by the search at a rung (other trials of its cell were better); not a result.
 
-A cell summarises the trials of one (optimizer, variant, batch) after a metaparameter search: the best final
-test accuracy among 'ok' trials that ran their full budget; if there is none, 'unstable' if any trial was
-unstable, else 'diverge' if any diverged, else 'n/a'. Failed (crashed) and unfinished trials are not results.
+A cell summarises the trials of one (optimizer, variant, batch) after a metaparameter search. Its chosen trial is
+the 'ok' trial that ran its full budget with the best final *validation* accuracy (selection.py: choosing on the
+test set would bias the cell upward); its accuracy is the mean final test accuracy of the chosen configuration's
+replicates (fresh seeds, replicates.py) when it has any, else the chosen trial's own final test accuracy (a single
+run, no interval). A study without a validation split selects on the test accuracy, and the cell says so
+(``selected_on``). If no trial is 'ok' and full-budget: 'unstable' if any trial was unstable, else 'diverge' if any
+diverged, else 'n/a'. Failed (crashed) and unfinished trials are not results.
 """
 from __future__ import annotations
 
@@ -25,7 +29,9 @@ import dataclasses
 import math
 from typing import Iterable, Mapping, Optional, Sequence
 
+from lamb_lars.study import replicates as replicates_lib
 from lamb_lars.study.records import Trial, VARIANTS, chance_threshold, normalise_variant
+from lamb_lars.study.selection import choose
 
 COLUMN_NAMES = {"original": "original", "layerwise": "layer-wise", "layerwise_bound": "layer-wise + bound"}
 OPTIMIZER_ORDER = ("sgd", "momentum", "nesterov", "adagrad", "rmsprop", "adam", "adamw", "lars", "lamb")
@@ -50,6 +56,8 @@ class Cell:
   run_id: Optional[str] = None
   num_trials: int = 0
   counts: Mapping[str, int] = dataclasses.field(default_factory=dict)
+  selected_on: str = ""                                    # 'validation_accuracy' | 'eval_accuracy' (test)
+  replicates: Optional[replicates_lib.Summary] = None      # test accuracy over the chosen trial's fresh seeds
 
   def text(self, digits: int = 1) -> str:
     return f"{100 * self.accuracy:.{digits}f}" if self.verdict == "ok" else self.verdict
@@ -92,15 +100,22 @@ def trial_verdict(trial: Trial, *, num_classes: int = 10, drop_tol: float = 0.01
 
 
 def cell(trials: Iterable[Trial], **verdict_kw) -> Cell:
-  """Summarises the trials of one (optimizer, variant, batch) as one cell."""
+  """Summarises the trials of one (optimizer, variant, batch) as one cell (module docstring)."""
+  trials = list(trials)
+  reps = [t for t in trials if t.phase == "replicate"]
+  trials = [t for t in trials if t.phase != "replicate"]
   judged = [(t, v) for t in trials if (v := trial_verdict(t, **verdict_kw)) is not None]
   counts: dict[str, int] = {}
   for _, v in judged:
     counts[v.verdict] = counts.get(v.verdict, 0) + 1
   ok = [(t, v) for t, v in judged if v.verdict == "ok" and t.ran_full_budget]
   if ok:
-    t, v = min(ok, key=lambda tv: (-tv[1].final, tv[0].run_id))  # ties: smaller run_id
-    return Cell("ok", v.final, t.run_id, len(judged), counts)
+    by_id = {t.run_id: v for t, v in ok}
+    on = "validation_accuracy" if all(t.last("validation_accuracy") is not None for t, _ in ok) else ACC
+    t = choose([t for t, _ in ok], on)
+    summary = replicates_lib.accuracy_summary(replicates_lib.replicates_of(reps, t.run_id), ACC)
+    acc = summary.mean if summary.n else by_id[t.run_id].final
+    return Cell("ok", acc, t.run_id, len(judged), counts, on, summary if summary.n else None)
   verdict = "unstable" if counts.get("unstable") else "diverge" if counts.get("diverge") else "n/a"
   return Cell(verdict, None, None, len(judged), counts)
 

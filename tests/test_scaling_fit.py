@@ -1,0 +1,112 @@
+"""The censored S(B) = S_min·(1 + B_crit/B) fit (lamb_lars/study/scaling_fit.py; McCandlish et al. 2018 eq. 2.11)
+against known parameters and a brute-force float64 numpy minimisation of the loss written from its definition;
+censored points as lower bounds; the bootstrap over seeds and the leave-one-batch-out sensitivity."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from lamb_lars.study import scaling_fit as F
+
+B = np.array([256, 512, 1024, 2048, 4096, 8192], np.float64)
+
+
+def _reference(b, s, censored, n=1201):
+  """Brute force: the loss Σ_reached (log S − log Ŝ)² + Σ_censored min(0, log Ŝ − log L)² on a grid of
+  (log S_min, log B_crit), then a second grid around the best cell. Returns (S_min, B_crit, loss)."""
+  b, ly, cens = np.asarray(b, float), np.log(np.asarray(s, float)), np.asarray(censored, bool)
+
+  def grid(lc, lb):
+    pred = lc[:, None, None] + np.log1p(np.exp(lb)[None, :, None] / b[None, None, :])
+    r = ly[None, None, :] - pred
+    loss = np.where(cens[None, None, :], np.minimum(0.0, -r) ** 2, r ** 2).sum(-1)
+    i, j = np.unravel_index(np.argmin(loss), loss.shape)
+    return lc[i], lb[j], loss[i, j]
+  lc0, lb0, _ = grid(np.linspace(0.0, 12.0, n), np.linspace(math.log(1.0), math.log(1e7), n))
+  lc, lb, loss = grid(np.linspace(lc0 - 0.02, lc0 + 0.02, 801), np.linspace(lb0 - 0.03, lb0 + 0.03, 801))
+  return math.exp(lc), math.exp(lb), loss
+
+
+def test_recovers_known_parameters_from_exact_data():
+  f = F.fit(B, 1000.0 * (1 + 2000.0 / B))
+  assert f.s_min == pytest.approx(1000.0, rel=1e-6) and f.b_crit == pytest.approx(2000.0, rel=1e-6)
+  assert f.e_min == pytest.approx(2e6, rel=1e-6) and f.loss < 1e-15
+  perfect = F.fit(B, 5e5 / B)                       # S ∝ 1/B across the data: no bend, B_crit = ∞
+  assert perfect.b_crit == math.inf and perfect.s_min == 0.0 and perfect.e_min == pytest.approx(5e5, rel=1e-6)
+  flat = F.fit(B, np.full(6, 700.0))                # no speed-up at all
+  assert flat.b_crit == 0.0 and flat.s_min == pytest.approx(700.0, rel=1e-9)
+
+
+def test_noisy_fit_matches_brute_force_reference():
+  rng = np.random.default_rng(7)
+  s = 1000.0 * (1 + 2000.0 / B) * np.exp(rng.normal(0.0, 0.15, B.size))
+  f = F.fit(B, s)
+  s_min, b_crit, loss = _reference(B, s, np.zeros(B.size, bool))
+  assert f.loss <= loss + 1e-9
+  assert f.s_min == pytest.approx(s_min, rel=2e-3) and f.b_crit == pytest.approx(b_crit, rel=4e-3)
+
+
+def test_a_censored_point_below_the_prediction_costs_nothing():
+  s = 1000.0 * (1 + 2000.0 / B)
+  bs, ys, cs = list(B) + [16384.0], list(s) + [900.0], [False] * 6 + [True]   # Ŝ(16K) = 1122 > 900
+  f, g = F.fit(bs, ys, cs), F.fit(B, s)
+  assert (f.s_min, f.b_crit) == pytest.approx((g.s_min, g.b_crit), rel=1e-9) and f.num_censored == 1
+
+
+def test_a_censored_point_above_the_prediction_pulls_the_fit_up():
+  # reached points that scale perfectly (B_crit = ∞ on their own) and two larger batches that missed a budget of
+  # 300 steps: the fit without them predicts 122 and 61 steps there, which the misses rule out.
+  reached = B[:4]
+  ys = list(5e5 / reached) + [300.0, 300.0]
+  cs = [False] * 4 + [True, True]
+  alone = F.fit(reached, 5e5 / reached)
+  f = F.fit(B, ys, cs)
+  assert alone.b_crit == math.inf and math.isfinite(f.b_crit)
+  assert F.predict(f, 8192.0) > F.predict(alone, 8192.0)
+  s_min, b_crit, loss = _reference(B, ys, cs)
+  assert f.loss <= loss + 1e-9
+  assert f.s_min == pytest.approx(s_min, rel=5e-3) and f.b_crit == pytest.approx(b_crit, rel=1e-2)
+
+
+def test_needs_reached_points_at_two_batches():
+  with pytest.raises(ValueError, match="two or more batch sizes"):
+    F.fit([256, 512, 1024], [100, 60, 40], [False, True, True])
+
+
+def _points(noise, seeds=3, rng_seed=0):
+  rng = np.random.default_rng(rng_seed)
+  return {int(b): [(1000.0 * (1 + 2000.0 / b) * math.exp(rng.normal(0.0, noise)), False) for _ in range(seeds)]
+          for b in B}
+
+
+def test_bootstrap_interval_over_seeds():
+  exact = F.bootstrap(_points(0.0), num=10)
+  assert exact.lo == pytest.approx(2000.0, rel=1e-6) and exact.hi == pytest.approx(2000.0, rel=1e-6)
+  pts = _points(0.1)
+  a, b = F.bootstrap(pts, num=40, seed=1), F.bootstrap(pts, num=40, seed=1)
+  assert a == b                                        # reproducible
+  assert a.lo < F.fit_points(pts).b_crit < a.hi and a.failed == 0 and a.infinite == 0.0
+  # the percentile interval is the nearest-rank 2.5% / 97.5% order statistic of the refits (numpy reference)
+  rng = np.random.default_rng(1)
+  refits = []
+  for _ in range(40):
+    bs, ys = [], []
+    for bb in sorted(pts):
+      for i in rng.integers(0, 3, 3):
+        bs.append(bb)
+        ys.append(pts[bb][i][0])
+    refits.append(F.fit(bs, ys).b_crit)
+  v = np.sort(refits)
+  assert (a.lo, a.hi) == (v[math.ceil(0.025 * 40) - 1], v[math.ceil(0.975 * 40) - 1])
+
+
+def test_leave_one_batch_out_exposes_a_point_the_fit_rests_on():
+  pts = _points(0.0)
+  assert all(v == pytest.approx(2000.0, rel=1e-6) for v in F.leave_one_batch_out(pts).values())
+  pts[8192] = [(5000.0, False)] * 3                    # one wild batch
+  lobo = F.leave_one_batch_out(pts)
+  assert lobo[8192] == pytest.approx(2000.0, rel=1e-6)
+  assert all(abs(v - 2000.0) > 100.0 for b, v in lobo.items() if b != 8192)
+  assert F.leave_one_batch_out({256: [(100.0, False)], 512: [(60.0, False)]}) == {256: None, 512: None}

@@ -1,0 +1,281 @@
+"""The runner's follow-ups of a cell's search (lamb_lars/study/phases.py) on a tiny study whose trials are
+simulated by an in-process executor (no JAX; a row per poll, so ASHA prunes as it would): the best LR at the edge
+of its range extends the range, pruned trials are promoted to the minimum of full-budget trials, the chosen
+configuration (best *validation* accuracy) is replicated with fresh seeds; everything is in the store and its plan
+log, a second run does nothing, and raising the number of seeds runs only the new ones."""
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import pytest
+
+from configs.studies import smoke
+from lamb_lars.study import runner, store as st
+from lamb_lars.study import workdir as wd
+
+LR_OPT = 0.05   # the simulated optimum: above the first range [0.001, 0.01], inside the first extension
+DIVERGE_LR = 2.0   # simulated trials above this LR diverge
+
+
+def _simulated_rows(cfg: dict) -> list[dict]:
+  """Validation accuracy peaks at LR_OPT (log-quadratic) and grows with the epoch; the test accuracy prefers a
+  *smaller* LR, so choosing on test would pick another trial than choosing on validation; the seed adds noise."""
+  lr, seed, batch = cfg["optimizer"]["learning_rate"], int(cfg["seed"]), int(cfg["batch_size"])
+  epochs, per_epoch = int(cfg["num_epochs"]), 512 // batch
+  rows = []
+  for e in range(1, epochs + 1):
+    d = math.log10(lr / LR_OPT)
+    val = 0.9 - 0.05 * d * d - 0.1 / e + 0.001 * ((seed * 7) % 5)
+    test = 0.9 - 0.05 * (d + 0.5) ** 2 - 0.1 / e + 0.002 * ((seed * 3) % 4)
+    rows.append({"step": e * per_epoch, "epoch": float(e), "examples": e * per_epoch * batch, "wall_time": float(e),
+                 "validation_accuracy": val, "eval_accuracy": test, "eval_loss": 1.0 - test,
+                 "validation_loss": 1.0 - val})
+  return rows
+
+
+class _Handle:
+  def __init__(self, run_id, run_dir):
+    self.run_id, self.dir = run_id, run_dir
+    with open(os.path.join(run_dir, wd.TRIAL_CONFIG_FILE), encoding="utf-8") as f:
+      cfg = json.load(f)
+    self.rows, self.lr = _simulated_rows(cfg), cfg["optimizer"]["learning_rate"]
+    path = os.path.join(run_dir, "metrics.jsonl")
+    self.done = sum(1 for _ in open(path, encoding="utf-8")) if os.path.exists(path) else 0  # resume
+    self.killed = False
+
+  def poll(self):
+    if self.killed:
+      return -9
+    if self.lr > DIVERGE_LR and self.done >= 1:   # a non-finite loss after the first evaluation
+      with open(os.path.join(self.dir, "result.json"), "w", encoding="utf-8") as f:
+        json.dump({"status": "diverged", "step": self.rows[0]["step"], "error": "non-finite loss"}, f)
+      return 0
+    if self.done < len(self.rows):
+      with open(os.path.join(self.dir, "metrics.jsonl"), "a", encoding="utf-8") as f:
+        f.write(json.dumps(self.rows[self.done]) + "\n")
+      self.done += 1
+      return None
+    with open(os.path.join(self.dir, "result.json"), "w", encoding="utf-8") as f:
+      json.dump({"status": "done", "step": self.rows[-1]["step"], "final": self.rows[-1]}, f)
+    return 0
+
+  def kill(self):
+    self.killed = True
+
+
+class FakeExecutor:
+  """Runs trials as ``_Handle``s; with ``interrupt``, the first submit of a run id containing it raises
+  KeyboardInterrupt (the runner killed at that moment)."""
+  name, slots = "fake", 1
+
+  def __init__(self, interrupt=None):
+    self.submitted, self.interrupt = [], interrupt
+
+  def check_workdir(self, workdir):
+    os.makedirs(workdir, exist_ok=True)
+
+  def submit(self, run_id, run_dir, env):
+    if self.interrupt and self.interrupt in run_id:
+      self.interrupt = None
+      raise KeyboardInterrupt("killed")
+    self.submitted.append(run_id)
+    return _Handle(run_id, run_dir)
+
+  def close(self):
+    pass
+
+
+def _study(num_seeds=2):
+  c = smoke.get_config()
+  c.sweeps = (
+      dict(name="base", role="baseline", fixed={"batch_size": 32}),
+      dict(name="tuned", role="technique", technique="tuned", fixed={"batch_size": 64},
+           search={"optimizer.learning_rate": ("log", 0.001, 0.01)}, num_trials=6, seed=3),
+  )
+  c.search.max_extensions = 2
+  c.search.min_full_budget = 9   # 8 of the 12 trials run their full budget: one pruned trial is promoted
+  c.replicates.num_seeds = num_seeds
+  c.replicates.roles = ("baseline", "technique")
+  return c
+
+
+def _run(study, workdir, interrupt=None):
+  ex, lines = FakeExecutor(interrupt), []
+  runner.run_study(study, workdir, executor=ex, poll_s=0.0, log=lines.append)
+  return ex, lines
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+  workdir = str(tmp_path_factory.mktemp("phases"))
+  ex, lines = _run(_study(), workdir)
+  con = st.open_store(wd.store_path(workdir))
+  yield workdir, ex, lines, {t.run_id: t for t in st.trials(con)}, st.plan(con)
+  con.close()
+
+
+def test_best_lr_at_the_edge_extends_the_range_once_recorded(finished):
+  _, _, lines, trials, plan = finished
+  ext = [p for p in plan if p["kind"] == "extend"]
+  assert [(p["key"], p["detail"].get("side")) for p in ext if p["cell"] == "tuned"][0] == ("1", "high")
+  first = next(p for p in ext if p["cell"] == "tuned" and p["key"] == "1")
+  assert first["detail"]["space"]["optimizer.learning_rate"] == pytest.approx(["log", 0.01, 0.1])
+  x1 = [t for t in trials.values() if t.phase == "extend1"]
+  assert len(x1) == 6 and all(t.cell == "tuned" and t.run_id.startswith("tuned-x1-") for t in x1)
+  assert all(0.01 <= t.params["learning_rate"] <= 0.1 for t in x1)
+  end = next(p for p in ext if p["cell"] == "tuned" and p["key"] == "end")
+  assert end["detail"]["where"] == "interior" and end["detail"]["rounds"] == 1
+  assert any("high edge" in ln for ln in lines)
+
+
+def test_pruned_trials_are_promoted_to_the_minimum_of_full_budget_trials(finished):
+  _, _, _, trials, plan = finished
+  tuned = [t for t in trials.values() if t.cell == "tuned" and t.phase != "replicate"]
+  assert len(tuned) == 12 and sum(t.status == "done" for t in tuned) == 9
+  promoted = [t for t in tuned if t.promoted]
+  assert promoted and len(promoted) == 9 - sum(t.status == "done" and not t.promoted for t in tuned)
+  assert sorted(p["key"] for p in plan if p["kind"] == "promote") == sorted(t.run_id for t in promoted)
+  assert all(t.status == "done" and t.final_epoch == 3.0 for t in promoted)
+  # the pruned trials that got furthest (all were pruned at epoch 1), then with the best validation accuracy there
+  pruned = [t for t in tuned if t.status == "pruned"] + promoted
+  at_rung = {t.run_id: [r for r in t.curve if r["epoch"] <= 1.0][-1]["validation_accuracy"] for t in pruned}
+  ranked = sorted(pruned, key=lambda t: -at_rung[t.run_id])
+  assert {t.run_id for t in ranked[:len(promoted)]} == {t.run_id for t in promoted}
+
+
+def test_chosen_on_validation_is_replicated_with_fresh_seeds(finished):
+  workdir, _, _, trials, plan = finished
+  tuned = [t for t in trials.values() if t.cell == "tuned" and t.phase != "replicate" and t.status == "done"]
+  by_val = max(tuned, key=lambda t: (t.last("validation_accuracy"), ))
+  by_test = max(tuned, key=lambda t: t.last("eval_accuracy"))
+  assert by_val.run_id != by_test.run_id   # the simulation makes them differ
+  reps = sorted((t for t in trials.values() if t.replicate_of == by_val.run_id), key=lambda t: t.seed)
+  assert [(t.run_id, t.seed, t.phase, t.status) for t in reps] == [
+      (f"{by_val.run_id}-seed{s}", s, "replicate", "done") for s in (1, 2)]
+  with open(os.path.join(wd.run_dir(workdir, reps[0].run_id), wd.TRIAL_CONFIG_FILE), encoding="utf-8") as f:
+    cfg = json.load(f)
+  assert cfg["seed"] == 1 and cfg["optimizer"]["learning_rate"] == by_val.params["learning_rate"]
+  base_reps = [t for t in trials.values() if t.cell == "base" and t.phase == "replicate"]
+  assert sorted(t.seed for t in base_reps) == [1, 2]
+  assert sorted(p["key"] for p in plan if p["kind"] == "replicate" and p["cell"] == "tuned") == ["seed1", "seed2"]
+
+
+def test_second_run_does_nothing_and_more_seeds_run_only_the_new_ones(finished, tmp_path):
+  workdir, _, _, trials, plan = finished
+  ex, lines = _run(_study(), workdir)
+  assert ex.submitted == [] and "0 to run" in lines[0], lines
+  con = st.open_store(wd.store_path(workdir))
+  assert st.plan(con) == plan
+  ex, _ = _run(_study(num_seeds=3), workdir)
+  assert sorted(ex.submitted) == sorted(f"{t.run_id}-seed3" for t in trials.values()
+                                        if any(r.replicate_of == t.run_id for r in trials.values()))
+  assert len(ex.submitted) == 2
+  con.close()
+
+
+def test_runs_csv_has_seed_phase_and_replicate_columns(finished, tmp_path):
+  import csv
+  from lamb_lars.study import publish
+  workdir = finished[0]
+  con = st.open_store(wd.store_path(workdir))
+  trials = {t.run_id: t for t in st.trials(con)}
+  runs_csv, _ = publish.export_csvs(con, "smoke", str(tmp_path))
+  con.close()
+  rows = {r["run_id"]: r for r in csv.DictReader(open(runs_csv, encoding="utf-8"))}
+  for rid, t in trials.items():
+    assert rows[rid]["seed"] == str(t.seed) and rows[rid]["phase"] == t.phase
+    assert rows[rid]["replicate_of"] == t.replicate_of
+  back = {t.run_id: t for t in publish.load_csvs(str(tmp_path))}
+  assert {rid: (t.seed, t.phase, t.replicate_of, t.promoted) for rid, t in back.items()} == \
+      {rid: (t.seed, t.phase, t.replicate_of, t.promoted) for rid, t in trials.items()}
+
+
+def test_report_shows_search_adequacy_and_replicates(finished, tmp_path):
+  from lamb_lars.study import publish
+  workdir = finished[0]
+  readme = publish.publish(workdir, str(tmp_path / "report"))
+  text = open(readme, encoding="utf-8").read()
+  adequacy = text[text.index("## Search adequacy"):text.index("## Replicates")]
+  row = next(ln for ln in adequacy.splitlines() if ln.startswith("| tuned |"))
+  assert "interior" in row and "[0.001, 0.01], [0.01, 0.1]" in row and "| 12 | 9 |" in row
+  reps = text[text.index("## Replicates"):]
+  assert "(n=" in reps and "95% t interval" in reps   # n = 2, or 3 after the test that adds a seed
+  # the baseline's replicates share its role: the single-run baseline section still finds its one baseline trial
+  assert "No baseline" not in text and "run `base-ff2a`" in text
+
+
+def test_a_replicate_changes_only_the_seed_which_sets_init_data_order_and_step_key():
+  """A replicate's config differs from its chosen trial's in ``seed`` alone; that seed keys the initialisation and
+  the per-step key (dropout, augmentation) in the trainer and the training order in the input pipeline, while
+  the held-out validation split stays the same examples."""
+  import jax
+  import optax
+  from input_pipeline import pipeline
+  from lamb_lars import mesh as mesh_lib, trainer
+  from lamb_lars.models import create_model
+  from lamb_lars.study import phases, sweep
+  spec = sweep.expand(_study())[0]
+  rep = phases.replicate_spec(spec, 1)
+  a, b = spec.config.to_dict(), rep.config.to_dict()
+  assert {k for k in a if a[k] != b[k]} == {"seed"} and (spec.seed, rep.seed) == (0, 1)
+  order = [next(pipeline.train_batches(c, epoch=0, global_batch_size=32))["label"] for c in (spec.config, rep.config)]
+  assert (order[0] != order[1]).any()
+  val = [next(pipeline.eval_batches(c, batch_size=32, split="validation"))["label"] for c in (spec.config, rep.config)]
+  assert (val[0] == val[1]).all()
+  model, mesh = create_model("lenet5", num_classes=10), mesh_lib.make_mesh(1, jax.devices()[:1])
+  states = [trainer.create_train_state(model, optax.sgd(0.1), mesh, (28, 28, 1), c.seed)
+            for c in (spec.config, rep.config)]
+  (s0, k0), (s1, k1) = states
+  leaves = zip(jax.tree_util.tree_leaves(s0.params), jax.tree_util.tree_leaves(s1.params))
+  assert any((x != y).any() for x, y in leaves) and (k0 != k1).any()
+
+
+@pytest.mark.parametrize("where", ["-x1-", "-seed"])
+def test_runner_killed_during_a_follow_up_resumes_to_the_same_study(tmp_path, where):
+  """Killed when the first extension (or replicate) trial starts, then run again: the same trials and plan log as an
+  uninterrupted run, every trial recorded once."""
+  workdir = str(tmp_path / "w")
+  with pytest.raises(KeyboardInterrupt):
+    _run(_study(), workdir, interrupt=where)
+  _run(_study(), workdir)
+  con = st.open_store(wd.store_path(workdir))
+  got = {t.run_id: (t.status, t.phase, t.seed, t.replicate_of, t.promoted) for t in st.trials(con)}
+  plan = [(p["kind"], p["cell"], p["key"]) for p in st.plan(con)]
+  con.close()
+  ref_dir = str(tmp_path / "ref")
+  _run(_study(), ref_dir)
+  con = st.open_store(wd.store_path(ref_dir))
+  want = {t.run_id: (t.status, t.phase, t.seed, t.replicate_of, t.promoted) for t in st.trials(con)}
+  assert got == want and sorted(plan) == sorted((p["kind"], p["cell"], p["key"]) for p in st.plan(con))
+  con.close()
+
+
+def test_a_cell_where_every_trial_diverged_extends_downward(tmp_path):
+  c = _study(num_seeds=0)
+  c.sweeps = (dict(name="hot", role="table3", fixed={"batch_size": 64},
+                   search={"optimizer.learning_rate": ("log", 5.0, 50.0)}, num_trials=4, seed=0),)
+  c.analysis.techniques = ()
+  c.analysis.target_technique = ""
+  _run(c, str(tmp_path))
+  con = st.open_store(wd.store_path(str(tmp_path)))
+  ext = {p["key"]: p["detail"] for p in st.plan(con) if p["kind"] == "extend"}
+  trials = st.trials(con)
+  con.close()
+  assert ext["1"]["side"] == "low" and ext["1"]["why"] == "every trial diverged"
+  assert ext["1"]["space"]["optimizer.learning_rate"] == pytest.approx(["log", 0.5, 5.0])
+  assert all(t.status == "diverged" for t in trials if t.phase == "search")
+  assert any(t.status == "done" for t in trials if t.phase == "extend1")
+
+
+@pytest.mark.parametrize("key, value", [("replicates.num_seeds", -1), ("replicates.roles", ("tech",)),
+                                        ("search.edge_fraction", 0.5), ("search.max_extensions", -1),
+                                        ("search.min_full_budget", -2)])
+def test_bad_follow_up_settings_are_one_sentence_before_anything_runs(tmp_path, key, value):
+  c = _study()
+  section, name = key.split(".")
+  c[section][name] = value
+  with pytest.raises(ValueError, match=f"study.{section}: "):
+    runner.run_study(c, str(tmp_path / "w"), executor=FakeExecutor(), poll_s=0.0, log=lambda s: None)
+  assert not os.path.exists(tmp_path / "w")
