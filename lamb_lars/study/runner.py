@@ -159,6 +159,7 @@ class _Driver:
     rdir = wd.run_dir(self.workdir, spec.run_id)
     os.makedirs(rdir, exist_ok=True)
     write_text_atomic(os.path.join(rdir, wd.TRIAL_CONFIG_FILE), spec.config.to_json_best_effort(indent=1))
+    write_text_atomic(os.path.join(rdir, wd.TRIAL_HPARAMS_FILE), store._dumps(trial_hparams(spec)))  # noqa: SLF001
     err = os.path.join(rdir, "error.txt")
     if os.path.exists(err):  # from an earlier failed attempt
       os.remove(err)
@@ -224,6 +225,12 @@ class _Driver:
       if store.runs(self.con, run_id=rid)[0]["status"] == "running":
         store.set_status(self.con, rid, "pending")
     self.active.clear()
+
+
+def trial_hparams(spec: sweep.TrialSpec) -> dict[str, Any]:
+  """What TensorBoard's HParams dashboard shows for a trial: the keys its study varies (``TrialSpec.params``: the
+  sub-sweep's swept and fixed keys, the LR and warmup it uses) with its batch size and optimizer."""
+  return {"batch_size": spec.batch_size, "optimizer.name": spec.optimizer, **spec.params()}
 
 
 def trial_env(runner_cfg: Mapping[str, Any], spec: sweep.TrialSpec, workdir_: str) -> dict[str, str]:
