@@ -3,6 +3,7 @@
   python -m lamb_lars.study run --config=configs/studies/mnist_table3.py --workdir=/tmp/studies/table3 \
       [--num_workers=2] [--executor=local|ray] [--ray_address=auto|HOST:PORT] [--dry_run]
   python -m lamb_lars.study report --workdir=/tmp/studies/table3 [--out=docs/studies/mnist_table3]
+  python -m lamb_lars.study status --workdir=/tmp/studies/table3
 
 ``run`` expands the study into trials, runs each in its own process (searching and pruning per cell) and records
 everything in ``<workdir>/study.sqlite``; re-running the same command skips finished trials and resumes the rest.
@@ -10,6 +11,9 @@ everything in ``<workdir>/study.sqlite``; re-running the same command skips fini
 The study config is locked: a misspelled ``--config.`` override is an error. Every trial config is validated (by
 the validator ``train.py`` uses) before any trial runs; a mistake is one sentence and exit status 2
 (``--verbose`` shows the traceback). ``run`` exits 1 when trials failed, listing each failure's line.
+``status`` prints where the study stands (trials done/pruned/diverged/failed/running/pending, a rough ETA, the
+running trials' epochs), read from the store; ``run`` prints the same every minute.
+The search's Optuna studies are mirrored in ``<workdir>/optuna.db`` (``optuna-dashboard sqlite:///WORKDIR/optuna.db``).
 """
 from __future__ import annotations
 
@@ -47,9 +51,13 @@ def main() -> None:
   def run(argv):
     from absl import logging
     logging.set_verbosity(logging.WARNING)
-    if len(argv) != 2 or argv[1] not in ("run", "report"):
-      raise app.UsageError("usage: python -m lamb_lars.study {run|report} --workdir=DIR [--config=STUDY.py]")
+    if len(argv) != 2 or argv[1] not in ("run", "report", "status"):
+      raise app.UsageError("usage: python -m lamb_lars.study {run|report|status} --workdir=DIR [--config=STUDY.py]")
     try:
+      if argv[1] == "status":
+        from lamb_lars.study import status
+        print(status.report(FLAGS.workdir))
+        return
       if argv[1] == "report":
         from lamb_lars.study.publish import publish
         print(publish(FLAGS.workdir, FLAGS.out))

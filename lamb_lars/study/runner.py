@@ -32,6 +32,7 @@ from lamb_lars import run_identity, workdir_lock
 from lamb_lars.io_utils import read_jsonl, write_text_atomic
 from lamb_lars.study import run_one
 from lamb_lars.study import search as search_lib
+from lamb_lars.study import status as status_lib
 from lamb_lars.study import store
 from lamb_lars.study import sweep
 from lamb_lars.study import workdir as wd
@@ -95,9 +96,11 @@ def cell_min_epochs(specs: list[sweep.TrialSpec], cfg: Mapping[str, Any]) -> dic
   return out
 
 
-def _rebuild_searches(con, specs, cfg: Mapping[str, Any],
-                      log: Callable[[str], None] = print) -> dict[str, search_lib.CellSearch]:
-  """One pruner per searched cell, its state replayed from the decision log (checked against it).
+def _rebuild_searches(con, specs, cfg: Mapping[str, Any], log: Callable[[str], None] = print, storage=None,
+                      study_name: str = "") -> dict[str, search_lib.CellSearch]:
+  """One pruner per searched cell, its state replayed from the decision log (checked against it); with
+  ``storage`` (search.optuna_storage) each cell's Optuna study is rebuilt there as ``<study_name>/<cell>``, and
+  the trials that have ended are told so.
 
   A log that two runners once wrote at once (before workdir locks) is repaired: later duplicates of a report are
   deleted (``store.remove_duplicate_decisions``), and since the two runners decided from different states, the
@@ -105,8 +108,10 @@ def _rebuild_searches(con, specs, cfg: Mapping[str, Any],
   if cfg["pruner"] == "none":
     return {}
   direction = "maximize" if cfg["mode"] == "max" else "minimize"
+  attrs = {t.run_id: {k: store._plain(v) for k, v in trial_hparams(t).items()} for t in specs if t.searched}  # noqa: SLF001
   searches = {cell: search_lib.CellSearch(min_epochs=first, reduction_factor=cfg["reduction_factor"],
-                                          direction=direction) for cell, first in cell_min_epochs(specs, cfg).items()}
+                                          direction=direction, trial_attrs=attrs)
+              for cell, first in cell_min_epochs(specs, cfg).items()}
   repaired = store.remove_duplicate_decisions(con)
   if repaired:
     log(f"repaired the search log: removed {repaired} duplicated decision(s) that two runners sharing this workdir "
@@ -128,6 +133,12 @@ def _rebuild_searches(con, specs, cfg: Mapping[str, Any],
     rec = store.runs(con, run_id=rid)
     if rec and rec[0]["status"] not in FINISHED:
       store.set_status(con, rid, "pruned", stopped="pruned", error="pruned by the search (from the log)")
+  for rec in store.runs(con):
+    if rec["cell"] in searches:
+      searches[rec["cell"]].finish(rec["run_id"], rec["status"])
+  if storage is not None:
+    for cell, s in searches.items():
+      s.persist(storage, f"{study_name}/{cell}")
   return searches
 
 
@@ -318,8 +329,12 @@ def failures(con, study_name: str) -> list[tuple[str, str]]:
 def run_study(study: ml_collections.ConfigDict, workdir: str, *, executor: Optional[Executor] = None,
               num_workers: Optional[int] = None, retry_failed: Optional[bool] = None,
               timeout_s: Optional[float] = None, command: Optional[str] = None,
-              log: Callable[[str], None] = print, poll_s: float = 0.25) -> dict[str, int]:
+              log: Callable[[str], None] = print, poll_s: float = 0.25,
+              status_every_s: float = 60.0) -> dict[str, int]:
   """Runs (or resumes) every trial of ``study`` under ``workdir``; returns the count of runs per status.
+
+  Besides one line per ended trial, every ``status_every_s`` (0 = never) it logs the study's status line and its
+  running trials (status.py: done/pruned/diverged/failed/running/pending counts, ETA).
 
   ``num_workers``, ``retry_failed`` and ``timeout_s`` (per trial, 0 = none; a trial past it is killed and
   recorded failed) default to ``study.runner``. On KeyboardInterrupt the active trials are killed and put back to
@@ -346,7 +361,9 @@ def _run_locked(study, workdir, specs, executor, search_cfg, runner_cfg, retry, 
   con = store.open_store(wd.store_path(workdir))
   try:
     statuses = register(con, study, specs)
-    searches = _rebuild_searches(con, specs, search_cfg, log)
+    searched = search_cfg["pruner"] != "none" and any(t.searched for t in specs)
+    storage = search_lib.optuna_storage(workdir) if searched else None
+    searches = _rebuild_searches(con, specs, search_cfg, log, storage, study.name)
     statuses = {r["run_id"]: r["status"] for r in store.runs(con, study=study.name)}
     skip = FINISHED + (() if retry else ("failed",))
     todo = collections.deque(t for t in specs if statuses[t.run_id] not in skip)
@@ -355,8 +372,13 @@ def _run_locked(study, workdir, specs, executor, search_cfg, runner_cfg, retry, 
         f"{executor.name} ({executor.slots} at once), workdir {workdir}")
     driver = _Driver(study, workdir, con, executor, searches, search_cfg, runner_cfg, log)
     retried: set[str] = set()
+    last_status = time.monotonic()
     try:
       while todo or driver.active:
+        if status_every_s and time.monotonic() - last_status >= status_every_s:
+          last_status = time.monotonic()
+          log("\n".join([status_lib.status_line(con, study.name, executor.slots)]
+                        + status_lib.running_lines(con, study.name)))
         while todo and len(driver.active) < executor.slots and not any(a.exclusive for a in driver.active.values()):
           alone = _exclusive(executor, runner_cfg, todo[0])
           if alone and driver.active:
@@ -383,6 +405,8 @@ def _run_locked(study, workdir, specs, executor, search_cfg, runner_cfg, retry, 
               todo.appendleft(a.spec)
               continue
           del driver.active[rid]
+          if a.spec.cell in searches:
+            searches[a.spec.cell].finish(rid, status)
           driver.done_count += 1
           log(progress_line(con, rid, status, driver.done_count, total, time.monotonic() - a.started))
     except BaseException:
