@@ -15,24 +15,12 @@ the remaining trials end like the finished ones. ``running`` is what the store s
 """
 from __future__ import annotations
 
-import math
 import time
 from typing import Optional
 
+from lamb_lars.progress import duration
 from lamb_lars.study import store
 from lamb_lars.study.records import FINISHED
-
-
-def duration(seconds: Optional[float]) -> str:
-  """``41s``, ``4m05s``, ``1h12m`` (``?`` when unknown)."""
-  if seconds is None or not math.isfinite(seconds) or seconds < 0:
-    return "?"
-  s = int(round(seconds))
-  if s < 60:
-    return f"{s}s"
-  if s < 3600:
-    return f"{s // 60}m{s % 60:02d}s"
-  return f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
 def eta_seconds(runs: list[dict], workers: int) -> Optional[float]:
