@@ -1,6 +1,7 @@
 """Training progress wherever the run is watched: a tqdm bar on a terminal, a ``tqdm.auto`` widget bar in a
 notebook (Jupyter, Colab; needs ipywidgets), and otherwise (``nohup`` logs, CI, a notebook without ipywidgets)
-one line every ``config.progress_every_s`` seconds::
+one line every ``every_s()`` seconds (60, or ``$LAMB_LARS_PROGRESS_EVERY_S``; an environment setting, not a config
+key, so that recorded study configs stay valid)::
 
   progress: step 1200/9380 (12.8%)  epoch 2.56  41,200 ex/s  ETA 3m12s  loss 0.1234
 
@@ -10,6 +11,7 @@ and include evaluations and checkpoints: they say when the run will end, not how
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Callable, Optional, TextIO
@@ -25,6 +27,14 @@ def duration(seconds: Optional[float]) -> str:
   if s < 3600:
     return f"{s // 60}m{s % 60:02d}s"
   return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+EVERY_S_ENV = "LAMB_LARS_PROGRESS_EVERY_S"
+
+
+def every_s() -> float:
+  """Seconds between progress lines without a bar: ``$LAMB_LARS_PROGRESS_EVERY_S`` or 60."""
+  return float(os.environ.get(EVERY_S_ENV) or 60.0)
 
 
 def in_notebook() -> bool:

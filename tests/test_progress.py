@@ -1,5 +1,5 @@
-"""Training progress without a terminal (nohup logs, CI, a notebook without ipywidgets): one line every
-``progress_every_s`` with step, epoch, examples/s and ETA, computed by hand here from a fake clock."""
+"""Training progress without a terminal (nohup logs, CI, a notebook without ipywidgets): one line a
+minute (``LAMB_LARS_PROGRESS_EVERY_S``) with step, epoch, examples/s and ETA, computed by hand here from a fake clock."""
 import io
 
 from lamb_lars import progress
