@@ -16,8 +16,7 @@ MAIN_KEYS = ("dataset", "model", "batch_size", "num_epochs", "num_train_steps", 
              "progress")
 
 # For main keys whose line in the config has no comment (or one that continues on the next line).
-_WHAT = {"model": "lamb_lars.models.MODEL_NAMES: lenet5 | small_cnn | resnet18…152 (ImageNet stem) | resnet*_cifar",
-         "num_epochs": "training length in epochs (N/B steps each, rounded up); num_train_steps > 0 wins",
+_WHAT = {"num_epochs": "training length in epochs (N/B steps each, rounded up); num_train_steps > 0 wins",
          "num_train_steps": "training length in steps; > 0 wins over num_epochs",
          "validation_split": "> 0: hold out the last N training examples; evals then report validation_* too",
          "optimizer.schedule.warmup_epochs": "LR warmup length in epochs (or warmup_steps/_examples/_percent)",
@@ -35,14 +34,17 @@ def first_doc_line(path: str) -> str:
 
 def run_configs(repo: str) -> list[tuple[str, str]]:
   """``(configs/NAME.py, first docstring line)`` of every run config: a ``configs/*.py`` whose ``get_config()``
-  has a ``model`` (``configs/optimizer.py`` is a subtree, ``configs/studies/`` are study configs)."""
+  has a ``model``, and of ``configs/paper/*.py`` (``configs/optimizer.py`` is a subtree, ``configs/studies/`` are
+  study configs)."""
   out = []
-  for name in sorted(os.listdir(os.path.join(repo, "configs"))):
-    if not name.endswith(".py") or name.startswith("_"):
-      continue
-    module = importlib.import_module(f"configs.{name[:-3]}")
-    if "model" in getattr(module, "get_config", dict)():
-      out.append((f"configs/{name}", first_doc_line(os.path.join(repo, "configs", name))))
+  for sub in ("", "paper"):  # configs/paper/: the authors' MNIST recipes
+    folder = os.path.join(repo, "configs", sub)
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
+      if not name.endswith(".py") or name.startswith("_"):
+        continue
+      module = importlib.import_module(".".join(p for p in ("configs", sub, name[:-3]) if p))
+      if "model" in getattr(module, "get_config", dict)():
+        out.append(("/".join(p for p in ("configs", sub, name) if p), first_doc_line(os.path.join(folder, name))))
   return out
 
 
