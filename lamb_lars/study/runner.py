@@ -353,10 +353,12 @@ def run_study(study: ml_collections.ConfigDict, workdir: str, *, executor: Optio
   executor.check_workdir(workdir)
   os.makedirs(workdir, exist_ok=True)
   with workdir_lock.hold(workdir, workdir_lock.STUDY_LOCK, what="a study runner"):
-    return _run_locked(study, workdir, specs, executor, search_cfg, runner_cfg, retry, timeout, command, log, poll_s)
+    return _run_locked(study, workdir, specs, executor, search_cfg, runner_cfg, retry, timeout, command, log, poll_s,
+                       status_every_s)
 
 
-def _run_locked(study, workdir, specs, executor, search_cfg, runner_cfg, retry, timeout, command, log, poll_s):
+def _run_locked(study, workdir, specs, executor, search_cfg, runner_cfg, retry, timeout, command, log, poll_s,
+                status_every_s=60.0):
   wd.save_study_config(study, workdir, command)
   con = store.open_store(wd.store_path(workdir))
   try:
