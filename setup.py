@@ -31,7 +31,7 @@ setuptools.setup(
     install_requires=CORE,
     extras_require={
         # The offline MNIST copy; it pins numpy<2, so `.ci/run` installs it with --no-deps.
-        "test": ["pytest==9.0.3", "pytest-xdist==3.8.0", "nbformat>=5.9", "nbclient>=0.10", "ipykernel>=6.29"],
+        "test": ["pytest==9.0.3", "pytest-xdist==3.8.0", "tensorboard==2.21.0", "nbformat>=5.9", "nbclient>=0.10", "ipykernel>=6.29"],
         "bench": ["torch==2.13.0"],
         # `python -m lamb_lars.study run --executor=ray` (docs/ray.md); the version tests/test_ray_executor.py ran.
         "ray": ["ray[default]==2.60.0"],

@@ -22,6 +22,8 @@ def main() -> None:
 
   from lamb_lars import cli_errors
 
+  from lamb_lars import cli_help
+  sys.modules["__main__"].__doc__ = cli_help.usage(os.path.dirname(os.path.abspath(__file__)))  # --help text
   config_flags.DEFINE_config_file("config", None, "Training config file (e.g. configs/mnist_lenet.py).",
                                   lock_config=True)
   flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics.jsonl, TensorBoard logs, result.json.")

@@ -78,7 +78,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.checkpoint_every_epochs = 1.0
   config.checkpoint_every_steps = -1  # >0 wins over checkpoint_every_epochs
   config.keep_checkpoints = 2
-  config.progress = True              # progress bar on a terminal
+  config.progress = True              # progress: a bar on a terminal or in a notebook, else a line a minute
   config.stop_on_divergence = True   # a non-finite training loss ends the run (status 'diverged')
 
   # Early stopping, checked at every evaluation (see lamb_lars/stopping.py).

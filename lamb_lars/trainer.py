@@ -24,8 +24,8 @@ import numpy as np
 
 import input_pipeline
 from lamb_lars import (bn_groups, checkpoint, evaluation, feeders, io_utils, lr_table, mesh as mesh_lib,
-                       metric_writers, optimizer_config, run_identity, run_plan, stopping, train_metrics, validate,
-                       workdir_lock)
+                       metric_writers, optimizer_config, progress, run_identity, run_plan, stopping, train_metrics,
+                       validate, workdir_lock)
 from lamb_lars import train_step as ts
 from lamb_lars.models import create_model
 
@@ -139,20 +139,22 @@ def log_eval(row: dict, step: int) -> None:
        f"  eval_acc {100 * row['eval_accuracy']:.2f}%{val}  {row['examples_per_sec']:,.0f} ex/s")
 
 
-def progress_bar(config, plan: run_plan.RunPlan, step: int):
-  from tqdm import tqdm
+def progress_bar(config, plan: run_plan.RunPlan, step: int) -> progress.Progress:
+  """A bar on a terminal or in a notebook, else a line every minute (lamb_lars/progress.py)."""
   _log(f"Training {config.model} on {config.dataset}: batch {plan.batch_size} on {plan.num_devices} device(s) "
        f"× {plan.num_microbatches} micro-batch(es), {plan.total_steps} steps ({plan.epoch_of(1) ** -1:.2f}/epoch), "
        f"BN group {plan.bn.group_devices} device(s) × ghost {plan.bn.ghost_batch_size}.")
-  return tqdm(total=plan.total_steps, initial=step, unit="step", dynamic_ncols=True, file=sys.stderr,
-              disable=not (jax.process_index() == 0 and config.progress) or None)
+  return progress.Progress(total=plan.total_steps, initial=step, batch_size=plan.batch_size, epoch_of=plan.epoch_of,
+                           every_s=progress.every_s(), enabled=jax.process_index() == 0 and config.progress)
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
+                       hparams: Optional[dict[str, Any]] = None) -> dict:
   """Trains and evaluates ``config`` in ``workdir``; resumes if a checkpoint is there. Returns the result record.
 
   The workdir is locked while it runs (:mod:`lamb_lars.workdir_lock`) and belongs to the config it was started
-  with (:mod:`lamb_lars.run_identity`)."""
+  with (:mod:`lamb_lars.run_identity`). ``hparams``: what TensorBoard's HParams dashboard shows for this run (a
+  study passes the keys it varies); default ``metric_writers.HPARAM_KEYS`` of ``config``."""
   mesh_lib.initialize_distributed(config)
   info = get_info(config)
   devices = jax.devices()[: config.num_devices or None]
@@ -160,11 +162,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   os.makedirs(workdir, exist_ok=True)
   lock = workdir_lock.hold(workdir) if jax.process_index() == 0 else contextlib.nullcontext()  # one writer per run
   with lock:
-    return _train_locked(config, workdir, info, devices, plan)
+    return _train_locked(config, workdir, info, devices, plan, hparams)
 
 
 def _train_locked(config: ml_collections.ConfigDict, workdir: str, info: input_pipeline.DatasetInfo, devices: list,
-                  plan: run_plan.RunPlan) -> dict:
+                  plan: run_plan.RunPlan, hparams: Optional[dict[str, Any]] = None) -> dict:
   run_identity.check(config, workdir)
   if (done := recorded_result(workdir)) is not None:
     return done
@@ -193,7 +195,8 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str, info: input_p
   rules.load_state_dict(meta.get("stopping"))
   window = train_metrics.MetricsWindow(plan.batch_size, meta.get("train_time", 0.0))
   step = int(jax.device_get(state.step))
-  writer = metric_writers.MetricWriter(workdir, enabled=is_main, resume_step=step, log=_log)
+  writer = metric_writers.MetricWriter(workdir, enabled=is_main, resume_step=step, log=_log,
+                                       hparams=hparams or metric_writers.config_hparams(config))
   bar = progress_bar(config, plan, step)
 
   train_state, stop, error, last_row = feeder.to_training(state), None, None, None
@@ -214,8 +217,7 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str, info: input_p
     for s, scalars in train_metrics.step_scalars(step + 1, m, lr_table.lookup(lrs, np.arange(step, step + k))):
       writer.write_scalars(s, scalars)
     step += k
-    bar.update(k)
-    bar.set_postfix(loss=f"{m['train_loss'][-1]:.4f}")
+    bar.update(k, loss=float(m["train_loss"][-1]))
     if due(plan.eval_every_steps, step, plan):
       last_row = {"epoch": round(plan.epoch_of(step), 6), "examples": step * plan.batch_size,
                   "lr": float(lr_table.lookup(lrs, max(step - 1, 0))), **window.summary(), **noise.value()}
@@ -228,8 +230,8 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str, info: input_p
       ckpt.save(step, feeder.to_canonical(train_state), meta)
   bar.close()
   ckpt.close()
-  writer.close()
   status = stop.status if stop else ("diverged" if error else "done")
+  writer.close(status)
   result = {"status": status, "stopped": stop.stopped if stop else None, "step": step,
             "total_steps": plan.total_steps, "final": last_row, "error": stop.error if stop else error,
             "train_time": window.train_time}

@@ -3,6 +3,7 @@ CSV files holding everything the report computes (store → runs.csv/evals.csv �
 from __future__ import annotations
 
 import csv
+import dataclasses
 
 import numpy as np
 
@@ -85,7 +86,7 @@ def test_full_report_from_the_csv_files(tmp_path):
   assert head[:9] == list(publish.EVAL_COLUMNS)
   path = report.write_report(trials, str(out), SPEC)
   text = open(path).read()
-  for heading in ("## Settings", "## Trials", "## Baseline", "## Regimes", "## Huge-batch results",
+  for heading in ("## Trials", "## Baseline", "## Regimes", "## Huge-batch results",
                   "## Table 3", "## Steps to target", "## Predicted vs fitted critical batch",
                   "## Accuracy vs batch size", "## Training curves", "## Distance from initialisation",
                   "## Trust ratios"):
@@ -106,7 +107,7 @@ def test_full_report_from_the_csv_files(tmp_path):
 def test_empty_and_missing_data(tmp_path):
   path = report.write_report([], str(tmp_path / "r"), report.ReportSpec())
   text = open(path).read()
-  assert "No trials in the store." in text and "No baseline" in text
+  assert "No trials in the store." in text and "## Baseline" not in text and "## Settings" not in text
 
 
 def test_regimes_report_sqrt_scaling_beside_linear(tmp_path):
@@ -119,3 +120,30 @@ def test_regimes_report_sqrt_scaling_beside_linear(tmp_path):
   assert "| B_L | 1024 | last pass 256 (B0); first fail 1024: Def. 2.1 fail " in text
   assert "Square-root scaling (η·√(B/B0)" in text and "first failing tested batch —, last passing below it 1024" in text
   assert "| 1024 | not large (no technique tried) | `lin-1024` done 50.00% | fail | pass |" in text
+
+
+def _sections(text: str) -> dict[str, str]:
+  parts = text.split("\n## ")[1:]
+  return {p.split("\n", 1)[0]: p.split("\n", 1)[1] for p in parts}
+
+
+def test_sections_without_data_are_left_out_and_named(tmp_path):
+  """A study that logged no noise scale, distance or trust ratios and has no baseline: those sections are not
+  printed empty; the Trials section names each one left out and why. No section is empty, accuracies are in %."""
+  con = st.open_store(tmp_path / "study.sqlite")
+  for b, acc in ((256, 0.991), (8192, 0.35)):
+    _add(con, f"t3-b{b}", b, _curve(b, 500, noise=False, final_acc=acc), role="table3")
+  trials = st.trials(con)
+  text = open(report.write_report(trials, str(tmp_path / "r"), dataclasses.replace(SPEC, target_technique=""))).read()
+  sections = _sections(text)
+  assert "Baseline" not in sections and "Regimes" not in sections and "Trust ratios" not in sections
+  for name in ("Baseline and Regimes", "Predicted vs fitted critical batch", "Distance from initialisation",
+               "Trust ratios"):
+    assert f"- left out: {name}: " in sections["Trials"], name
+  assert "Huge-batch results next to the paper" not in sections   # no paper setting was run
+  assert all(body.strip() for body in sections.values())
+  assert "| momentum | 99.10 | 35.00 |" in sections["Accuracy vs batch size"]   # final accuracies, in %
+  assert "highest final test accuracy" in sections["Accuracy vs batch size"]
+  assert "Best run = the feasible trial that reached the goal in the fewest steps" in sections["Steps to target"]
+  assert "test accuracy ≥ 99.0%" in sections["Steps to target"]
+  assert "InverseLawFit(" not in text and "{'" not in text and "e+0" not in text

@@ -71,16 +71,17 @@ def test_few_steps_learn(data_dir, tmp_path):
   rows = [json.loads(l) for l in open(tmp_path / "metrics.jsonl")]
   assert [r["step"] for r in rows] == [20]
   tags = tensorboard_tags(tmp_path / "tensorboard")
-  assert [st for st, _ in tags["step/grad_norm"]] == list(range(1, 21))       # every step
-  assert len(tags["step/grad_norm_small_rms"]) == 20
-  assert tags["eval_accuracy"] == [(20, pytest.approx(final["eval_accuracy"]))]
+  assert [st for st, _ in tags["optim/grad_norm_per_step"]] == list(range(1, 21))       # every step
+  assert len(tags["optim/grad_norm_small_rms_per_step"]) == 20
+  assert tags["eval/test_accuracy"] == [(20, pytest.approx(final["eval_accuracy"]))]
+  assert {t.split("/")[0] for t in tags if not t.startswith("_hparams_")} == {"train", "eval", "optim", "perf"}
   again = train_and_evaluate(small_config(data_dir), str(tmp_path))   # finished: returned, not re-run
   assert again == json.loads(open(tmp_path / "result.json").read())
 
 
 @pytest.mark.parametrize("table", [False, True])
 def test_logged_lr_is_the_schedule(data_dir, tmp_path, table):
-  """The LR logged for each update (TensorBoard step/lr) and for the eval row is η_t from the formula: linear
+  """The LR logged for each update (TensorBoard optim/lr) and for the eval row is η_t from the formula: linear
   warmup η·(t+1)/W over W = 4 updates, then cosine decay to 0 over the remaining 16 (schedules.py docstring)."""
   peak, w, total = 0.05, 4, 20
   cfg = small_config(data_dir, eval_every_epochs=0.0, checkpoint_every_epochs=0.0,
@@ -91,7 +92,7 @@ def test_logged_lr_is_the_schedule(data_dir, tmp_path, table):
   def eta(t):  # the LR of update t (0-based), written from the formula
     return peak * (t + 1) / w if t < w else peak * 0.5 * (1 + np.cos(np.pi * (t - w) / (total - w)))
 
-  logged = tensorboard_tags(tmp_path / "tensorboard")["step/lr"]
+  logged = tensorboard_tags(tmp_path / "tensorboard")["optim/lr"]
   assert [s for s, _ in logged] == list(range(1, total + 1))
   np.testing.assert_allclose([v for _, v in logged], [eta(s - 1) for s in range(1, total + 1)], rtol=1e-5, atol=1e-9)
   assert result["final"]["lr"] == pytest.approx(eta(total - 1), abs=1e-9)

@@ -4,6 +4,7 @@
       [--num_workers=2] [--executor=local|ray] [--ray_address=auto|HOST:PORT] [--dry_run]
   python -m lamb_lars.study report --workdir=/tmp/studies/table3 [--out=docs/studies/mnist_table3]
   python -m lamb_lars.study verify docs/studies/mnist_table3 [DIR ...]
+  python -m lamb_lars.study status --workdir=/tmp/studies/table3
 
 ``run`` expands the study into trials, runs each in its own process (searching and pruning per cell) and records
 everything in ``<workdir>/study.sqlite``; re-running the same command skips finished trials and resumes the rest.
@@ -13,6 +14,9 @@ the CSVs; it exits 1 with one sentence per mismatch.
 The study config is locked: a misspelled ``--config.`` override is an error. Every trial config is validated (by
 the validator ``train.py`` uses) before any trial runs; a mistake is one sentence and exit status 2
 (``--verbose`` shows the traceback). ``run`` exits 1 when trials failed, listing each failure's line.
+``status`` prints where the study stands (trials done/pruned/diverged/failed/running/pending, a rough ETA, the
+running trials' epochs), read from the store; ``run`` prints the same every minute.
+The search's Optuna studies are mirrored in ``<workdir>/optuna.db`` (``optuna-dashboard sqlite:///WORKDIR/optuna.db``).
 """
 from __future__ import annotations
 
@@ -53,9 +57,14 @@ def main() -> None:
   def run(argv):
     from absl import logging
     logging.set_verbosity(logging.WARNING)
-    if len(argv) != 2 or argv[1] not in ("run", "report"):
-      raise app.UsageError("usage: python -m lamb_lars.study {run|report} --workdir=DIR [--config=STUDY.py] | verify DIR")
+    if len(argv) != 2 or argv[1] not in ("run", "report", "status"):
+      raise app.UsageError("usage: python -m lamb_lars.study {run|report|status} --workdir=DIR [--config=STUDY.py] "
+                           "| verify DIR")
     try:
+      if argv[1] == "status":
+        from lamb_lars.study import status
+        print(status.report(FLAGS.workdir))
+        return
       if argv[1] == "report":
         from lamb_lars.study.publish import publish
         command = " ".join(shlex.quote(a) for a in ["python", "-m", "lamb_lars.study"] + sys.argv[1:])

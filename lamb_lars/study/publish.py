@@ -136,6 +136,11 @@ def _plain_dict(section) -> dict:
   return section.to_dict() if hasattr(section, "to_dict") else dict(section or {})
 
 
+def _key_values(d: dict) -> str:
+  """``metric=validation_accuracy, mode=max`` (sorted; text, not a Python repr)."""
+  return ", ".join(f"{k}={json.dumps(v) if isinstance(v, (dict, list)) else v}" for k, v in sorted(d.items())) or "—"
+
+
 def _cpu_model() -> str:
   try:
     with open("/proc/cpuinfo", encoding="utf-8") as f:
@@ -157,11 +162,11 @@ def report_spec(study: ml_collections.ConfigDict, workdir: str, con) -> report.R
               f"({int(a.get('num_train', 0))} training examples, validation split {base.get('validation_split', 0)}),"
               f" budget ρ = {a.get('baseline_epochs', base.num_epochs):g} epochs, eval every "
               f"{base.eval_every_epochs:g} epoch(s)",
-              f"- search: {_plain_dict(study.get('search'))}; runner: "
-              f"{ {k: v for k, v in _plain_dict(study.get('runner')).items() if k != 'env'} }",
+              f"- search: {_key_values(_plain_dict(study.get('search')))}; runner: "
+              f"{_key_values({k: v for k, v in _plain_dict(study.get('runner')).items() if k != 'env'})}",
               f"- machine: {os.cpu_count()} CPUs ({_cpu_model()}), {platform.system()} {platform.release()}",
-              f"- first trial started {stamp(first)}, last finished {stamp(last)}; wall time with at least one "
-              f"trial running: {busy / 60:.1f} min"]
+              ] + ([f"- first trial started {stamp(first)}, last finished {stamp(last)}; wall time with at least "
+                    f"one trial running: {busy / 60:.1f} min"] if first else [])
   cmds = wd.commands(workdir)
   if cmds:
     settings += ["- commands (latest last):", ""] + [f"      {c}" for c in cmds[-4:]] + [""]

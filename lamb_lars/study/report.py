@@ -5,8 +5,9 @@ Sections: settings; runs; baseline; regimes (You et al. 2020 Defs 2.1–2.3) wit
 huge-batch points; Table 3 (You et al. 2020); steps to target (Shallue et al. 2018) with the S(B) fit, t(B), B*
 and the Golmant et al. 2018 breakdown point; predicted (gradient noise scale, McCandlish et al. 2018) vs fitted
 B_crit; accuracy vs batch; training curves; distance from init; trust ratios. Every measured number stands next
-to the paper's where the paper has one. A section without the data it needs says so. Definitions:
-docs/studies.md.
+to the paper's where the paper has one. A section whose data the study did not log is left out (the Trials section
+says which); a section that has data but cannot conclude says why. Accuracies are in %, and every table says in its
+caption which trial's number it shows ("best" is defined once per table). Definitions: docs/studies.md.
 """
 from __future__ import annotations
 
@@ -41,17 +42,17 @@ class ReportSpec:
 
 
 def _settings_section(trials: Sequence[Trial], spec: ReportSpec) -> list[str]:
-  lines = ["## Settings", ""]
+  lines = []
   if spec.notes:
     lines += [spec.notes.strip(), ""]
   lines += list(spec.settings)
   walls = [t.wall_time for t in trials if t.wall_time]
   if walls:
     lines += [f"- training time summed over trials: {sum(walls) / 60:.1f} min"]
-  return lines + [""]
+  return ["## Settings", ""] + lines + [""] if lines else []
 
 
-def _roles_section(trials: Sequence[Trial]) -> list[str]:
+def _roles_section(trials: Sequence[Trial], omitted: Sequence[str] = ()) -> list[str]:
   lines = ["## Trials", ""]
   if not trials:
     return lines + ["No trials in the store.", ""]
@@ -63,7 +64,8 @@ def _roles_section(trials: Sequence[Trial]) -> list[str]:
   lines += table(["role", "technique"] + list(STATUSES), rows)
   failed = [t for t in trials if t.status == "failed"]
   lines += [f"- failed `{t.run_id}`: {(t.error or 'no error recorded').strip().splitlines()[-1]}" for t in failed[:20]]
-  return lines + ([""] if failed else [])
+  lines += [f"- left out: {o}" for o in omitted]
+  return lines + ([""] if failed or omitted else [])
 
 
 def _baseline(trials: Sequence[Trial], spec: ReportSpec) -> tuple[Optional[Baseline], str]:
@@ -150,6 +152,8 @@ def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec
   lines += table(["batch", "regime", "linear scaling (best test acc)", "Def. 2.1"]
                  + (["√ scaling, same test"] if sqrt_v else []) + ["techniques (best test acc within ρ)",
                                                                   "Def. 2.2 reach (best run)"], rows)
+  lines += ["Best = the highest test accuracy at any evaluation of a trial (Def. 2.1 asks whether a run reaches "
+            "99.5%·A within ρ epochs), and for a technique the trial with the highest such value.", ""]
   lines += [f"- anomaly: {a}" for a in r.anomalies]
   return lines + ([""] if r.anomalies else [])
 
@@ -158,16 +162,21 @@ def _points_section(trials: Sequence[Trial], spec: ReportSpec) -> list[str]:
   points = paper.POINTS.get(spec.workload, ())
   if not points:
     return []
-  lines = ["## Huge-batch results next to the paper", ""]
   rows = []
   for batch, opt, acc, what in points:
     batch = spec.num_train if batch == "full" else batch
     got = [t for t in trials if t.batch_size == batch and opt in ("any", t.optimizer)
            and t.status == "done" and t.last(ACC_KEY) is not None]
     best = max(got, key=lambda t: t.last(ACC_KEY), default=None)
-    rows.append([f"{opt} at {batch}", what, (f"{pct(best.last(ACC_KEY))} (`{best.run_id}`, {len(got)} finished "
-                                             f"trials)") if best else "not run", pct(acc, 1)])
-  return lines + table(["setting", "paper's recipe", "measured: best final test acc (%)", "paper (%)"], rows)
+    if best is not None:
+      rows.append([f"{opt} at {batch}", what, f"{pct(best.last(ACC_KEY))} (`{best.run_id}`, {len(got)} finished "
+                                              "trials)", pct(acc, 1)])
+  if not rows:
+    return []
+  return (["## Huge-batch results next to the paper", ""]
+          + table(["setting", "paper's recipe", "measured: best final test acc (%)", "paper (%)"], rows)
+          + ["Measured = the highest final test accuracy (last evaluation) among the finished trials of that "
+             "optimizer and batch size; the paper's settings this study did not run are not listed.", ""])
 
 
 def _table3_section(trials: Sequence[Trial], spec: ReportSpec, baseline_batch: Optional[int],
@@ -193,7 +202,8 @@ def _table3_section(trials: Sequence[Trial], spec: ReportSpec, baseline_batch: O
   lines += ["Trials per cell:", ""] + table(["solver", "column", "cell", "best trial", "verdicts"], rows)
   curves = _table3_curves(trials, cells, batch)
   if curves:
-    name = plots.training_curves(out_dir, "table3_curves.png", curves)
+    name = plots.training_curves(out_dir, "table3_curves.png", curves,
+                                 title=f"Table 3 at batch {batch:,}: one trial per optimizer × variant")
     lines += [f"The trial shown per cell at batch {batch}: the cell's chosen trial, or (no trial ok) the full-budget "
               "trial with the best accuracy it ever reached.", "", f"![Table 3 curves]({name})", ""]
   return lines
@@ -213,7 +223,7 @@ def _table3_curves(trials: Sequence[Trial], cells: table3.Table3, batch: int) ->
                  and t.best(ACC_KEY) is not None]
         pick = max(group, key=lambda t: t.best(ACC_KEY), default=None)
       if pick is not None:
-        out[f"{opt} {col.split(' ', 1)[1]} ({c.text()})"] = pick.curve
+        out[f"{opt} {col.split(' ', 1)[1]}: {c.text() + '%' if c.verdict == 'ok' else c.text()}"] = pick.curve
   return out
 
 
@@ -228,14 +238,30 @@ def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = Repor
   baseline, note = _baseline(own, spec)
   target_trials = [t for t in own if not spec.target_technique or t.technique == spec.target_technique]
   steps_lines, fit = report_scaling.steps_section(target_trials, spec.target, out_dir)
+  goal = spec.target.goal if spec.target and spec.target.metric == ACC_KEY else None
+  sections = [("Baseline and Regimes", "no baseline trial (role `baseline`), which You et al. 2020 Defs 2.1–2.3 need",
+               [] if baseline is None and not any(t.role == "baseline" for t in trials)
+               else _baseline_section(baseline, note, spec) + _regimes_section(own, baseline, spec)),
+              ("Huge-batch results next to the paper", "", _points_section(own, spec)),
+              ("Table 3", "", _table3_section(trials, spec, baseline.batch_size if baseline else None, out_dir)),
+              ("Replicates and search adequacy", "",
+               report_replicates.sections(trials, spec, baseline.batch_size if baseline else None)),
+              ("Steps to target", f"no trial of technique `{spec.target_technique}`" if spec.target_technique
+               else "", steps_lines),
+              ("Predicted vs fitted critical batch", "no run logged `noise_scale` (McCandlish et al. 2018)",
+               report_scaling.noise_section(trials, out_dir, fit, spec.max_curves)),
+              ("Accuracy vs batch size", "no finished run logged `eval_accuracy`",
+               report_curves.accuracy_section(trials, out_dir)),
+              ("Training curves", "no run has evaluations",
+               report_curves.curves_section(trials, out_dir, spec.max_curves, target=goal)),
+              ("Distance from initialisation", "no run logged `dist_from_init`",
+               report_curves.diffusion_section(trials, out_dir, spec.max_curves)),
+              ("Trust ratios", "no run logged `trust_ratio/<layer>`", report_curves.trust_section(trials, out_dir))]
+  omitted = [f"{name}: {why}" for name, why, lines in sections if not lines and why and trials]
   parts = [f"# {spec.title}", ""]
-  parts += _settings_section(trials, spec) + _roles_section(trials)
-  parts += _baseline_section(baseline, note, spec) + _regimes_section(own, baseline, spec)
-  parts += _points_section(own, spec) + _table3_section(trials, spec, baseline.batch_size if baseline else None, out_dir)
-  parts += report_replicates.sections(trials, spec, baseline.batch_size if baseline else None)
-  parts += steps_lines + report_scaling.noise_section(trials, out_dir, fit, spec.max_curves)
-  parts += report_curves.accuracy_section(trials, out_dir) + report_curves.curves_section(trials, out_dir, spec.max_curves)
-  parts += report_curves.diffusion_section(trials, out_dir, spec.max_curves) + report_curves.trust_section(trials, out_dir)
+  parts += _settings_section(trials, spec) + _roles_section(trials, omitted)
+  for _, _, lines in sections:
+    parts += lines
   path = os.path.join(out_dir, "README.md")
   with open(path, "w", encoding="utf-8") as f:
     f.write("\n".join(parts).rstrip() + "\n")

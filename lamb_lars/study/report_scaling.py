@@ -46,28 +46,32 @@ def steps_section(trials, target: Optional[Target], out_dir: str) -> tuple[list[
     return lines + ["No target given (`target=Target(metric, goal, mode)`): steps-to-target, the S(B) fit, "
                     "B* and the breakdown point are skipped.", ""], None
   res = steps_to_target(trials, target.metric, target.goal, target.mode)
-  cmp = "≥" if target.mode == "max" else "≤"
-  lines += [f"Goal: first eval with `{target.metric}` {cmp} {target.goal}; diverged and failed trials are "
-            "infeasible (Shallue et al. 2018).", ""]
+  goal = goal_text(target)
+  lines += [f"Goal: the first evaluation with {goal_sentence(target)}; "
+            "diverged and failed trials are infeasible (Shallue et al. 2018).", ""]
   if not res:
-    return lines + ["No runs.", ""], None
+    return [], None
   lines += table(["batch", "steps", "epochs", "wall-clock s", "best run", "trials", "feasible", "reached"],
                   [[b, r.steps, r.epochs, r.wall_time, r.best_run_id and f"`{r.best_run_id}`", r.num_trials,
                     r.num_feasible, r.num_reached] for b, r in res.items()])
+  lines += ["Best run = the feasible trial that reached the goal in the fewest steps; steps, epochs and wall-clock "
+            "seconds are that trial's (at its first evaluation past the goal).", ""]
   bs, steps = reached_arrays(res)
   fit = None
   if len(set(bs)) >= 2:
     fit = critical_batch.fit_inverse_law(bs, steps)
     lines += [f"Fit S(B) = S_min·(1 + B_crit/B) (least squares in log S): S_min = {fmt(fit.s_min)}, "
               f"B_crit = {fmt(fit.b_crit)}, E_min = S_min·B_crit = {fmt(fit.e_min)} examples, "
-              f"rms log residual {fit.rms_log_residual:.3f} over {fit.num_points} batch sizes.", ""]
+              f"rms log residual {fit.rms_log_residual:.3f} over {fit.num_points} batch sizes"
+              + (" (two points for two parameters: the curve passes through both, so it does not test the law)."
+                 if fit.num_points == 2 else "."), ""]
     caveat = b_crit_caveat(fit, bs)
     if caveat:
       lines += [caveat, ""]
   else:
     lines += ["Fewer than two batch sizes reached the goal: no S(B) fit.", ""]
   if bs:
-    name = plots.steps_vs_batch(out_dir, "steps_to_target.png", bs, steps, fit)
+    name = plots.steps_vs_batch(out_dir, "steps_to_target.png", bs, steps, fit, target=goal)
     lines += [f"![steps to target]({name})", ""]
   times = step_times(trials)
   if len(times) >= 2:
@@ -93,6 +97,23 @@ def steps_section(trials, target: Optional[Target], out_dir: str) -> tuple[list[
   return lines, fit
 
 
+def goal_text(target: Target) -> str:
+  """``99.0% test accuracy`` (accuracies in %), else ``eval_loss 0.05``."""
+  words = {"eval_accuracy": "test accuracy", "validation_accuracy": "validation accuracy"}
+  if target.metric in words:
+    return f"{100 * target.goal:.1f}% {words[target.metric]}"
+  return f"{target.metric} {target.goal:g}"
+
+
+def goal_sentence(target: Target) -> str:
+  """``test accuracy ≥ 99.0%`` (the goal as a condition)."""
+  cmp = "≥" if target.mode == "max" else "≤"
+  words = {"eval_accuracy": "test accuracy", "validation_accuracy": "validation accuracy"}
+  if target.metric in words:
+    return f"{words[target.metric]} {cmp} {100 * target.goal:.1f}% (`{target.metric}`)"
+  return f"`{target.metric}` {cmp} {target.goal:g}"
+
+
 def late_median(t: Trial, key: str) -> Optional[float]:
   """The median of the finite values of ``key`` over the second half of the run's evals (non-positive ones
   included; the non-finite ones are counted in the report, noise_trajectory.count_nonfinite)."""
@@ -105,7 +126,7 @@ def noise_section(trials, out_dir: str, fit: Optional[critical_batch.InverseLawF
   lines = ["## Predicted vs fitted critical batch", ""]
   have = [t for t in trials if t.status != "failed" and late_median(t, "noise_scale") is not None]
   if not have:
-    return lines + ["No run logged `noise_scale` (B_simple = tr Σ/|G|², McCandlish et al. 2018).", ""]
+    return []
   per_batch: dict[int, list[Trial]] = {}
   for t in have:
     per_batch.setdefault(t.batch_size, []).append(t)
@@ -123,8 +144,11 @@ def noise_section(trials, out_dir: str, fit: Optional[critical_batch.InverseLawF
             ""]
   lines += trajectory_lines(per_batch)
   best = best_per_batch(have, limit)
-  name = plots.series_plot(out_dir, "noise_scale.png", {f"B={b}": series(t, "noise_scale") for b, t in best.items()},
-                           "step", "B_simple (log)", hline=fitted, hlabel="fitted B_crit", logx=False)
+  name = plots.series_plot(out_dir, "noise_scale.png",
+                           {f"batch {b:,}": series(t, "noise_scale") for b, t in best.items()}, "training step",
+                           "gradient noise scale B_simple (examples, log scale)", hline=fitted,
+                           hlabel="fitted critical batch B_crit", logx=False,
+                           title="Gradient noise scale during training (best trial per batch size)")
   return lines + [f"![noise scale]({name})", ""]
 
 

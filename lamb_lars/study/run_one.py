@@ -21,6 +21,7 @@ from lamb_lars import workdir_lock
 from lamb_lars.io_utils import write_text_atomic
 
 from lamb_lars.study.workdir import TRIAL_CONFIG_FILE as CONFIG_FILE
+from lamb_lars.study.workdir import TRIAL_HPARAMS_FILE as HPARAMS_FILE
 ERROR_FILE = "error.txt"
 LOCK_FILE = workdir_lock.TRAIN_LOCK
 CACHE_ENV = "LAMB_LARS_COMPILATION_CACHE"  # set by the runner (``runner.compilation_cache``)
@@ -45,6 +46,15 @@ def load_trial_config(run_dir: str) -> ml_collections.ConfigDict:
   """The trial's training config as written by the runner (JSON; tuples come back as lists)."""
   with open(os.path.join(run_dir, CONFIG_FILE), encoding="utf-8") as f:
     return ml_collections.ConfigDict(json.load(f))
+
+
+def load_trial_hparams(run_dir: str) -> Optional[dict]:
+  """The trial's HParams (the keys its study varies), written by the runner; None if absent."""
+  path = os.path.join(run_dir, HPARAMS_FILE)
+  if not os.path.exists(path):
+    return None
+  with open(path, encoding="utf-8") as f:
+    return json.load(f)
 
 
 def acquire_lock(run_dir: str, timeout_s: float = 60.0) -> str:
@@ -79,7 +89,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
     enable_compilation_cache()
     from lamb_lars.trainer import train_and_evaluate
-    result = train_and_evaluate(load_trial_config(run_dir), run_dir)
+    result = train_and_evaluate(load_trial_config(run_dir), run_dir, hparams=load_trial_hparams(run_dir))
     print(f"{result['status']}: step {result['step']}/{result.get('total_steps')}", flush=True)
     return 0
   except Exception as e:  # noqa: BLE001  (every crash becomes a recorded 'failed' run)

@@ -40,6 +40,7 @@ from lamb_lars.io_utils import read_jsonl, write_text_atomic
 from lamb_lars.study import phases
 from lamb_lars.study import run_one
 from lamb_lars.study import search as search_lib
+from lamb_lars.study import status as status_lib
 from lamb_lars.study import store
 from lamb_lars.study import sweep
 from lamb_lars.study import workdir as wd
@@ -107,9 +108,11 @@ def cell_min_epochs(specs: list[sweep.TrialSpec], cfg: Mapping[str, Any]) -> dic
   return out
 
 
-def _rebuild_searches(con, specs, cfg: Mapping[str, Any],
-                      log: Callable[[str], None] = print) -> dict[str, search_lib.CellSearch]:
-  """One pruner per searched cell, its state replayed from the decision log (checked against it).
+def _rebuild_searches(con, specs, cfg: Mapping[str, Any], log: Callable[[str], None] = print, storage=None,
+                      study_name: str = "") -> dict[str, search_lib.CellSearch]:
+  """One pruner per searched cell, its state replayed from the decision log (checked against it); with
+  ``storage`` (search.optuna_storage) each cell's Optuna study is rebuilt there as ``<study_name>/<cell>``, and
+  the trials that have ended are told so.
 
   A log that two runners once wrote at once (before workdir locks) is repaired: later duplicates of a report are
   deleted (``store.remove_duplicate_decisions``), and since the two runners decided from different states, the
@@ -117,8 +120,10 @@ def _rebuild_searches(con, specs, cfg: Mapping[str, Any],
   if cfg["pruner"] == "none":
     return {}
   direction = "maximize" if cfg["mode"] == "max" else "minimize"
+  attrs = {t.run_id: {k: store._plain(v) for k, v in trial_hparams(t).items()} for t in specs if t.searched}  # noqa: SLF001
   searches = {cell: search_lib.CellSearch(min_epochs=first, reduction_factor=cfg["reduction_factor"],
-                                          direction=direction) for cell, first in cell_min_epochs(specs, cfg).items()}
+                                          direction=direction, trial_attrs=attrs)
+              for cell, first in cell_min_epochs(specs, cfg).items()}
   repaired = store.remove_duplicate_decisions(con)
   if repaired:
     log(f"repaired the search log: removed {repaired} duplicated decision(s) that two runners sharing this workdir "
@@ -140,6 +145,12 @@ def _rebuild_searches(con, specs, cfg: Mapping[str, Any],
     rec = store.runs(con, run_id=rid)
     if rec and rec[0]["status"] not in FINISHED and not rec[0].get("promoted"):
       store.set_status(con, rid, "pruned", stopped="pruned", error="pruned by the search (from the log)")
+  for rec in store.runs(con):
+    if rec["cell"] in searches:
+      searches[rec["cell"]].finish(rec["run_id"], rec["status"])
+  if storage is not None:
+    for cell, s in searches.items():
+      s.persist(storage, f"{study_name}/{cell}")
   return searches
 
 
@@ -172,6 +183,7 @@ class _Driver:
     rdir = wd.run_dir(self.workdir, spec.run_id)
     os.makedirs(rdir, exist_ok=True)
     write_text_atomic(os.path.join(rdir, wd.TRIAL_CONFIG_FILE), spec.config.to_json_best_effort(indent=1))
+    write_text_atomic(os.path.join(rdir, wd.TRIAL_HPARAMS_FILE), store._dumps(trial_hparams(spec)))  # noqa: SLF001
     err = os.path.join(rdir, "error.txt")
     if os.path.exists(err):  # from an earlier failed attempt
       os.remove(err)
@@ -237,6 +249,12 @@ class _Driver:
       if store.runs(self.con, run_id=rid)[0]["status"] == "running":
         store.set_status(self.con, rid, "pending")
     self.active.clear()
+
+
+def trial_hparams(spec: sweep.TrialSpec) -> dict[str, Any]:
+  """What TensorBoard's HParams dashboard shows for a trial: the keys its study varies (``TrialSpec.params``: the
+  sub-sweep's swept and fixed keys, the LR and warmup it uses) with its batch size and optimizer."""
+  return {"batch_size": spec.batch_size, "optimizer.name": spec.optimizer, **spec.params()}
 
 
 def trial_env(runner_cfg: Mapping[str, Any], spec: sweep.TrialSpec, workdir_: str) -> dict[str, str]:
@@ -321,13 +339,20 @@ def failures(con, study_name: str) -> list[tuple[str, str]]:
   return out
 
 
-def _run_wave(driver: "_Driver", todo: collections.deque, timeout: float, poll_s: float) -> None:
-  """Runs the trials of ``todo`` to their end (pruning, timeouts, one resume after a foreign kill)."""
+def _run_wave(driver: "_Driver", todo: collections.deque, timeout: float, poll_s: float,
+              status_every_s: float = 60.0) -> None:
+  """Runs the trials of ``todo`` to their end (pruning, timeouts, one resume after a foreign kill), logging the
+  study's status line every ``status_every_s`` (0 = never)."""
   executor, runner_cfg, con, log = driver.executor, driver.runner_cfg, driver.con, driver.log
   total, driver.done_count = len(todo), 0
   retried: set[str] = set()
+  last_status = time.monotonic()
   try:
     while todo or driver.active:
+      if status_every_s and time.monotonic() - last_status >= status_every_s:
+        last_status = time.monotonic()
+        log("\n".join([status_lib.status_line(con, driver.study.name, executor.slots)]
+                      + status_lib.running_lines(con, driver.study.name)))
       while todo and len(driver.active) < executor.slots and not any(a.exclusive for a in driver.active.values()):
         alone = _exclusive(executor, runner_cfg, todo[0])
         if alone and driver.active:
@@ -364,8 +389,12 @@ def _run_wave(driver: "_Driver", todo: collections.deque, timeout: float, poll_s
 def run_study(study: ml_collections.ConfigDict, workdir: str, *, executor: Optional[Executor] = None,
               num_workers: Optional[int] = None, retry_failed: Optional[bool] = None,
               timeout_s: Optional[float] = None, command: Optional[str] = None,
-              log: Callable[[str], None] = print, poll_s: float = 0.25) -> dict[str, int]:
+              log: Callable[[str], None] = print, poll_s: float = 0.25,
+              status_every_s: float = 60.0) -> dict[str, int]:
   """Runs (or resumes) every trial of ``study`` under ``workdir``; returns the count of runs per status.
+
+  Besides one line per ended trial, every ``status_every_s`` (0 = never) it logs the study's status line and its
+  running trials (status.py: done/pruned/diverged/failed/running/pending counts, ETA).
 
   ``num_workers``, ``retry_failed`` and ``timeout_s`` (per trial, 0 = none; a trial past it is killed and
   recorded failed) default to ``study.runner``. On KeyboardInterrupt the active trials are killed and put back to
@@ -394,16 +423,19 @@ def run_study(study: ml_collections.ConfigDict, workdir: str, *, executor: Optio
   os.makedirs(workdir, exist_ok=True)
   with workdir_lock.hold(workdir, workdir_lock.STUDY_LOCK, what="a study runner"):
     return _run_locked(study, workdir, specs, executor, search_cfg, runner_cfg, rep_cfg, retry, timeout, command, log,
-                       poll_s)
+                       poll_s, status_every_s)
 
 
 def _run_locked(study, workdir, specs, executor, search_cfg, runner_cfg, rep_cfg, retry, timeout, command, log,
-                poll_s):
+                poll_s, status_every_s=60.0):
   wd.save_study_config(study, workdir, command)
   con = store.open_store(wd.store_path(workdir))
   try:
     register(con, study, specs)
-    searches = _rebuild_searches(con, specs, search_cfg, log)  # the study's own trials set each cell's first rung
+    searched = search_cfg["pruner"] != "none" and any(t.searched for t in specs)
+    storage = search_lib.optuna_storage(workdir) if searched else None
+    # the study's own trials set each cell's first rung
+    searches = _rebuild_searches(con, specs, search_cfg, log, storage, study.name)
     earlier = phases.planned(study, con, specs)
     register(con, study, earlier)
     specs = specs + earlier
@@ -419,7 +451,7 @@ def _run_locked(study, workdir, specs, executor, search_cfg, runner_cfg, rep_cfg
             f"on {executor.name} ({executor.slots} at once), workdir {workdir}")
       elif todo:
         log(f"study {study.name}: {len(todo)} follow-up trials to run (extensions, promotions, replicates)")
-      _run_wave(driver, todo, timeout, poll_s)
+      _run_wave(driver, todo, timeout, poll_s, status_every_s)
       first, skip = False, FINISHED + ("failed",)  # failed trials are retried once per command, at its start
       new, promoted = phases.follow_ups(study, con, specs, search_cfg, rep_cfg, log)
       if not new and not promoted:

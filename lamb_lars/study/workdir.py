@@ -21,6 +21,7 @@ STORE_FILE = "study.sqlite"
 STUDY_CONFIG_FILE = "study_config.json"
 COMMANDS_FILE = "commands.txt"
 TRIAL_CONFIG_FILE = "trial_config.json"
+TRIAL_HPARAMS_FILE = "hparams.json"  # the keys the study varies, for TensorBoard's HParams dashboard
 
 
 def store_path(workdir: str) -> str:

@@ -1,0 +1,34 @@
+"""``python train.py --help`` lists the run configs and the most-used keys with their defaults."""
+import ast
+import glob
+import os
+import subprocess
+import sys
+
+from configs import default
+from lamb_lars import cli_help
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_help_lists_every_run_config_and_the_main_keys():
+  text = cli_help.usage(REPO).replace("%%", "%")
+  for path in glob.glob(os.path.join(REPO, "configs", "*.py")):
+    name = os.path.basename(path)
+    if name in ("__init__.py", "optimizer.py"):   # not run configs (optimizer.py is the config.optimizer subtree)
+      assert f"  configs/{name} " not in text
+      continue
+    doc = ast.get_docstring(ast.parse(open(path, encoding="utf-8").read())).splitlines()[0]
+    assert f"  configs/{name} " in text and doc in text, name
+  config = default.get_config()
+  assert f"batch_size={config.batch_size!r}" in text and "global batch" in text
+  assert f"optimizer.name={config.optimizer.name!r}" in text and "lars | lamb" in text
+  assert f"optimizer.schedule.warmup_epochs={config.optimizer.schedule.warmup_epochs!r}" in text
+
+
+def test_train_help_on_the_command_line():
+  out = subprocess.run([sys.executable, "train.py", "--help"], cwd=REPO, capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "PYTHONPATH": REPO})
+  text = out.stdout + out.stderr   # absl prints the help and exits with status 1
+  assert "configs/mnist_lenet.py" in text and "optimizer.learning_rate=0.1" in text and "--workdir" in text
+  assert "93.9% top-1" in text   # a '%' in a docstring survives absl's %-formatting of the help text
