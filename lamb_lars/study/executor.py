@@ -85,7 +85,8 @@ class LocalHandle:
 class LocalExecutor:
   """Up to ``slots`` trials at once as child processes on this machine.
 
-  ``cpus_per_trial`` > 0 pins slot i to CPUs [i·c, (i+1)·c) (``sched_setaffinity``), so two single-threaded
+  ``cpus_per_trial`` > 0 pins slot i to CPUs [i·c, (i+1)·c) (``sched_setaffinity``; where the OS has none, as on
+  macOS, trials run unpinned), so two single-threaded
   trials do not share a core; XLA sizes its CPU thread pool by the CPUs it may run on. Children die with the driver
   (``PR_SET_PDEATHSIG``): a ``kill -9`` of the driver leaves no orphan trainer writing into the study. A trial
   that forces more CPU devices than ``cpus_per_trial`` (e.g. 2 for the gradient noise scale) runs unpinned.
@@ -107,7 +108,7 @@ class LocalExecutor:
     """The CPUs slot ``slot`` is pinned to, or None (not pinned). A trial that forces more XLA CPU devices than
     its share of CPUs is not pinned: the devices' collectives need a thread each at the same time, and on fewer
     CPUs XLA's all-reduce rendezvous times out and aborts the process."""
-    if not self._cpus:
+    if not self._cpus or not hasattr(os, "sched_setaffinity"):  # e.g. macOS: no CPU pinning, trials run unpinned
       return None
     m = re.search(r"--xla_force_host_platform_device_count=(\d+)", str(env.get("XLA_FLAGS", "")))
     if m and int(m.group(1)) > self._cpus:
@@ -120,8 +121,18 @@ class LocalExecutor:
     2-device MNIST run alone trains at 30K ex/s)."""
     return bool(self._cpus) and self.affinity(0, {**os.environ, **env}) is None
 
+  def worker_env(self, env: Mapping[str, str]) -> dict[str, str]:
+    """A trial's extra environment. With several slots, JAX on a GPU must not preallocate: by default each process
+    takes 75% of the GPU's memory at start, so a second trial on the same GPU fails to allocate. Trials then
+    allocate what they use (``XLA_PYTHON_CLIENT_PREALLOCATE=false``) unless the study sets either variable."""
+    env = dict(env)
+    if self.slots > 1 and not {"XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION"} & {*env, *os.environ}:
+      env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+    return env
+
   def submit(self, run_id: str, run_dir: str, env: Mapping[str, str]) -> LocalHandle:
     slot = self._free.pop(0) if self._free else 0
+    env = self.worker_env(env)
     cpus = self.affinity(slot, {**os.environ, **env})
 
     def preexec() -> None:
