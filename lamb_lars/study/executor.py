@@ -15,7 +15,9 @@ import signal
 import subprocess
 import sys
 import time
-from typing import IO, Mapping, Optional, Protocol
+from typing import IO, Callable, Mapping, Optional, Protocol
+
+from lamb_lars import io_utils
 
 LOG_FILE = "log.txt"
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -82,6 +84,22 @@ class LocalHandle:
       self._on_exit()
 
 
+def _open_log(run_dir: str) -> tuple[IO, Callable[[], None]]:
+  """The trial's log, open for appending, and what to do once the trial has ended. A child process writes its
+  output to a local file; for a run dir on an object store that file is local (``io_utils.local_path``) and its
+  text is appended to ``RUN_DIR/log.txt`` when the trial ends."""
+  path = io_utils.local_path(run_dir, LOG_FILE)
+  log = open(path, "a", encoding="utf-8")
+  if not io_utils.is_remote(run_dir):
+    return log, lambda: None
+
+  def upload() -> None:
+    with open(path, encoding="utf-8", errors="replace") as f:
+      io_utils.append_text(os.path.join(run_dir, LOG_FILE), f.read())
+    os.remove(path)
+  return log, upload
+
+
 class LocalExecutor:
   """Up to ``slots`` trials at once as child processes on this machine.
 
@@ -102,7 +120,7 @@ class LocalExecutor:
                        f"machine has {ncpu}.")
 
   def check_workdir(self, workdir: str) -> None:
-    os.makedirs(workdir, exist_ok=True)
+    io_utils.makedirs(workdir)
 
   def affinity(self, slot: int, env: Mapping[str, str]) -> Optional[set[int]]:
     """The CPUs slot ``slot`` is pinned to, or None (not pinned). A trial that forces more XLA CPU devices than
@@ -143,12 +161,12 @@ class LocalExecutor:
       if cpus:
         os.sched_setaffinity(0, cpus)
 
-    log = open(os.path.join(run_dir, LOG_FILE), "a", encoding="utf-8")
+    log, upload = _open_log(run_dir)
     log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} start {run_id} (local slot {slot})\n")
     log.flush()
     proc = subprocess.Popen(trial_command(run_dir, self._python), stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, env=child_env(env), cwd=REPO_ROOT, preexec_fn=preexec)
-    return LocalHandle(run_id, proc, log, lambda: self._free.append(slot))
+    return LocalHandle(run_id, proc, log, lambda: (upload(), self._free.append(slot)))
 
   def close(self) -> None:
     pass

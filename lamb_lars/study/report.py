@@ -14,6 +14,7 @@ import dataclasses
 import os
 from typing import Optional, Sequence
 
+from lamb_lars import io_utils
 from lamb_lars.study import paper, plots, regimes, report_curves, report_scaling, table3
 from lamb_lars.study.markdown import fmt, pct, table
 from lamb_lars.study.records import STATUSES, Baseline, Target, Trial
@@ -186,7 +187,7 @@ def _table3_curves(trials: Sequence[Trial], cells: table3.Table3, batch: int) ->
 
 def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = ReportSpec()) -> str:
   """Writes ``out_dir/README.md`` and its PNG plots; returns the README path."""
-  os.makedirs(out_dir, exist_ok=True)
+  io_utils.makedirs(out_dir)
   trials = list(trials)
   baseline, note = _baseline(trials, spec)
   target_trials = [t for t in trials if not spec.target_technique or t.technique == spec.target_technique]
@@ -199,6 +200,5 @@ def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = Repor
   parts += report_curves.accuracy_section(trials, out_dir) + report_curves.curves_section(trials, out_dir, spec.max_curves)
   parts += report_curves.diffusion_section(trials, out_dir, spec.max_curves) + report_curves.trust_section(trials, out_dir)
   path = os.path.join(out_dir, "README.md")
-  with open(path, "w", encoding="utf-8") as f:
-    f.write("\n".join(parts).rstrip() + "\n")
+  io_utils.write_text_atomic(path, "\n".join(parts).rstrip() + "\n")
   return path
