@@ -19,10 +19,13 @@ CORE = [
     "optuna==5.0.0",        # the study search: quasi-random sampler and ASHA pruner (lamb_lars/study/search.py)
 ]
 
+GCS = ["gcsfs==2026.10.1"]
+
 setuptools.setup(
     name="lamb_lars",
     version="0.1.0",
     description="JAX research codebase for the science of huge-batch training.",
+    license="Apache-2.0",
     long_description=open("README.md").read() if __import__("os").path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
@@ -31,7 +34,11 @@ setuptools.setup(
     install_requires=CORE,
     extras_require={
         # The offline MNIST copy; it pins numpy<2, so `.ci/run` installs it with --no-deps.
-        "test": ["pytest==9.0.3", "pytest-xdist==3.8.0", "tensorboard==2.21.0", "nbformat>=5.9", "nbclient>=0.10", "ipykernel>=6.29"],
+        # gcp-storage-emulator: tests/test_gcs_workdir.py runs train, resume and a study on gs:// against it.
+        "test": ["pytest==9.0.3", "pytest-xdist==3.8.0", "tensorboard==2.21.0", "nbformat>=5.9", "nbclient>=0.10", "ipykernel>=6.29",
+                 "gcp-storage-emulator==2026.7.19", *GCS],
+        # --workdir=gs://BUCKET/…: etils.epath reaches GCS through gcsfs (orbax's TensorStore needs nothing more).
+        "gcs": GCS,
         "bench": ["torch==2.13.0"],
         # `python -m lamb_lars.study run --executor=ray` (docs/ray.md); the version tests/test_ray_executor.py ran.
         "ray": ["ray[default]==2.60.0"],

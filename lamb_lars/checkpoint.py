@@ -17,6 +17,8 @@ from typing import Any, Callable, Optional
 import jax
 import orbax.checkpoint as ocp
 
+from lamb_lars import io_utils
+
 
 QUARANTINE_DIR = "checkpoints_quarantine"
 
@@ -35,8 +37,8 @@ class Checkpointer:
 
   def __init__(self, workdir: str, keep: int = 2):
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, enable_async_checkpointing=True)
-    self._dir = os.path.abspath(os.path.join(workdir, "checkpoints"))
-    self._quarantine = os.path.abspath(os.path.join(workdir, QUARANTINE_DIR))
+    self._dir = io_utils.abspath(os.path.join(workdir, "checkpoints"))
+    self._quarantine = io_utils.abspath(os.path.join(workdir, QUARANTINE_DIR))
     self._mngr = ocp.CheckpointManager(self._dir, options=options)
 
   def latest_step(self) -> Optional[int]:

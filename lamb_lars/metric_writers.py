@@ -80,10 +80,10 @@ def keep_rows_until(path: str, resume_step: int, log: Callable[[str], None] = pr
   as does a last line cut short by a kill (a row appended to it would be garbled too). Every other line stays as
   it is — a middle line that is not a valid row is kept (readers skip it) and reported, never silently dropped.
   The file is rewritten only when something goes, and then says how much."""
-  if not os.path.exists(path):
+  text = io_utils.read_text(path, errors="replace")
+  if text is None:
     return
-  with open(path, encoding="utf-8", errors="replace") as f:
-    lines = f.readlines()
+  lines = text.splitlines(keepends=True)
   keep, dropped, torn, fixed = [], 0, False, False
   for n, line in enumerate(lines, 1):
     if not line.strip():
@@ -163,7 +163,7 @@ class MetricWriter:
     self._tb = None
     if not enabled:
       return
-    os.makedirs(workdir, exist_ok=True)
+    io_utils.makedirs(workdir)
     keep_rows_until(self.path, resume_step, log)
     try:
       from tensorboardX import SummaryWriter

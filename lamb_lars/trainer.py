@@ -159,7 +159,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   info = get_info(config)
   devices = jax.devices()[: config.num_devices or None]
   plan = make_plan(config, info, devices)
-  os.makedirs(workdir, exist_ok=True)
+  io_utils.makedirs(workdir)
   lock = workdir_lock.hold(workdir) if jax.process_index() == 0 else contextlib.nullcontext()  # one writer per run
   with lock:
     return _train_locked(config, workdir, info, devices, plan, hparams)

@@ -7,8 +7,10 @@ duplicate the search's decision log, after which the study can never be resumed.
 ``kill -9``), so a lock left by a dead process is never stale: the next job takes it and overwrites the PID.
 
 Locks are per process and re-entrant: a study trial (``run_one``) holds its run dir's lock and calls
-``train_and_evaluate``, which asks for the same lock again. Only local paths are locked; a ``gs://`` workdir has no
-``flock`` and is left to the job scheduler.
+``train_and_evaluate``, which asks for the same lock again. An object store (``gs://``) has no ``flock``: the lock
+of such a workdir is a local file (``io_utils.local_path``), so it excludes a second job on this machine only;
+across machines one job per workdir is left to the scheduler (a cross-machine lock would be a lease object
+created with ``ifGenerationMatch=0`` and renewed by its holder).
 """
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ import fcntl
 import os
 import time
 from typing import Iterator
+
+from lamb_lars import io_utils
 
 TRAIN_LOCK = ".lock"          # a run dir (train.py, a study trial)
 STUDY_LOCK = ".study.lock"    # a study workdir (the runner)
@@ -29,10 +33,6 @@ class WorkdirLocked(RuntimeError):
   """Another live process holds the workdir; the message is one sentence naming its PID."""
 
 
-def _local(workdir: str) -> bool:
-  return "://" not in str(workdir)
-
-
 def _holder(path: str) -> str:
   try:
     with open(path, encoding="utf-8") as f:
@@ -43,7 +43,7 @@ def _holder(path: str) -> str:
 
 def acquire(workdir: str, name: str = TRAIN_LOCK, *, what: str = "a training run", timeout_s: float = 0.0) -> str:
   """Takes the lock (waiting up to ``timeout_s`` for a dying holder); returns its path. WorkdirLocked if held."""
-  path = os.path.abspath(os.path.join(workdir, name))
+  path = os.path.abspath(io_utils.local_path(str(workdir), name))
   if _held.get(path):
     _held[path] += 1
     return path
@@ -82,9 +82,6 @@ def release(path: str) -> None:
 def hold(workdir: str, name: str = TRAIN_LOCK, *, what: str = "a training run",
          timeout_s: float = 0.0) -> Iterator[None]:
   """``with hold(workdir): ...`` — the workdir is ours inside; WorkdirLocked (one sentence) if another holds it."""
-  if not _local(workdir):
-    yield
-    return
   path = acquire(workdir, name, what=what, timeout_s=timeout_s)
   try:
     yield

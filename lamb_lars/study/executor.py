@@ -15,7 +15,9 @@ import signal
 import subprocess
 import sys
 import time
-from typing import IO, Mapping, Optional, Protocol
+from typing import IO, Callable, Mapping, Optional, Protocol
+
+from lamb_lars import io_utils
 
 LOG_FILE = "log.txt"
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -82,10 +84,27 @@ class LocalHandle:
       self._on_exit()
 
 
+def _open_log(run_dir: str) -> tuple[IO, Callable[[], None]]:
+  """The trial's log, open for appending, and what to do once the trial has ended. A child process writes its
+  output to a local file; for a run dir on an object store that file is local (``io_utils.local_path``) and its
+  text is appended to ``RUN_DIR/log.txt`` when the trial ends."""
+  path = io_utils.local_path(run_dir, LOG_FILE)
+  log = open(path, "a", encoding="utf-8")
+  if not io_utils.is_remote(run_dir):
+    return log, lambda: None
+
+  def upload() -> None:
+    with open(path, encoding="utf-8", errors="replace") as f:
+      io_utils.append_text(os.path.join(run_dir, LOG_FILE), f.read())
+    os.remove(path)
+  return log, upload
+
+
 class LocalExecutor:
   """Up to ``slots`` trials at once as child processes on this machine.
 
-  ``cpus_per_trial`` > 0 pins slot i to CPUs [i·c, (i+1)·c) (``sched_setaffinity``), so two single-threaded
+  ``cpus_per_trial`` > 0 pins slot i to CPUs [i·c, (i+1)·c) (``sched_setaffinity``; where the OS has none, as on
+  macOS, trials run unpinned), so two single-threaded
   trials do not share a core; XLA sizes its CPU thread pool by the CPUs it may run on. Children die with the driver
   (``PR_SET_PDEATHSIG``): a ``kill -9`` of the driver leaves no orphan trainer writing into the study. A trial
   that forces more CPU devices than ``cpus_per_trial`` (e.g. 2 for the gradient noise scale) runs unpinned.
@@ -101,13 +120,13 @@ class LocalExecutor:
                        f"machine has {ncpu}.")
 
   def check_workdir(self, workdir: str) -> None:
-    os.makedirs(workdir, exist_ok=True)
+    io_utils.makedirs(workdir)
 
   def affinity(self, slot: int, env: Mapping[str, str]) -> Optional[set[int]]:
     """The CPUs slot ``slot`` is pinned to, or None (not pinned). A trial that forces more XLA CPU devices than
     its share of CPUs is not pinned: the devices' collectives need a thread each at the same time, and on fewer
     CPUs XLA's all-reduce rendezvous times out and aborts the process."""
-    if not self._cpus:
+    if not self._cpus or not hasattr(os, "sched_setaffinity"):  # e.g. macOS: no CPU pinning, trials run unpinned
       return None
     m = re.search(r"--xla_force_host_platform_device_count=(\d+)", str(env.get("XLA_FLAGS", "")))
     if m and int(m.group(1)) > self._cpus:
@@ -120,8 +139,18 @@ class LocalExecutor:
     2-device MNIST run alone trains at 30K ex/s)."""
     return bool(self._cpus) and self.affinity(0, {**os.environ, **env}) is None
 
+  def worker_env(self, env: Mapping[str, str]) -> dict[str, str]:
+    """A trial's extra environment. With several slots, JAX on a GPU must not preallocate: by default each process
+    takes 75% of the GPU's memory at start, so a second trial on the same GPU fails to allocate. Trials then
+    allocate what they use (``XLA_PYTHON_CLIENT_PREALLOCATE=false``) unless the study sets either variable."""
+    env = dict(env)
+    if self.slots > 1 and not {"XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION"} & {*env, *os.environ}:
+      env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+    return env
+
   def submit(self, run_id: str, run_dir: str, env: Mapping[str, str]) -> LocalHandle:
     slot = self._free.pop(0) if self._free else 0
+    env = self.worker_env(env)
     cpus = self.affinity(slot, {**os.environ, **env})
 
     def preexec() -> None:
@@ -132,12 +161,12 @@ class LocalExecutor:
       if cpus:
         os.sched_setaffinity(0, cpus)
 
-    log = open(os.path.join(run_dir, LOG_FILE), "a", encoding="utf-8")
+    log, upload = _open_log(run_dir)
     log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} start {run_id} (local slot {slot})\n")
     log.flush()
     proc = subprocess.Popen(trial_command(run_dir, self._python), stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, env=child_env(env), cwd=REPO_ROOT, preexec_fn=preexec)
-    return LocalHandle(run_id, proc, log, lambda: self._free.append(slot))
+    return LocalHandle(run_id, proc, log, lambda: (upload(), self._free.append(slot)))
 
   def close(self) -> None:
     pass

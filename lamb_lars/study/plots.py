@@ -15,6 +15,7 @@ import numpy as np
 from matplotlib import colormaps, ticker
 from matplotlib.figure import Figure
 
+from lamb_lars import io_utils
 from lamb_lars.study.critical_batch import InverseLawFit, steps_model
 
 _MAX_LEGEND = 16
@@ -77,7 +78,7 @@ def _log_axis(axis, base: int = 10) -> None:
 
 def _save(fig: Figure, out_dir: str, name: str) -> str:
   fig.tight_layout()
-  fig.savefig(os.path.join(out_dir, name), dpi=110)
+  io_utils.write_file_atomic(os.path.join(out_dir, name), lambda path: fig.savefig(path, dpi=110))
   return name
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import math
 import os
@@ -24,6 +25,7 @@ from typing import Any, Optional
 
 import ml_collections
 
+from lamb_lars import io_utils
 from lamb_lars.study import provenance, report, runner, store
 from lamb_lars.study import workdir as wd
 from lamb_lars.study.records import Target, Trial
@@ -50,7 +52,7 @@ def _cell(x: Any) -> Any:
 
 def export_csvs(con, study_name: str, out_dir: str) -> tuple[str, str]:
   """Writes ``runs.csv`` and ``evals.csv`` of the study into ``out_dir``; returns their paths."""
-  os.makedirs(out_dir, exist_ok=True)
+  io_utils.makedirs(out_dir)
   run_rows, eval_rows, extra = [], [], []
   for d in store.runs(con, study=study_name):
     t = store.to_trial(d, store.evals(con, d["run_id"]))
@@ -76,12 +78,12 @@ def export_csvs(con, study_name: str, out_dir: str) -> tuple[str, str]:
   runs_path, evals_path = os.path.join(out_dir, "runs.csv"), os.path.join(out_dir, "evals.csv")
   for path, columns, rows in ((runs_path, RUN_COLUMNS, run_rows),
                               (evals_path, EVAL_COLUMNS + tuple(sorted(extra)), eval_rows)):
-    with open(path + ".tmp", "w", newline="", encoding="utf-8") as f:
-      w = csv.DictWriter(f, fieldnames=columns)
-      w.writeheader()
-      for row in rows:
-        w.writerow({k: _cell(row.get(k)) for k in columns})
-    os.replace(path + ".tmp", path)
+    f = io.StringIO(newline="")
+    w = csv.DictWriter(f, fieldnames=columns)
+    w.writeheader()
+    for row in rows:
+      w.writerow({k: _cell(row.get(k)) for k in columns})
+    io_utils.write_text_atomic(path, f.getvalue())
   return runs_path, evals_path
 
 
@@ -95,25 +97,30 @@ def _num(text: str) -> Any:
   return int(v) if v.is_integer() and "." not in text and "e" not in text.lower() and "inf" not in text else v
 
 
+def _read_csv(path: str) -> list[dict]:
+  text = io_utils.read_text(path)
+  if text is None:
+    raise FileNotFoundError(f"{path} does not exist")
+  return list(csv.DictReader(io.StringIO(text, newline="")))
+
+
 def load_csvs(out_dir: str) -> list[Trial]:
   """The trials as ``records.Trial`` from ``runs.csv`` + ``evals.csv`` alone."""
   curves: dict[str, list[dict]] = {}
-  with open(os.path.join(out_dir, "evals.csv"), newline="", encoding="utf-8") as f:
-    for row in csv.DictReader(f):
-      rid = row.pop("run_id")
-      curves.setdefault(rid, []).append({_BACK.get(k, k): _num(v) for k, v in row.items() if v != ""})
+  for row in _read_csv(os.path.join(out_dir, "evals.csv")):
+    rid = row.pop("run_id")
+    curves.setdefault(rid, []).append({_BACK.get(k, k): _num(v) for k, v in row.items() if v != ""})
   out = []
-  with open(os.path.join(out_dir, "runs.csv"), newline="", encoding="utf-8") as f:
-    for r in csv.DictReader(f):
-      v = {k: _num(x) for k, x in r.items()}
-      params = {**json.loads(r["overrides"] or "{}"), **{k: v[k] for k in _PARAM_KEYS if v[k] is not None}}
-      out.append(Trial(run_id=r["run_id"], batch_size=int(v["batch_size"]), optimizer=r["optimizer"],
-                       variant=r["variant"] or "original", role=r["role"] or "search", technique=r["technique"],
-                       cell=r["cell"], params=params, status=r["status"], stopped=r["stopped"] or None,
-                       budget_epochs=v["budget_epochs"], error=r["error"] or None, wall_time=v["wall_time"],
-                       curve=sorted(curves.get(r["run_id"], []), key=lambda row: row["step"]),
-                       seed=v.get("seed"), phase=r.get("phase") or "search", replicate_of=r.get("replicate_of") or "",
-                       promoted=bool(v.get("promoted")), space=json.loads(r.get("search_space") or "{}")))
+  for r in _read_csv(os.path.join(out_dir, "runs.csv")):
+    v = {k: _num(x) for k, x in r.items()}
+    params = {**json.loads(r["overrides"] or "{}"), **{k: v[k] for k in _PARAM_KEYS if v[k] is not None}}
+    out.append(Trial(run_id=r["run_id"], batch_size=int(v["batch_size"]), optimizer=r["optimizer"],
+                     variant=r["variant"] or "original", role=r["role"] or "search", technique=r["technique"],
+                     cell=r["cell"], params=params, status=r["status"], stopped=r["stopped"] or None,
+                     budget_epochs=v["budget_epochs"], error=r["error"] or None, wall_time=v["wall_time"],
+                     curve=sorted(curves.get(r["run_id"], []), key=lambda row: row["step"]),
+                     seed=v.get("seed"), phase=r.get("phase") or "search", replicate_of=r.get("replicate_of") or "",
+                     promoted=bool(v.get("promoted")), space=json.loads(r.get("search_space") or "{}")))
   return out
 
 
@@ -190,19 +197,19 @@ def publish(workdir: str, out_dir: Optional[str] = None, command: Optional[str] 
   Returns the README path."""
   study = wd.load_study_config(workdir)
   out_dir = out_dir or os.path.join(workdir, "report")
-  if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+  if not io_utils.is_remote(out_dir) and os.path.exists(out_dir) and not os.path.isdir(out_dir):
     raise ValueError(f"--out={out_dir} is a file; give a directory for the report.")
-  if not os.path.exists(wd.store_path(workdir)):
+  if not (os.path.exists(wd.store_path(workdir)) or io_utils.exists(os.path.join(workdir, wd.STORE_FILE))):
     raise ValueError(f"{workdir} has no results store ({wd.STORE_FILE}); re-run `python -m lamb_lars.study run` with "
                      f"the same --config and --workdir to rebuild it (finished trials are read back from their run "
                      f"dirs).")
-  con = store.open_store(wd.store_path(workdir))
+  con = wd.open_store(workdir)
   try:
     export_csvs(con, study.name, out_dir)
     spec = report_spec(study, workdir, con)
   finally:
     con.close()
-  if os.path.exists(os.path.join(out_dir, "discussion.md")):  # hand-written next to the generated report
+  if io_utils.exists(os.path.join(out_dir, "discussion.md")):  # hand-written next to the generated report
     spec = dataclasses.replace(spec, notes=(spec.notes + "\n\n" if spec.notes else "") + (
         "The disagreements with the paper, and what would settle them, are discussed in "
         "[discussion.md](discussion.md)."))

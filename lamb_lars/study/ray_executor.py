@@ -24,7 +24,8 @@ and ``PR_SET_PDEATHSIG = SIGKILL`` so that the trainer dies with the Ray worker 
   is node-local and the guarantee rests on Ray killing a dead owner's or a dead node's workers first.
 * **Shared storage.** The workdir must be the same path on every node (NFS, Filestore, Lustre, a gcsfuse mount):
   ``check_workdir`` runs a probe task on every alive node that reads the driver's probe file and writes its own.
-  ``gs://`` run dirs are refused with one sentence: the trainer writes metrics and results with local file I/O.
+  ``gs://`` run dirs are refused with one sentence: a Ray task writes its trial's log, and the probe its files,
+  with local file I/O (the trainer and the local executor take ``gs://`` workdirs; io_utils.py).
 
 Ray is an optional extra (``pip install -e .[ray]``); this module imports it only when used.
 """
@@ -184,7 +185,7 @@ class RayExecutor:
   def check_workdir(self, workdir: str, timeout_s: float = 120.0) -> None:
     """A ValueError (one sentence) unless every alive node sees ``workdir`` at the same path, read and write."""
     if "://" in workdir:
-      raise ValueError(f"--workdir={workdir}: trials write their run dirs with local file I/O, so give a path that "
+      raise ValueError(f"--workdir={workdir}: Ray trials write their logs with local file I/O, so give a path that "
                        "every node mounts (NFS, Filestore, or the bucket through gcsfuse) instead of a URL.")
     workdir = os.path.abspath(workdir)
     ray = self._ray

@@ -15,6 +15,7 @@ import dataclasses
 import os
 from typing import Optional, Sequence
 
+from lamb_lars import io_utils
 from lamb_lars.study import paper, plots, regimes, report_curves, report_replicates, report_scaling, table3
 from lamb_lars.study.markdown import fmt, pct, table
 from lamb_lars.study.records import STATUSES, Baseline, Target, Trial
@@ -229,7 +230,7 @@ def _table3_curves(trials: Sequence[Trial], cells: table3.Table3, batch: int) ->
 
 def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = ReportSpec()) -> str:
   """Writes ``out_dir/README.md`` and its PNG plots; returns the README path."""
-  os.makedirs(out_dir, exist_ok=True)
+  io_utils.makedirs(out_dir)
   trials = list(trials)
   # The single-run sections read the study's own trials; replicates (fresh seeds of each cell's chosen
   # configuration) are summarised with their intervals by report_replicates.
@@ -263,6 +264,5 @@ def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = Repor
   for _, _, lines in sections:
     parts += lines
   path = os.path.join(out_dir, "README.md")
-  with open(path, "w", encoding="utf-8") as f:
-    f.write("\n".join(parts).rstrip() + "\n")
+  io_utils.write_text_atomic(path, "\n".join(parts).rstrip() + "\n")
   return path

@@ -18,6 +18,7 @@ from typing import Optional
 import ml_collections
 
 from lamb_lars import workdir_lock
+from lamb_lars import io_utils
 from lamb_lars.io_utils import write_text_atomic
 
 from lamb_lars.study.workdir import TRIAL_CONFIG_FILE as CONFIG_FILE
@@ -44,8 +45,7 @@ def enable_compilation_cache() -> Optional[str]:
 
 def load_trial_config(run_dir: str) -> ml_collections.ConfigDict:
   """The trial's training config as written by the runner (JSON; tuples come back as lists)."""
-  with open(os.path.join(run_dir, CONFIG_FILE), encoding="utf-8") as f:
-    return ml_collections.ConfigDict(json.load(f))
+  return ml_collections.ConfigDict(json.loads(io_utils.read_text(os.path.join(run_dir, CONFIG_FILE))))
 
 
 def load_trial_hparams(run_dir: str) -> Optional[dict]:

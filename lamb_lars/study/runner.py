@@ -35,7 +35,7 @@ from typing import Any, Callable, Mapping, Optional
 
 import ml_collections
 
-from lamb_lars import run_identity, workdir_lock
+from lamb_lars import io_utils, run_identity, workdir_lock
 from lamb_lars.io_utils import read_jsonl, write_text_atomic
 from lamb_lars.study import phases
 from lamb_lars.study import run_one
@@ -181,22 +181,17 @@ class _Driver:
 
   def start(self, spec: sweep.TrialSpec, exclusive: bool = False) -> None:
     rdir = wd.run_dir(self.workdir, spec.run_id)
-    os.makedirs(rdir, exist_ok=True)
+    io_utils.makedirs(rdir)
     write_text_atomic(os.path.join(rdir, wd.TRIAL_CONFIG_FILE), spec.config.to_json_best_effort(indent=1))
     write_text_atomic(os.path.join(rdir, wd.TRIAL_HPARAMS_FILE), store._dumps(trial_hparams(spec)))  # noqa: SLF001
-    err = os.path.join(rdir, "error.txt")
-    if os.path.exists(err):  # from an earlier failed attempt
-      os.remove(err)
+    io_utils.remove(os.path.join(rdir, "error.txt"))  # from an earlier failed attempt
     store.set_status(self.con, spec.run_id, "running")
     handle = self.executor.submit(spec.run_id, rdir, trial_env(self.runner_cfg, spec, self.workdir))
     self.active[spec.run_id] = _Active(spec, handle, time.monotonic(), exclusive=exclusive)
 
   def ingest(self, a: _Active) -> list[dict]:
     """New eval rows of a running trial into the store; returns them."""
-    path = os.path.join(wd.run_dir(self.workdir, a.spec.run_id), "metrics.jsonl")
-    if not os.path.exists(path):
-      return []
-    rows = read_jsonl(path)
+    rows = read_jsonl(os.path.join(wd.run_dir(self.workdir, a.spec.run_id), "metrics.jsonl"))
     if len(rows) <= a.rows_seen:
       return []
     new, a.rows_seen = rows[a.rows_seen:], len(rows)
@@ -264,7 +259,7 @@ def trial_env(runner_cfg: Mapping[str, Any], spec: sweep.TrialSpec, workdir_: st
   load it instead: most of a LeNet trial's 9 s of compiling; docs/BENCHMARKS.md §11)."""
   env = {**dict(runner_cfg["env"] or {}), **spec.env}
   if runner_cfg.get("compilation_cache"):
-    env.setdefault(run_one.CACHE_ENV, os.path.join(os.path.abspath(workdir_), run_one.CACHE_DIR))
+    env.setdefault(run_one.CACHE_ENV, io_utils.local_path(io_utils.abspath(workdir_), run_one.CACHE_DIR))
   return env
 
 
@@ -381,6 +376,7 @@ def _run_wave(driver: "_Driver", todo: collections.deque, timeout: float, poll_s
         del driver.active[rid]
         driver.done_count += 1
         log(progress_line(con, rid, status, driver.done_count, total, time.monotonic() - a.started))
+        wd.upload_store(con, driver.workdir)  # an object-store workdir gets the store after every trial
   except BaseException:
     driver.interrupt()
     raise
@@ -420,7 +416,7 @@ def run_study(study: ml_collections.ConfigDict, workdir: str, *, executor: Optio
   validate_trials(specs)
   executor = executor or make_executor(study, num_workers)
   executor.check_workdir(workdir)
-  os.makedirs(workdir, exist_ok=True)
+  io_utils.makedirs(workdir)
   with workdir_lock.hold(workdir, workdir_lock.STUDY_LOCK, what="a study runner"):
     return _run_locked(study, workdir, specs, executor, search_cfg, runner_cfg, rep_cfg, retry, timeout, command, log,
                        poll_s, status_every_s)
@@ -429,7 +425,7 @@ def run_study(study: ml_collections.ConfigDict, workdir: str, *, executor: Optio
 def _run_locked(study, workdir, specs, executor, search_cfg, runner_cfg, rep_cfg, retry, timeout, command, log,
                 poll_s, status_every_s=60.0):
   wd.save_study_config(study, workdir, command)
-  con = store.open_store(wd.store_path(workdir))
+  con = wd.open_store(workdir)
   try:
     register(con, study, specs)
     searched = search_cfg["pruner"] != "none" and any(t.searched for t in specs)
@@ -462,4 +458,5 @@ def _run_locked(study, workdir, specs, executor, search_cfg, runner_cfg, rep_cfg
     return {s: counts.get(s, 0) for s in STATUSES}
   finally:
     executor.close()
+    wd.upload_store(con, workdir)
     con.close()

@@ -32,7 +32,7 @@ import sqlite3
 import time
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
-from lamb_lars.io_utils import read_jsonl
+from lamb_lars.io_utils import read_json, read_jsonl
 from lamb_lars.study.records import FINISHED, STATUSES, Trial  # noqa: F401  (FINISHED: re-exported)
 
 _ROW_KEYS = ("step", "epoch", "examples", "wall_time")
@@ -323,18 +323,17 @@ def ingest_run_dir(con: sqlite3.Connection, run_id: str, workdir: Union[str, os.
   workdir = os.fspath(workdir)
   if not runs(con, run_id=run_id):
     upsert_run(con, run_id)
-  metrics_path = os.path.join(workdir, "metrics.jsonl")
-  if os.path.exists(metrics_path):
-    add_evals(con, run_id, [r for r in read_jsonl(metrics_path) if "step" in r])
+  rows = [r for r in read_jsonl(os.path.join(workdir, "metrics.jsonl")) if "step" in r]
+  if rows:
+    add_evals(con, run_id, rows)
   result_path = os.path.join(workdir, "result.json")
-  if not os.path.exists(result_path):
-    return None
   try:
-    with open(result_path, encoding="utf-8") as f:
-      result = json.load(f)
+    result = read_json(result_path)
   except (ValueError, UnicodeDecodeError):
     raise ValueError(f"{result_path} is damaged (not valid JSON); move it away and re-run to resume that trial "
                      f"from its checkpoints.") from None
+  if result is None:
+    return None
   if not isinstance(result, dict):
     raise ValueError(f"{result_path} does not hold a result object; move it away and re-run to resume that trial.")
   final = result.get("final") or {}

@@ -1,0 +1,57 @@
+"""The local executor's worker environment and CPU pinning, on a real child process: a stand-in for Python writes
+its environment into the run dir instead of training."""
+import json
+import os
+import sys
+import time
+
+import pytest
+
+from lamb_lars.study.executor import LocalExecutor
+
+FAKE_PYTHON = f"""#!{sys.executable}
+import json, os, sys
+run_dir = sys.argv[-1]
+with open(os.path.join(run_dir, "env.json"), "w") as f:
+  json.dump({{"env": dict(os.environ), "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None}}, f)
+"""
+
+
+def _run(executor: LocalExecutor, run_dir, env=None) -> dict:
+  run_dir.mkdir()
+  handle = executor.submit("r", str(run_dir), env or {})
+  deadline = time.time() + 60
+  while handle.poll() is None:
+    assert time.time() < deadline
+    time.sleep(0.05)
+  return json.loads((run_dir / "env.json").read_text())
+
+
+@pytest.fixture
+def fake_python(tmp_path, monkeypatch):
+  for k in ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION"):
+    monkeypatch.delenv(k, raising=False)
+  path = tmp_path / "python"
+  path.write_text(FAKE_PYTHON)
+  path.chmod(0o755)
+  return str(path)
+
+
+def test_several_workers_do_not_preallocate_the_gpu(fake_python, tmp_path):
+  """Two workers each preallocating 75% of one GPU cannot both start: with several slots, trials get
+  XLA_PYTHON_CLIENT_PREALLOCATE=false; one slot keeps JAX's default; a study's own setting wins."""
+  got = _run(LocalExecutor(slots=2, python=fake_python), tmp_path / "two")["env"]
+  assert got["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+  assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in _run(LocalExecutor(slots=1, python=fake_python), tmp_path / "one")["env"]
+  own = _run(LocalExecutor(slots=2, python=fake_python), tmp_path / "own", {"XLA_PYTHON_CLIENT_MEM_FRACTION": ".4"})
+  assert own["env"]["XLA_PYTHON_CLIENT_MEM_FRACTION"] == ".4" and "XLA_PYTHON_CLIENT_PREALLOCATE" not in own["env"]
+
+
+def test_pinning_without_sched_setaffinity_runs_unpinned(fake_python, tmp_path, monkeypatch):
+  """On a platform without ``os.sched_setaffinity`` (macOS) a pinned study runs its trials unpinned instead of
+  failing in the child's start-up hook."""
+  ex = LocalExecutor(slots=1, cpus_per_trial=1, python=fake_python)
+  assert ex.affinity(0, {}) == {0}
+  monkeypatch.delattr(os, "sched_setaffinity", raising=False)
+  assert ex.affinity(0, {}) is None
+  assert _run(ex, tmp_path / "mac")["env"]  # the trial started
