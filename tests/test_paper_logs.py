@@ -1,0 +1,60 @@
+"""The comparison of our runs with the authors' logs (lamb_lars/study/paper_logs.py), on fabricated run dirs."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+
+import numpy as np
+
+from lamb_lars.study import paper_logs
+
+
+def _result(path, acc, status="done"):
+  os.makedirs(path, exist_ok=True)
+  with open(os.path.join(path, "result.json"), "w") as f:
+    json.dump({"status": status, "step": 35, "final": {"eval_accuracy": acc}, "train_time": 1.0}, f)
+
+
+def test_authors_table_is_consistent():
+  assert set(paper_logs.AUTHORS) == {"momentum_b1024", "lars_b8192", "lamb_b1024", "momentum_b60000", "lars_b60000",
+                                     "lamb_b60000"}
+  assert len(paper_logs.AUTHORS["momentum_b1024"].runs) == 6 and len(paper_logs.AUTHORS["lamb_b1024"].runs) == 5
+  assert math.isclose(paper_logs.AUTHORS["lars_b60000"].mean, 0.9727)
+  assert paper_logs.LARS_FULL_BATCH_SLICE[22.0] == paper_logs.AUTHORS["lars_b60000"].mean
+
+
+def test_report_verdicts_follow_the_interval(tmp_path):
+  w = str(tmp_path / "w")
+  # lars_b8192 (theirs 99.35, ±0.3): three seeds tightly around 99.30 → agrees
+  for seed, acc in enumerate((0.9929, 0.9930, 0.9931)):
+    _result(paper_logs.run_dir(w, "lars_b8192", seed), acc)
+  # momentum_b60000 (theirs 92.44, ±1.0): three seeds tightly around 97.0 → differs
+  for seed, acc in enumerate((0.9699, 0.9700, 0.9701)):
+    _result(paper_logs.run_dir(w, "momentum_b60000", seed), acc)
+  # lamb_b60000: one seed → inconclusive (no interval); lars_b60000: one seed diverged → inconclusive
+  _result(paper_logs.run_dir(w, "lamb_b60000", 0), 0.988)
+  _result(paper_logs.run_dir(w, "lars_b60000", 0), 0.97)
+  _result(paper_logs.run_dir(w, "lars_b60000", 1), None, status="diverged")
+  _result(paper_logs.run_dir(w, "lars_b60000", 0, learning_rate=22.0), 0.95)
+  out = str(tmp_path / "out")
+  paper_logs.write_report(w, out, "test")
+  rows = {r["config"]: r for r in paper_logs.comparison(paper_logs.collect(w))}
+  assert rows["lars_b8192"]["verdict"] == "agrees"
+  assert rows["momentum_b60000"]["verdict"] == "differs"
+  assert rows["lamb_b60000"]["verdict"] == "inconclusive"
+  assert rows["lars_b60000"]["verdict"] == "inconclusive"
+  assert rows["lamb_b1024"]["verdict"] == "not run"
+  # mean and 95% t interval from numpy: t_{0.975,2} = 4.3027
+  x = np.array([0.9929, 0.9930, 0.9931])
+  half = 4.302653 * x.std(ddof=1) / math.sqrt(3)
+  s = rows["lars_b8192"]["summary"]
+  assert math.isclose(s.mean, x.mean()) and math.isclose(s.hi - s.mean, half, rel_tol=1e-6)
+  assert math.isclose(rows["lars_b8192"]["diff"], x.mean() - 0.9935)
+  with open(os.path.join(out, "runs.csv")) as f:
+    runs = list(csv.DictReader(f))
+  assert len(runs) == 3 + 3 + 1 + 2   # the slice run is not a configuration run
+  readme = open(os.path.join(out, "README.md")).read()
+  assert "| 22 | 97.27 | 95.00 |" in readme
+  assert readme.count("| differs |") == 1 and readme.count("| agrees |") == 1
