@@ -27,6 +27,7 @@ import time
 import numpy as np
 
 LR, MOMENTUM = 0.01, 0.9
+UNROLL = 1  # micro-batch loop unrolling (lax.scan unroll)
 
 
 def jax_model(variant: str):
@@ -71,7 +72,7 @@ def make_jax_step(variant: str, batch: int, micro: int):
       def body(acc, xyk):
         l, g = grad_fn(p, *xyk)
         return jax.tree.map(lambda a, b: a + b / k, acc, g), l
-      g, losses = jax.lax.scan(body, jax.tree.map(jax.numpy.zeros_like, p), (xs, ys, keys))
+      g, losses = jax.lax.scan(body, jax.tree.map(jax.numpy.zeros_like, p), (xs, ys, keys), unroll=UNROLL)
       loss = losses.mean()
     u, s = tx.update(g, s, p)
     return optax.apply_updates(p, u), s, loss

@@ -43,6 +43,9 @@ def get_config() -> ml_collections.ConfigDict:
                                       # divisor of the per-device batch ≤ this (and > half of it). Same gradient for
                                       # models without BN; on CPU, 256 runs LeNet-5 batches ≥ 512 fastest
                                       # (docs/performance.md). With BN the micro-batch is also the BN batch.
+  config.unroll_microbatches = False  # unroll the micro-batch loop into straight-line code: on XLA:CPU a rolled loop
+                                      # over convolutions runs ~20× slower (mnist_cnn, docs/BENCHMARKS.md), but the
+                                      # compile time grows with the number of micro-batches (keep it ≲ 32)
   config.eval_batch_size = 1000       # global; the last batch is padded and masked, never dropped
   config.label_smoothing = 0.0
 

@@ -49,6 +49,7 @@ class StepOptions:
   """
   num_classes: int
   num_microbatches: int = 1
+  unroll_microbatches: bool = False   # XLA:CPU runs a rolled loop over convolutions ~20× slower (docs/BENCHMARKS.md)
   label_smoothing: float = 0.0
   signal_to_noise: bool = False
   activation_noise: float = 0.0
@@ -132,7 +133,8 @@ def make_local_step(model: nn.Module, tx: optax.GradientTransformation, opts: St
       zeros = vary(jax.tree.map(jnp.zeros_like, state.params))
       scalar = lambda dtype: vary(jnp.zeros((), dtype))
       init = (zeros, scalar(jnp.float32), scalar(jnp.int32), scalar(jnp.float32))
-      (g_sum, l_sum, correct, sq_sum), bs_stack = jax.lax.scan(micro, init, (xs, ys, r_drop))
+      (g_sum, l_sum, correct, sq_sum), bs_stack = jax.lax.scan(micro, init, (xs, ys, r_drop),
+                                                                unroll=opts.unroll_microbatches)
       local_grads = jax.tree.map(lambda g: g / k, g_sum)
       small_sq = sq_sum / k
       loss = l_sum / k
