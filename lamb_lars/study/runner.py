@@ -374,6 +374,8 @@ def _run_wave(driver: "_Driver", todo: collections.deque, timeout: float, poll_s
             todo.appendleft(a.spec)
             continue
         del driver.active[rid]
+        if a.spec.cell in driver.searches:
+          driver.searches[a.spec.cell].finish(rid, status)   # the trial's end state in the Optuna storage
         driver.done_count += 1
         log(progress_line(con, rid, status, driver.done_count, total, time.monotonic() - a.started))
         wd.upload_store(con, driver.workdir)  # an object-store workdir gets the store after every trial
