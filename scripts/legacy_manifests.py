@@ -54,7 +54,23 @@ WHY = (
     ("## Predicted vs fitted critical batch", lambda old, new: "B_simple over training" not in old,
      "written before the report gave B_simple as a trajectory over training and counted its non-finite "
      "evaluations (the committed section drops them silently)"),
-)
+) + tuple((head, lambda old, new: True, why) for head, why in (
+    ("## Trials", "written before the report listed the sections it leaves out for lack of data (issue 25)"),
+    ("## Table 3: optimizer × layer-wise variants",
+     "written before each cell was chosen on the validation split and its caption stated which 'best' it shows "
+     "(issues 22 and 25)"),
+    ("## Accuracy vs batch size", "written before accuracies were printed in % with a caption naming the 'best' "
+     "(issue 25)"),
+    ("## Training curves", "written before the figures got titles, axis labels in words and the target line "
+     "(issue 25)"),
+    ("## Regimes", "written before the regimes table captioned its 'best' test accuracy (issue 25)"),
+    ("## Baseline", "written before the report's presentation changes of issue 25 (accuracies in %)"),
+    ("## Steps to target", "written before the report's presentation changes of issue 25 (the goal in words, "
+     "captions naming the best run)"),
+    ("## Predicted vs fitted critical batch", "written before the noise-scale figure was titled in words (issue 25)"),
+    ("## Distance from initialisation", "written before the figures got titles and axis labels in words (issue 25)"),
+    ("## Huge-batch results next to the paper", "written before accuracies were printed in % (issue 25)"),
+))
 
 
 def why(head: str, old: Optional[str], new: Optional[str]) -> Optional[str]:
