@@ -194,3 +194,12 @@ def test_study_and_report_on_gcs(gcs, tmp_path, monkeypatch):
   assert {"README.md", "runs.csv", "evals.csv"} <= set(report) and any(n.endswith(".png") for n in report)
   assert io_utils.read_bytes(f"{workdir}/report/" + next(n for n in report if n.endswith(".png")))[:4] == b"\x89PNG"
   assert "# GCS study" in io_utils.read_text(f"{workdir}/report/README.md")
+  # The provenance (manifest.json with the study config's hash) is in the bucket and verifies; status reads the
+  # store's copy, downloaded on this "machine" too.
+  from lamb_lars.study import provenance, status
+  manifest = io_utils.read_json(f"{workdir}/report/manifest.json")
+  assert manifest["config_sha256"] == provenance.config_sha256(io_utils.read_text(f"{workdir}/study_config.json"))
+  assert provenance.verify(f"{workdir}/report") == []
+  monkeypatch.setenv(io_utils.LOCAL_ROOT_ENV, str(tmp_path / "fourth"))
+  assert "2/2 finished (done 2)" in status.report(workdir)
+  assert [p for p in os.listdir(tmp_path) if p not in ("tiny_study.py", "elsewhere", "third", "fourth")] == []

@@ -117,3 +117,16 @@ def test_persisted_search_decides_like_the_in_memory_one(tmp_path):
   loaded = optuna.load_study(study_name="s/c", storage=f"sqlite:///{tmp_path}/{search.OPTUNA_DB}")
   assert len(loaded.trials) == 12
   assert sum(len(t.intermediate_values) for t in loaded.trials) == len(memory)
+
+
+def test_optuna_storage_of_an_object_store_workdir_is_local(tmp_path, monkeypatch):
+  """SQLite cannot live on gs://: the Optuna mirror of a gs:// workdir goes to its machine-local folder (where the
+  study store's copy is), never to a ``./gs:/…`` path under the current directory."""
+  from lamb_lars import io_utils
+  monkeypatch.setenv(io_utils.LOCAL_ROOT_ENV, str(tmp_path / "local"))
+  monkeypatch.chdir(tmp_path)
+  storage = search.optuna_storage("gs://bucket/studies/s")
+  optuna.create_study(study_name="s/c", storage=storage)
+  path = io_utils.local_path("gs://bucket/studies/s", search.OPTUNA_DB)
+  assert path.startswith(str(tmp_path / "local")) and os.path.isfile(path)
+  assert not os.path.exists(tmp_path / "gs:")

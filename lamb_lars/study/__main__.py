@@ -16,7 +16,8 @@ the validator ``train.py`` uses) before any trial runs; a mistake is one sentenc
 (``--verbose`` shows the traceback). ``run`` exits 1 when trials failed, listing each failure's line.
 ``status`` prints where the study stands (trials done/pruned/diverged/failed/running/pending, a rough ETA, the
 running trials' epochs), read from the store; ``run`` prints the same every minute.
-The search's Optuna studies are mirrored in ``<workdir>/optuna.db`` (``optuna-dashboard sqlite:///WORKDIR/optuna.db``).
+The search's Optuna studies are mirrored in ``<workdir>/optuna.db`` (``optuna-dashboard sqlite:///WORKDIR/optuna.db``;
+for a gs:// workdir the file is in the workdir's machine-local folder, ``io_utils.local_path``).
 """
 from __future__ import annotations
 

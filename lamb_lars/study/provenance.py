@@ -23,6 +23,7 @@ import collections
 import csv
 import dataclasses
 import hashlib
+import io
 import json
 import os
 import platform
@@ -33,6 +34,7 @@ import tempfile
 import time
 from typing import Any, Mapping, Optional, Sequence
 
+from lamb_lars import io_utils
 from lamb_lars.study import report
 from lamb_lars.study.records import Target
 
@@ -42,11 +44,24 @@ _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 
 
 def sha256(path: str) -> str:
+  """sha256 of the file at ``path`` (a local path or an object-store URL, through io_utils)."""
+  if io_utils.is_remote(path):
+    data = io_utils.read_bytes(path)
+    if data is None:
+      raise FileNotFoundError(f"{path} does not exist")
+    return hashlib.sha256(data).hexdigest()
   h = hashlib.sha256()
   with open(path, "rb") as f:
     for block in iter(lambda: f.read(1 << 20), b""):
       h.update(block)
   return h.hexdigest()
+
+
+def _csv_rows(path: str) -> list[dict]:
+  text = io_utils.read_text(path)
+  if text is None:
+    raise FileNotFoundError(f"{path} does not exist")
+  return list(csv.DictReader(io.StringIO(text, newline="")))
 
 
 def code_state(repo: str = _REPO) -> dict:
@@ -76,15 +91,13 @@ def iso(t: Optional[float]) -> Optional[str]:
 
 def trial_counts(out_dir: str) -> dict:
   """``{"total": n, "by_status": {status: n}}`` from runs.csv."""
-  with open(os.path.join(out_dir, "runs.csv"), newline="", encoding="utf-8") as f:
-    statuses = [r["status"] for r in csv.DictReader(f)]
+  statuses = [r["status"] for r in _csv_rows(os.path.join(out_dir, "runs.csv"))]
   return {"total": len(statuses), "by_status": dict(sorted(collections.Counter(statuses).items()))}
 
 
 def trial_window(out_dir: str) -> tuple[Optional[float], Optional[float]]:
   """(first start, last finish) over runs.csv, in seconds since the epoch."""
-  with open(os.path.join(out_dir, "runs.csv"), newline="", encoding="utf-8") as f:
-    rows = list(csv.DictReader(f))
+  rows = _csv_rows(os.path.join(out_dir, "runs.csv"))
   starts = [float(r["started"]) for r in rows if r.get("started")]
   ends = [float(r["finished"]) for r in rows if r.get("finished")]
   return (min(starts) if starts else None), (max(ends) if ends else None)
@@ -125,8 +138,7 @@ def build_manifest(out_dir: str, spec: report.ReportSpec, *, study: str, command
 
 def write_manifest(out_dir: str, manifest: Mapping) -> str:
   path = os.path.join(out_dir, MANIFEST)
-  with open(path, "w", encoding="utf-8") as f:
-    f.write(json.dumps(manifest, indent=1, ensure_ascii=False, sort_keys=True) + "\n")
+  io_utils.write_text_atomic(path, json.dumps(manifest, indent=1, ensure_ascii=False, sort_keys=True) + "\n")
   return path
 
 
@@ -141,24 +153,23 @@ def verify(out_dir: str) -> list[str]:
 
   Raises ValueError (one sentence) when the folder has no readable manifest."""
   path = os.path.join(out_dir, MANIFEST)
-  if not os.path.isfile(path):
+  text = io_utils.read_text(path) if io_utils.is_remote(path) or os.path.isfile(path) else None
+  if text is None:
     raise ValueError(f"{out_dir} has no {MANIFEST}; publish it with `python -m lamb_lars.study report`.")
   try:
-    with open(path, encoding="utf-8") as f:
-      m = json.load(f)
+    m = json.loads(text)
   except json.JSONDecodeError as e:
     raise ValueError(f"{path} is not valid JSON ({e.msg}, line {e.lineno}).") from None
   problems = []
   for name in HASHED:
     p = os.path.join(out_dir, name)
-    if not os.path.isfile(p):
+    if not (io_utils.exists(p) if io_utils.is_remote(p) else os.path.isfile(p)):
       problems.append(f"{name} is missing.")
     elif sha256(p) != m.get("files", {}).get(name):
       problems.append(f"{name} has sha256 {sha256(p)[:12]}…, the manifest says {str(m.get('files', {}).get(name))[:12]}….")
   if problems:  # the CSVs are not the manifest's: recomputing from them would check the wrong files
     return problems
-  with open(os.path.join(out_dir, "runs.csv"), newline="", encoding="utf-8") as f:
-    studies = sorted({r["study"] for r in csv.DictReader(f)})
+  studies = sorted({r["study"] for r in _csv_rows(os.path.join(out_dir, "runs.csv"))})
   if studies and studies != [m.get("study")]:
     problems.append(f"runs.csv holds the studies {studies}, the manifest names {m.get('study')!r}.")
   counts = trial_counts(out_dir)
@@ -171,14 +182,16 @@ def verify(out_dir: str) -> list[str]:
   try:
     with tempfile.TemporaryDirectory() as tmp:
       for name in ("runs.csv", "evals.csv"):
-        os.symlink(os.path.abspath(os.path.join(out_dir, name)), os.path.join(tmp, name))
+        if io_utils.is_remote(out_dir):  # a local copy to recompute from
+          io_utils.write_bytes_atomic(os.path.join(tmp, name), io_utils.read_bytes(os.path.join(out_dir, name)))
+        else:
+          os.symlink(os.path.abspath(os.path.join(out_dir, name)), os.path.join(tmp, name))
       regenerated = report.write_report(publish.load_csvs(tmp), tmp, spec_from_json(m["report_spec"]))
       with open(regenerated, encoding="utf-8") as f:
         new = sections(f.read())
   finally:
     plots._save = save
-  with open(os.path.join(out_dir, "README.md"), encoding="utf-8") as f:
-    old = sections(f.read())
+  old = sections(io_utils.read_text(os.path.join(out_dir, "README.md")))
   skipped = m.get("not_recomputed") or {}
   for head in list(old) + [h for h in new if h not in old]:
     if head in skipped:

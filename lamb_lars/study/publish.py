@@ -214,8 +214,7 @@ def publish(workdir: str, out_dir: Optional[str] = None, command: Optional[str] 
         "The disagreements with the paper, and what would settle them, are discussed in "
         "[discussion.md](discussion.md)."))
   readme = report.write_report(load_csvs(out_dir), out_dir, spec)
-  with open(os.path.join(workdir, wd.STUDY_CONFIG_FILE), encoding="utf-8") as f:
-    config_json = f.read()
+  config_json = io_utils.read_text(os.path.join(workdir, wd.STUDY_CONFIG_FILE))
   provenance.write_manifest(out_dir, provenance.build_manifest(
       out_dir, spec, study=study.name, commands=wd.commands(workdir) + ([command] if command else []),
       config_json=config_json))

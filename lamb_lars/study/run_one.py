@@ -50,11 +50,7 @@ def load_trial_config(run_dir: str) -> ml_collections.ConfigDict:
 
 def load_trial_hparams(run_dir: str) -> Optional[dict]:
   """The trial's HParams (the keys its study varies), written by the runner; None if absent."""
-  path = os.path.join(run_dir, HPARAMS_FILE)
-  if not os.path.exists(path):
-    return None
-  with open(path, encoding="utf-8") as f:
-    return json.load(f)
+  return io_utils.read_json(os.path.join(run_dir, HPARAMS_FILE))
 
 
 def acquire_lock(run_dir: str, timeout_s: float = 60.0) -> str:

@@ -23,12 +23,13 @@ asynchronous successive-halving pruner (ASHA, Li et al. 2020), used through ask-
 from __future__ import annotations
 
 import math
-import os
 import warnings
 from typing import Any, Mapping, Optional, Sequence
 
 import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+from lamb_lars import io_utils
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -81,8 +82,12 @@ OPTUNA_DB = "optuna.db"
 
 
 def optuna_storage(workdir: str) -> optuna.storages.RDBStorage:
-  """The Optuna RDB storage of a study workdir, ``sqlite:///<workdir>/optuna.db`` (for ``optuna-dashboard``)."""
-  url = "sqlite:///" + os.path.join(os.path.abspath(workdir), OPTUNA_DB)
+  """The Optuna RDB storage of a study workdir, ``sqlite:///<workdir>/optuna.db`` (for ``optuna-dashboard``).
+
+  SQLite needs a local disk: for an object-store workdir (``gs://…``) the file lives in the workdir's machine-local
+  folder (``io_utils.local_path``, like the study store's copy). It is a mirror only: the search is rebuilt from the
+  store's decision log, so a machine without this file loses nothing."""
+  url = "sqlite:///" + io_utils.local_path(io_utils.abspath(workdir), OPTUNA_DB)
   return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
 
 

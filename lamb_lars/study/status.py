@@ -66,7 +66,7 @@ def report(workdir: str) -> str:
   from lamb_lars.study import workdir as wd
   study = wd.load_study_config(workdir)
   workers = int(runner.settings(study, "runner", runner.RUNNER_DEFAULTS)["num_workers"])
-  con = store.open_store(wd.store_path(workdir))
+  con = wd.open_store(workdir)  # for an object-store workdir, its local copy (downloaded where missing)
   try:
     return "\n".join([status_line(con, study.name, workers)] + running_lines(con, study.name))
   finally:
