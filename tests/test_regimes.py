@@ -30,13 +30,13 @@ FAIL = [(10, 0.5, 1.3), (30, 0.9, 0.4)]
 
 def test_linear_only_failure_is_not_huge():
   r = classify_trials(BASE, [_t("l1", 1024, FAIL), _t("l4", 4096, FAIL)], TECH)
-  assert r.labels == {1024: "not large (no technique tried)", 4096: "not large (no technique tried)"}
+  assert r.labels == {1024: "large or huge: undetermined (no technique tried)", 4096: "large or huge: undetermined (no technique tried)"}
   assert (r.b_l, r.b_l_last_pass, r.b_h_next_huge) == (1024, 256, None)
 
 
 def test_huge_needs_every_declared_technique_to_fail():
   trials = [_t("l", 16384, FAIL), _t("lars", 16384, FAIL, role="technique", technique="lars", optimizer="lars")]
-  assert classify_trials(BASE, trials, TECH).labels[16384] == "not large (untried: tuned, lamb)"
+  assert classify_trials(BASE, trials, TECH).labels[16384] == "large or huge: undetermined (untried: tuned, lamb)"
   trials += [_t("lamb", 16384, FAIL, role="technique", technique="lamb", optimizer="lamb"),
              _t("tuned", 16384, FAIL, role="technique", technique="tuned")]
   r = classify_trials(BASE, trials, TECH)
@@ -46,7 +46,7 @@ def test_huge_needs_every_declared_technique_to_fail():
 def test_loss_failure_of_linear_run_is_not_rescued_by_itself():
   lossy = _t("l", 2048, [(30, 0.99, 0.05)])            # accuracy passes, validation loss does not
   r = classify_trials(BASE, [lossy], TECH)
-  assert r.labels == {2048: "not large (no technique tried)"} and (r.b_l, r.b_l_last_pass) == (2048, 256)
+  assert r.labels == {2048: "large or huge: undetermined (no technique tried)"} and (r.b_l, r.b_l_last_pass) == (2048, 256)
 
 
 def test_only_tagged_linear_runs_test_def_2_1():
@@ -65,7 +65,7 @@ def test_ladder_with_edges():
                for n in TECH]
   r = classify_trials(BASE, trials, TECH)
   assert (r.b_l, r.b_l_last_pass, r.b_h, r.b_h_next_huge, r.b_f) == (4096, 2048, 8192, 32768, 55000)
-  assert r.labels[4096] == "not large (no technique tried)" and r.labels[8192] == "large with lars"
+  assert r.labels[4096] == "large or huge: undetermined (no technique tried)" and r.labels[8192] == "large with lars"
   assert r.labels[32768] == "huge" and r.reached_by[8192] == ("lars",) and r.anomalies == ()
 
 
@@ -80,7 +80,7 @@ def test_pruned_and_running_trials():
 
 def test_full_batch_is_marked():
   r = classify_trials(BASE, [_t("f", 55000, FAIL)], TECH)
-  assert r.labels[55000] == "not large (no technique tried) (full batch)"
+  assert r.labels[55000] == "large or huge: undetermined (no technique tried) (full batch)"
 
 
 def test_trial_tests_at_the_thresholds_and_budget():
@@ -111,7 +111,7 @@ def test_b_l_is_the_smallest_failing_batch_with_its_bracket():
   trials = [_t(f"l{b}", b, PASS if ok else FAIL) for b, ok in passing.items()]
   r = classify_trials(BASE, trials, TECH)
   assert (r.b_l, r.b_l_last_pass) == (1024, 512)
-  assert r.labels[512] == "linear scaling works" and r.labels[1024] == "not large (no technique tried)"
+  assert r.labels[512] == "linear scaling works" and r.labels[1024] == "large or huge: undetermined (no technique tried)"
   assert r.anomalies == ("batch 4096: linear scaling passes above B_L = 1024 (its first failure)",)
   none_fail = classify_trials(BASE, [_t("a", 512, PASS), _t("b", 2048, PASS)], TECH)
   assert (none_fail.b_l, none_fail.b_l_last_pass) == (None, 2048)

@@ -119,7 +119,7 @@ def test_regimes_report_sqrt_scaling_beside_linear(tmp_path):
   text = open(report.write_report(trials, str(tmp_path), report.ReportSpec(baseline_epochs=30.0, num_train=N))).read()
   assert "| B_L | 1024 | last pass 256 (B0); first fail 1024: Def. 2.1 fail " in text
   assert "Square-root scaling (η·√(B/B0)" in text and "first failing tested batch —, last passing below it 1024" in text
-  assert "| 1024 | not large (no technique tried) | `lin-1024` done 50.00% | fail | pass |" in text
+  assert "| 1024 | large or huge: undetermined (no technique tried) | `lin-1024` done 50.00% | fail | pass |" in text
 
 
 def _sections(text: str) -> dict[str, str]:

@@ -28,8 +28,10 @@ Which trials count (the caller tags them: ``Trial.role`` and ``Trial.technique``
 Labels per tested batch: 'small' (B < B0), 'baseline' (B0), 'linear scaling works' (its linear run passes; below
 B_L unless listed as an anomaly), 'below B_L (linear scaling not run here)' (untested between B0 and B_L, with the
 techniques that reach there), 'large with <techniques>' (B ≥ B_L, or B_L not found, where linear scaling fails or
-was not run and these techniques reach), 'huge' (every declared technique failed), 'not large (no technique tried)', 'not large (untried: …)' (some declared techniques failed, the others
-were not run), 'untested' (nothing finished yet). A batch ≥ B_F is also marked full.
+was not run and these techniques reach), 'huge' (every declared technique failed), 'large or huge: undetermined
+(no technique tried)' and 'large or huge: undetermined (untried: …)' (B ≥ B_L, or B_L not found, where linear
+scaling fails and no declared technique was run, or those run failed and the others were not: Defs 2.1–2.2 cannot
+tell large from huge there), 'untested' (nothing finished yet). A batch ≥ B_F is also marked full.
 """
 from __future__ import annotations
 
@@ -204,10 +206,10 @@ def _label(b: int, baseline: Baseline, linear: Mapping[int, bool], tech: Mapping
     return "large with " + ", ".join(reached) + ("" if b in linear else " (linear scaling not run)")
   tried = [name for name in techniques if name in tech]
   if not tried:
-    return "not large (no technique tried)" if b in linear else "untested"
+    return "large or huge: undetermined (no technique tried)" if b in linear else "untested"
   untried = [name for name in techniques if name not in tech]
   if untried:
-    return "not large (untried: " + ", ".join(untried) + ")"
+    return "large or huge: undetermined (untried: " + ", ".join(untried) + ")"
   return "huge"
 
 
