@@ -36,12 +36,7 @@ def tiny_config(**overrides):
   cfg.eval_every_steps = cfg.checkpoint_every_steps = 2
   cfg.keep_checkpoints = 3
   cfg.progress = False
-  for key, value in overrides.items():
-    node = cfg
-    *path, last = key.split(".")
-    for p in path:
-      node = node[p]
-    node[last] = value
+  cfg.update_from_flattened_dict(overrides)   # dotted keys, e.g. {"optimizer.name": "lars"}
   return cfg
 
 

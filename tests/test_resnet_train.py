@@ -68,12 +68,7 @@ def _cifar_config(data_dir, **overrides):
   cfg.progress = False
   cfg.optimizer.learning_rate = 0.1
   cfg.optimizer.lr_scaling = "none"
-  for key, value in overrides.items():
-    node = cfg
-    *path, last = key.split(".")
-    for p in path:
-      node = node[p]
-    node[last] = value
+  cfg.update_from_flattened_dict(overrides)   # dotted keys, e.g. {"optimizer.name": "lars"}
   return cfg
 
 
