@@ -16,7 +16,7 @@ CORE = [
     "tqdm>=4.66",
     "absl-py>=2.1",
     "matplotlib>=3.8",
-    "optuna==5.0.0",        # the study search: quasi-random sampler and ASHA pruner (lamb_lars/study/search.py)
+    "optuna==5.0.0",        # the study search: quasi-random sampler and ASHA pruner (lamb_lars/study/running/search.py)
 ]
 
 GCS = ["gcsfs==2026.10.1"]
@@ -29,8 +29,11 @@ setuptools.setup(
     long_description=open("README.md").read() if __import__("os").path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=setuptools.find_packages(include=["lamb_lars", "lamb_lars.*", "input_pipeline", "input_pipeline.*", "configs", "configs.*"]),
-    py_modules=["train"],
+    # One top-level name in site-packages. The repo's configs/ and input_pipeline/ are the packages
+    # lamb_lars.configs and lamb_lars.input_pipeline (symlinks in lamb_lars/), so an installed trial needs no
+    # PYTHONPATH and nothing generic (`configs`, `train`) is installed.
+    packages=setuptools.find_packages(include=["lamb_lars", "lamb_lars.*"]),
+    entry_points={"console_scripts": ["lamb_lars_train = lamb_lars.main:main"]},
     install_requires=CORE,
     extras_require={
         # The offline MNIST copy; it pins numpy<2, so `.ci/run` installs it with --no-deps.

@@ -1,55 +1,8 @@
-"""Command-line entry: train and evaluate one config.
+"""Train and evaluate one config: ``python train.py --config=configs/mnist_lenet.py --workdir=runs/mnist_lenet``.
 
-  python train.py --config=configs/mnist_lenet.py --workdir=runs/mnist_lenet \
-      --config.batch_size=8192 --config.optimizer.name=lamb
-
-The config is locked: a misspelled key fails with a message naming it. Re-running the same command resumes from
-the newest checkpoint in --workdir; a changed config there is refused. Every mistake (config, data, workdir) is one
-sentence and exit status 2 (``lamb_lars/cli_errors.py``); ``--verbose`` shows its traceback. Importing this module defines no flags (``train_and_evaluate`` is importable
-from a notebook); flags exist only when it runs as a script.
+The command line lives in :mod:`lamb_lars.main` (installed as ``lamb_lars_train``); ``--help`` lists the configs.
 """
-from __future__ import annotations
-
-import os
-import sys
-
-from lamb_lars.trainer import train_and_evaluate  # noqa: F401  (re-exported: train.train_and_evaluate)
-
-
-def main() -> None:
-  from absl import app, flags
-  from ml_collections import config_flags
-
-  from lamb_lars import cli_errors
-
-  from lamb_lars import cli_help
-  sys.modules["__main__"].__doc__ = cli_help.usage(os.path.dirname(os.path.abspath(__file__)))  # --help text
-  config_flags.DEFINE_config_file("config", None, "Training config file (e.g. configs/mnist_lenet.py).",
-                                  lock_config=True)
-  flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics.jsonl, TensorBoard logs, result.json.")
-  flags.DEFINE_bool("verbose", False, "Show the traceback of a config, data or workdir mistake too.")
-  flags.mark_flags_as_required(["config", "workdir"])
-
-  def run(argv):
-    from absl import logging
-    logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
-    if len(argv) > 1:
-      raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    config = cli_errors.load_config(lambda: flags.FLAGS.config, flags.FLAGS["config"].config_filename)
-    try:
-      result = train_and_evaluate(config, flags.FLAGS.workdir)
-    except Exception as e:  # config, data and workdir mistakes: one sentence, no traceback; bugs keep theirs
-      cli_errors.exit_on_mistake(e, value_errors=False)
-      raise
-    final = result.get("final") or {}
-    acc = final.get("eval_accuracy")
-    print(f"{result['status']}: step {result['step']}/{result.get('total_steps')}"
-          + (f", eval accuracy {100 * acc:.2f}%" if acc is not None else "")
-          + (f" ({result['error']})" if result.get("error") else ""))
-
-  app.run(run, flags_parser=cli_errors.flags_parser)
-
+from lamb_lars.main import main, train_and_evaluate  # noqa: F401  (train.train_and_evaluate for notebooks)
 
 if __name__ == "__main__":
-  sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # `configs` imports from the repo root
   main()

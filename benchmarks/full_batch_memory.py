@@ -31,8 +31,8 @@ def run_one(k: int, steps: int, data_dir: str) -> dict:
 # The child measures its own peak RSS (ru_maxrss, KiB on Linux) after training.
 _CHILD = r"""
 import json, resource, sys, time
-from configs import mnist_lenet
-from lamb_lars.trainer import train_and_evaluate
+from lamb_lars.configs import mnist_lenet
+from lamb_lars.train.trainer import train_and_evaluate
 workdir, k, steps, data_dir = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 cfg = mnist_lenet.get_config()
 cfg.batch_size, cfg.num_microbatches, cfg.num_train_steps = 60000, k, steps

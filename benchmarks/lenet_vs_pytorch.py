@@ -49,13 +49,13 @@ VARIANTS = {
 
 
 def make_jax_optimizer(name: str):
-  """Optimizers by name: "sgd", "lamb" (optax.lamb) and "lamb-project" (lamb_lars.optimizers.lamb with weight decay
+  """Optimizers by name: "sgd", "lamb" (optax.lamb) and "lamb-project" (lamb_lars.optim.optimizers.lamb with weight decay
   and trust ratio on every tensor, which equals optax.lamb). The torch side runs the same formula for both LAMBs."""
   import optax
   factories = {
       "sgd": lambda: optax.sgd(0.05, momentum=0.9),
       "lamb": lambda: optax.lamb(LAMB_LR, b1=0.9, b2=0.999, eps=1e-6, weight_decay=LAMB_WD),
-      "lamb-project": lambda: __import__("lamb_lars.optimizers", fromlist=["lamb"]).lamb(
+      "lamb-project": lambda: __import__("lamb_lars.optim.optimizers", fromlist=["lamb"]).lamb(
           LAMB_LR, b1=0.9, b2=0.999, eps=1e-6, weight_decay=LAMB_WD, weight_decay_mask=True, adaptation_mask=True),
   }
   return factories[name]()

@@ -22,7 +22,7 @@ import numpy as np
 import optax
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from lamb_lars import optimizers as O  # noqa: E402
+from lamb_lars.optim import optimizers as O# noqa: E402
 
 
 def resnet50_shapes() -> dict[str, tuple[int, ...]]:

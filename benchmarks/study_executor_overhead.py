@@ -19,11 +19,11 @@ import tempfile
 import time
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _REPO not in sys.path:
-  sys.path.insert(0, _REPO)
+sys.path[:0] = [_REPO, os.path.join(_REPO, "tests")]  # tests/ray_testing.py: the localhost Ray cluster harness
 
-from configs.studies import smoke  # noqa: E402
-from lamb_lars.study import ray_executor, ray_testing, runner  # noqa: E402
+import ray_testing  # noqa: E402
+from lamb_lars.configs.studies import smoke  # noqa: E402
+from lamb_lars.study.running import ray_executor, runner  # noqa: E402
 
 
 def tiny_study(trials: int, cache: str):

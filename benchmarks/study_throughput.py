@@ -33,10 +33,10 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from configs.studies import mnist_table3  # noqa: E402
-from lamb_lars.study import runner, store  # noqa: E402
-from lamb_lars.study import workdir as wd  # noqa: E402
-from lamb_lars.study.executor import LocalExecutor  # noqa: E402
+from lamb_lars.configs.studies import mnist_table3  # noqa: E402
+from lamb_lars.study.running import runner, store# noqa: E402
+from lamb_lars.study.running import workdir as wd# noqa: E402
+from lamb_lars.study.running.executor import LocalExecutor  # noqa: E402
 
 
 def _study(name: str, sweeps: tuple, epochs: float, pruner: str = "asha"):

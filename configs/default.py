@@ -6,7 +6,7 @@ Overrides: --config.batch_size=8192 --config.optimizer.name=lamb  (the config is
 import ml_collections
 from ml_collections import config_dict
 
-from configs import optimizer
+from lamb_lars.configs import optimizer
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -34,7 +34,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.zero_init_last_bn = False
 
   # Batch and duration. Give the duration as num_epochs or num_train_steps (>0 wins). Every duration in epochs
-  # counts examples seen (N/B steps per epoch) and is rounded up to whole steps (lamb_lars/durations.py).
+  # counts examples seen (N/B steps per epoch) and is rounded up to whole steps (lamb_lars/train/durations.py).
   config.batch_size = 256             # global batch
   config.num_epochs = 30.0
   config.num_train_steps = -1
@@ -49,10 +49,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.eval_batch_size = 1000       # global; the last batch is padded and masked, never dropped
   config.label_smoothing = 0.0
 
-  # Optimizer, LR schedule and batch-size scaling (keys: configs/optimizer.py; formulas: lamb_lars/optimizers.py).
+  # Optimizer, LR schedule and batch-size scaling (keys: configs/optimizer.py; formulas: lamb_lars/optim/optimizers.py).
   config.optimizer = optimizer.get_config()
 
-  # Data parallelism and BN groups (see lamb_lars/mesh.py, lamb_lars/bn_groups.py).
+  # Data parallelism and BN groups (see lamb_lars/train/mesh.py, lamb_lars/models/bn_groups.py).
   config.parallelism = "jit"          # jit (jit + shard_map over a device mesh) | pmap
   config.num_devices = 0              # 0 = all devices of all processes
   # BN group from a target (per-device batch b; no target = per-device BN under either rule):
@@ -84,7 +84,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.progress = True              # progress: a bar on a terminal or in a notebook, else a line a minute
   config.stop_on_divergence = True   # a non-finite training loss ends the run (status 'diverged')
 
-  # Early stopping, checked at every evaluation (see lamb_lars/stopping.py).
+  # Early stopping, checked at every evaluation (see lamb_lars/train/stopping.py).
   config.stop = ml_collections.ConfigDict(dict(
       target_metric="",               # e.g. 'eval_accuracy' or 'validation_loss'; '' = off
       target_goal=0.0,                # stop at the first evaluation whose target_metric meets this goal ...
@@ -94,7 +94,7 @@ def get_config() -> ml_collections.ConfigDict:
       dead_evals=3,                   # how many evaluations in a row at chance level make a run dead
       dead_accuracy=-1.0))            # the chance-level threshold; < 0: 1/C + 0.25·(1 − 1/C) for C classes
 
-  # Diagnostics (cheap when off; see lamb_lars/noise_scale.py, docs/studies.md).
+  # Diagnostics (cheap when off; see lamb_lars/train/noise_scale.py, docs/studies.md).
   config.diagnostics = ml_collections.ConfigDict(dict(
       noise_scale=config_dict.FieldReference("auto", field_type=object),
                                       # gradient noise scale B_simple from per-device vs global gradients:

@@ -21,7 +21,7 @@ Table 2 gives only the batch, the epochs and the accuracy; the recipe is the sta
 Input: Inception-style random-resized 224² crops + flips, centre 87.5% crop for evaluation (input_pipeline/imagenet.py).
 The config argument is the global batch (default 256); it sets the batch, the scaled LR and the warmup together.
 """
-from configs import default
+from lamb_lars.configs import default
 
 BASE_BATCH = 256
 

@@ -1,13 +1,13 @@
-"""The ``config.optimizer`` subtree: every key with its default (data only; ``lamb_lars.optimizer_config`` validates it).
+"""The ``config.optimizer`` subtree: every key with its default (data only; ``lamb_lars.optim.optimizer_config`` validates it).
 
 Command:  python train.py --config=configs/default.py --workdir=/tmp/run --config.optimizer.name=lars
 (this file is not a run config: ``configs/default.py`` includes it as ``config.optimizer``.)
-Formulas: lamb_lars/optimizers.py, lamb_lars/schedules.py; durations: lamb_lars/durations.py (epochs round up).
+Formulas: lamb_lars/optim/optimizers.py, lamb_lars/optim/schedules.py; durations: lamb_lars/train/durations.py (epochs round up).
 """
 import ml_collections
 from ml_collections import config_dict
 
-DEFAULT_EXCLUDE = r"(^|/)(bias|scale|offset)$"  # biases and norm scale/offset (= lamb_lars.masks.DEFAULT_EXCLUDE)
+DEFAULT_EXCLUDE = r"(^|/)(bias|scale|offset)$"  # biases and norm scale/offset (= lamb_lars.optim.masks.DEFAULT_EXCLUDE)
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -33,7 +33,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.denominator = config_dict.placeholder(str)  # 'paper' | 'optax'; None: 'paper' for lars, 'optax' otherwise
   c.lars_update = "velocity"         # lars: 'velocity' (v ← m·v + lr·r·(g+βw); w ← w − v) | 'tf' (the authors' TF
                                      # LARSOptimizer: v ← m·v + g; w ← w − lr·r·v, β only in the ratio, no masks;
-                                     # lamb_lars/tf_lars.py)
+                                     # lamb_lars/optim/tf_lars.py)
   c.phi_bounds = ()                  # LAMB φ(‖w‖) = clip(‖w‖, lo, hi); () = identity
   c.zero_norm_ratio = 1.0            # ratio where ‖w‖ or the direction norm is 0
   c.weight_decay_mask = DEFAULT_EXCLUDE  # regex of param paths EXCLUDED from weight decay ('' = none)
@@ -42,7 +42,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.gradient_clip_norm = 0.0         # clip by global norm before everything; <= 0: off
   c.track_stats = False              # keep per-leaf trust-ratio statistics in the optimizer state
   c.lr_table = False                 # carry the LR schedule as a per-step table in the optimizer state, so trials
-                                     # differing only in LR/warmup share a compiled step (lamb_lars/lr_table.py)
+                                     # differing only in LR/warmup share a compiled step (lamb_lars/optim/lr_table.py)
   s = c.schedule = ml_collections.ConfigDict()
   s.warmup_steps = -1                # one of warmup_{steps,epochs,examples,percent}; negative = unset
   s.warmup_epochs = -1.0

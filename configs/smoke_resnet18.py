@@ -12,7 +12,7 @@ Expected: the mean training loss falls from ≈ 2.1 over steps 1–2 to ≈ 1.4 
 Not a paper recipe: it exercises the ImageNet recipes' code path (ResNet, group BN, LARS + cosine decay,
 evaluation with a padded last batch) in seconds. Everything is overridable, e.g. --config.num_microbatches=2.
 """
-from configs import default
+from lamb_lars.configs import default
 
 
 def get_config():

@@ -7,10 +7,10 @@ Importing this package parses no flags and reads no data.
 """
 from __future__ import annotations
 
-from input_pipeline.common import (DatasetInfo, DatasetNotFoundError, epoch_batch_indices, epoch_permutation,
+from lamb_lars.input_pipeline.common import (DatasetInfo, DatasetNotFoundError, epoch_batch_indices, epoch_permutation,
                                    batches_per_epoch)
-from input_pipeline.device_preprocess import preprocess
-from input_pipeline.pipeline import (eval_batches, get_info, load_arrays, num_train_batches_per_epoch, prepare,
+from lamb_lars.input_pipeline.device_preprocess import preprocess
+from lamb_lars.input_pipeline.pipeline import (eval_batches, get_info, load_arrays, num_train_batches_per_epoch, prepare,
                                      train_batches, train_stream)
 
 __all__ = [

@@ -21,8 +21,8 @@ from absl import flags
 import numpy as np
 from PIL import Image
 
-from input_pipeline import tfds_arrays
-from input_pipeline.common import (SplitView, cfg_get, eval_index_batches, local_batch_size, resolve_data_dir,
+from lamb_lars.input_pipeline import tfds_arrays
+from lamb_lars.input_pipeline.common import (SplitView, cfg_get, eval_index_batches, local_batch_size, resolve_data_dir,
                                    split_views, train_index_batches)
 
 NAME = "imagenet2012"

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from input_pipeline import cifar, mnist, tfds_arrays
-from input_pipeline.common import SplitView, cfg_get, check_split, resolve_data_dir, split_views
+from lamb_lars.input_pipeline import cifar, mnist, tfds_arrays
+from lamb_lars.input_pipeline.common import SplitView, cfg_get, check_split, resolve_data_dir, split_views
 
 DATASETS = ("mnist", "cifar10")
 _SHAPES = {"mnist": mnist.IMAGE_SHAPE, "cifar10": cifar.IMAGE_SHAPE}

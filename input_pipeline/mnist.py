@@ -32,8 +32,8 @@ from typing import Iterator, Optional
 import numpy as np
 import tensorflow_datasets as tfds
 
-from input_pipeline import tfds_arrays
-from input_pipeline.common import DatasetNotFoundError
+from lamb_lars.input_pipeline import tfds_arrays
+from lamb_lars.input_pipeline.common import DatasetNotFoundError
 
 OFFLINE_NAME = "mnist_offline"
 OFFLINE_VERSION = "1.0.0"

@@ -17,8 +17,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from input_pipeline import imagenet, in_memory, synthetic
-from input_pipeline.common import (EVAL_SPLITS, DatasetInfo, cfg_get, check_split, eval_index_batches, gather_batch,
+from lamb_lars.input_pipeline import imagenet, in_memory, synthetic
+from lamb_lars.input_pipeline.common import (EVAL_SPLITS, DatasetInfo, cfg_get, check_split, eval_index_batches, gather_batch,
                                    gather_eval_batch, batches_per_epoch, train_index_batches)
 
 DATASETS = ("mnist", "cifar10", "imagenet2012", "synthetic")

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from input_pipeline.common import SplitView, cfg_get, check_split, split_views
+from lamb_lars.input_pipeline.common import SplitView, cfg_get, check_split, split_views
 
 DEFAULTS = {"image_shape": (28, 28, 1), "num_classes": 10, "num_train": 60_000, "num_eval": 10_000, "seed": 0}
 MAX_POOL = 1024

@@ -16,8 +16,8 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import tensorflow_datasets as tfds
 
-from input_pipeline.common import DatasetNotFoundError
-from lamb_lars import io_utils
+from lamb_lars.input_pipeline.common import DatasetNotFoundError
+from lamb_lars.common import io_utils
 
 CACHE_DIRNAME = "npy_cache"
 _READ_CHUNK = 1024

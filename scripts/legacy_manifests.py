@@ -22,7 +22,8 @@ from typing import Optional
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from lamb_lars.study import provenance, publish, report  # noqa: E402
+from lamb_lars.study.running import provenance, publish
+from lamb_lars.study.analysis import report# noqa: E402
 from lamb_lars.study.records import Target  # noqa: E402
 
 # folder → (config module, part, code commit named by a hand-written record or None)
@@ -103,7 +104,7 @@ def spec_from_readme(text: str, config) -> report.ReportSpec:
 def legacy_manifest(folder: str) -> dict:
   module, part, code_commit = FOLDERS[folder]
   path = os.path.join(REPO, folder)
-  config = importlib.import_module(f"configs.studies.{module}").get_config(*([part] if part else []))
+  config = importlib.import_module(f"lamb_lars.configs.studies.{module}").get_config(*([part] if part else []))
   with open(os.path.join(path, "README.md"), encoding="utf-8") as f:
     text = f.read()
   spec = spec_from_readme(text, config)

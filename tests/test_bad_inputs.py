@@ -1,6 +1,6 @@
 """Bad inputs and faults a hostile but fair user meets: each is refused with one sentence (exit status 2 on the
 command line), and nothing is written or lost. Most cases run in-process through the one validator
-(lamb_lars/validate.py) and the small helpers; a few run train.py or the study CLI end to end."""
+(lamb_lars/train/validate.py) and the small helpers; a few run train.py or the study CLI end to end."""
 from __future__ import annotations
 
 import glob
@@ -14,13 +14,14 @@ import sys
 import numpy as np
 import pytest
 
-import input_pipeline
-from configs import mnist_lenet
-from configs.studies import smoke
-from lamb_lars import checkpoint, cli_errors, io_utils, metric_writers, run_identity, validate, workdir_lock
-from lamb_lars.run_plan import ConfigError
-from lamb_lars.study import publish, runner, store as st, sweep
-from lamb_lars.study import workdir as wd
+from lamb_lars import input_pipeline
+from lamb_lars.configs import mnist_lenet
+from lamb_lars.configs.studies import smoke
+from lamb_lars.train import checkpoint, metric_writers, run_identity, validate
+from lamb_lars.common import cli_errors, io_utils, workdir_lock
+from lamb_lars.train.run_plan import ConfigError
+from lamb_lars.study.running import publish, runner, store as st, sweep
+from lamb_lars.study.running import workdir as wd
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**{k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}, "PYTHONPATH": REPO}
@@ -93,7 +94,8 @@ def test_validator_accepts_what_can_be_right(overrides):
 
 def test_the_lr_table_is_checked_before_it_is_allocated(monkeypatch):
   """1e10 steps are refused by the plan check, before ``lr_table.tabulate`` could allocate 80 GB."""
-  from lamb_lars import lr_table, trainer
+  from lamb_lars.optim import lr_table
+  from lamb_lars.train import trainer
   monkeypatch.setattr(lr_table, "tabulate", lambda *a, **k: pytest.fail("tabulated an absurd LR table"))
   cfg = tiny_config(num_train_steps=10 ** 10)
   with pytest.raises(ConfigError, match="host LR table"):
@@ -147,7 +149,7 @@ def test_workdir_lock_is_exclusive_reentrant_and_survives_a_dead_holder(tmp_path
     last = out.stderr.strip().splitlines()[-1]
     assert out.returncode == 2 and f"in use by a training run (PID {os.getpid()})" in last and one_sentence(last)
     assert files(tmp_path) == before
-  code = "import sys; from lamb_lars import workdir_lock as w; w.acquire(sys.argv[1])"
+  code = "import sys; from lamb_lars.common import workdir_lock as w; w.acquire(sys.argv[1])"
   out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=ENV, capture_output=True, text=True)
   assert out.returncode == 0, out  # released
 
@@ -158,8 +160,8 @@ def test_second_study_runner_is_refused_before_it_writes(tmp_path):
   with workdir_lock.hold(workdir, workdir_lock.STUDY_LOCK, what="a study runner"):
     before = files(workdir)
     # The lock is per process and re-entrant, so the second runner is another process.
-    code = ("import sys; sys.path.insert(0, sys.argv[2]); from configs.studies import smoke\n"
-            "from lamb_lars.study import runner; from lamb_lars import workdir_lock as w\n"
+    code = ("import sys; sys.path.insert(0, sys.argv[2]); from lamb_lars.configs.studies import smoke\n"
+            "from lamb_lars.study.running import runner; from lamb_lars.common import workdir_lock as w\n"
             "try:\n  runner.run_study(smoke.get_config(), sys.argv[1])\n"
             "except w.WorkdirLocked as e:\n  print(e); sys.exit(2)")
     out = subprocess.run([sys.executable, "-c", code, workdir, REPO], env=ENV, capture_output=True, text=True,
@@ -248,7 +250,7 @@ def test_no_restorable_checkpoint_is_one_sentence_and_moves_nothing(tmp_path):
 
 
 def test_training_resumes_past_a_truncated_checkpoint_exactly_as_uninterrupted(tmp_path):
-  from lamb_lars.trainer import train_and_evaluate
+  from lamb_lars.train.trainer import train_and_evaluate
   timing = ("wall_time", "compile_time", "examples_per_sec", "step_time", "train_time")
 
   def rows(workdir):
@@ -383,7 +385,7 @@ def test_every_mistake_is_one_sentence(tmp_path):
 
 
 def test_truncated_result_json_is_one_sentence(tmp_path):
-  from lamb_lars import trainer
+  from lamb_lars.train import trainer
   (tmp_path / "result.json").write_text('{"status": "do')
   with pytest.raises(ConfigError) as e:
     trainer.recorded_result(str(tmp_path))

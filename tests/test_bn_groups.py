@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from lamb_lars import bn_groups, mesh as mesh_lib
+from lamb_lars.models import bn_groups
+from lamb_lars.train import mesh as mesh_lib
 
 EPS, MOM = 1e-5, 0.9
 
@@ -121,7 +122,7 @@ def _parse_config(name, arg):
     (8_192, 512, 64),      # 16 per device: 4 devices pool
 ])
 def test_mlperf_config_uses_the_mlperf_span(batch, devices, rows):
-  from lamb_lars import run_plan
+  from lamb_lars.train import run_plan
   cfg = _parse_config("imagenet_mlperf_lars", str(batch))
   plan = run_plan.make_plan(cfg, num_train=1_281_167, num_devices=devices)
   assert plan.bn.examples_per_group == rows == _normalised_rows_mlperf(batch // devices, 64)

@@ -5,14 +5,14 @@ import os
 import subprocess
 import sys
 
-from configs import default
-from lamb_lars import cli_help
+from lamb_lars.configs import default
+from lamb_lars.common import cli_help
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_help_lists_every_run_config_and_the_main_keys():
-  text = cli_help.usage(REPO).replace("%%", "%")
+  text = cli_help.usage().replace("%%", "%")
   for path in glob.glob(os.path.join(REPO, "configs", "*.py")):
     name = os.path.basename(path)
     if name in ("__init__.py", "optimizer.py"):   # not run configs (optimizer.py is the config.optimizer subtree)

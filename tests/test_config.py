@@ -54,7 +54,7 @@ def test_bad_value_is_one_sentence(tmp_path):
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[os.path.relpath(p, ROOT) for p in CONFIGS])
 def test_every_config_loads_and_validates(path):
-  from lamb_lars import optimizer_config
+  from lamb_lars.optim import optimizer_config
   cfg = parse(path=os.path.relpath(path, ROOT))
   if "optimizer" in cfg:
     optimizer_config.validate_config(cfg.optimizer)

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from lamb_lars import durations
+from lamb_lars.train import durations
 
 N, B = 60_000, 256          # 234.375 steps per epoch
 

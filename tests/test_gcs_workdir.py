@@ -27,7 +27,7 @@ import pytest
 pytest.importorskip("gcp_storage_emulator", reason="the GCS emulator is not installed (pip install -e .[test])")
 pytest.importorskip("gcsfs", reason="gcsfs is not installed (pip install -e .[gcs])")
 
-from lamb_lars import io_utils  # noqa: E402
+from lamb_lars.common import io_utils# noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUCKET = "bucket"
@@ -107,8 +107,8 @@ def test_train_kill_and_resume_on_gcs(gcs, tmp_path):
   """train.py on gs://: a whole run, then the same run killed with SIGKILL after its first checkpoint and resumed,
   which ends with the same metrics (bit-identical, as on a local disk) and nothing written locally."""
   from tests.test_train import data_dir as _  # noqa: F401  (the offline MNIST copy)
-  import input_pipeline
-  from configs import mnist_lenet
+  from lamb_lars import input_pipeline
+  from lamb_lars.configs import mnist_lenet
   from tests.test_train import DATA_DIR
   cfg = mnist_lenet.get_config()
   cfg.data_dir = DATA_DIR
@@ -144,7 +144,7 @@ def test_train_kill_and_resume_on_gcs(gcs, tmp_path):
 
 
 TINY_STUDY = """
-from configs.studies import common, smoke
+from lamb_lars.configs.studies import common, smoke
 
 def get_config():
   c = smoke.get_config()
@@ -159,8 +159,8 @@ def get_config():
 def test_study_and_report_on_gcs(gcs, tmp_path, monkeypatch):
   """A tiny study on gs://: every trial's files, the uploaded store and the report live in the bucket; the
   report, made where the local copy of the store is missing (another machine), downloads the store first."""
-  from lamb_lars.study import store as st
-  from lamb_lars.study import workdir as wd
+  from lamb_lars.study.running import store as st
+  from lamb_lars.study.running import workdir as wd
   config = tmp_path / "tiny_study.py"
   config.write_text(TINY_STUDY)
   workdir = f"gs://{BUCKET}/studies/tiny"
@@ -196,7 +196,7 @@ def test_study_and_report_on_gcs(gcs, tmp_path, monkeypatch):
   assert "# GCS study" in io_utils.read_text(f"{workdir}/report/README.md")
   # The provenance (manifest.json with the study config's hash) is in the bucket and verifies; status reads the
   # store's copy, downloaded on this "machine" too.
-  from lamb_lars.study import provenance, status
+  from lamb_lars.study.running import provenance, status
   manifest = io_utils.read_json(f"{workdir}/report/manifest.json")
   assert manifest["config_sha256"] == provenance.config_sha256(io_utils.read_text(f"{workdir}/study_config.json"))
   assert provenance.verify(f"{workdir}/report") == []

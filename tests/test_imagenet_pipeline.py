@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-import input_pipeline as ip
-from input_pipeline import imagenet
+from lamb_lars import input_pipeline as ip
+from lamb_lars.input_pipeline import imagenet
 
 MOCK = tfds.testing.MockPolicy.USE_CODE
 SIZE = 24  # a tiny crop keeps the tests fast; the default is 224

@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-import input_pipeline as ip
-from input_pipeline import common, device_preprocess as pp, in_memory, mnist, synthetic, tfds_arrays
+from lamb_lars import input_pipeline as ip
+from lamb_lars.input_pipeline import common, device_preprocess as pp, in_memory, mnist, synthetic, tfds_arrays
 
 MOCK = tfds.testing.MockPolicy.USE_CODE
 

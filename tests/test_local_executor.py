@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from lamb_lars.study.executor import LocalExecutor
+from lamb_lars.study.running.executor import LocalExecutor
 
 FAKE_PYTHON = f"""#!{sys.executable}
 import json, os, sys

@@ -1,4 +1,4 @@
-"""The LR schedule as data (lamb_lars/lr_table.py): same updates as the schedule, against numpy float64 references,
+"""The LR schedule as data (lamb_lars/optim/lr_table.py): same updates as the schedule, against numpy float64 references,
 and a compiled update, init and train step that no longer depend on the learning rates."""
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from configs import optimizer as optimizer_defaults
-from lamb_lars import lr_table, optimizer_config
+from lamb_lars.configs import optimizer as optimizer_defaults
+from lamb_lars.optim import lr_table, optimizer_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA_DIR = os.environ.get("LAMB_LARS_TEST_DATA_DIR") or os.path.join(tempfile.gettempdir(), "lamb_lars_test_tfds")
@@ -95,8 +95,8 @@ def test_set_lr_table_refuses_another_length():
 
 
 def test_trials_differing_in_lr_and_warmup_share_every_compiled_program(tmp_path):
-  import input_pipeline
-  from configs import mnist_lenet
+  from lamb_lars import input_pipeline
+  from lamb_lars.configs import mnist_lenet
   data = mnist_lenet.get_config()
   data.data_dir = DATA_DIR
   input_pipeline.prepare(data)

@@ -7,7 +7,7 @@ import numpy as np
 import optax
 import pytest
 
-from lamb_lars import masks
+from lamb_lars.optim import masks
 
 PARAMS = {
     "conv1": {"kernel": jnp.ones((3, 3, 1, 4)), "bias": jnp.ones(4)},

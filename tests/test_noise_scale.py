@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lamb_lars import noise_scale as ns
+from lamb_lars.train import noise_scale as ns
 
 P, DEVICES, B_SMALL = 16, 8, 8
 B_BIG = DEVICES * B_SMALL

@@ -8,9 +8,9 @@ import optax
 import pytest
 
 import reference_optimizers as ref
-from configs import optimizer as optimizer_defaults
-from lamb_lars import optimizer_config as OC
-from lamb_lars import optimizers as O
+from lamb_lars.configs import optimizer as optimizer_defaults
+from lamb_lars.optim import optimizer_config as OC
+from lamb_lars.optim import optimizers as O
 
 LR = 0.1
 STEPS = 3
@@ -293,7 +293,7 @@ def test_table3_command_parses_with_locked_config_and_builds(command):
 def test_trust_ratio_travels_as_one_value():
   """A TrustRatio value and its fields as keywords build the same optimizer; the package exports the aliases."""
   import lamb_lars
-  from lamb_lars import trust_ratio as tr
+  from lamb_lars.optim import trust_ratio as tr
   assert lamb_lars.lars is O.lars and lamb_lars.lamb is O.lamb and lamb_lars.scale_by_trust_ratio is tr.scale_by_trust_ratio
   params = {"w": jnp.arange(1.0, 5.0), "bias": jnp.ones(2)}
   grads = jax.tree.map(lambda p: 0.1 * p, params)
@@ -309,5 +309,5 @@ def test_trust_ratio_travels_as_one_value():
 
 
 def test_config_default_mask_matches_the_library():
-  from lamb_lars import masks
+  from lamb_lars.optim import masks
   assert optimizer_defaults.DEFAULT_EXCLUDE == masks.DEFAULT_EXCLUDE

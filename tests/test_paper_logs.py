@@ -1,4 +1,4 @@
-"""The comparison of our runs with the authors' logs (lamb_lars/study/paper_logs.py), on fabricated run dirs."""
+"""The comparison of our runs with the authors' logs (lamb_lars/study/running/paper_logs.py), on fabricated run dirs."""
 from __future__ import annotations
 
 import csv
@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from lamb_lars.study import paper_logs
+from lamb_lars.study.running import paper_logs
 
 
 def _result(path, acc, status="done"):

@@ -17,12 +17,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lamb_lars import optimizer_config
+from lamb_lars.optim import optimizer_config
 from lamb_lars.models import create_model, mnist_cnn
 
 
 def paper_config(name):
-  return importlib.import_module(f"configs.paper.{name}").get_config()
+  return importlib.import_module(f"lamb_lars.configs.paper.{name}").get_config()
 
 
 # ---------------------------------------------------------------- model

@@ -8,7 +8,8 @@ import numpy as np
 import optax
 import pytest
 
-from lamb_lars import bn_groups, mesh as mesh_lib, train_step as ts
+from lamb_lars.models import bn_groups
+from lamb_lars.train import mesh as mesh_lib, train_step as ts
 from lamb_lars.models.small_cnn import SmallCNN
 
 STEPS, BATCH = 3, 32

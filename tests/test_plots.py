@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from lamb_lars.study import plots
+from lamb_lars.study.analysis import plots
 
 TABLE3 = [f"{opt} {var}: 98.0%" for opt in ("momentum", "adagrad", "rmsprop", "adam")
           for var in ("original", "layer-wise", "layer-wise + bound")] + ["lars original: 98.4%"]

@@ -2,7 +2,7 @@
 minute (``LAMB_LARS_PROGRESS_EVERY_S``) with step, epoch, examples/s and ETA, computed by hand here from a fake clock."""
 import io
 
-from lamb_lars import progress
+from lamb_lars.train import progress
 
 
 def test_periodic_lines_without_a_terminal():

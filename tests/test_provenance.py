@@ -12,8 +12,8 @@ import sys
 import ml_collections
 import pytest
 
-from lamb_lars.study import provenance, publish, store as st
-from lamb_lars.study import workdir as wd
+from lamb_lars.study.running import provenance, publish, store as st
+from lamb_lars.study.running import workdir as wd
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

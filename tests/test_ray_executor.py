@@ -20,10 +20,10 @@ ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e .[
 # One pytest-xdist worker runs this whole file (scripts/test.sh: --dist loadgroup): one cluster, one local study.
 pytestmark = pytest.mark.xdist_group("ray_cluster")
 
-from lamb_lars.study import ray_executor as rx  # noqa: E402
-from lamb_lars.study import ray_testing  # noqa: E402
-from lamb_lars.study import store as st  # noqa: E402
-from lamb_lars.study import workdir as wd  # noqa: E402
+from lamb_lars.study.running import ray_executor as rx  # noqa: E402
+import ray_testing  # noqa: E402  (tests/ray_testing.py: a test harness, not part of the package)
+from lamb_lars.study.running import store as st# noqa: E402
+from lamb_lars.study.running import workdir as wd# noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 JAX_CACHE = os.path.join(tempfile.gettempdir(), "lamb_lars_study_test_jax_cache")
@@ -34,7 +34,7 @@ LONG_STEPS = 48  # 3 epochs of 16 steps at batch 32 (~5 s here): long enough to 
 # differs between any two runs. One CPU device and single-threaded XLA per trial, locally and on Ray alike, so the
 # metrics are identical. Evals and checkpoints every 1/16 epoch.
 TINY_STUDY = f"""
-from configs.studies import smoke
+from lamb_lars.configs.studies import smoke
 
 def get_config():
   c = smoke.get_config()
@@ -219,7 +219,7 @@ def _trainers(workdir: str) -> list[int]:
   out = []
   for p in psutil.process_iter(["cmdline"]):
     cmd = p.info["cmdline"] or []
-    if "lamb_lars.study.run_one" in cmd and any(a.startswith(workdir) for a in cmd):
+    if "lamb_lars.study.running.run_one" in cmd and any(a.startswith(workdir) for a in cmd):
       out.append(p.pid)
   return out
 
@@ -382,7 +382,7 @@ def test_driver_sigkill_and_restart_loses_nothing(cluster, study_file, local_stu
 def test_handle_kill_stops_the_trainer(cluster, study_file, tmp_module):
   """The executor directly: kill() returns once the trainer process is gone (pruning, timeouts)."""
   import importlib.util
-  from lamb_lars.study import sweep
+  from lamb_lars.study.running import sweep
   spec = importlib.util.spec_from_file_location("tiny_study_k", study_file)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
@@ -398,7 +398,7 @@ def test_handle_kill_stops_the_trainer(cluster, study_file, tmp_module):
     f.write(trial.config.to_json_best_effort())
   code = (
       "import os, sys, time, json\n"
-      "from lamb_lars.study import ray_executor as rx\n"
+      "from lamb_lars.study.running import ray_executor as rx\n"
       f"ex = rx.RayExecutor({{'CPU': 1}}, address={cluster.address!r})\n"
       f"ex.check_workdir({str(tmp_module / 'kill')!r})\n"
       f"h = ex.submit({trial.run_id!r}, {rdir!r}, json.loads(sys.argv[1]))\n"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lamb_lars.study.records import Baseline, Trial
-from lamb_lars.study.regimes import (baseline_from_trials, classify_trials, first_failure, linear_evidence,
+from lamb_lars.study.analysis.regimes import (baseline_from_trials, classify_trials, first_failure, linear_evidence,
                                      linear_verdict,
                                      passes_large_batch, reach_verdict, reaches_accuracy, row_epoch,
                                      technique_evidence)

@@ -1,4 +1,4 @@
-"""Replicate statistics (lamb_lars/study/replicates.py) against float64 numpy references written from the
+"""Replicate statistics (lamb_lars/study/analysis/replicates.py) against float64 numpy references written from the
 formulas: Student's t quantile by numerical integration of the t density, the mean / sd / t interval, the
 agreement and threshold rules, steps to target per seed with misses censored, and the headline-target rule."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from lamb_lars.study import replicates as R
+from lamb_lars.study.analysis import replicates as R
 from lamb_lars.study.records import Trial
 
 
@@ -98,7 +98,7 @@ def test_headline_target_is_the_highest_every_baseline_seed_reaches_within_half_
 def test_report_scaling_section_fits_seeds_at_the_headline_target():
   """Seeds on the exact law S = 100·(1 + 1000/B) to 98.5%; one seed at 4096 misses within a 120-step budget (a
   bound below the law's 124 steps, so it costs nothing): the fit gives B_crit = 1000 at the headline target."""
-  from lamb_lars.study import report_replicates
+  from lamb_lars.study.analysis import report_replicates
   from lamb_lars.study.records import Target
 
   def run(rid, b, hit, budget_steps, seed, role="technique", phase="replicate"):

@@ -7,7 +7,8 @@ import dataclasses
 
 import numpy as np
 
-from lamb_lars.study import publish, report, store as st
+from lamb_lars.study.running import publish, store as st
+from lamb_lars.study.analysis import report
 from lamb_lars.study.records import Target
 
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 
-from configs.studies import mnist_table3 as t3
-from lamb_lars import optimizer_config, run_plan
-from lamb_lars.study import sweep
+from lamb_lars.configs.studies import mnist_table3 as t3
+from lamb_lars.optim import optimizer_config
+from lamb_lars.train import run_plan
+from lamb_lars.study.running import sweep
 
 
 def test_republish_merges_both_rounds_into_one_search_per_cell():

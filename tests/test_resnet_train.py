@@ -20,9 +20,10 @@ import tensorflow_datasets as tfds
 from absl import flags
 from ml_collections import config_flags
 
-from configs import default, smoke_resnet18
-from lamb_lars import durations, optimizers, run_plan, schedules
-from lamb_lars.trainer import train_and_evaluate
+from lamb_lars.configs import default, smoke_resnet18
+from lamb_lars.train import durations, run_plan
+from lamb_lars.optim import optimizers, schedules
+from lamb_lars.train.trainer import train_and_evaluate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGENET_TRAIN = 1_281_167

@@ -3,8 +3,8 @@ import math
 
 import pytest
 
-from configs import default
-from lamb_lars import run_plan
+from lamb_lars.configs import default
+from lamb_lars.train import run_plan
 
 
 def cfg(**kw):
@@ -93,7 +93,7 @@ def test_per_device_batch_below_one():
 
 
 def test_every_duration_rounds_up_in_the_same_way():
-  """Total, warmup, eval and checkpoint cadence all go through lamb_lars.durations: epochs are N/B steps, rounded up."""
+  """Total, warmup, eval and checkpoint cadence all go through lamb_lars.train.durations: epochs are N/B steps, rounded up."""
   c = cfg(batch_size=256, num_epochs=1.5, eval_every_epochs=0.5, checkpoint_every_epochs=0.25,
           **{"optimizer.schedule.warmup_epochs": 0.1})
   p = run_plan.make_plan(c, num_train=60000, num_devices=8)

@@ -10,8 +10,8 @@ import numpy as np
 import optax
 import pytest
 
-from configs import optimizer as optimizer_defaults
-from lamb_lars import schedules as S
+from lamb_lars.configs import optimizer as optimizer_defaults
+from lamb_lars.optim import schedules as S
 
 PEAK = 2.0
 T = np.arange(0, 131)

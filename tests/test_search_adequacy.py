@@ -1,4 +1,4 @@
-"""The edge rule of a cell's LR search and the range it moves to (lamb_lars/study/search_adequacy.py), the
+"""The edge rule of a cell's LR search and the range it moves to (lamb_lars/study/analysis/search_adequacy.py), the
 choice on the validation split (selection.py), and an old store gaining the new columns."""
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import sqlite3
 
 import pytest
 
-from lamb_lars.study import search_adequacy as A
-from lamb_lars.study import store as st
+from lamb_lars.study.analysis import search_adequacy as A
+from lamb_lars.study.running import store as st
 from lamb_lars.study.records import Trial
-from lamb_lars.study.selection import choose
+from lamb_lars.study.analysis.selection import choose
 
 
 def test_position_edge_and_shift_on_a_log_scale():

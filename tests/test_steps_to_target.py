@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import math
 
-from lamb_lars.study.steps_to_target import first_hit, meets, reached_arrays, steps_to_target
-from lamb_lars.study.store import Trial
+from lamb_lars.study.analysis.steps_to_target import first_hit, meets, reached_arrays, steps_to_target
+from lamb_lars.study.running.store import Trial
 
 
 def _curve(accs, every=100, wall_per_step=0.01, batch=256, n=60000):

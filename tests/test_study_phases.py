@@ -1,4 +1,4 @@
-"""The runner's follow-ups of a cell's search (lamb_lars/study/phases.py) on a tiny study whose trials are
+"""The runner's follow-ups of a cell's search (lamb_lars/study/running/phases.py) on a tiny study whose trials are
 simulated by an in-process executor (no JAX; a row per poll, so ASHA prunes as it would): the best LR at the edge
 of its range extends the range, pruned trials are promoted to the minimum of full-budget trials, the chosen
 configuration (best *validation* accuracy) is replicated with fresh seeds; everything is in the store and its plan
@@ -11,9 +11,9 @@ import os
 
 import pytest
 
-from configs.studies import smoke
-from lamb_lars.study import runner, store as st
-from lamb_lars.study import workdir as wd
+from lamb_lars.configs.studies import smoke
+from lamb_lars.study.running import runner, store as st
+from lamb_lars.study.running import workdir as wd
 
 LR_OPT = 0.05   # the simulated optimum: above the first range [0.001, 0.01], inside the first extension
 DIVERGE_LR = 2.0   # simulated trials above this LR diverge
@@ -177,7 +177,7 @@ def test_second_run_does_nothing_and_more_seeds_run_only_the_new_ones(finished, 
 
 def test_runs_csv_has_seed_phase_and_replicate_columns(finished, tmp_path):
   import csv
-  from lamb_lars.study import publish
+  from lamb_lars.study.running import publish
   workdir = finished[0]
   con = st.open_store(wd.store_path(workdir))
   trials = {t.run_id: t for t in st.trials(con)}
@@ -193,7 +193,7 @@ def test_runs_csv_has_seed_phase_and_replicate_columns(finished, tmp_path):
 
 
 def test_report_shows_search_adequacy_and_replicates(finished, tmp_path):
-  from lamb_lars.study import publish
+  from lamb_lars.study.running import publish
   workdir = finished[0]
   readme = publish.publish(workdir, str(tmp_path / "report"))
   text = open(readme, encoding="utf-8").read()
@@ -212,10 +212,10 @@ def test_a_replicate_changes_only_the_seed_which_sets_init_data_order_and_step_k
   the held-out validation split stays the same examples."""
   import jax
   import optax
-  from input_pipeline import pipeline
-  from lamb_lars import mesh as mesh_lib, trainer
+  from lamb_lars.input_pipeline import pipeline
+  from lamb_lars.train import mesh as mesh_lib, trainer
   from lamb_lars.models import create_model
-  from lamb_lars.study import phases, sweep
+  from lamb_lars.study.running import phases, sweep
   spec = sweep.expand(_study())[0]
   rep = phases.replicate_spec(spec, 1)
   a, b = spec.config.to_dict(), rep.config.to_dict()

@@ -14,9 +14,9 @@ import ml_collections
 import optuna
 import pytest
 
-from configs.studies import smoke
-from lamb_lars.study import runner, search, status, store as st
-from lamb_lars.study import workdir as wd
+from lamb_lars.configs.studies import smoke
+from lamb_lars.study.running import runner, search, status, store as st
+from lamb_lars.study.running import workdir as wd
 from tensorboard_reader import hparams_sessions
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -122,7 +122,7 @@ def test_persisted_search_decides_like_the_in_memory_one(tmp_path):
 def test_optuna_storage_of_an_object_store_workdir_is_local(tmp_path, monkeypatch):
   """SQLite cannot live on gs://: the Optuna mirror of a gs:// workdir goes to its machine-local folder (where the
   study store's copy is), never to a ``./gs:/…`` path under the current directory."""
-  from lamb_lars import io_utils
+  from lamb_lars.common import io_utils
   monkeypatch.setenv(io_utils.LOCAL_ROOT_ENV, str(tmp_path / "local"))
   monkeypatch.chdir(tmp_path)
   storage = search.optuna_storage("gs://bucket/studies/s")

@@ -15,9 +15,9 @@ import time
 import ml_collections
 import pytest
 
-from configs.studies import smoke
-from lamb_lars.study import runner, store as st, sweep
-from lamb_lars.study import workdir as wd
+from lamb_lars.configs.studies import smoke
+from lamb_lars.study.running import runner, store as st, sweep
+from lamb_lars.study.running import workdir as wd
 from lamb_lars.study.records import FINISHED
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,7 +27,7 @@ JAX_CACHE = os.path.join(tempfile.gettempdir(), "lamb_lars_study_test_jax_cache"
 # A baseline, a searched cell of 4 (ASHA at epoch 1), an absurd LR (diverges) and a dataset that is not on this
 # machine (the trial fails with the data error). Evals and checkpoints every epoch of 3.
 TINY_STUDY = f"""
-from configs.studies import smoke
+from lamb_lars.configs.studies import smoke
 
 def get_config():
   c = smoke.get_config()
@@ -79,7 +79,7 @@ def _trial_pid(run_dir: str) -> int | None:
         cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
       except OSError:
         continue
-      if b"lamb_lars.study.run_one" in cmd and run_dir.encode() in cmd:
+      if b"lamb_lars.study.running.run_one" in cmd and run_dir.encode() in cmd:
         return int(pid)
   return None
 
@@ -99,7 +99,7 @@ def test_trials_share_a_persistent_compilation_cache_per_host(tmp_path):
   its compiled programs under <workdir>/jax_cache/<host>, where the next trial finds them."""
   import socket
   import types
-  from lamb_lars.study import run_one
+  from lamb_lars.study.running import run_one
   cfg = {**runner.RUNNER_DEFAULTS, "env": {"A": "1"}}
   spec = types.SimpleNamespace(env={"B": "2"})
   assert runner.trial_env(cfg, spec, str(tmp_path)) == {"A": "1", "B": "2",
@@ -108,7 +108,7 @@ def test_trials_share_a_persistent_compilation_cache_per_host(tmp_path):
   env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
   env.update({run_one.CACHE_ENV: str(tmp_path / "jax_cache"), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
               "PYTHONPATH": REPO})
-  code = ("from lamb_lars.study import run_one; p = run_one.enable_compilation_cache(); import jax; "
+  code = ("from lamb_lars.study.running import run_one; p = run_one.enable_compilation_cache(); import jax; "
           "jax.jit(lambda x: x * 3 + 1)(2.0).block_until_ready(); print(p)")
   out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
   assert out.returncode == 0, out.stderr
@@ -213,7 +213,8 @@ STUDY_CONFIGS = ["smoke.py", "mnist_table3.py", "mnist_batch_ladder.py", "cifar1
 @pytest.mark.parametrize("name", STUDY_CONFIGS)
 def test_study_configs_expand_and_every_trial_validates(name):
   """Every ready-made study expands, and each trial passes the library's checks before compiling."""
-  from lamb_lars import optimizer_config, run_plan
+  from lamb_lars.optim import optimizer_config
+  from lamb_lars.train import run_plan
   spec = importlib.util.spec_from_file_location("study_cfg", os.path.join(REPO, "configs", "studies", name))
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from lamb_lars.study import store as st
+from lamb_lars.study.running import store as st
 from lamb_lars.study.records import select
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -94,7 +94,7 @@ def test_ingest_run_dir_is_idempotent_and_resumable(tmp_path):
 
 _WRITER = r"""
 import sys
-from lamb_lars.study import store as st
+from lamb_lars.study.running import store as st
 from lamb_lars.study.records import select
 con = st.open_store(sys.argv[1])
 i = 0

@@ -7,8 +7,8 @@ import math
 import ml_collections
 import pytest
 
-from configs.studies import smoke
-from lamb_lars.study import search, sweep
+from lamb_lars.configs.studies import smoke
+from lamb_lars.study.running import search, sweep
 
 
 def _study(**changes) -> ml_collections.ConfigDict:
@@ -100,7 +100,7 @@ def test_batch_divisibility_uses_the_trial_devices():
 
 
 def test_first_rung_comes_after_the_longest_warmup_of_the_cell():
-  from lamb_lars.study import runner
+  from lamb_lars.study.running import runner
   c = _study(sweeps=(dict(name="w", fixed={"batch_size": 64}, num_trials=4, seed=0,
                           search={"optimizer.schedule.warmup_epochs": ("linear", 0.0, 4.5)}),
                      dict(name="n", fixed={"batch_size": 64}, num_trials=2, seed=0,
@@ -116,7 +116,7 @@ def test_first_rung_comes_after_the_longest_warmup_of_the_cell():
 def test_a_sub_sweeps_pruner_field_overrides_the_study_rule_for_its_cells_only():
   """A later round of a study (its first round ran with rung_after_warmup=False, whose log must still replay)
   can judge its own trials after their warmup, or from its own first rung."""
-  from lamb_lars.study import runner
+  from lamb_lars.study.running import runner
   space = {"optimizer.schedule.warmup_epochs": ("linear", 0.0, 4.5)}
   c = _study(sweeps=(dict(name="r1", fixed={"batch_size": 64}, num_trials=4, seed=0, search=space),
                      dict(name="r2", fixed={"batch_size": 64}, num_trials=4, seed=0, search=space,
@@ -136,7 +136,7 @@ def test_a_sub_sweeps_pruner_field_overrides_the_study_rule_for_its_cells_only()
 
 
 def test_a_trial_with_more_cpu_devices_than_cpus_is_not_pinned():
-  from lamb_lars.study.executor import LocalExecutor
+  from lamb_lars.study.running.executor import LocalExecutor
   ex = LocalExecutor(slots=2, cpus_per_trial=1)
   assert ex.affinity(1, {}) == {1}
   assert ex.affinity(0, {"XLA_FLAGS": "--xla_force_host_platform_device_count=1"}) == {0}

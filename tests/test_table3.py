@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from lamb_lars.study.records import Trial, chance_threshold, normalise_variant
-from lamb_lars.study.table3 import batch_label, build_table3, cell, render_markdown, trial_verdict
+from lamb_lars.study.analysis.table3 import batch_label, build_table3, cell, render_markdown, trial_verdict
 
 
 def _t(rid, accs, *, opt="momentum", variant="original", b=8192, status="done", loss=0.05, stopped=None,

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from lamb_lars import metric_writers
+from lamb_lars.train import metric_writers
 from tensorboard_reader import hparams_sessions
 
 # Every key a run writes (eval rows: trainer.py / evaluation.py / train_metrics.py; per step: step_scalars),
@@ -29,7 +29,7 @@ def test_every_metric_has_a_grouped_tag(key):
 
 
 def test_plain_run_hparams_are_the_documented_keys():
-  from configs import mnist_lenet
+  from lamb_lars.configs import mnist_lenet
   cfg = mnist_lenet.get_config()
   hp = metric_writers.config_hparams(cfg)
   assert set(hp) == set(metric_writers.HPARAM_KEYS)

@@ -10,9 +10,9 @@ import time
 import numpy as np
 import pytest
 
-import input_pipeline
-from configs import mnist_lenet
-from lamb_lars.trainer import train_and_evaluate
+from lamb_lars import input_pipeline
+from lamb_lars.configs import mnist_lenet
+from lamb_lars.train.trainer import train_and_evaluate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA_DIR = os.environ.get("LAMB_LARS_TEST_DATA_DIR") or os.path.join(tempfile.gettempdir(), "lamb_lars_test_tfds")
@@ -197,7 +197,7 @@ def test_dead_run_stops_at_chance_level(data_dir, tmp_path):
 
 
 def test_chance_threshold_and_stop_rules_state():
-  from lamb_lars import stopping
+  from lamb_lars.train import stopping
   assert stopping.chance_threshold(10) == pytest.approx(0.325)
   assert stopping.chance_threshold(1000) == pytest.approx(0.25075)
   cfg = small_config(DATA_DIR, **{"stop.dead_after_fraction": 0.5})

@@ -8,8 +8,8 @@ import optax
 import pytest
 
 import reference_optimizers as ref
-from lamb_lars import optimizers as O
-from lamb_lars import trust_ratio as tr
+from lamb_lars.optim import optimizers as O
+from lamb_lars.optim import trust_ratio as tr
 
 LR = 0.1
 

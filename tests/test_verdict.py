@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from lamb_lars.study.verdict import combine, mean_interval, threshold_verdict
+from lamb_lars.study.analysis.verdict import combine, mean_interval, threshold_verdict
 
 # Student-t quantiles t_{0.975, df} from tables (df = 1, 2, 4).
 T975 = {1: 12.706205, 2: 4.302653, 4: 2.776445}

@@ -11,7 +11,7 @@
 """
 import ml_collections
 
-from configs import default
+from lamb_lars.configs import default
 
 NUM_TRAIN = 60000
 
@@ -56,7 +56,7 @@ def momentum(config: ml_collections.ConfigDict, warmup_epochs: float) -> ml_coll
 
 
 def lars(config: ml_collections.ConfigDict, warmup_epochs: float) -> ml_collections.ConfigDict:
-  """``momentum_lars/``: their TF LARSOptimizer (lamb_lars/tf_lars.py): η = 0.001, β = 1e-4 in the ratio only,
+  """``momentum_lars/``: their TF LARSOptimizer (lamb_lars/optim/tf_lars.py): η = 0.001, β = 1e-4 in the ratio only,
   ε = 0, momentum 0.9, every variable."""
   opt = config.optimizer
   opt.name = "lars"

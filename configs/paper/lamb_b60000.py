@@ -6,7 +6,7 @@ Command:  python train.py --config=configs/paper/lamb_b60000.py --workdir=runs/p
 Hardware: ~2M images: 15–30 min on the 2-core CPU (docs/BENCHMARKS.md); minutes on a GPU.
 Shared recipe: configs/paper/common.py; comparison: docs/studies/mnist_paper_logs/.
 """
-from configs.paper import common
+from lamb_lars.configs.paper import common
 
 
 def get_config():

@@ -16,8 +16,8 @@ LARS and LAMB with warmup + polynomial decay, each searched (6 quasi-random poin
 """
 import ml_collections
 
-from configs import cifar10_resnet50
-from configs.studies import common
+from lamb_lars.configs import cifar10_resnet50
+from lamb_lars.configs.studies import common
 
 B0 = 128
 FULL = 45000  # the training set after the 5K validation hold-out: the full batch of this study

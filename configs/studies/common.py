@@ -1,7 +1,7 @@
 """Pieces shared by the study configs (plain data: this file imports only ml_collections).
 
-See lamb_lars/study/sweep.py for the sub-sweep fields, lamb_lars/study/search.py for ``search``,
-lamb_lars/study/runner.py for ``runner`` and lamb_lars/study/publish.py for ``analysis``.
+See lamb_lars/study/running/sweep.py for the sub-sweep fields, lamb_lars/study/running/search.py for ``search``,
+lamb_lars/study/running/runner.py for ``runner`` and lamb_lars/study/running/publish.py for ``analysis``.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ VARIANT_KEYS = {
 
 def analysis(**overrides: Any) -> ml_collections.ConfigDict:
   """The report's settings: the target of steps-to-target (and ``targets``, further goals below it, each with its
-  own S(B) fit; lamb_lars/study/report_replicates.py), ρ, N, the declared technique set, the paper's
+  own S(B) fit; lamb_lars/study/analysis/report_replicates.py), ρ, N, the declared technique set, the paper's
   workload key (lamb_lars/study/paper.py), Table 3's batch, a title and notes."""
   a = ml_collections.ConfigDict(dict(
       title="", notes="", paper="", target_metric="eval_accuracy", target_goal=0.99, target_mode="max",
@@ -30,7 +30,7 @@ def analysis(**overrides: Any) -> ml_collections.ConfigDict:
 
 def search(**overrides: Any) -> ml_collections.ConfigDict:
   """The pruner of searched cells: ASHA on the validation accuracy, rungs at r, r·η, r·η² … epochs; and the
-  adequacy rules of a cell's search (lamb_lars/study/phases.py): a best LR in the outer ``edge_fraction`` of its
+  adequacy rules of a cell's search (lamb_lars/study/running/phases.py): a best LR in the outer ``edge_fraction`` of its
   log range moves the range by its width on that side, at most ``max_extensions`` times; pruned trials are
   resumed to the full budget until a cell has ``min_full_budget`` full-budget trials."""
   s = ml_collections.ConfigDict(dict(metric="validation_accuracy", mode="max", min_epochs=2, reduction_factor=3,
@@ -43,7 +43,7 @@ def replicates(num_seeds: int = 3, roles: tuple = ("baseline", "linear", "techni
                ) -> ml_collections.ConfigDict:
   """After a cell's search, its chosen configuration (selected on the validation split) re-run with
   ``num_seeds`` fresh seeds (initialisation, data order, dropout), for the cells of these ``roles``
-  (lamb_lars/study/phases.py, replicates.py). Raising ``num_seeds`` on a finished study runs only the new seeds."""
+  (lamb_lars/study/running/phases.py, replicates.py). Raising ``num_seeds`` on a finished study runs only the new seeds."""
   return ml_collections.ConfigDict(dict(num_seeds=num_seeds, roles=tuple(roles)))
 
 

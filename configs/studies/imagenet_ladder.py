@@ -18,8 +18,8 @@ searched around the presets (batch < 32K: LR 25 / 5 warmup epochs; < 64K: 32 / 1
 """
 import ml_collections
 
-from configs import imagenet_resnet50
-from configs.studies import common
+from lamb_lars.configs import imagenet_resnet50
+from lamb_lars.configs.studies import common
 
 B0 = 256
 LADDER = (256, 1024, 4096, 8192, 16384, 32768, 65536, 131072)

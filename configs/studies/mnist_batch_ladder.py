@@ -31,8 +31,8 @@ Every searched cell samples 6 points and prunes with ASHA (rungs 2, 6, 18 epochs
 """
 import ml_collections
 
-from configs.studies import common
-from configs.studies import mnist_table3
+from lamb_lars.configs.studies import common
+from lamb_lars.configs.studies import mnist_table3
 
 B0 = 256
 FULL = 55000  # the training set of the 55K/5K split: the full batch of this study

@@ -27,8 +27,8 @@ must replay; round 2 sets its own rule per sub-sweep (``pruner``).
 """
 import ml_collections
 
-from configs import mnist_lenet
-from configs.studies import common
+from lamb_lars.configs import mnist_lenet
+from lamb_lars.configs.studies import common
 
 NUM_TRIALS = 6
 # log-LR ranges (lo, hi) per (solver, column): 'bs256' at batch 256, 'original' and 'layerwise' at 8K.
@@ -95,7 +95,7 @@ def base_config() -> ml_collections.ConfigDict:
   # (LeNet-5 has no BN), 1.3× faster at 16K and 2.8× at 55K on one CPU core (docs/BENCHMARKS.md §11).
   base.microbatch_size = 256
   # The LR schedule as a table in the optimizer state: trials of a cell then share one compiled train step through
-  # the study's compilation cache instead of compiling it per trial (lamb_lars/lr_table.py).
+  # the study's compilation cache instead of compiling it per trial (lamb_lars/optim/lr_table.py).
   base.optimizer.lr_table = True
   return base
 

@@ -8,8 +8,8 @@ Expected: 8 trials — a baseline at 32, linear scaling at 64 and 128, a searche
 """
 import ml_collections
 
-from configs import default
-from configs.studies import common
+from lamb_lars.configs import default
+from lamb_lars.configs.studies import common
 
 
 def get_config():

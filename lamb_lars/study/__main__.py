@@ -26,23 +26,18 @@ import shlex
 import signal
 import sys
 
-_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
 def _raise_interrupt(signum, frame):  # SIGTERM → KeyboardInterrupt: the runner kills its children cleanly
   raise KeyboardInterrupt(f"signal {signum}")
 
 
 def main() -> None:
-  if _REPO_ROOT not in sys.path:
-    sys.path.insert(0, _REPO_ROOT)  # study configs import `configs.*` from the repo root
   if sys.argv[1:2] == ["verify"]:  # no flags: folders only
-    from lamb_lars.study import provenance
+    from lamb_lars.study.running import provenance
     sys.exit(provenance.main(sys.argv[2:]))
   from absl import app, flags
   from ml_collections import config_flags
 
-  from lamb_lars import cli_errors
+  from lamb_lars.common import cli_errors
 
   config_flags.DEFINE_config_file("config", None, "Study config file (configs/studies/*.py).", lock_config=True)
   flags.DEFINE_string("workdir", None, "Study directory: study.sqlite, study_config.json, runs/<run_id>/.")
@@ -63,18 +58,18 @@ def main() -> None:
                            "| verify DIR")
     try:
       if argv[1] == "status":
-        from lamb_lars.study import status
+        from lamb_lars.study.running import status
         print(status.report(FLAGS.workdir))
         return
       if argv[1] == "report":
-        from lamb_lars.study.publish import publish
+        from lamb_lars.study.running.publish import publish
         command = " ".join(shlex.quote(a) for a in ["python", "-m", "lamb_lars.study"] + sys.argv[1:])
         print(publish(FLAGS.workdir, FLAGS.out, command=command))
         return
       if not FLAGS["config"].present:
         raise app.UsageError("run needs --config=configs/studies/<study>.py")
       study = cli_errors.load_config(lambda: FLAGS.config, FLAGS["config"].config_filename)
-      from lamb_lars.study import runner, sweep
+      from lamb_lars.study.running import runner, sweep
       if FLAGS.dry_run:
         for t in sweep.expand(study):
           print(t.run_id, t.role, t.technique or "-", dict(t.overrides))
@@ -82,7 +77,7 @@ def main() -> None:
       executor = None
       if FLAGS.executor == "ray":
         try:
-          from lamb_lars.study import ray_executor
+          from lamb_lars.study.running import ray_executor
         except ImportError:
           raise ValueError("--executor=ray needs Ray: pip install -e .[ray]") from None
         executor = ray_executor.make_executor(study, FLAGS.ray_address)
@@ -105,8 +100,8 @@ def main() -> None:
 
 def _exit_failed(workdir: str, study_name: str) -> None:
   """Exit status 1, after one line per failed trial (its error's first line; a traceback's last)."""
-  from lamb_lars.study import runner, store
-  from lamb_lars.study import workdir as wd
+  from lamb_lars.study.running import runner, store
+  from lamb_lars.study.running import workdir as wd
   con = store.open_store(wd.store_path(workdir))
   try:
     failed = runner.failures(con, study_name)

@@ -12,7 +12,7 @@ import math
 import re
 from typing import Any, Mapping, Optional, Sequence
 
-from lamb_lars.stopping import chance_threshold  # noqa: F401  (the trainer's dead-run rule uses the same threshold)
+from lamb_lars.train.stopping import chance_threshold  # noqa: F401  (the trainer's dead-run rule uses the same threshold)
 
 # How a trial ended. 'pruned' = stopped by the search at a rung because other trials of its cell were better
 # (successive halving); 'diverged' = a non-finite loss, or stopped because it never left chance level.

@@ -1,0 +1,98 @@
+"""One sentence and exit status 2 for every mistake a user can make on the command line (train.py and the study CLI).
+
+A mistake is anything the user can fix by changing the command, the config or the workdir: a misspelled config
+key, a config file that is missing, does not parse or has no ``get_config``, a value out of bounds, a workdir that
+is a file, read-only, full or in use, a damaged record in it. Each becomes ``error: <one sentence>`` on stderr and
+exit status 2. Everything else is a bug and keeps its traceback; ``--verbose`` keeps it for mistakes too.
+"""
+from __future__ import annotations
+
+import errno
+import re
+import sqlite3
+import sys
+from typing import Callable, Optional
+
+VERBOSE_FLAG = "--verbose"
+
+
+def _did_you_mean(text: str) -> Optional[str]:
+  """ml_collections' ``'key'\\nDid you mean "x" instead of "key"?`` as one sentence."""
+  m = re.search(r"Did you mean \"([^\"]+)\" instead of \"([^\"]+)\"", text)
+  if m:
+    return f"the config has no key {m.group(2)!r}; did you mean {m.group(1)!r}?"
+  return None
+
+
+def sentence(exc: BaseException, *, value_errors: bool = True) -> Optional[str]:
+  """The one-sentence message for a user's mistake, or None for a bug (which keeps its traceback). With
+  ``value_errors=False`` only a ConfigError counts among ValueErrors (inside training another is a bug)."""
+  from absl import flags
+
+  from lamb_lars.input_pipeline import DatasetNotFoundError
+  from lamb_lars.train.checkpoint import CheckpointError
+  from lamb_lars.common.workdir_lock import WorkdirLocked
+
+  text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+  if isinstance(exc, (KeyError, AttributeError)) and (hint := _did_you_mean(text)):
+    return hint
+  if isinstance(exc, AttributeError) and "has no attribute 'get_config'" in text:
+    return "the config file defines no get_config() function."
+  if "Failed loading config file" in text:  # ml_collections: a --config file that does not exist or fails to import
+    return f"the config file could not be loaded ({text.strip().splitlines()[-1].strip()})."
+  if isinstance(exc, SyntaxError):
+    return f"the config file {exc.filename} does not parse (line {exc.lineno}: {exc.msg})."
+  if isinstance(exc, flags.Error):
+    return text.strip().splitlines()[0].rstrip(".") + "."
+  from lamb_lars.train.run_plan import ConfigError
+  mistakes = (ValueError if value_errors else ConfigError, DatasetNotFoundError, WorkdirLocked, CheckpointError)
+  if isinstance(exc, mistakes) and not isinstance(exc, UnicodeError):
+    return " ".join(text.split())  # ConfigError and other ValueErrors: already one sentence
+  if isinstance(exc, sqlite3.DatabaseError):
+    return f"the study store cannot be read ({text}); restore study.sqlite from a copy or use a new --workdir."
+  if isinstance(exc, OSError) and (exc.filename or exc.errno in (errno.ENOSPC, errno.EROFS)):
+    where = f" {exc.filename}" if exc.filename else ""
+    reason = exc.strerror or text
+    return f"cannot write{where}: {reason}; give a writable directory with free space."
+  return None
+
+
+def verbose(argv: Optional[list] = None) -> bool:
+  return any(a == VERBOSE_FLAG or a.startswith(VERBOSE_FLAG + "=") and a.split("=", 1)[1].lower() in ("1", "true")
+             for a in (sys.argv if argv is None else argv))
+
+
+def exit_on_mistake(exc: BaseException, *, value_errors: bool = True) -> None:
+  """Prints the one sentence and exits 2 when ``exc`` is a user's mistake (and --verbose is off); else returns."""
+  msg = sentence(exc, value_errors=value_errors)
+  if msg is None or verbose():
+    return
+  print(f"error: {msg}", file=sys.stderr)
+  sys.exit(2)
+
+
+def flags_parser(argv: list) -> list:
+  """``app.run(..., flags_parser=flags_parser)``: absl's parsing, with config-file and override mistakes as one
+  sentence (absl would print a 55-line traceback whose last line holds the hint)."""
+  from absl import app, flags
+  try:
+    return flags.FLAGS(argv)
+  except app.UsageError:
+    raise
+  except Exception as e:  # noqa: BLE001  (a config file's own exceptions: syntax, no get_config, bad key)
+    exit_on_mistake(e)
+    raise
+
+
+def load_config(get: Callable[[], object], path: Optional[str]):
+  """The parsed ``--config`` value; a config file that cannot be loaded is one sentence."""
+  import os
+  if path is not None and not os.path.isfile(path.split(":")[0]):
+    print(f"error: the config file {path.split(':')[0]} does not exist.", file=sys.stderr)
+    sys.exit(2)
+  try:
+    config = get()
+  except Exception as e:  # noqa: BLE001
+    exit_on_mistake(e)
+    raise
+  return config

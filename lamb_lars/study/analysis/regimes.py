@@ -1,0 +1,274 @@
+"""Batch-size regimes of a workload (You et al. 2020, "The Limit of the Batch Size", Definitions 2.1–2.3).
+
+A workload has one baseline recipe at batch B0, run for ρ epochs: test accuracy A, validation loss ξ.
+
+* Def. 2.1, large batch: for every B < B_L, *linear scaling* — the baseline recipe with the LR scaled to η·B/B0
+  and nothing else changed — reaches test accuracy ≥ 0.995·A **and** validation loss ≤ 1.2·ξ within ρ epochs;
+  a batch B ≥ B_L is *large*. So B_L is the **smallest** batch at which linear scaling fails: "for ImageNet,
+  B_L = 2K, B_H = 64K" (Table 2 caption), and MNIST's large range [2K, 8K] means B_L = 2K. Measured, B_L is the
+  smallest tested batch above B0 whose linear-scaling run fails; it is known only up to its bracket (the last
+  passing tested batch below it, B_L itself], so the report prints both.
+* Def. 2.2, huge batch: B > B_H is *huge*: no available technique reaches test accuracy ≥ 0.995·A within ρ
+  epochs. LR and warmup tuning, LARS, LAMB, label smoothing … are techniques; linear scaling is not tuned. A
+  batch is called huge here only when *every* technique of the study's declared technique set was run at that
+  batch and failed. Large = [B_L, B_H], huge = (B_H, B_F].
+* Def. 2.3, full batch: B_F = the number of training examples.
+
+Pass / fail use each run's evals as they are. Next to them, ``linear_verdict`` and ``reach_verdict`` give the
+verdict with its uncertainty (verdict.py): ``pass``, ``fail`` or ``borderline`` from the per-seed values of one
+configuration (a 95% interval), or from one run and the single-run tolerance.
+
+Which trials count (the caller tags them: ``Trial.role`` and ``Trial.technique``, see records.py):
+* linear evidence at B: the ``role='linear'`` trials at B. Finished (done / diverged) trials count; a run still
+  going counts only once it passes.
+* technique evidence at B for technique X: the trials with ``technique == X`` at B. X reaches at B if one of
+  them reaches 0.995·A within ρ epochs (pruned trials count with the evals they have); X fails at B when all
+  its trials there are finished and none reached. Linear runs that pass count as reaching (they reach A too).
+
+Labels per tested batch: 'small' (B < B0), 'baseline' (B0), 'linear scaling works' (its linear run passes; below
+B_L unless listed as an anomaly), 'below B_L (linear scaling not run here)' (untested between B0 and B_L, with the
+techniques that reach there), 'large with <techniques>' (B ≥ B_L, or B_L not found, where linear scaling fails or
+was not run and these techniques reach), 'huge' (every declared technique failed), 'large or huge: undetermined
+(no technique tried)' and 'large or huge: undetermined (untried: …)' (B ≥ B_L, or B_L not found, where linear
+scaling fails and no declared technique was run, or those run failed and the others were not: Defs 2.1–2.2 cannot
+tell large from huge there), 'untested' (nothing finished yet). A batch ≥ B_F is also marked full.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable, Mapping, Optional, Sequence
+
+from lamb_lars.study.analysis import verdict as vd
+from lamb_lars.study.records import Baseline, Trial
+
+ACC_FRACTION = 0.995
+LOSS_FACTOR = 1.2
+TEST_ACC = "eval_accuracy"
+VAL_LOSS = "validation_loss"
+_EPS = 1e-9
+_UNFINISHED = ("pending", "running")
+
+
+@dataclasses.dataclass(frozen=True)
+class Regimes:
+  """B_L (the smallest tested batch above B0 where linear scaling fails; None if none fails) with the last passing
+  tested batch below it, B_H with the first huge tested batch above it, B_F, a label per tested batch, anomalies."""
+  b_l: Optional[int]
+  b_l_last_pass: Optional[int]
+  b_h: Optional[int]
+  b_h_next_huge: Optional[int]
+  b_f: int
+  labels: Mapping[int, str]
+  reached_by: Mapping[int, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+  anomalies: tuple[str, ...] = ()
+
+
+def row_epoch(row: Mapping, batch_size: int, num_train: int) -> float:
+  """The eval row's epoch: ``epoch`` if logged, else ``examples``/N, else step·B/N."""
+  if row.get("epoch") is not None:
+    return float(row["epoch"])
+  if row.get("examples") is not None:
+    return float(row["examples"]) / num_train
+  return float(row["step"]) * batch_size / num_train
+
+
+def _within_budget(trial: Trial, baseline: Baseline) -> list[Mapping]:
+  limit = baseline.epochs * (1 + _EPS)
+  return [r for r in trial.curve if row_epoch(r, trial.batch_size, baseline.num_train) <= limit]
+
+
+def passes_large_batch(trial: Trial, baseline: Baseline, *, acc_key: str = TEST_ACC,
+                       loss_key: str = VAL_LOSS) -> bool:
+  """Def. 2.1 for one trial: one eval within ρ epochs with test acc ≥ 0.995·A and validation loss ≤ 1.2·ξ."""
+  if trial.status in ("diverged", "failed"):
+    return False
+  for r in _within_budget(trial, baseline):
+    acc, loss = r.get(acc_key), r.get(loss_key)
+    if acc is not None and loss is not None and acc >= ACC_FRACTION * baseline.accuracy \
+        and loss <= LOSS_FACTOR * baseline.val_loss:
+      return True
+  return False
+
+
+def reaches_accuracy(trial: Trial, baseline: Baseline, *, acc_key: str = TEST_ACC) -> bool:
+  """Def. 2.2's test for one trial: one eval within ρ epochs with test acc ≥ 0.995·A."""
+  if trial.status in ("diverged", "failed"):
+    return False
+  return any(r.get(acc_key) is not None and r[acc_key] >= ACC_FRACTION * baseline.accuracy
+             for r in _within_budget(trial, baseline))
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearVerdict:
+  """Def. 2.1 with its uncertainty: the accuracy and the loss verdicts, and both combined (verdict.combine)."""
+  verdict: str
+  accuracy: vd.Verdict
+  loss: vd.Verdict
+
+
+def def21_values(trial: Trial, baseline: Baseline, *, acc_key: str = TEST_ACC,
+                 loss_key: str = VAL_LOSS) -> tuple[float, float]:
+  """(test accuracy, validation loss) of the eval within ρ epochs that decides Def. 2.1 for one run: the most
+  accurate eval that meets the loss bar 1.2·ξ, else the most accurate eval. A diverged or failed run, or one
+  without such an eval, gives (−inf, +inf): it reaches nothing."""
+  rows = [r for r in _within_budget(trial, baseline) if r.get(acc_key) is not None and r.get(loss_key) is not None]
+  if trial.status in ("diverged", "failed") or not rows:
+    return -float("inf"), float("inf")
+  ok = [r for r in rows if r[loss_key] <= LOSS_FACTOR * baseline.val_loss]
+  best = max(ok or rows, key=lambda r: r[acc_key])
+  return float(best[acc_key]), float(best[loss_key])
+
+
+def best_accuracy_within_budget(trial: Trial, baseline: Baseline, *, acc_key: str = TEST_ACC) -> float:
+  """Def. 2.2's value for one run: its best test accuracy within ρ epochs (−inf: diverged, failed or none)."""
+  vals = [float(r[acc_key]) for r in _within_budget(trial, baseline) if r.get(acc_key) is not None]
+  return -float("inf") if trial.status in ("diverged", "failed") or not vals else max(vals)
+
+
+def linear_verdict(seeds: Sequence[Trial], baseline: Baseline, *, acc_tolerance: float = vd.ACC_TOLERANCE,
+                   loss_tolerance: float = vd.LOSS_TOLERANCE, acc_key: str = TEST_ACC,
+                   loss_key: str = VAL_LOSS) -> LinearVerdict:
+  """Def. 2.1 at one batch from the runs of one configuration (its seeds): pass / fail / borderline.
+
+  Per seed, ``def21_values``; the accuracy values against 0.995·A and the loss values against 1.2·ξ, each by
+  ``verdict.threshold_verdict`` (a 95% interval over ≥ 2 seeds, else the single-run tolerance); fail if either
+  fails, pass if both pass, else borderline."""
+  vals = [def21_values(t, baseline, acc_key=acc_key, loss_key=loss_key) for t in seeds]
+  acc = vd.threshold_verdict([a for a, _ in vals], ACC_FRACTION * baseline.accuracy, tolerance=acc_tolerance)
+  loss = vd.threshold_verdict([l for _, l in vals], LOSS_FACTOR * baseline.val_loss, mode="min",
+                              tolerance=loss_tolerance, relative=True)
+  return LinearVerdict(vd.combine(acc.verdict, loss.verdict), acc, loss)
+
+
+def reach_verdict(seeds: Sequence[Trial], baseline: Baseline, *, acc_tolerance: float = vd.ACC_TOLERANCE,
+                  acc_key: str = TEST_ACC) -> vd.Verdict:
+  """Def. 2.2's test at one batch from the runs of one configuration (its seeds): does it reach 0.995·A within ρ
+  epochs — pass / fail / borderline (``verdict.threshold_verdict`` over the per-seed best accuracies)."""
+  return vd.threshold_verdict([best_accuracy_within_budget(t, baseline, acc_key=acc_key) for t in seeds],
+                              ACC_FRACTION * baseline.accuracy, tolerance=acc_tolerance)
+
+
+def _verdict(trials: Sequence[Trial], ok) -> Optional[bool]:
+  """True if a trial passes; False if every counted trial is finished and none passes; None = no evidence."""
+  counted = [t for t in trials if t.status != "failed"]
+  if any(ok(t) for t in counted):
+    return True
+  if counted and all(t.status not in _UNFINISHED for t in counted):
+    return False
+  return None
+
+
+def scaling_rule(trial: Trial) -> str:
+  """The LR scaling rule of a ``role='linear'`` trial: 'linear' (η·B/B0, Def. 2.1) or 'sqrt' (η·√(B/B0))."""
+  return str(trial.params.get("lr_scaling") or "linear")
+
+
+def linear_evidence(trials: Iterable[Trial], baseline: Baseline, *, rule: str = "linear",
+                    **kw) -> dict[int, bool]:
+  """``{batch: passes Def. 2.1}`` from the ``role='linear'`` trials whose scaling rule is ``rule``: 'linear' is
+  Def. 2.1 itself; 'sqrt' is the square-root rule the paper's "Optimization 0" (§3.1) takes when it is better,
+  reported beside it and never used for B_L."""
+  by_batch: dict[int, list[Trial]] = {}
+  for t in trials:
+    if t.role == "linear" and scaling_rule(t) == rule:
+      by_batch.setdefault(int(t.batch_size), []).append(t)
+  out = {b: _verdict(ts, lambda t: passes_large_batch(t, baseline, **kw)) for b, ts in by_batch.items()}
+  return {b: v for b, v in sorted(out.items()) if v is not None}
+
+
+def technique_evidence(trials: Iterable[Trial], baseline: Baseline, techniques: Sequence[str], *,
+                       acc_key: str = TEST_ACC) -> dict[int, dict[str, bool]]:
+  """``{batch: {technique: reaches 0.995·A}}`` for the declared techniques (others are ignored)."""
+  groups: dict[tuple[int, str], list[Trial]] = {}
+  for t in trials:
+    if t.technique in techniques:
+      groups.setdefault((int(t.batch_size), t.technique), []).append(t)
+  out: dict[int, dict[str, bool]] = {}
+  for (b, name), ts in sorted(groups.items()):
+    v = _verdict(ts, lambda t: reaches_accuracy(t, baseline, acc_key=acc_key))
+    if v is not None:
+      out.setdefault(b, {})[name] = v
+  return out
+
+
+def _label(b: int, baseline: Baseline, linear: Mapping[int, bool], tech: Mapping[str, bool],
+           techniques: Sequence[str], b_l: Optional[int] = None) -> str:
+  if b == baseline.batch_size:
+    return "baseline"
+  if b < baseline.batch_size:
+    return "small"
+  if linear.get(b):
+    return "linear scaling works"
+  reached = sorted(name for name, ok in tech.items() if ok)
+  if b not in linear and b_l is not None and b < b_l:  # between tested linear batches that pass: not large
+    return "below B_L (linear scaling not run here)" + (f"; reached by {', '.join(reached)}" if reached else "")
+  if reached:
+    return "large with " + ", ".join(reached) + ("" if b in linear else " (linear scaling not run)")
+  tried = [name for name in techniques if name in tech]
+  if not tried:
+    return "large or huge: undetermined (no technique tried)" if b in linear else "untested"
+  untried = [name for name in techniques if name not in tech]
+  if untried:
+    return "large or huge: undetermined (untried: " + ", ".join(untried) + ")"
+  return "huge"
+
+
+def first_failure(evidence: Mapping[int, bool], b0: int) -> tuple[Optional[int], Optional[int]]:
+  """(the smallest tested batch above B0 that fails, the largest passing tested batch below it — B0 when none):
+  B_L and its bracket (Def. 2.1). (None, largest pass) when none fails; (None, None) when nothing above B0."""
+  above = sorted(b for b in evidence if b > b0)
+  fail = next((b for b in above if not evidence[b]), None)
+  below = [b for b in above if evidence[b] and (fail is None or b < fail)]
+  return fail, (max(below) if below else (b0 if above else None))
+
+
+def classify(baseline: Baseline, linear: Mapping[int, bool], tech: Mapping[int, Mapping[str, bool]],
+             techniques: Sequence[str]) -> Regimes:
+  """Regimes from per-batch evidence (see the module docstring)."""
+  b0 = baseline.batch_size
+  above = sorted(b for b in linear if b > b0)
+  b_l, b_l_last_pass = first_failure(linear, b0)
+  batches = sorted(set(linear) | set(tech))
+  labels = {b: _label(b, baseline, linear, tech.get(b, {}), techniques, b_l) for b in batches}
+  reached_by = {b: tuple(sorted(n for n, ok in tech.get(b, {}).items() if ok)) + (("linear",) if linear.get(b)
+                                                                                 else ()) for b in batches}
+  reaching = [b for b in batches if b > b0 and reached_by[b]]
+  b_h = max(reaching) if reaching else (b0 if any(b > b0 for b in batches) else None)
+  huge = [b for b in batches if labels[b] == "huge"]
+  b_h_next = min((b for b in huge if b_h is not None and b > b_h), default=None)
+  anomalies = [f"batch {b}: linear scaling passes above B_L = {b_l} (its first failure)"
+               for b in above if b_l is not None and b > b_l and linear[b]]
+  anomalies += [f"batch {b} is huge (every technique failed) but batch {b_h} above it was reached"
+                for b in huge if b_h is not None and b < b_h]
+  for b in batches:
+    if b >= baseline.num_train:
+      labels[b] += " (full batch)"
+  return Regimes(b_l=b_l, b_l_last_pass=b_l_last_pass, b_h=b_h, b_h_next_huge=b_h_next, b_f=baseline.num_train,
+                 labels=labels, reached_by=reached_by, anomalies=tuple(anomalies))
+
+
+def classify_trials(baseline: Baseline, trials: Sequence[Trial], techniques: Sequence[str], *,
+                    acc_key: str = TEST_ACC, loss_key: str = VAL_LOSS) -> Regimes:
+  """Regimes of a study from its tagged trials and its declared technique set."""
+  return classify(baseline, linear_evidence(trials, baseline, acc_key=acc_key, loss_key=loss_key),
+                  technique_evidence(trials, baseline, techniques, acc_key=acc_key), techniques)
+
+
+def baseline_from_trials(trials: Sequence[Trial], num_train: int, epochs: float, *, acc_key: str = TEST_ACC,
+                         loss_key: str = VAL_LOSS) -> Baseline:
+  """The baseline from the study's one ``role='baseline'`` trial: A = its test accuracy and ξ its validation
+  loss at its last eval within ρ epochs. Raises ValueError with one sentence when that is not possible."""
+  base = [t for t in trials if t.role == "baseline"]
+  if len(base) != 1:
+    raise ValueError(f"a study needs exactly one baseline trial (role 'baseline'); found {len(base)}.")
+  t = base[0]
+  if t.status != "done":
+    raise ValueError(f"the baseline run {t.run_id} is {t.status}, not done.")
+  rows = [r for r in t.curve if row_epoch(r, t.batch_size, num_train) <= epochs * (1 + _EPS)
+          and r.get(acc_key) is not None and r.get(loss_key) is not None]
+  if not rows:
+    raise ValueError(f"the baseline run {t.run_id} has no eval with {acc_key} and {loss_key} within {epochs:g} "
+                     "epochs.")
+  last = rows[-1]
+  return Baseline(batch_size=int(t.batch_size), accuracy=float(last[acc_key]), val_loss=float(last[loss_key]),
+                  epochs=float(epochs), num_train=int(num_train), run_id=t.run_id)

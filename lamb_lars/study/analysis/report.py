@@ -1,0 +1,269 @@
+"""The study report: ``out_dir/README.md`` with PNG plots, composed from the analysis sections and written once.
+
+Input is records only (a list of ``records.Trial`` and a ``ReportSpec``); the running side (publish.py) loads them.
+Sections: settings; runs; baseline; regimes (You et al. 2020 Defs 2.1–2.3) with the trials that decide them;
+huge-batch points; Table 3 (You et al. 2020); steps to target (Shallue et al. 2018) with the S(B) fit, t(B), B*
+and the Golmant et al. 2018 breakdown point; predicted (gradient noise scale, McCandlish et al. 2018) vs fitted
+B_crit; accuracy vs batch; training curves; distance from init; trust ratios. Every measured number stands next
+to the paper's where the paper has one. A section whose data the study did not log is left out (the Trials section
+says which); a section that has data but cannot conclude says why. Accuracies are in %, and every table says in its
+caption which trial's number it shows ("best" is defined once per table). Definitions: docs/studies.md.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Optional, Sequence
+
+from lamb_lars.common import io_utils
+from lamb_lars.study import paper
+from lamb_lars.study.analysis import plots, regimes, report_curves, report_replicates, report_scaling, table3
+from lamb_lars.study.analysis.markdown import fmt, pct, table
+from lamb_lars.study.records import STATUSES, Baseline, Target, Trial
+
+ACC_KEY = "eval_accuracy"
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportSpec:
+  """What the report needs besides the trials (from the study config's ``analysis`` section)."""
+  title: str = "Batch-size study"
+  notes: str = ""
+  workload: str = ""                      # key into paper.py ('mnist_lenet'), '' = no paper comparison
+  target: Optional[Target] = None
+  baseline_epochs: float = 0.0            # ρ
+  num_train: int = 0                      # N = B_F
+  num_classes: int = 10
+  techniques: tuple[str, ...] = ()        # the declared technique set of Def. 2.2
+  target_technique: str = ""              # steps to target over this technique's trials ('' = all trials)
+  table3_batch: int = 0
+  settings: tuple[str, ...] = ()          # markdown lines: machine, date, commands, wall time
+  max_curves: int = 8
+  targets: tuple[float, ...] = ()         # further steps-to-target goals (report_replicates.py)
+  edge_fraction: float = 0.1              # the search's edge rule (search_adequacy.py)
+
+
+def _settings_section(trials: Sequence[Trial], spec: ReportSpec) -> list[str]:
+  lines = []
+  if spec.notes:
+    lines += [spec.notes.strip(), ""]
+  lines += list(spec.settings)
+  walls = [t.wall_time for t in trials if t.wall_time]
+  if walls:
+    lines += [f"- training time summed over trials: {sum(walls) / 60:.1f} min"]
+  return ["## Settings", ""] + lines + [""] if lines else []
+
+
+def _roles_section(trials: Sequence[Trial], omitted: Sequence[str] = ()) -> list[str]:
+  lines = ["## Trials", ""]
+  if not trials:
+    return lines + ["No trials in the store.", ""]
+  keys = sorted({(t.role, t.technique) for t in trials})
+  rows = []
+  for role, tech in keys:
+    group = [t for t in trials if (t.role, t.technique) == (role, tech)]
+    rows.append([role, tech or "—"] + [sum(t.status == s for t in group) for s in STATUSES])
+  lines += table(["role", "technique"] + list(STATUSES), rows)
+  failed = [t for t in trials if t.status == "failed"]
+  lines += [f"- failed `{t.run_id}`: {(t.error or 'no error recorded').strip().splitlines()[-1]}" for t in failed[:20]]
+  lines += [f"- left out: {o}" for o in omitted]
+  return lines + ([""] if failed or omitted else [])
+
+
+def _baseline(trials: Sequence[Trial], spec: ReportSpec) -> tuple[Optional[Baseline], str]:
+  if not any(t.role == "baseline" for t in trials):
+    return None, "no baseline trial (role 'baseline') in this study"
+  key = "validation_loss" if any(r.get("validation_loss") is not None for t in trials if t.role == "baseline"
+                                 for r in t.curve) else "eval_loss"
+  try:
+    return regimes.baseline_from_trials(trials, spec.num_train, spec.baseline_epochs, loss_key=key), key
+  except ValueError as e:
+    return None, str(e)
+
+
+def _baseline_section(baseline: Optional[Baseline], note: str, spec: ReportSpec) -> list[str]:
+  lines = ["## Baseline", ""]
+  if baseline is None:
+    return lines + [f"No baseline: {note}.", ""]
+  ref = paper.TABLE2.get(spec.workload, {})
+  lines += [f"One recipe at B0 = {baseline.batch_size}, ρ = {baseline.epochs:g} epochs, N = {baseline.num_train} "
+            f"training examples (run `{baseline.run_id}`). A is its test accuracy and ξ its loss on the held-out "
+            f"split (`{note}`) at its last eval within ρ epochs (You et al. 2020 Def. 2.1).", ""]
+  lines += table(["quantity", "measured", "paper (You et al. 2020 Table 2)"],
+                  [["A (test accuracy, %)", pct(baseline.accuracy), pct(ref.get("accuracy"), 1)],
+                   ["ξ (validation loss)", f"{baseline.val_loss:.4f}", "—"]])
+  return lines
+
+
+def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec: ReportSpec) -> list[str]:
+  lines = ["## Regimes", ""]
+  if baseline is None:
+    return lines + ["No baseline, so no regimes.", ""]
+  loss_key = ("validation_loss" if any(t.curve and t.curve[-1].get("validation_loss") is not None for t in trials)
+              else "eval_loss")
+  r = regimes.classify_trials(baseline, trials, spec.techniques, loss_key=loss_key)
+  lines += [f"Large batch (Def. 2.1): linear scaling of the baseline recipe reaches ≥ 99.5%·A = "
+            f"{pct(regimes.ACC_FRACTION * baseline.accuracy)}% test accuracy and ≤ 1.2·ξ = "
+            f"{regimes.LOSS_FACTOR * baseline.val_loss:.4f} validation loss within ρ = {baseline.epochs:g} epochs for "
+            "every B < B_L; B ≥ B_L is large. Huge (Def. 2.2, B > B_H): every technique of the declared set "
+            f"{list(spec.techniques)} fails to reach 99.5%·A. Large = [B_L, B_H], huge = (B_H, B_F] (You et al. "
+            "2020 Table 2).", ""]
+  ref = paper.TABLE2.get(spec.workload, {})
+  rule = lambda b, name: [t for t in trials if t.role == "linear" and t.batch_size == b
+                          and regimes.scaling_rule(t) == name]
+  lin, sqrt = {b: rule(b, "linear") for b in r.labels}, {b: rule(b, "sqrt") for b in r.labels}
+  d21 = {b: regimes.linear_verdict(ts, baseline, loss_key=loss_key) for b, ts in lin.items() if ts}
+  d21v = {b: v.verdict for b, v in d21.items()}
+  sqrt_v = {b: regimes.linear_verdict(ts, baseline, loss_key=loss_key).verdict for b, ts in sqrt.items() if ts}
+  best_tech = {b: max((t for t in trials if t.technique in spec.techniques and t.batch_size == b),
+                      key=lambda t: regimes.best_accuracy_within_budget(t, baseline), default=None) for b in r.labels}
+  d22 = {b: regimes.reach_verdict([t], baseline) for b, t in best_tech.items() if t is not None}
+  ev = lambda b: (f"{b}: Def. 2.1 {d21v[b]} (acc {d21[b].accuracy.text()}; loss {d21[b].loss.text()})"
+                  if b in d21 else f"{b} (B0)" if b == baseline.batch_size else f"{b}: no linear run")
+  lines += table(["quantity", "measured", "bracket and evidence", "paper"], [
+      ["B_L", fmt(r.b_l) if r.b_l is not None else f"> {fmt(r.b_l_last_pass)} (no tested batch fails)",
+       f"last pass {ev(r.b_l_last_pass)}; first fail " + (ev(r.b_l) if r.b_l is not None else "none"),
+       fmt(ref.get("b_l"))],
+      ["B_H", fmt(r.b_h), "best technique run at B_H: " + (d22[r.b_h].text() if r.b_h in d22 else "—")
+       + f"; first huge batch above: {fmt(r.b_h_next_huge)}" + (
+           f", its best technique run: {d22[r.b_h_next_huge].text()}" if r.b_h_next_huge in d22 else ""),
+       fmt(ref.get("b_h"))],
+      ["B_F", fmt(r.b_f), "—", fmt(ref.get("b_f"))]])
+  if sqrt_v:  # the paper's Optimization 0 (§3.1) takes linear or square-root scaling, whichever is better
+    fail, last = regimes.first_failure(regimes.linear_evidence(trials, baseline, rule="sqrt", loss_key=loss_key),
+                                       baseline.batch_size)
+    lines += [f"Square-root scaling (η·√(B/B0), the alternative of the paper's Optimization 0, §3.1) under the same "
+              f"test: first failing tested batch {fmt(fail)}, last passing below it {fmt(last)}. B_L above is "
+              "linear scaling's (Def. 2.1).", ""]
+  lines += [f"Measured B_L is the smallest tested batch above B0 whose linear-scaling run fails Def. 2.1; the true "
+            "B_L lies in (last pass, first fail]. Verdicts: `pass` / `fail` when the interval (95% over seeds, or "
+            f"one run ± {100 * regimes.vd.ACC_TOLERANCE:g} pp accuracy / ± {100 * regimes.vd.LOSS_TOLERANCE:g}% "
+            "loss) is on one side of the threshold, `borderline` when it straddles it.", ""]
+  rows = []
+  for b, label in r.labels.items():
+    lin_txt = ", ".join(f"`{t.run_id}` {t.status} {pct(t.best(ACC_KEY))}%" for t in lin[b]) or "not run"
+    tech = []
+    for name in spec.techniques:
+      group = [t for t in trials if t.technique == name and t.batch_size == b]
+      if group:
+        best = max((t for t in group if t.best(ACC_KEY) is not None), key=lambda t: t.best(ACC_KEY), default=None)
+        tech.append(f"{name}: {len(group)} trials, best {pct(best.best(ACC_KEY)) if best else '—'}%"
+                    + (f" (`{best.run_id}`)" if best else ""))
+    rows.append([b, label, lin_txt, d21v.get(b, "—")] + ([sqrt_v.get(b, "—")] if sqrt_v else [])
+                + ["; ".join(tech) or "—", d22[b].verdict if b in d22 else "—"])
+  lines += table(["batch", "regime", "linear scaling (best test acc)", "Def. 2.1"]
+                 + (["√ scaling, same test"] if sqrt_v else []) + ["techniques (best test acc within ρ)",
+                                                                  "Def. 2.2 reach (best run)"], rows)
+  lines += ["Best = the highest test accuracy at any evaluation of a trial (Def. 2.1 asks whether a run reaches "
+            "99.5%·A within ρ epochs), and for a technique the trial with the highest such value.", ""]
+  lines += [f"- anomaly: {a}" for a in r.anomalies]
+  return lines + ([""] if r.anomalies else [])
+
+
+def _points_section(trials: Sequence[Trial], spec: ReportSpec) -> list[str]:
+  points = paper.POINTS.get(spec.workload, ())
+  if not points:
+    return []
+  rows = []
+  for batch, opt, acc, what in points:
+    batch = spec.num_train if batch == "full" else batch
+    got = [t for t in trials if t.batch_size == batch and opt in ("any", t.optimizer)
+           and t.status == "done" and t.last(ACC_KEY) is not None]
+    best = max(got, key=lambda t: t.last(ACC_KEY), default=None)
+    if best is not None:
+      rows.append([f"{opt} at {batch}", what, f"{pct(best.last(ACC_KEY))} (`{best.run_id}`, {len(got)} finished "
+                                              "trials)", pct(acc, 1)])
+  if not rows:
+    return []
+  return (["## Huge-batch results next to the paper", ""]
+          + table(["setting", "paper's recipe", "measured: best final test acc (%)", "paper (%)"], rows)
+          + ["Measured = the highest final test accuracy (last evaluation) among the finished trials of that "
+             "optimizer and batch size; the paper's settings this study did not run are not listed.", ""])
+
+
+def _table3_section(trials: Sequence[Trial], spec: ReportSpec, baseline_batch: Optional[int],
+                    out_dir: str) -> list[str]:
+  if not any(t.role == "table3" for t in trials):
+    return []
+  lines = ["## Table 3: optimizer × layer-wise variants", ""]
+  batch = spec.table3_batch or max(t.batch_size for t in trials if t.role == "table3")
+  b0 = baseline_batch or paper.TABLE2.get(spec.workload, {}).get("b0")
+  cells = table3.build_table3(trials, batch, baseline_batch=b0, num_classes=spec.num_classes)
+  ref = paper.TABLE3 if spec.workload == "mnist_lenet" else None
+  lines += [table3.render_markdown(cells, ref), "Each cell: measured / paper. Measured = the mean final test accuracy "
+            "(%) of the replicates of the cell's chosen trial (the full-budget trial, neither 'diverge' nor "
+            "'unstable', with the best final validation accuracy), or that trial's own when it has no replicates "
+            "(a single run); when there is none, the cell's verdict (docs/studies.md).", ""]
+  rows = []
+  for opt in cells.rows:
+    for col in cells.columns:
+      c = cells.cells[(opt, col)]
+      if c.num_trials:
+        rows.append([opt, col, c.text(2), c.run_id and f"`{c.run_id}`",
+                     ", ".join(f"{k} {v}" for k, v in sorted(c.counts.items()))])
+  lines += ["Trials per cell:", ""] + table(["solver", "column", "cell", "best trial", "verdicts"], rows)
+  curves = _table3_curves(trials, cells, batch)
+  if curves:
+    name = plots.training_curves(out_dir, "table3_curves.png", curves,
+                                 title=f"Table 3 at batch {batch:,}: one trial per optimizer × variant")
+    lines += [f"The trial shown per cell at batch {batch}: the cell's chosen trial, or (no trial ok) the full-budget "
+              "trial with the best accuracy it ever reached.", "", f"![Table 3 curves]({name})", ""]
+  return lines
+
+
+def _table3_curves(trials: Sequence[Trial], cells: table3.Table3, batch: int) -> dict[str, Sequence]:
+  """{'<solver> <column>': eval curve} of one trial per large-batch cell (the evidence behind each cell)."""
+  by_id = {t.run_id: t for t in trials}
+  out = {}
+  for opt in cells.rows:
+    for col in cells.columns[-3:]:
+      c = cells.cells[(opt, col)]
+      pick = by_id.get(c.run_id) if c.run_id else None
+      if pick is None:
+        group = [t for t in trials if t.role == "table3" and t.optimizer == opt and t.batch_size == batch
+                 and table3.COLUMN_NAMES[t.variant] in col and t.status in ("done", "diverged")
+                 and t.best(ACC_KEY) is not None]
+        pick = max(group, key=lambda t: t.best(ACC_KEY), default=None)
+      if pick is not None:
+        out[f"{opt} {col.split(' ', 1)[1]}: {c.text() + '%' if c.verdict == 'ok' else c.text()}"] = pick.curve
+  return out
+
+
+def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = ReportSpec()) -> str:
+  """Writes ``out_dir/README.md`` and its PNG plots; returns the README path."""
+  io_utils.makedirs(out_dir)
+  trials = list(trials)
+  # The single-run sections read the study's own trials; replicates (fresh seeds of each cell's chosen
+  # configuration) are summarised with their intervals by report_replicates.
+  # TODO(issue 22, B_L/B_H half): Def. 2.1/2.2 verdicts from the replicates (replicates.versus_threshold).
+  own = [t for t in trials if t.phase != "replicate"]
+  baseline, note = _baseline(own, spec)
+  target_trials = [t for t in own if not spec.target_technique or t.technique == spec.target_technique]
+  steps_lines, fit = report_scaling.steps_section(target_trials, spec.target, out_dir)
+  goal = spec.target.goal if spec.target and spec.target.metric == ACC_KEY else None
+  sections = [("Baseline and Regimes", "no baseline trial (role `baseline`), which You et al. 2020 Defs 2.1–2.3 need",
+               [] if baseline is None and not any(t.role == "baseline" for t in trials)
+               else _baseline_section(baseline, note, spec) + _regimes_section(own, baseline, spec)),
+              ("Huge-batch results next to the paper", "", _points_section(own, spec)),
+              ("Table 3", "", _table3_section(trials, spec, baseline.batch_size if baseline else None, out_dir)),
+              ("Replicates and search adequacy", "",
+               report_replicates.sections(trials, spec, baseline.batch_size if baseline else None)),
+              ("Steps to target", f"no trial of technique `{spec.target_technique}`" if spec.target_technique
+               else "", steps_lines),
+              ("Predicted vs fitted critical batch", "no run logged `noise_scale` (McCandlish et al. 2018)",
+               report_scaling.noise_section(trials, out_dir, fit, spec.max_curves)),
+              ("Accuracy vs batch size", "no finished run logged `eval_accuracy`",
+               report_curves.accuracy_section(trials, out_dir)),
+              ("Training curves", "no run has evaluations",
+               report_curves.curves_section(trials, out_dir, spec.max_curves, target=goal)),
+              ("Distance from initialisation", "no run logged `dist_from_init`",
+               report_curves.diffusion_section(trials, out_dir, spec.max_curves)),
+              ("Trust ratios", "no run logged `trust_ratio/<layer>`", report_curves.trust_section(trials, out_dir))]
+  omitted = [f"{name}: {why}" for name, why, lines in sections if not lines and why and trials]
+  parts = [f"# {spec.title}", ""]
+  parts += _settings_section(trials, spec) + _roles_section(trials, omitted)
+  for _, _, lines in sections:
+    parts += lines
+  path = os.path.join(out_dir, "README.md")
+  io_utils.write_text_atomic(path, "\n".join(parts).rstrip() + "\n")
+  return path

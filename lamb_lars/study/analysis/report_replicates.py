@@ -1,0 +1,169 @@
+"""The report's sections on how far a study's numbers can be trusted (analysis layer: reads records only):
+
+* **Search adequacy**, per searched cell: trials, full-budget trials (promoted ones counted), the chosen trial
+  (on the validation split, selection.py), whether its LR is interior or at an edge, and the LR ranges searched
+  (search_adequacy.py; extensions made by the runner, phases.py).
+* **Replicates**, per cell with replicates: the chosen configuration's test accuracy over its fresh seeds as
+  mean ± sd and a 95% t interval, each seed's value, and for Table 3 cells the comparison with the paper
+  (agrees / differs / inconclusive at ± ``PAPER_TOLERANCE``; replicates.py).
+* **Steps to target per seed and B_crit**: at each target, steps to target of every replicate seed per batch (a
+  miss censored at its budget), the censored S(B) fit with a bootstrap interval over seeds and the
+  leave-one-batch-out values beside B_crit (scaling_fit.py); the headline target is the highest one every
+  baseline seed reaches within half its budget (replicates.headline_target).
+"""
+from __future__ import annotations
+
+import collections
+import math
+from typing import Optional, Sequence
+
+from lamb_lars.study import paper
+from lamb_lars.study.analysis import replicates, scaling_fit, search_adequacy, table3
+from lamb_lars.study.analysis.markdown import fmt, pct, table
+from lamb_lars.study.records import Target, Trial
+from lamb_lars.study.analysis.selection import choose
+
+ACC = "eval_accuracy"
+# ± 0.3 percentage points: Table 3 of You et al. 2020 prints one decimal, and runs of the same recipe differ by
+# about that much (docs/studies: pairs of identical MNIST configurations differed by up to 0.32 pp).
+PAPER_TOLERANCE = 0.003
+
+
+def _cells(trials: Sequence[Trial]) -> dict[str, list[Trial]]:
+  out: dict[str, list[Trial]] = collections.OrderedDict()
+  for t in sorted(trials, key=lambda t: (t.batch_size, t.cell, t.run_id)):
+    out.setdefault(t.cell or t.run_id, []).append(t)
+  return out
+
+
+def _chosen(group: Sequence[Trial]) -> Optional[Trial]:
+  """The chosen trial: the one the cell's replicates repeat, else the choice on validation."""
+  ids = {t.replicate_of for t in group if t.replicate_of}
+  by_id = {t.run_id: t for t in group}
+  if ids:
+    return by_id.get(sorted(ids)[0])
+  own = [t for t in group if t.phase != "replicate"]
+  return choose(own) if len(own) > 1 else (own[0] if own else None)
+
+
+def adequacy_section(trials: Sequence[Trial], edge_fraction: float) -> list[str]:
+  searched = {c: g for c, g in _cells(trials).items() if any(t.space for t in g if t.phase != "replicate")}
+  if not searched:
+    return []
+  rows = []
+  for c, group in searched.items():
+    a = search_adequacy.adequacy(c, group, _chosen(group), edge_fraction)
+    ranges = ", ".join(f"[{lo:.3g}, {hi:.3g}]" for lo, hi in a.ranges) or "—"
+    rows.append([c, a.num_trials, a.num_full_budget, sum(t.promoted for t in group),
+                 f"`{a.chosen}`" if a.chosen else "—", fmt(a.chosen_lr), a.where, ranges])
+  return (["## Search adequacy", "",
+           "Per searched cell: trials (extensions included, replicates not), trials that ran the full budget or "
+           "stopped at the target (promoted: pruned trials resumed to the full budget), the trial chosen on the "
+           f"validation split, and whether its LR is interior (inside the inner {100 * (1 - 2 * edge_fraction):.0f}% "
+           "of the log range searched, with worse trials on both sides) or at an edge.", ""]
+          + table(["cell", "trials", "full budget", "promoted", "chosen (validation)", "LR", "best point",
+                   "LR ranges searched"], rows))
+
+
+def _paper_value(opt: str, col_index: int) -> Optional[float]:
+  ref = paper.TABLE3.get(opt)
+  if not ref or col_index >= len(ref):
+    return None
+  try:
+    return float(ref[col_index]) / 100.0
+  except ValueError:
+    return None
+
+
+def replicates_section(trials: Sequence[Trial]) -> list[str]:
+  reps = [t for t in trials if t.phase == "replicate"]
+  if not reps:
+    return ["## Replicates", "", "No replicates in this study: every number above is a single run (one seed) "
+            "and carries no interval; run the study again with `--config.replicates.num_seeds=3`.", ""]
+  by_id = {t.run_id: t for t in trials}
+  rows = []
+  for chosen_id in sorted({t.replicate_of for t in reps}, key=lambda r: (by_id[r].batch_size if r in by_id else 0, r)):
+    group = replicates.replicates_of(reps, chosen_id)
+    s = replicates.accuracy_summary(group, ACC)
+    chosen = by_id.get(chosen_id)
+    seeds = ", ".join(f"{t.seed}: {pct(t.last(ACC))}" + ("" if t.status == "done" else f" ({t.status})")
+                      for t in group)
+    rows.append([chosen.cell if chosen else "—", f"`{chosen_id}`", pct(chosen.last(ACC)) if chosen else "—",
+                 s.text(), seeds])
+  return (["## Replicates", "",
+           "Each cell's chosen configuration re-run with fresh seeds (initialisation, data order, dropout). Test "
+           "accuracy (%) over those seeds: mean ± sd [95% t interval] (n); the chosen trial itself is not among "
+           "them (it was selected, so its own test accuracy is biased upward).", ""]
+          + table(["cell", "chosen", "chosen's own test acc", "replicates: mean ± sd [95% CI]", "per seed"], rows))
+
+
+def table3_section(trials: Sequence[Trial], batch: int, baseline_batch: Optional[int], num_classes: int,
+                   workload: str) -> list[str]:
+  if workload != "mnist_lenet" or not any(t.role == "table3" and t.phase == "replicate" for t in trials):
+    return []
+  cells = table3.build_table3(trials, batch, baseline_batch=baseline_batch, num_classes=num_classes)
+  rows = []
+  for opt in cells.rows:
+    for i, col in enumerate(cells.columns):
+      c = cells.cells[(opt, col)]
+      ref = _paper_value(opt, i if baseline_batch else i + 1)
+      if c.replicates is None:
+        continue
+      rows.append([opt, col, c.replicates.text(), pct(ref, 1),
+                   replicates.agreement(c.replicates, ref, PAPER_TOLERANCE) if ref is not None else "—"])
+  if not rows:
+    return []
+  return (["### Table 3 cells against the paper", "",
+           f"A cell agrees when its 95% interval lies inside the paper's value ± {100 * PAPER_TOLERANCE:.1f} pp, "
+           "differs when it lies wholly outside, and is inconclusive otherwise.", ""]
+          + table(["solver", "column", "replicates (%)", "paper (%)", "verdict"], rows))
+
+
+def scaling_section(trials: Sequence[Trial], target: Optional[Target], targets: Sequence[float],
+                    target_technique: str, bootstrap_num: int = 200) -> list[str]:
+  if target is None:
+    return []
+  goals = sorted(set(targets) | {target.goal})
+  base = [t for t in trials if t.role == "baseline"]
+  headline = replicates.headline_target(base, goals, target.metric, target.mode)
+  reps = [t for t in trials if t.phase == "replicate" and (not target_technique or t.technique == target_technique)]
+  lines = ["## Steps to target per seed and B_crit", ""]
+  if not reps:
+    return lines + ["No replicate seeds of the steps-to-target cells: no per-seed S(B), no censored fit.", ""]
+  lines += [f"Targets {', '.join(f'{100 * g:.2f}%' for g in goals)} on `{target.metric}`. Headline target (the "
+            "highest that every baseline seed reaches within half its budget): "
+            + (f"{100 * headline:.2f}%." if headline is not None else "none of them."), "",
+            "S(B) = S_min·(1 + B_crit/B) (McCandlish et al. 2018 eq. 2.11) fitted to every seed in log steps; a "
+            "seed that missed the target is a lower bound at its budget (censored). Beside B_crit: a bootstrap "
+            f"interval over seeds ({bootstrap_num} resamples) and B_crit refitted without each batch.", ""]
+  rows = []
+  for goal in goals:
+    pts: dict[int, list[tuple[float, bool]]] = {}
+    for s in replicates.steps_per_seed(reps, target.metric, goal, target.mode):
+      pts.setdefault(s.batch_size, []).append((s.steps, s.censored))
+    seeds = "; ".join(f"{b}: " + ", ".join(f"{'>' if c else ''}{y:g}" for y, c in v) for b, v in sorted(pts.items()))
+    try:
+      f = scaling_fit.fit_points(pts)
+    except ValueError as e:
+      rows.append([f"{100 * goal:.2f}%" + (" (headline)" if goal == headline else ""), "—", "—", "—", str(e), seeds])
+      continue
+    ci = scaling_fit.bootstrap(pts, num=bootstrap_num)
+    lobo = scaling_fit.leave_one_batch_out(pts)
+    ci_txt = "—" if ci is None else (f"[{fmt(ci.lo)}, {fmt(ci.hi)}]" + (f", ∞ in {100 * ci.infinite:.0f}%"
+                                                                         if ci.infinite else ""))
+    rows.append([f"{100 * goal:.2f}%" + (" (headline)" if goal == headline else ""), fmt(f.b_crit), ci_txt,
+                 fmt(f.s_min), ", ".join(f"−{b}: {fmt(v)}" for b, v in lobo.items()), seeds])
+  return lines + table(["target", "B_crit", "95% bootstrap", "S_min", "leave one batch out", "steps per seed "
+                        "(>: censored)"], rows)
+
+
+def sections(trials: Sequence[Trial], spec, baseline_batch: Optional[int]) -> list[str]:
+  """Every section of this module, in report order."""
+  trials = list(trials)
+  out = adequacy_section(trials, spec.edge_fraction) + replicates_section(trials)
+  if any(t.role == "table3" for t in trials):
+    batch = spec.table3_batch or max(t.batch_size for t in trials if t.role == "table3")
+    out += table3_section(trials, batch, baseline_batch, spec.num_classes, spec.workload)
+  target_trials = [t for t in trials if not spec.target_technique or t.technique == spec.target_technique]
+  return out + scaling_section(target_trials + [t for t in trials if t.role == "baseline"], spec.target,
+                               spec.targets, spec.target_technique)

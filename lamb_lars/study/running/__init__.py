@@ -1,0 +1,1 @@
+"""The running layer of a study: processes, files, the search, the store, publishing."""

@@ -1,0 +1,170 @@
+"""Where a study's trials run. The runner talks to trials only through this interface, so the same driver (store,
+search, pruning) runs trials as local processes or on a cluster (``ray_executor.py``).
+
+Contract of a trial: ``python -m lamb_lars.study.running.run_one RUN_DIR`` reads ``RUN_DIR/trial_config.json``, resumes
+from ``RUN_DIR/checkpoints``, appends eval rows to ``RUN_DIR/metrics.jsonl``, writes ``RUN_DIR/result.json`` when it
+ends (``error.txt`` on a crash), and its output goes to ``RUN_DIR/log.txt``. The driver reads ``metrics.jsonl``
+while the trial runs and kills the trials its search prunes.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from typing import IO, Callable, Mapping, Optional, Protocol
+
+from lamb_lars.common import io_utils
+
+LOG_FILE = "log.txt"
+_PR_SET_PDEATHSIG = 1
+
+
+class TrialHandle(Protocol):
+  run_id: str
+
+  def poll(self) -> Optional[int]:
+    """None while the trial runs; its exit status once it has ended (0 = run_one returned normally)."""
+
+  def kill(self) -> None:
+    """Stops the trial now (pruned, timed out, or the driver is interrupted); idempotent."""
+
+
+class Executor(Protocol):
+  name: str
+  slots: int
+
+  def check_workdir(self, workdir: str) -> None:
+    """Raises ValueError (one sentence) when the trials cannot see ``workdir``."""
+
+  def submit(self, run_id: str, run_dir: str, env: Mapping[str, str]) -> TrialHandle:
+    """Starts the trial of ``run_dir``; ``env`` is added to the trial process's environment."""
+
+  def close(self) -> None:
+    """Releases the executor's resources (running trials must have been killed or have ended)."""
+
+
+def child_env(extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
+  """This process's environment plus ``extra`` (e.g. XLA_FLAGS); the trial imports the same lamb_lars."""
+  env = dict(os.environ)
+  env.update({str(k): str(v) for k, v in (extra or {}).items()})
+  return env
+
+
+def trial_command(run_dir: str, python: str = sys.executable) -> list[str]:
+  return [python, "-m", "lamb_lars.study.running.run_one", run_dir]
+
+
+class LocalHandle:
+  """A trial running as a child process of the driver."""
+
+  def __init__(self, run_id: str, proc: subprocess.Popen, log: IO, on_exit):
+    self.run_id, self._proc, self._log, self._on_exit = run_id, proc, log, on_exit
+
+  def poll(self) -> Optional[int]:
+    code = self._proc.poll()
+    if code is not None:
+      self._close()
+    return code
+
+  def kill(self) -> None:
+    if self._proc.poll() is None:
+      self._proc.kill()
+      self._proc.wait()
+    self._close()
+
+  def _close(self) -> None:
+    if not self._log.closed:
+      self._log.close()
+      self._on_exit()
+
+
+def _open_log(run_dir: str) -> tuple[IO, Callable[[], None]]:
+  """The trial's log, open for appending, and what to do once the trial has ended. A child process writes its
+  output to a local file; for a run dir on an object store that file is local (``io_utils.local_path``) and its
+  text is appended to ``RUN_DIR/log.txt`` when the trial ends."""
+  path = io_utils.local_path(run_dir, LOG_FILE)
+  log = open(path, "a", encoding="utf-8")
+  if not io_utils.is_remote(run_dir):
+    return log, lambda: None
+
+  def upload() -> None:
+    with open(path, encoding="utf-8", errors="replace") as f:
+      io_utils.append_text(os.path.join(run_dir, LOG_FILE), f.read())
+    os.remove(path)
+  return log, upload
+
+
+class LocalExecutor:
+  """Up to ``slots`` trials at once as child processes on this machine.
+
+  ``cpus_per_trial`` > 0 pins slot i to CPUs [i·c, (i+1)·c) (``sched_setaffinity``; where the OS has none, as on
+  macOS, trials run unpinned), so two single-threaded
+  trials do not share a core; XLA sizes its CPU thread pool by the CPUs it may run on. Children die with the driver
+  (``PR_SET_PDEATHSIG``): a ``kill -9`` of the driver leaves no orphan trainer writing into the study. A trial
+  that forces more CPU devices than ``cpus_per_trial`` (e.g. 2 for the gradient noise scale) runs unpinned.
+  """
+  name = "local"
+
+  def __init__(self, slots: int = 1, cpus_per_trial: int = 0, python: str = sys.executable):
+    self.slots, self._cpus, self._python = max(1, int(slots)), int(cpus_per_trial), python
+    self._free = list(range(self.slots))
+    ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if self._cpus and self._cpus * self.slots > ncpu:
+      raise ValueError(f"{self.slots} workers × {self._cpus} CPUs each need {self._cpus * self.slots} CPUs; this "
+                       f"machine has {ncpu}.")
+
+  def check_workdir(self, workdir: str) -> None:
+    io_utils.makedirs(workdir)
+
+  def affinity(self, slot: int, env: Mapping[str, str]) -> Optional[set[int]]:
+    """The CPUs slot ``slot`` is pinned to, or None (not pinned). A trial that forces more XLA CPU devices than
+    its share of CPUs is not pinned: the devices' collectives need a thread each at the same time, and on fewer
+    CPUs XLA's all-reduce rendezvous times out and aborts the process."""
+    if not self._cpus or not hasattr(os, "sched_setaffinity"):  # e.g. macOS: no CPU pinning, trials run unpinned
+      return None
+    m = re.search(r"--xla_force_host_platform_device_count=(\d+)", str(env.get("XLA_FLAGS", "")))
+    if m and int(m.group(1)) > self._cpus:
+      return None
+    return set(range(slot * self._cpus, (slot + 1) * self._cpus))
+
+  def exclusive(self, env: Mapping[str, str]) -> bool:
+    """Whether a trial with ``env`` must have the machine to itself: one that forces more CPU devices than its CPU
+    share. Beside a pinned trial, its devices' all-reduce rendezvous stalled and aborted (measured here: the same
+    2-device MNIST run alone trains at 30K ex/s)."""
+    return bool(self._cpus) and self.affinity(0, {**os.environ, **env}) is None
+
+  def worker_env(self, env: Mapping[str, str]) -> dict[str, str]:
+    """A trial's extra environment. With several slots, JAX on a GPU must not preallocate: by default each process
+    takes 75% of the GPU's memory at start, so a second trial on the same GPU fails to allocate. Trials then
+    allocate what they use (``XLA_PYTHON_CLIENT_PREALLOCATE=false``) unless the study sets either variable."""
+    env = dict(env)
+    if self.slots > 1 and not {"XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION"} & {*env, *os.environ}:
+      env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+    return env
+
+  def submit(self, run_id: str, run_dir: str, env: Mapping[str, str]) -> LocalHandle:
+    slot = self._free.pop(0) if self._free else 0
+    env = self.worker_env(env)
+    cpus = self.affinity(slot, {**os.environ, **env})
+
+    def preexec() -> None:
+      try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+      except (OSError, AttributeError):
+        pass
+      if cpus:
+        os.sched_setaffinity(0, cpus)
+
+    log, upload = _open_log(run_dir)
+    log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} start {run_id} (local slot {slot})\n")
+    log.flush()
+    proc = subprocess.Popen(trial_command(run_dir, self._python), stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, env=child_env(env), preexec_fn=preexec)
+    return LocalHandle(run_id, proc, log, lambda: (upload(), self._free.append(slot)))
+
+  def close(self) -> None:
+    pass

@@ -1,0 +1,174 @@
+"""What the runner adds to a study after each cell's search (running layer): range extensions, promotions to the
+full budget, and replicates of the chosen configuration. Each decision is made once, from finished trials only,
+and recorded in the store's ``plan`` log before its trials are registered; a restarted runner rebuilds the trials
+of every recorded decision from the log (``planned``), so a study killed at any moment resumes with the same
+trials and ids, and raising ``replicates.num_seeds`` on a finished study launches only the missing seeds.
+
+Per cell, in order, once every trial of the cell has finished (done, diverged, pruned or failed):
+
+1. **Extension** (searched cells; ``search.edge_fraction``, ``search.max_extensions``): when the chosen trial's
+   LR lies in the outer ``edge_fraction`` (log scale) of the LR range searched so far, or no trial of the cell
+   tried an LR beyond it on that side (search_adequacy.edge), the cell's sub-sweep is
+   searched again, ``num_trials`` new points on the range shifted by the original range's width on that side
+   (search_adequacy.py); trials ``<sweep>-x<k>-…``, phase ``extend<k>``, pruned by the same cell search. At most
+   ``max_extensions`` times; the log records each extension and the cell's final verdict ('extend', key 'end').
+   A cell where no trial finished and some diverged (the Table 3 momentum cell at 8K whose range began at 0.05)
+   extends downward: divergence at every LR tried says the range lies above the stable ones.
+2. **Promotion** (searched cells; ``search.min_full_budget``): while fewer trials of the cell ran their full budget
+   (or stopped at the target) than ``min_full_budget``, the pruned trials that got furthest (then with the best
+   search metric at their last evaluation) resume from their checkpoints to the full budget, never pruned again.
+3. **Replicates** (``replicates.num_seeds`` = k, ``replicates.roles``): the chosen configuration (selection.py, on
+   the validation split) is re-run with seeds s₀+1 … s₀+k (s₀ its own seed), ids ``<chosen>-seed<s>``, phase
+   ``replicate``, never pruned. An unsearched cell (a baseline, a linear-scaling point) has one trial: it is its
+   chosen configuration when it finished (done or diverged: a divergence is a result worth replicating).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from lamb_lars.study.analysis import search_adequacy as adequacy_lib
+from lamb_lars.study.running import store, sweep
+from lamb_lars.study.records import FINISHED, Trial
+from lamb_lars.study.running.search import report_value
+from lamb_lars.study.analysis.selection import choose, finished_full
+
+SETTLED = FINISHED + ("failed",)
+
+
+def replicate_spec(chosen: sweep.TrialSpec, seed: int) -> sweep.TrialSpec:
+  """The chosen trial's configuration with ``config.seed = seed``."""
+  config = chosen.config.copy_and_resolve_references()
+  with config.unlocked():
+    config.seed = int(seed)
+  return dataclasses.replace(chosen, run_id=f"{chosen.run_id}-seed{int(seed)}", config=config, searched=False,
+                             phase="replicate", replicate_of=chosen.run_id,
+                             overrides={**chosen.overrides, "seed": int(seed)})
+
+
+def planned(study, con, specs: Sequence[sweep.TrialSpec]) -> list[sweep.TrialSpec]:
+  """The trials of every follow-up already recorded in the plan log (extensions first, then replicates)."""
+  log = store.plan(con)
+  out: list[sweep.TrialSpec] = []
+  for p in log:
+    if p["kind"] == "extend" and p["key"] != "end":
+      out += sweep.extension_trials(study, p["cell"], int(p["key"]), p["detail"]["space"])
+  by_id = {s.run_id: s for s in list(specs) + out}
+  for p in log:
+    if p["kind"] == "replicate":
+      chosen = by_id.get(p["detail"]["chosen"])
+      if chosen is None:
+        raise ValueError(f"the plan log replicates {p['detail']['chosen']}, which this study no longer has; use "
+                         "the study config that made this workdir.")
+      out.append(replicate_spec(chosen, int(p["detail"]["seed"])))
+  return out
+
+
+def _goal(spec: sweep.TrialSpec) -> Optional[float]:
+  stop = spec.config.get("stop") or {}
+  return float(stop.get("target_goal")) if stop.get("target_metric") else None
+
+
+def _promotion_order(t: Trial, metric: str, mode: str) -> tuple:
+  last = next((report_value(r, metric) for r in reversed(t.curve) if report_value(r, metric) is not None), None)
+  value = -math.inf if last is None or not math.isfinite(last) else (last if mode == "max" else -last)
+  return (-(t.final_epoch or 0.0), -value, t.run_id)
+
+
+def follow_ups(study, con, specs: Sequence[sweep.TrialSpec], search_cfg: Mapping[str, Any],
+               rep_cfg: Mapping[str, Any], log: Callable[[str], None] = print) -> tuple[list[sweep.TrialSpec], int]:
+  """Decides the follow-ups now due (module docstring); returns (new trials to register, trials promoted)."""
+  trials = {t.run_id: t for t in store.trials(con, study=study.name)}
+  plan = store.plan(con)
+  logged = {(p["kind"], p["cell"], p["key"]) for p in plan}
+  by_cell: dict[str, list[sweep.TrialSpec]] = {}
+  for s in specs:
+    by_cell.setdefault(s.cell, []).append(s)
+  known = {s.run_id for s in specs}
+  metric, mode = search_cfg["metric"], search_cfg["mode"]
+  new: list[sweep.TrialSpec] = []
+  promoted = 0
+  for cell, cell_specs in by_cell.items():
+    own = [s for s in cell_specs if s.phase != "replicate"]
+    ts = [trials[s.run_id] for s in own if s.run_id in trials]
+    if not own or len(ts) < len(own) or any(t.status not in SETTLED for t in ts):
+      continue
+    first = own[0]
+    if first.searched:
+      chosen = choose(ts, metric, mode, _goal(first))
+      if ("extend", cell, "end") not in logged:
+        ext = _extension(study, con, cell, own, ts, chosen, search_cfg, log)
+        if ext:
+          new += [s for s in ext if s.run_id not in known]
+          continue
+      need = int(search_cfg["min_full_budget"]) - sum(finished_full(t) for t in ts)
+      if need > 0:
+        pool = sorted((t for t in ts if t.status == "pruned" and not t.promoted),
+                      key=lambda t: _promotion_order(t, metric, mode))
+        for t in pool[:need]:  # logged first: a runner killed in between promotes the same trial next time
+          store.log_plan(con, "promote", cell, t.run_id, {"epoch": t.final_epoch, "reason": f"{need} short of "
+                         f"search.min_full_budget={search_cfg['min_full_budget']}"})
+          store.promote(con, t.run_id)
+          log(f"         {cell}: promoting pruned {t.run_id} (epoch {t.final_epoch}) to its full budget")
+          promoted += 1
+        if pool[:need]:
+          continue
+    else:
+      chosen = ts[0] if len(ts) == 1 and ts[0].status in ("done", "diverged") else None
+    new += _replicates(con, cell, cell_specs, chosen, rep_cfg, known, plan, log)
+  return new, promoted
+
+
+def _extension(study, con, cell, own, ts, chosen, search_cfg, log) -> list[sweep.TrialSpec]:
+  """The next extension of the cell's LR range, or [] after recording why the cell's search ends."""
+  rounds = max((int(s.phase[len("extend"):]) for s in own if s.phase.startswith("extend")), default=0)
+  original = adequacy_lib.lr_range(own[0].space)
+  span = adequacy_lib.union_range(ts)
+  lr = None if chosen is None else chosen.params.get("learning_rate")
+  side = "" if original is None or span is None or lr is None else adequacy_lib.edge(
+      float(lr), span[0], span[1], float(search_cfg["edge_fraction"]), adequacy_lib.tried_lrs(ts))
+  if chosen is None and original is not None and span is not None and any(t.status == "diverged" for t in ts) \
+      and not any(t.status == "done" for t in ts):
+    side = "low"  # every trial that ran diverged: the range lies above the stable LRs
+  if side and rounds < int(search_cfg["max_extensions"]):
+    lo, hi = adequacy_lib.shifted(span[0], span[1], side, original[1] / original[0])
+    space = {**dict(own[0].space), adequacy_lib.LR_KEY: ["log", lo, hi]}
+    why = "every trial diverged" if chosen is None else f"best LR {float(lr):.4g} at the {side} edge"
+    store.log_plan(con, "extend", cell, str(rounds + 1), {"side": side, "why": why, "searched": list(span),
+                                                        "chosen": None if chosen is None else chosen.run_id,
+                                                        "space": space})
+    log(f"         {cell}: {why} of [{span[0]:.4g}, {span[1]:.4g}]; searching [{lo:.4g}, {hi:.4g}] "
+        f"(extension {rounds + 1})")
+    return sweep.extension_trials(study, cell, rounds + 1, space)
+  if chosen is None:
+    where = "nothing chosen"
+  elif original is None:
+    where = "no LR search"
+  else:
+    where = f"{side} edge, extensions used up" if side else "interior"
+  store.log_plan(con, "extend", cell, "end", {"rounds": rounds, "where": where,
+                                             "chosen": None if chosen is None else chosen.run_id})
+  return []
+
+
+def _replicates(con, cell, cell_specs, chosen, rep_cfg, known, plan, log) -> list[sweep.TrialSpec]:
+  k = int(rep_cfg["num_seeds"])
+  if k <= 0 or cell_specs[0].role not in tuple(rep_cfg["roles"]):
+    return []
+  earlier = [p["detail"]["chosen"] for p in plan if p["kind"] == "replicate" and p["cell"] == cell]
+  chosen_id = earlier[0] if earlier else None if chosen is None else chosen.run_id
+  spec = next((s for s in cell_specs if s.run_id == chosen_id), None)
+  if spec is None:
+    return []
+  out = []
+  for i in range(1, k + 1):
+    seed = spec.seed + i
+    if store.log_plan(con, "replicate", cell, f"seed{seed}", {"chosen": spec.run_id, "seed": seed}) or \
+        f"{spec.run_id}-seed{seed}" not in known:
+      rep = replicate_spec(spec, seed)
+      if rep.run_id not in known:
+        out.append(rep)
+  if out:
+    log(f"         {cell}: {len(out)} replicate(s) of {spec.run_id}")
+  return out

@@ -1,0 +1,15 @@
+"""Training one config: ``trainer.train_and_evaluate(config, workdir)`` and the parts it composes.
+
+  trainer        the loop (flax examples style): resumable, study-friendly
+  train_step     pure train and eval steps, data-parallel over a mesh or under ``pmap``
+  validate       the one validator: everything rejected before anything compiles
+  run_plan       the decided run: batch, devices, micro-batches, BN groups, durations
+  durations      every duration of a run in steps, through one rule
+  feeders        how a chunk of steps gets its batches, per data placement
+  mesh           the device mesh, multi-host start-up, host data onto devices
+  evaluation     exact evaluation (pad + mask) on test and validation splits
+  train_metrics  training metrics between evaluations; noise_scale: the gradient noise scale
+  stopping       targets, dead runs, non-finite losses
+  checkpoint     orbax checkpoints with fallback; run_identity: a workdir belongs to one config
+  metric_writers metrics.jsonl, TensorBoard (with HParams); progress: bars and log lines
+"""

@@ -1,0 +1,92 @@
+"""Training metrics, accumulated in one place between evaluations, and the gradient-noise-scale tracker.
+
+:class:`MetricsWindow` takes each chunk's per-step metrics (host numpy) and gives the evaluation row's training part
+(``train_loss``, ``train_accuracy``, ``grad_norm``, ``signal_to_noise``, ``noise_scale``) and timing (``wall_time``,
+``compile_time``, ``examples_per_sec``, ``step_time``); per-step scalars go to TensorBoard as ``step/...``.
+:class:`NoiseScaleTracker` owns the EMA of the simple noise scale (McCandlish et al. 2018; formulas in
+:mod:`lamb_lars.train.noise_scale`) and the state it saves with each checkpoint.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from lamb_lars.train import noise_scale
+
+
+class NoiseScaleTracker:
+  """B_simple from micro-batch (B/(D·k): one micro-batch of one device) and global (B) gradient norms, EMA-averaged;
+  off when a step has a single gradient sample (one device, one micro-batch)."""
+
+  def __init__(self, *, batch_size: int, num_devices: int, decay: float, enabled: bool, num_microbatches: int = 1):
+    samples = num_devices * num_microbatches
+    self.enabled = bool(enabled) and samples > 1
+    self.b_small, self.b_big, self.decay = batch_size / samples, batch_size, decay
+    self.state = noise_scale.NoiseScaleState(0.0, 0.0, 0)
+
+  def update(self, metrics: dict) -> None:
+    if not self.enabled:
+      return
+    small = np.asarray(metrics["grad_sq_norm_small"], np.float64)
+    big = np.asarray(metrics["grad_norm"], np.float64) ** 2
+    for small_sq, big_sq in zip(small, big):
+      self.state = noise_scale.update(self.state, small_sq, big_sq, self.b_small, self.b_big, self.decay)
+
+  def value(self) -> dict:
+    return {"noise_scale": float(noise_scale.b_simple(self.state))} if self.enabled else {}
+
+  def state_dict(self) -> list:
+    return [float(self.state.g2), float(self.state.trace), int(self.state.count)]
+
+  def load_state_dict(self, saved: Optional[list]) -> None:
+    if saved:
+      self.state = noise_scale.NoiseScaleState(*saved)
+
+
+class MetricsWindow:
+  """Per-step training metrics and throughput since the last evaluation; the first chunk's time is compilation."""
+
+  def __init__(self, batch_size: int, train_time: float = 0.0):
+    self.batch_size, self.train_time, self.compile_time = batch_size, float(train_time), 0.0
+    self._compiled = False
+    self.reset()
+
+  def reset(self) -> None:
+    self.values: dict[str, list] = {"train_loss": [], "train_accuracy": [], "grad_norm": [], "signal_to_noise": []}
+    self.time, self.examples = 0.0, 0
+
+  def add_time(self, seconds: float, steps: int) -> None:
+    self.train_time += seconds
+    if not self._compiled:  # the first call compiles: keep it out of the throughput
+      self._compiled = True
+      self.compile_time += seconds
+    else:
+      self.time += seconds
+      self.examples += steps * self.batch_size
+
+  def add(self, metrics: dict) -> None:
+    for key, values in self.values.items():
+      if key in metrics:
+        values.extend(np.asarray(metrics[key]).tolist())
+
+  def summary(self) -> dict:
+    """The row's training statistics and timing; then starts a new window."""
+    v = self.values
+    out = {"train_loss": float(np.mean(v["train_loss"])), "train_accuracy": float(np.mean(v["train_accuracy"])),
+           "grad_norm": float(np.mean(v["grad_norm"]))}
+    if v["signal_to_noise"]:
+      out["signal_to_noise"] = float(np.mean(v["signal_to_noise"]))
+    out.update(wall_time=self.train_time, compile_time=self.compile_time,
+               examples_per_sec=self.examples / self.time if self.time else float("nan"),
+               step_time=self.time / (self.examples / self.batch_size) if self.examples else float("nan"))
+    self.reset()
+    return out
+
+
+def step_scalars(first_step: int, metrics: dict, lrs: np.ndarray) -> list[tuple[int, dict[str, Any]]]:
+  """(step, scalars) for TensorBoard of each step in a chunk; ``first_step`` is the 1-based number of its first."""
+  return [(first_step + j, {"step/train_loss": float(metrics["train_loss"][j]), "step/lr": float(lrs[j]),
+                            "step/grad_norm": float(metrics["grad_norm"][j]),
+                            "step/grad_norm_small_rms": float(np.sqrt(metrics["grad_sq_norm_small"][j]))})
+          for j in range(len(metrics["train_loss"]))]

@@ -1,0 +1,95 @@
+"""The one validator of a training config: everything that can be rejected before anything compiles.
+
+``train.py`` (through :func:`lamb_lars.train.trainer.make_plan`) and the study runner (every trial, before the first is
+launched) call :func:`check`, so a config a study would launch is exactly a config ``train.py`` would accept.
+Each failure is a :class:`~lamb_lars.train.run_plan.ConfigError` whose message is one sentence naming the key, the value
+and the fix. On top of :func:`lamb_lars.train.run_plan.make_plan` and :func:`lamb_lars.optim.optimizer_config.validate_config`
+it checks:
+
+* **the data** — ``num_classes`` equals the dataset's class count (a smaller one one-hot encodes the missing labels
+  to zero vectors, which cost nothing, so a run "finishes" at chance-level accuracy with a tiny loss), and the
+  dataset's example shape is one the model can take;
+* **numeric bounds** — a finite positive learning rate; BN momentum in [0, 1) (the running average
+  ``m·old + (1 − m)·batch`` of Ioffe & Szegedy 2015 diverges for m ≥ 1) and ε > 0 (the normaliser
+  ``1/sqrt(var + ε)``); every count ≥ 1 (``keep_checkpoints`` = 0 would silently disable resume);
+* **warmup ≤ training** — a warmup longer than the run never reaches the peak LR (Goyal et al. 2017's gradual
+  warmup assumes it ends inside training); ``optimizer.schedule.allow_long_warmup=True`` opts in;
+* **the LR table** — the trainer tabulates the LR of every update on the host (:mod:`lamb_lars.optim.lr_table`), so a
+  run is capped at :data:`MAX_TOTAL_STEPS` updates (80 MB of float64), far beyond any run we know of (90 ImageNet
+  epochs at batch 256 are 450,000).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+from lamb_lars import models
+from lamb_lars.optim import optimizer_config
+from lamb_lars.train import run_plan
+
+ConfigError = run_plan.ConfigError
+MAX_TOTAL_STEPS = 10_000_000
+MIN_IMAGE_SIZE = {"lenet5": 12}  # SAME 5×5 conv, 2×2 pool, VALID 5×5 conv, 2×2 pool: ⌊(⌊H/2⌋ − 4)/2⌋ ≥ 1
+
+
+def _finite_positive(value: Any) -> bool:
+  return (isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+          and value > 0)
+
+
+def check_bounds(config: Any) -> None:
+  """Numeric settings whose value cannot be right (module docstring); ConfigError naming the first."""
+  lr = config.optimizer.learning_rate
+  if not _finite_positive(lr):
+    raise ConfigError(f"config.optimizer.learning_rate={lr!r} must be a finite number > 0.")
+  m, eps = config.bn.momentum, config.bn.epsilon
+  if not (isinstance(m, numbers.Real) and 0.0 <= m < 1.0):
+    raise ConfigError(f"config.bn.momentum={m!r} must be in [0, 1) (the weight of the old running statistics).")
+  if not _finite_positive(eps):
+    raise ConfigError(f"config.bn.epsilon={eps!r} must be a finite number > 0.")
+  for key in ("keep_checkpoints", "num_microbatches", "batch_size", "eval_batch_size", "scan_steps"):
+    value = config.get(key, 1)
+    if not (isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1):
+      raise ConfigError(f"config.{key}={value!r} must be an integer ≥ 1.")
+  if config.model not in models.MODEL_NAMES:
+    raise ConfigError(f"config.model={config.model!r} is not one of {', '.join(models.MODEL_NAMES)}.")
+
+
+def check_data(config: Any, info: Any) -> None:
+  """``num_classes`` and the example shape against the dataset (``input_pipeline.DatasetInfo``)."""
+  if int(config.num_classes) != int(info.num_classes):
+    raise ConfigError(f"config.num_classes={config.num_classes} but dataset {info.name!r} has {info.num_classes} "
+                      f"classes; set config.num_classes={info.num_classes}.")
+  shape = tuple(info.image_shape)
+  if len(shape) != 3 or min(shape) < 1:
+    raise ConfigError(f"dataset {info.name!r} gives examples of shape {shape}; the models need (height, width, "
+                      f"channels), each ≥ 1.")
+  least = MIN_IMAGE_SIZE.get(config.model, 1)
+  if min(shape[:2]) < least:
+    raise ConfigError(f"config.model={config.model!r} needs images of at least {least}×{least}; dataset "
+                      f"{info.name!r} gives {shape[0]}×{shape[1]}.")
+
+
+def check_plan(config: Any, plan: run_plan.RunPlan) -> None:
+  """Checks that need the step counts: warmup ≤ training, the LR table's size."""
+  if plan.total_steps > MAX_TOTAL_STEPS:
+    raise ConfigError(f"the run has {plan.total_steps:,} steps (config.num_train_steps / num_epochs), more than the "
+                      f"{MAX_TOTAL_STEPS:,} the host LR table holds; shorten it.")
+  if plan.warmup_steps > plan.total_steps and not config.optimizer.schedule.get("allow_long_warmup", False):
+    raise ConfigError(f"the warmup ({plan.warmup_steps} steps) is longer than training ({plan.total_steps} steps), "
+                      f"so the LR never reaches its peak; shorten config.optimizer.schedule.warmup_* or set "
+                      f"config.optimizer.schedule.allow_long_warmup=True.")
+
+
+def check(config: Any, info: Any, num_devices: int) -> run_plan.RunPlan:
+  """Every check of a training config against ``info`` and ``num_devices``; the run's plan, or ConfigError."""
+  try:
+    check_bounds(config)
+    check_data(config, info)
+    optimizer_config.validate_config(config.optimizer)
+    plan = run_plan.make_plan(config, num_train=info.num_train, num_devices=num_devices)
+    check_plan(config, plan)
+    return plan
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
