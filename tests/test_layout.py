@@ -1,0 +1,150 @@
+"""The house rules of the package layout (issue 23), checked on the source tree rather than promised in prose.
+
+- No import cycle between lamb_lars modules (module-level imports, the ones that run at import time).
+- No module-level ``__getattr__`` (compatibility shims hide where a name lives).
+- No function over 60 lines and no module over 300 lines under lamb_lars/ (configs are data: exempt).
+- Every lamb_lars module is used by the product (the package, configs, train.py, benchmarks, scripts, notebooks)
+  or is an entry point: nothing in the package exists only for the tests.
+- The README's layout table names every package under lamb_lars/, and every path it names exists.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MAX_FUNCTION_LINES, MAX_MODULE_LINES = 60, 300
+
+
+def _modules() -> dict[str, str]:
+  """{dotted name: file} of every module of the installed package (configs/ and input_pipeline/ through the
+  package's symlinks, as they are imported)."""
+  out = {}
+  for folder, _, files in os.walk(os.path.join(REPO, "lamb_lars"), followlinks=True):
+    for name in files:
+      if name.endswith(".py"):
+        path = os.path.join(folder, name)
+        dotted = os.path.relpath(path, REPO)[:-3].replace(os.sep, ".")
+        out[dotted.removesuffix(".__init__")] = path
+  return out
+
+
+MODULES = _modules()
+
+
+def _imports(path: str, module: str, top_level_only: bool) -> set[str]:
+  """The lamb_lars modules ``module`` imports (``from a.b import c`` counts a.b.c when that is a module)."""
+  tree = ast.parse(open(path, encoding="utf-8").read())
+  nodes = tree.body if top_level_only else list(ast.walk(tree))
+  if top_level_only:  # module level includes try/if blocks at module level, not function bodies
+    nodes = [n for stmt in tree.body for n in ast.walk(stmt)
+             if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    nodes += [n for stmt in tree.body if isinstance(stmt, ast.ClassDef) for n in stmt.body
+              if isinstance(n, (ast.Import, ast.ImportFrom))]
+  out = set()
+  for node in nodes:
+    if isinstance(node, ast.Import):
+      out |= {a.name for a in node.names if a.name in MODULES}
+    elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+      if node.module in MODULES:
+        out.add(node.module)
+      out |= {f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in MODULES}
+  out.discard(module)
+  return out
+
+
+def test_no_import_cycle():
+  graph = {m: _imports(p, m, top_level_only=True) for m, p in MODULES.items()}
+  # A package's __init__ importing its own submodules is how re-exports work, not a cycle with them.
+  graph = {m: {d for d in deps if not d.startswith(m + ".")} for m, deps in graph.items()}
+  state, cycles = {}, []
+
+  def visit(m, stack):
+    state[m] = "open"
+    for d in sorted(graph[m]):
+      if state.get(d) == "open":
+        cycles.append(stack[stack.index(d):] + [d])
+      elif d not in state:
+        visit(d, stack + [d])
+    state[m] = "done"
+
+  for m in sorted(graph):
+    if m not in state:
+      visit(m, [m])
+  assert not cycles, "import cycles: " + "; ".join(" → ".join(c) for c in cycles)
+
+
+def test_no_module_level_getattr():
+  shims = [m for m, p in MODULES.items()
+           if any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__"
+                  for n in ast.parse(open(p, encoding="utf-8").read()).body)]
+  assert not shims, f"module-level __getattr__ in {shims}"
+
+
+def _library(module: str) -> bool:
+  return not module.startswith("lamb_lars.configs")  # configs are data: a config is one long table by design
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _library(m)))
+def test_sizes(module):
+  src = open(MODULES[module], encoding="utf-8").read()
+  assert src.count("\n") <= MAX_MODULE_LINES, f"{module}: {src.count(chr(10))} lines > {MAX_MODULE_LINES}"
+  long = [(n.name, n.end_lineno - n.lineno + 1) for n in ast.walk(ast.parse(src))
+          if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > MAX_FUNCTION_LINES]
+  assert not long, f"{module}: functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+def _product_sources() -> list[tuple[str, str]]:
+  """(name, source) of every product file outside tests/: the package, train.py, benchmarks, scripts, notebooks."""
+  out = []
+  for m, p in MODULES.items():
+    out.append((m, open(p, encoding="utf-8").read()))
+  for folder in ("benchmarks", "scripts"):
+    for name in sorted(os.listdir(os.path.join(REPO, folder))):
+      if name.endswith((".py", ".sh")):
+        out.append((f"{folder}/{name}", open(os.path.join(REPO, folder, name), encoding="utf-8").read()))
+  out.append(("train.py", open(os.path.join(REPO, "train.py"), encoding="utf-8").read()))
+  nb_dir = os.path.join(REPO, "notebooks")
+  for name in sorted(os.listdir(nb_dir)):
+    if name.endswith(".ipynb"):
+      cells = json.load(open(os.path.join(nb_dir, name), encoding="utf-8"))["cells"]
+      out.append((f"notebooks/{name}", "\n".join("".join(c["source"]) for c in cells)))
+  for doc in ("README.md",):
+    out.append((doc, open(os.path.join(REPO, doc), encoding="utf-8").read()))
+  return out
+
+
+def test_every_module_is_used_by_the_product():
+  sources = _product_sources()
+  unused = []
+  for m in sorted(MODULES):
+    if m.startswith("lamb_lars.configs") or m.endswith("__main__") or m.count(".") < 2 and m in ("lamb_lars",):
+      continue
+    pkg, _, leaf = m.rpartition(".")
+    used = re.compile(rf"(\b{re.escape(m)}\b|from {re.escape(pkg)} import [^\n]*\b{leaf}\b|"
+                      rf"from {re.escape(pkg)} import \([^)]*\b{leaf}\b)")
+    if m in ("lamb_lars.configs", "lamb_lars.input_pipeline") or MODULES[m].endswith("__init__.py"):
+      continue
+    if not any(used.search(src) for name, src in sources if name != m):
+      unused.append(m)
+  assert not unused, f"modules no product file imports or runs (test-only or dead): {unused}"
+
+
+def test_readme_layout_table_matches_the_tree():
+  readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+  section = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+  rows = [line.split(" | ", 1) for line in section.splitlines() if line.startswith("| `")]
+  named = [re.fullmatch(r"\| `([^`]+)`", first).group(1) for first, _ in rows]
+  missing = [p for p in named if not os.path.exists(os.path.join(REPO, p.rstrip("/")))]
+  # each module a package row names (``x.py``) is in that package
+  missing += [os.path.join(p, f) for p, (_, what) in zip(named, rows) if p.endswith("/")
+              for f in re.findall(r"`(\w+\.py)`", what) if not os.path.exists(os.path.join(REPO, p, f))]
+  assert not missing, f"README layout names paths that do not exist: {missing}"
+  packages = sorted(os.path.relpath(d, REPO) + "/" for d, _, files in os.walk(os.path.join(REPO, "lamb_lars"))
+                    if "__init__.py" in files and "__pycache__" not in d)
+  unnamed = [p for p in packages if p not in named]
+  assert not unnamed, f"packages the README layout table does not name: {unnamed}"
