@@ -1,4 +1,5 @@
-"""The comparison of our runs with the authors' logs (lamb_lars/study/running/paper_logs.py), on fabricated run dirs."""
+"""The comparison of our runs with the authors' logs (lamb_lars/study/running/paper_logs.py,
+lamb_lars/study/analysis/authors_logs.py), on fabricated run dirs; its manifest and `study verify`."""
 from __future__ import annotations
 
 import csv
@@ -8,7 +9,12 @@ import os
 
 import numpy as np
 
-from lamb_lars.study.running import paper_logs
+import subprocess
+import sys
+
+from lamb_lars.study import paper
+from lamb_lars.study.analysis import authors_logs
+from lamb_lars.study.running import paper_logs, provenance
 
 
 def _result(path, acc, status="done"):
@@ -18,11 +24,11 @@ def _result(path, acc, status="done"):
 
 
 def test_authors_table_is_consistent():
-  assert set(paper_logs.AUTHORS) == {"momentum_b1024", "lars_b8192", "lamb_b1024", "momentum_b60000", "lars_b60000",
+  assert set(paper.AUTHORS) == {"momentum_b1024", "lars_b8192", "lamb_b1024", "momentum_b60000", "lars_b60000",
                                      "lamb_b60000"}
-  assert len(paper_logs.AUTHORS["momentum_b1024"].runs) == 6 and len(paper_logs.AUTHORS["lamb_b1024"].runs) == 5
-  assert math.isclose(paper_logs.AUTHORS["lars_b60000"].mean, 0.9727)
-  assert paper_logs.LARS_FULL_BATCH_SLICE[22.0] == paper_logs.AUTHORS["lars_b60000"].mean
+  assert len(paper.AUTHORS["momentum_b1024"].runs) == 6 and len(paper.AUTHORS["lamb_b1024"].runs) == 5
+  assert math.isclose(paper.AUTHORS["lars_b60000"].mean, 0.9727)
+  assert paper.LARS_FULL_BATCH_SLICE[22.0] == paper.AUTHORS["lars_b60000"].mean
 
 
 def test_report_verdicts_follow_the_interval(tmp_path):
@@ -40,7 +46,8 @@ def test_report_verdicts_follow_the_interval(tmp_path):
   _result(paper_logs.run_dir(w, "lars_b60000", 0, learning_rate=22.0), 0.95)
   out = str(tmp_path / "out")
   paper_logs.write_report(w, out, "test")
-  rows = {r["config"]: r for r in paper_logs.comparison(paper_logs.collect(w))}
+  with open(os.path.join(out, "runs.csv")) as f:
+    rows = {r["config"]: r for r in authors_logs.comparison(list(csv.DictReader(f)))}
   assert rows["lars_b8192"]["verdict"] == "agrees"
   assert rows["momentum_b60000"]["verdict"] == "differs"
   assert rows["lamb_b60000"]["verdict"] == "inconclusive"
@@ -54,7 +61,29 @@ def test_report_verdicts_follow_the_interval(tmp_path):
   assert math.isclose(rows["lars_b8192"]["diff"], x.mean() - 0.9935)
   with open(os.path.join(out, "runs.csv")) as f:
     runs = list(csv.DictReader(f))
-  assert len(runs) == 3 + 3 + 1 + 2   # the slice run is not a configuration run
+  assert len(runs) == 3 + 3 + 1 + 2 + 1   # the slice run is a row too, with its LR
+  assert [r["learning_rate"] for r in runs if r["learning_rate"]] == ["22"]
   readme = open(os.path.join(out, "README.md")).read()
   assert "| 22 | 97.27 | 95.00 |" in readme
   assert readme.count("| differs |") == 1 and readme.count("| agrees |") == 1
+
+
+def test_published_folder_verifies_and_a_changed_number_is_caught(tmp_path):
+  w, out = str(tmp_path / "w"), str(tmp_path / "out")
+  for seed, acc in enumerate((0.9929, 0.9931)):
+    _result(paper_logs.run_dir(w, "lars_b8192", seed), acc)
+  paper_logs.write_report(w, out, "python -m lamb_lars.study.running.paper_logs report")
+  assert provenance.verify(out) == []
+  cli = subprocess.run([sys.executable, "-m", "lamb_lars.study", "verify", out], capture_output=True, text=True)
+  assert cli.returncode == 0, cli.stdout + cli.stderr
+  # a hand edit of one accuracy, with the hash updated to hide it: the recomputed README disagrees
+  runs = os.path.join(out, "runs.csv")
+  text = open(runs).read().replace("0.992900", "0.995000")
+  open(runs, "w").write(text)
+  m = json.load(open(os.path.join(out, "manifest.json")))
+  m["files"]["runs.csv"] = provenance.sha256(runs)
+  provenance.write_manifest(out, m)
+  assert provenance.verify(out) == ["README.md differs from the one recomputed from runs.csv."]
+  # without the hash update, the hash mismatch is named first
+  open(runs, "w").write(text.replace("0.995000", "0.996000"))
+  assert "runs.csv has sha256" in provenance.verify(out)[0]

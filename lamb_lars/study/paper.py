@@ -6,6 +6,8 @@ workload (``analysis.paper = 'mnist_lenet'``) and the report looks the numbers u
 """
 from __future__ import annotations
 
+import dataclasses
+
 # Table 2: baseline batch B0, epochs ρ, baseline top-1 A, the large range [B_L, B_H], huge = (B_H, B_F], B_F.
 # Def. 2.1: linear scaling works for every B < B_L, and B ≥ B_L is large, so B_L is the *lower* end of the large
 # range: "for ImageNet, B_L = 2K, B_H = 64K" (Table 2 caption). MNIST large = [2K, 8K] means B_L = 2K.
@@ -37,3 +39,49 @@ POINTS = {
         ("full", "any", 0.983, "full batch (60,000), best after 1,000 epochs"),
     ),
 }
+
+
+# The authors' MNIST training logs (GitHub fastalgo/mnist_tpu, about 1,900 files, each ending in one run's final test
+# accuracy), transcribed for the configurations of configs/paper/ (read on 2026-11-25); compared with our runs by
+# lamb_lars/study/running/paper_logs.py.
+@dataclasses.dataclass(frozen=True)
+class Logged:
+  """The authors' logs of one configuration: ``runs`` maps a log file (in fastalgo/mnist_tpu) to its accuracy."""
+  config: str
+  runs: dict
+  tolerance: float   # percentage points: |ours − theirs| within this "agrees"
+
+  @property
+  def mean(self) -> float:
+    return sum(self.runs.values()) / len(self.runs)
+
+
+_MOM1K = "momentum_poly/{}/batch-1024-lr-0.08-warmup-0-poly-0.5-2019-03-05-{}.log"
+_LAMB1K = "lamb/log2/batch-1024-lr-0.004-warmup-1-poly-0.5-weight-decay-0.01-2019-04-{}.log"
+AUTHORS = {a.config: a for a in (
+    Logged("momentum_b1024", {_MOM1K.format("best", "03-25-33"): 0.9923, _MOM1K.format("best", "03-26-23"): 0.9935,
+                              _MOM1K.format("best", "03-27-23"): 0.9934, _MOM1K.format("best", "03-28-33"): 0.9932,
+                              _MOM1K.format("best", "03-53-49"): 0.9922, _MOM1K.format("log", "03-14-29"): 0.9929},
+           0.3),
+    Logged("lars_b8192", {"momentum_lars/best/batch-8192-lr-6.0-warmup-16-poly-0.5-2019-03-05-20-21-28.log": 0.9935},
+           0.3),
+    Logged("lamb_b1024", {_LAMB1K.format("15-23-57-07"): 0.9941, _LAMB1K.format("15-23-59-45"): 0.9935,
+                          _LAMB1K.format("16-00-00-56"): 0.9947, _LAMB1K.format("16-00-02-21"): 0.9938,
+                          _LAMB1K.format("16-00-03-36"): 0.9941}, 0.3),
+    Logged("momentum_b60000", {"momentum_poly/log/batch-60000-lr-0.11-warmup-12-poly-0.5-2019-03-05-10-38-07.log":
+                               0.9244}, 1.0),
+    Logged("lars_b60000", {"momentum_lars/log/batch-60000-lr-22.0-warmup-9-poly-0.5-2019-03-07-01-23-07.log":
+                           0.9727}, 1.0),
+    Logged("lamb_b60000", {"lamb/log1/batch-60000-lr-0.11-warmup-7-poly-0.5-2019-04-04-11-08-14.log": 0.9887}, 1.0),
+)}
+
+
+# One slice of a response surface the authors swept (momentum_lars/run.sh): LARS at the full batch, warmup 9 epochs,
+# 35 steps, one run per LR (momentum_lars/log/batch-60000-lr-<LR>-warmup-9-poly-0.5-2019-03-07-*.log; LR 28's log
+# has no result). Neighbouring LRs differ by up to 22 points, so single runs here are mostly seed noise.
+LARS_FULL_BATCH_SLICE = {
+    1.0: 0.8514, 2.0: 0.8301, 3.0: 0.8306, 4.0: 0.9344, 5.0: 0.9080, 6.0: 0.9103, 7.0: 0.9159, 8.0: 0.8976,
+    9.0: 0.8727, 10.0: 0.8370, 11.0: 0.8685, 12.0: 0.8589, 13.0: 0.8906, 14.0: 0.9521, 15.0: 0.9686, 16.0: 0.7481,
+    17.0: 0.9259, 18.0: 0.9528, 19.0: 0.9488, 20.0: 0.9648, 21.0: 0.9165, 22.0: 0.9727, 23.0: 0.9022, 24.0: 0.9713,
+    25.0: 0.9077, 26.0: 0.9231, 27.0: 0.8917}
+SLICE_CONFIG = "lars_b60000"

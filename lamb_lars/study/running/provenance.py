@@ -161,6 +161,9 @@ def verify(out_dir: str) -> list[str]:
     m = json.loads(text)
   except json.JSONDecodeError as e:
     raise ValueError(f"{path} is not valid JSON ({e.msg}, line {e.lineno}).") from None
+  if m.get("kind") == "paper_logs":  # our runs against the authors' logs: their own files and recomputation
+    from lamb_lars.study.running import paper_logs
+    return paper_logs.verify(out_dir, m)
   problems = []
   for name in HASHED:
     p = os.path.join(out_dir, name)

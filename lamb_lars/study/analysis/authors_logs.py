@@ -1,0 +1,88 @@
+"""Our runs of the authors' MNIST configurations against their training logs (You et al. 2020), as a pure function
+of the published CSV rows: the comparison table and the README text (analysis layer).
+
+``runs.csv`` has one row per run of ours (``config, learning_rate, seed, status, step, eval_accuracy,
+train_time_s``; ``learning_rate`` is empty for the configuration's own LR, else a run of the response-surface slice).
+The authors' side is :data:`lamb_lars.study.paper.AUTHORS` and :data:`~lamb_lars.study.paper.LARS_FULL_BATCH_SLICE`.
+
+The verdict per configuration (:func:`lamb_lars.study.analysis.replicates.agreement`) compares our 95% t interval
+over seeds with their mean ± a tolerance: 0.3 percentage points at batches up to 8K (the resolution of the paper's
+tables) and 1.0 point at the full batch, where their own repeats spread by about that much. A configuration with a
+diverged or unfinished seed, or fewer than two seeds, is ``inconclusive``.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Optional, Sequence
+
+from lamb_lars.study import paper
+from lamb_lars.study.analysis import replicates
+
+RUNS_COLUMNS = ["config", "learning_rate", "seed", "status", "step", "eval_accuracy", "train_time_s"]
+AUTHORS_COLUMNS = ["config", "log_file", "eval_accuracy"]
+
+
+def authors_rows() -> list[list[str]]:
+  """authors.csv: one row per log of theirs (the configurations, then the slice)."""
+  rows = [[name, file, f"{acc:.4f}"] for name, logged in paper.AUTHORS.items() for file, acc in logged.runs.items()]
+  rows += [[f"{paper.SLICE_CONFIG}@lr{lr:g}",
+            f"momentum_lars/log/batch-60000-lr-{lr}-warmup-9-poly-0.5-2019-03-07-*.log", f"{acc:.4f}"]
+           for lr, acc in paper.LARS_FULL_BATCH_SLICE.items()]
+  return rows
+
+
+def _accuracy(row: Mapping[str, str]) -> Optional[float]:
+  return float(row["eval_accuracy"]) if row["status"] == "done" and row["eval_accuracy"] else None
+
+
+def comparison(runs: Sequence[Mapping[str, str]]) -> list[dict]:
+  """One row per configuration: theirs, ours per seed, our summary, the difference of means, the verdict."""
+  out = []
+  for name, logged in paper.AUTHORS.items():
+    mine = [r for r in runs if r["config"] == name and not r["learning_rate"]]
+    accs = [a for a in map(_accuracy, mine) if a is not None]
+    s = replicates.summarise(accs)
+    complete = bool(mine) and len(accs) == len(mine)
+    verdict = replicates.agreement(s, logged.mean, logged.tolerance / 100.0) if complete else "inconclusive"
+    out.append(dict(config=name, theirs=sorted(logged.runs.values()), their_mean=logged.mean, ours=mine,
+                    summary=s, diff=None if s.mean is None else s.mean - logged.mean, tolerance=logged.tolerance,
+                    verdict=verdict if mine else "not run"))
+  return out
+
+
+def _pct(x: Optional[float]) -> str:
+  return "—" if x is None else f"{100 * x:.2f}"
+
+
+def _ours_cell(rows: Sequence[Mapping[str, str]]) -> str:
+  return ", ".join(f"{_pct(_accuracy(r))} (seed {r['seed']}{'' if r['status'] == 'done' else ', ' + r['status']})"
+                   for r in rows) or "not run yet"
+
+
+def render(runs: Sequence[Mapping[str, str]], command: str) -> str:
+  """The README of the published comparison, from runs.csv's rows and the report command alone."""
+  lines = ["# The authors' MNIST configurations, run by us, against their training logs", "",
+           "Computed by `lamb_lars/study/analysis/authors_logs.py` from `runs.csv` (our runs) and `authors.csv` (their",
+           "logs in GitHub fastalgo/mnist_tpu); `python -m lamb_lars.study verify` recomputes it. Accuracies are final",
+           "test accuracies in %, on the 10,000 test images after the configuration's full number of steps. Ours:",
+           "mean ± sd [95% t interval] over seeds; the verdict compares that interval with their mean ± the tolerance",
+           "(agrees / differs / inconclusive); a configuration with fewer than two finished seeds is inconclusive.", "",
+           f"Command: `{command}`", "",
+           "| configuration | theirs (each log) | their mean | ours (each seed) | ours: mean ± sd [95% CI] | "
+           "ours − theirs | tolerance | verdict |", "|---|---|---|---|---|---|---|---|"]
+  for r in comparison(runs):
+    diff = "—" if r["diff"] is None else f"{100 * r['diff']:+.2f}"
+    summary = r["summary"].text() if r["ours"] else "—"
+    lines.append(f"| [{r['config']}](../../../configs/paper/{r['config']}.py) | "
+                 f"{', '.join(_pct(a) for a in r['theirs'])} | {_pct(r['their_mean'])} | {_ours_cell(r['ours'])} | "
+                 f"{summary} | {diff} | ±{r['tolerance']:.1f} | {r['verdict']} |")
+  ours_slice: dict[float, list] = {}
+  for r in runs:
+    if r["config"] == paper.SLICE_CONFIG and r["learning_rate"]:
+      ours_slice.setdefault(float(r["learning_rate"]), []).append(_accuracy(r))
+  lines += ["", f"## A slice of their response surface: {paper.SLICE_CONFIG} (LARS, full batch, warmup 9) against "
+            "the LR", "", "Theirs: one run per LR. Ours: each seed's final test accuracy (a diverged run shows as —).",
+            "", "| LR | theirs | ours |", "|---|---|---|"]
+  for lr in sorted(set(paper.LARS_FULL_BATCH_SLICE) | set(ours_slice)):
+    mine = ", ".join(_pct(a) for a in ours_slice.get(lr, [])) or "not run"
+    lines.append(f"| {lr:g} | {_pct(paper.LARS_FULL_BATCH_SLICE.get(lr))} | {mine} |")
+  return "\n".join(lines) + "\n"
