@@ -9,6 +9,18 @@ import pytest
 
 from lamb_lars.study.analysis import critical_batch as cb
 
+
+def examples_model(fit, batch):
+  """E(B) = B·S(B) = E_min·(1 + B/B_crit) (McCandlish et al. 2018 eq. 2.11)."""
+  b = np.asarray(batch, np.float64)
+  return b * cb.steps_model(fit, b)
+
+
+def time_model(fit, step_time, batch):
+  """T(B) = S(B)·(γ + δ·B), wall-clock seconds to the target."""
+  b = np.asarray(batch, np.float64)
+  return cb.steps_model(fit, b) * (step_time.gamma + step_time.delta * b)
+
 BATCHES = np.array([32, 64, 128, 256, 512, 1024, 2048, 4096, 8192], float)
 
 
@@ -21,7 +33,7 @@ def test_exact_data_recovers_parameters(weighting):
   assert fit.e_min == pytest.approx(512000.0, rel=1e-9)
   assert fit.rms_log_residual < 1e-9 and fit.num_points == len(BATCHES)
   np.testing.assert_allclose(cb.steps_model(fit, BATCHES), steps, rtol=1e-9)
-  np.testing.assert_allclose(cb.examples_model(fit, BATCHES), 512000.0 * (1 + BATCHES / 512.0), rtol=1e-9)
+  np.testing.assert_allclose(examples_model(fit, BATCHES), 512000.0 * (1 + BATCHES / 512.0), rtol=1e-9)
 
 
 def test_two_points_hand_computed():
@@ -75,8 +87,8 @@ def test_step_time_fit_time_model_and_optimal_batch():
   b_star = cb.optimal_batch(fit, st)
   assert b_star == pytest.approx(math.sqrt(2000 * 0.05 / 1e-5))  # = 3162.3
   grid = np.geomspace(16, 1e6, 20001)
-  assert grid[np.argmin(cb.time_model(fit, st, grid))] == pytest.approx(b_star, rel=1e-3)
-  assert cb.time_model(fit, st, 1000.0) == pytest.approx(1000 * 3 * (0.05 + 0.01))
+  assert grid[np.argmin(time_model(fit, st, grid))] == pytest.approx(b_star, rel=1e-3)
+  assert time_model(fit, st, 1000.0) == pytest.approx(1000 * 3 * (0.05 + 0.01))
   assert math.isinf(cb.optimal_batch(fit, cb.StepTimeFit(0.05, 0.0)))
   assert cb.optimal_batch(fit, cb.StepTimeFit(0.0, 1e-5)) == 0.0
   assert math.isinf(cb.optimal_batch(dataclasses.replace(fit, b_crit=math.inf), st))

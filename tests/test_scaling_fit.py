@@ -10,6 +10,11 @@ import pytest
 
 from lamb_lars.study.analysis import scaling_fit as F
 
+
+def predict(f, batch):
+  """Ŝ(B) = S_min + E_min/B."""
+  return f.s_min + f.e_min / np.asarray(batch, np.float64)
+
 B = np.array([256, 512, 1024, 2048, 4096, 8192], np.float64)
 
 
@@ -64,7 +69,7 @@ def test_a_censored_point_above_the_prediction_pulls_the_fit_up():
   alone = F.fit(reached, 5e5 / reached)
   f = F.fit(B, ys, cs)
   assert alone.b_crit == math.inf and math.isfinite(f.b_crit)
-  assert F.predict(f, 8192.0) > F.predict(alone, 8192.0)
+  assert predict(f, 8192.0) > predict(alone, 8192.0)
   s_min, b_crit, loss = _reference(B, ys, cs)
   assert f.loss <= loss + 1e-9
   assert f.s_min == pytest.approx(s_min, rel=5e-3) and f.b_crit == pytest.approx(b_crit, rel=1e-2)

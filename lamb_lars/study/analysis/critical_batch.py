@@ -132,12 +132,6 @@ def steps_model(fit: InverseLawFit, batch: Any) -> Any:
   return fit.s_min + fit.e_min / np.asarray(batch, np.float64)
 
 
-def examples_model(fit: InverseLawFit, batch: Any) -> Any:
-  """E(B) = B·S(B) = E_min·(1 + B/B_crit)."""
-  b = np.asarray(batch, np.float64)
-  return b * steps_model(fit, b)
-
-
 def fit_step_time(batches: Sequence[float], seconds_per_step: Sequence[float]) -> StepTimeFit:
   """t(B) = γ + δ·B with γ, δ ≥ 0 (needs ≥ 2 distinct batch sizes), least squares in *relative* error.
 
@@ -158,12 +152,6 @@ def fit_step_time(batches: Sequence[float], seconds_per_step: Sequence[float]) -
   elif delta < 0:
     gamma, delta = float(np.sum(w * t) / np.sum(w)), 0.0
   return StepTimeFit(gamma=gamma, delta=delta)
-
-
-def time_model(fit: InverseLawFit, step_time: StepTimeFit, batch: Any) -> Any:
-  """T(B) = S(B)·(γ + δ·B), wall-clock seconds to the target."""
-  b = np.asarray(batch, np.float64)
-  return steps_model(fit, b) * (step_time.gamma + step_time.delta * b)
 
 
 def optimal_batch(fit: InverseLawFit, step_time: StepTimeFit) -> float:

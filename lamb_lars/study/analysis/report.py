@@ -139,18 +139,10 @@ def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec
             "B_L lies in (last pass, first fail]. Verdicts: `pass` / `fail` when the interval (95% over seeds, or "
             f"one run ± {100 * regimes.vd.ACC_TOLERANCE:g} pp accuracy / ± {100 * regimes.vd.LOSS_TOLERANCE:g}% "
             "loss) is on one side of the threshold, `borderline` when it straddles it.", ""]
-  rows = []
-  for b, label in r.labels.items():
-    lin_txt = ", ".join(f"`{t.run_id}` {t.status} {pct(t.best(ACC_KEY))}%" for t in lin[b]) or "not run"
-    tech = []
-    for name in spec.techniques:
-      group = [t for t in trials if t.technique == name and t.batch_size == b]
-      if group:
-        best = max((t for t in group if t.best(ACC_KEY) is not None), key=lambda t: t.best(ACC_KEY), default=None)
-        tech.append(f"{name}: {len(group)} trials, best {pct(best.best(ACC_KEY)) if best else '—'}%"
-                    + (f" (`{best.run_id}`)" if best else ""))
-    rows.append([b, label, lin_txt, d21v.get(b, "—")] + ([sqrt_v.get(b, "—")] if sqrt_v else [])
-                + ["; ".join(tech) or "—", d22[b].verdict if b in d22 else "—"])
+  rows = [[b, label, ", ".join(f"`{t.run_id}` {t.status} {pct(t.best(ACC_KEY))}%" for t in lin[b]) or "not run",
+           d21v.get(b, "—")] + ([sqrt_v.get(b, "—")] if sqrt_v else [])
+          + [_techniques_cell(trials, spec.techniques, b), d22[b].verdict if b in d22 else "—"]
+          for b, label in r.labels.items()]
   lines += table(["batch", "regime", "linear scaling (best test acc)", "Def. 2.1"]
                  + (["√ scaling, same test"] if sqrt_v else []) + ["techniques (best test acc within ρ)",
                                                                   "Def. 2.2 reach (best run)"], rows)
@@ -158,6 +150,18 @@ def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec
             "99.5%·A within ρ epochs), and for a technique the trial with the highest such value.", ""]
   lines += [f"- anomaly: {a}" for a in r.anomalies]
   return lines + ([""] if r.anomalies else [])
+
+
+def _techniques_cell(trials: Sequence[Trial], techniques: Sequence[str], batch: int) -> str:
+  """Per technique of the declared set at ``batch``: its trial count and best test accuracy (and which run)."""
+  tech = []
+  for name in techniques:
+    group = [t for t in trials if t.technique == name and t.batch_size == batch]
+    if group:
+      best = max((t for t in group if t.best(ACC_KEY) is not None), key=lambda t: t.best(ACC_KEY), default=None)
+      tech.append(f"{name}: {len(group)} trials, best {pct(best.best(ACC_KEY)) if best else '—'}%"
+                  + (f" (`{best.run_id}`)" if best else ""))
+  return "; ".join(tech) or "—"
 
 
 def _points_section(trials: Sequence[Trial], spec: ReportSpec) -> list[str]:

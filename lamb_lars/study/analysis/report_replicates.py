@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import collections
-import math
 from typing import Optional, Sequence
 
 from lamb_lars.study import paper

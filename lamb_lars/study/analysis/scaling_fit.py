@@ -106,11 +106,6 @@ def fit(batches: Sequence[float], steps: Sequence[float], censored: Optional[Seq
   return CensoredFit(math.exp(c), b_crit, math.exp(c) * b_crit, loss, n, nc)
 
 
-def predict(f: CensoredFit, batch) -> np.ndarray:
-  """Ŝ(B) = S_min + E_min/B."""
-  return f.s_min + f.e_min / np.asarray(batch, np.float64)
-
-
 @dataclasses.dataclass(frozen=True)
 class Interval:
   """A percentile interval of B_crit over resamples; ``infinite``: share of resamples with B_crit = ∞;
