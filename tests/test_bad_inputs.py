@@ -20,7 +20,9 @@ from lamb_lars.configs.studies import smoke
 from lamb_lars.train import checkpoint, metric_writers, run_identity, validate
 from lamb_lars.common import cli_errors, io_utils, workdir_lock
 from lamb_lars.train.run_plan import ConfigError
-from lamb_lars.study.running import publish, runner, store as st, sweep
+from lamb_lars.common import run_files
+from lamb_lars.study.running import publish, runner, search_log, sections, store as st, sweep
+from lamb_lars.study.running.driver import Active, Driver, ingest_run_dir
 from lamb_lars.study.running import workdir as wd
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -185,11 +187,11 @@ def test_duplicated_decisions_are_impossible_and_a_damaged_log_is_repaired(tmp_p
   rows = [(cell, ids[0], 1, 0.9, 0), (cell, ids[1], 1, 0.8, 0), (cell, ids[1], 1, 0.8, 1), (cell, ids[2], 1, 0.1, 1)]
   con.executemany("INSERT INTO decisions(cell, run_id, step, value, prune) VALUES (?, ?, ?, ?, ?)", rows)
   lines = []
-  cfg = runner.settings(study, "search", runner.SEARCH_DEFAULTS)
-  runner._rebuild_searches(con, specs, cfg, lines.append)  # noqa: SLF001
+  cfg = sections.section(study, "search")
+  search_log.rebuild_searches(con, specs, cfg, lines.append)
   assert len(lines) == 1 and "removed 1 duplicated decision" in lines[0] and one_sentence(lines[0])
   assert len(st.decisions(con)) == 4  # the 1 from above + 3: the later duplicate is gone
-  runner._rebuild_searches(con, specs, cfg, lines.append)  # noqa: SLF001  (repaired: replays cleanly now)
+  search_log.rebuild_searches(con, specs, cfg, lines.append)  # repaired: replays cleanly now
   assert len(lines) == 1
   con.close()
 
@@ -320,8 +322,8 @@ def test_a_pruned_trial_keeps_no_eval_past_its_prune_point(tmp_path):
   cell_specs = [t for t in specs if t.searched]
   con = st.open_store(wd.store_path(str(tmp_path)))
   runner.register(con, study, specs)
-  cfg = runner.settings(study, "search", runner.SEARCH_DEFAULTS)
-  searches = runner._rebuild_searches(con, specs, cfg)  # noqa: SLF001
+  cfg = sections.section(study, "search")
+  searches = search_log.rebuild_searches(con, specs, cfg)
   for t, v in zip(cell_specs[:3], (0.9, 0.8, 0.7)):
     searches[t.cell].report(t.run_id, 1, v)
   slow = cell_specs[3]
@@ -331,8 +333,8 @@ def test_a_pruned_trial_keeps_no_eval_past_its_prune_point(tmp_path):
                                                                      "validation_accuracy": 0.2}]
   with open(os.path.join(rdir, "metrics.jsonl"), "w") as f:
     f.writelines(json.dumps(r) + "\n" for r in rows)  # both rows arrived in one poll
-  driver = runner._Driver(study, str(tmp_path), con, None, searches, cfg, {}, print)  # noqa: SLF001
-  active = runner._Active(slow, _Handle(), 0.0)  # noqa: SLF001
+  driver = Driver(study, str(tmp_path), con, None, searches, cfg, sections.section(study, "runner"), print)
+  active = Active(slow, _Handle(), 0.0, run_files.MetricsTail(rdir))
   assert driver.consider(active, driver.ingest(active), running=True) and active.handle.killed
   assert [r["step"] for r in st.evals(con, slow.run_id)] == [16]
   con.close()
@@ -392,7 +394,7 @@ def test_truncated_result_json_is_one_sentence(tmp_path):
   assert "result.json is damaged" in str(e.value) and one_sentence(str(e.value))
   con = st.open_store(str(tmp_path / "s.sqlite"))  # the study runner reads the same file
   with pytest.raises(ValueError) as e:
-    st.ingest_run_dir(con, "r1", str(tmp_path))
+    ingest_run_dir(con, "r1", str(tmp_path))
   assert f"{tmp_path}/result.json is damaged" in str(e.value) and one_sentence(str(e.value))
   con.close()
 

@@ -27,7 +27,8 @@ def _curve(b, acc, n=4):
 def _workdir(tmp_path):
   work = tmp_path / "work"
   study = ml_collections.ConfigDict(dict(
-      name="tiny", base=dict(model="lenet5", dataset="mnist", num_epochs=30.0, eval_every_epochs=1.0),
+      name="tiny", base=dict(model="lenet5", dataset="mnist", num_classes=10, num_epochs=30.0,
+                               eval_every_epochs=1.0),
       search=dict(metric="validation_accuracy"), runner=dict(num_workers=1),
       analysis=dict(title="Tiny", paper="mnist_lenet", num_train=1000, baseline_epochs=30.0, target_goal=0.9,
                     techniques=["tuned"], target_technique="tuned")))

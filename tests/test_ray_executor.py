@@ -22,7 +22,8 @@ pytestmark = pytest.mark.xdist_group("ray_cluster")
 
 from lamb_lars.study.running import ray_executor as rx  # noqa: E402
 import ray_testing  # noqa: E402  (tests/ray_testing.py: a test harness, not part of the package)
-from lamb_lars.study.running import store as st# noqa: E402
+from lamb_lars.study.running import store as st  # noqa: E402
+from lamb_lars.study.records import FINISHED  # noqa: E402
 from lamb_lars.study.running import workdir as wd# noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -367,7 +368,7 @@ def test_driver_sigkill_and_restart_loses_nothing(cluster, study_file, local_stu
   # Restart: the unfinished runs are resubmitted and resume; the finished ones are not run again.
   out = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
   assert out.returncode == 1 and "1 trial(s) failed" in out.stderr, out.stdout + out.stderr  # the 'bad' trial
-  finished = sum(v in st.FINISHED for v in before.values())
+  finished = sum(v in FINISHED for v in before.values())
   assert f"{finished} already finished, {4 - finished} to run" in out.stdout
   got = _records(workdir)
   _assert_same_results(got, _records(local_study))

@@ -59,7 +59,7 @@ def _store(tmp_path):
   return con
 
 
-SPEC = report.ReportSpec(title="T", workload="mnist_lenet", target=Target("eval_accuracy", 0.99),
+SPEC = report.ReportSpec(title="T", workload="mnist_lenet", target=Target("eval_accuracy", 0.99, "max"),
                          baseline_epochs=30.0, num_train=N, techniques=("tuned", "lars"),
                          target_technique="tuned", table3_batch=8192)
 

@@ -11,6 +11,7 @@ import os
 
 import pytest
 
+from lamb_lars.common import run_files
 from lamb_lars.configs.studies import smoke
 from lamb_lars.study.running import runner, store as st
 from lamb_lars.study.running import workdir as wd
@@ -38,7 +39,7 @@ def _simulated_rows(cfg: dict) -> list[dict]:
 class _Handle:
   def __init__(self, run_id, run_dir):
     self.run_id, self.dir = run_id, run_dir
-    with open(os.path.join(run_dir, wd.TRIAL_CONFIG_FILE), encoding="utf-8") as f:
+    with open(os.path.join(run_dir, run_files.TRIAL_CONFIG_FILE), encoding="utf-8") as f:
       cfg = json.load(f)
     self.rows, self.lr = _simulated_rows(cfg), cfg["optimizer"]["learning_rate"]
     path = os.path.join(run_dir, "metrics.jsonl")
@@ -75,6 +76,9 @@ class FakeExecutor:
 
   def check_workdir(self, workdir):
     os.makedirs(workdir, exist_ok=True)
+
+  def exclusive(self, env):
+    return False
 
   def submit(self, run_id, run_dir, env):
     if self.interrupt and self.interrupt in run_id:
@@ -154,7 +158,7 @@ def test_chosen_on_validation_is_replicated_with_fresh_seeds(finished):
   reps = sorted((t for t in trials.values() if t.replicate_of == by_val.run_id), key=lambda t: t.seed)
   assert [(t.run_id, t.seed, t.phase, t.status) for t in reps] == [
       (f"{by_val.run_id}-seed{s}", s, "replicate", "done") for s in (1, 2)]
-  with open(os.path.join(wd.run_dir(workdir, reps[0].run_id), wd.TRIAL_CONFIG_FILE), encoding="utf-8") as f:
+  with open(os.path.join(wd.run_dir(workdir, reps[0].run_id), run_files.TRIAL_CONFIG_FILE), encoding="utf-8") as f:
     cfg = json.load(f)
   assert cfg["seed"] == 1 and cfg["optimizer"]["learning_rate"] == by_val.params["learning_rate"]
   base_reps = [t for t in trials.values() if t.cell == "base" and t.phase == "replicate"]

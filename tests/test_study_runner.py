@@ -16,7 +16,8 @@ import ml_collections
 import pytest
 
 from lamb_lars.configs.studies import smoke
-from lamb_lars.study.running import runner, store as st, sweep
+from lamb_lars.study.running import runner, sections, store as st, sweep, trial_checks
+from lamb_lars.study.running.driver import trial_env
 from lamb_lars.study.running import workdir as wd
 from lamb_lars.study.records import FINISHED
 
@@ -100,11 +101,11 @@ def test_trials_share_a_persistent_compilation_cache_per_host(tmp_path):
   import socket
   import types
   from lamb_lars.study.running import run_one
-  cfg = {**runner.RUNNER_DEFAULTS, "env": {"A": "1"}}
+  cfg = {**sections.section(smoke.get_config(), "runner"), "env": {"A": "1"}}
   spec = types.SimpleNamespace(env={"B": "2"})
-  assert runner.trial_env(cfg, spec, str(tmp_path)) == {"A": "1", "B": "2",
+  assert trial_env(cfg, spec, str(tmp_path)) == {"A": "1", "B": "2",
                                                          run_one.CACHE_ENV: str(tmp_path / "jax_cache")}
-  assert runner.trial_env({**cfg, "compilation_cache": False}, spec, str(tmp_path)) == {"A": "1", "B": "2"}
+  assert trial_env({**cfg, "compilation_cache": False}, spec, str(tmp_path)) == {"A": "1", "B": "2"}
   env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
   env.update({run_one.CACHE_ENV: str(tmp_path / "jax_cache"), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
               "PYTHONPATH": REPO})
@@ -224,5 +225,53 @@ def test_study_configs_expand_and_every_trial_validates(name):
   for t in trials:
     optimizer_config.validate_config(t.config.optimizer)
     n = int(study.analysis.num_train)
-    run_plan.make_plan(t.config, num_train=n, num_devices=sweep._num_devices(study, t))  # noqa: SLF001
+    run_plan.make_plan(t.config, num_train=n, num_devices=trial_checks.trial_devices(
+        t.config, {**study.runner.env, **t.env}))
   assert sum(t.role == "baseline" for t in trials) <= 1
+
+
+def test_runner_settings_have_one_source_the_study_config(monkeypatch):
+  """A study that leaves out a settings section gets configs/studies/common.py's: the runner code keeps no defaults
+  of its own (it once said 1 worker where the study configs said 2)."""
+  from lamb_lars.configs.studies import common
+  study = smoke.get_config()
+  with study.unlocked():
+    del study["runner"]
+    del study["search"]
+  monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+  assert runner.make_executor(study).slots == common.runner().num_workers == 2
+  assert sections.section(study, "runner") == common.runner().to_dict()
+  assert sections.section(study, "search")["rung_after_warmup"] is True
+  with pytest.raises(ValueError, match=r"study.search has unknown keys \['typo'\]"):
+    sections.section(ml_collections.ConfigDict({"search": {"typo": 1}}), "search")
+
+
+def _crash_in_trainer(tmp_path, monkeypatch, exc):
+  from lamb_lars.study.running import run_one
+  from lamb_lars.train import trainer
+  rdir = tmp_path / "run"
+  rdir.mkdir()
+  (rdir / "trial_config.json").write_text("{}")
+
+  def train_and_evaluate(config, workdir, hparams=None):
+    raise exc
+  monkeypatch.setattr(trainer, "train_and_evaluate", train_and_evaluate)
+  assert run_one.main([str(rdir)]) == 1
+  return (rdir / "error.txt").read_text()
+
+
+def test_a_trial_config_error_is_one_sentence(tmp_path, monkeypatch, capsys):
+  from lamb_lars.train.run_plan import ConfigError
+  text = _crash_in_trainer(tmp_path, monkeypatch, ConfigError("config.batch_size=3 must be even."))
+  assert text == "ConfigError: config.batch_size=3 must be even.\n"
+  assert "Traceback" not in capsys.readouterr().out
+
+
+def test_a_trial_bug_keeps_its_traceback_even_as_a_value_error(tmp_path, monkeypatch, capsys):
+  """A ValueError inside training is a bug, not a config mistake: error.txt (the store's error) and the run's log
+  keep the traceback."""
+  text = _crash_in_trainer(tmp_path, monkeypatch, ValueError("operands could not be broadcast"))
+  assert text.startswith("Traceback") and "train_and_evaluate" in text
+  assert text.strip().endswith("ValueError: operands could not be broadcast")
+  assert "Traceback" in capsys.readouterr().out
+

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from lamb_lars.study.running import store as st
-from lamb_lars.study.records import select
+from lamb_lars.study.running.driver import ingest_run_dir
+from lamb_lars.study.records import FINISHED, select
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -36,7 +37,7 @@ def test_runs_status_lifecycle_and_trials(tmp_path):
       "r1", "done", 100.0, 160.0, 60.0, 1000)
   assert r1["config"] == {"lr": 0.5} and r1["params"] == {"lr": 0.5} and r1["final"] == {"eval_accuracy": 0.99}
   assert (r2["status"], r2["error"], r2["wall_time"]) == ("failed", "OOM", None)
-  assert [r["run_id"] for r in st.runs(con, status=st.FINISHED)] == ["r1"]
+  assert [r["run_id"] for r in st.runs(con, status=FINISHED)] == ["r1"]
   assert [r["run_id"] for r in st.runs(con, status="pending")] == ["x"]
   with pytest.raises(ValueError):
     st.set_status(con, "r1", "exploded")
@@ -74,20 +75,20 @@ def test_ingest_run_dir_is_idempotent_and_resumable(tmp_path):
   rows = [{"step": 100 * i, "epoch": i / 2, "examples": 51200 * i, "wall_time": 3.0 * i, "train_loss": 1.0 / i,
            "eval_loss": 1.0 / i, "eval_accuracy": 1 - 0.1 / i, "lr": 0.1} for i in (1, 2)]
   _write_run_dir(tmp_path / "r", rows, torn=True)                # interrupted: no result.json, torn last line
-  assert st.ingest_run_dir(con, "r", tmp_path / "r") is None
+  assert ingest_run_dir(con, "r", tmp_path / "r") is None
   assert st.runs(con, run_id="r")[0]["status"] == "running" and len(st.evals(con, "r")) == 2
   rows.append({**rows[-1], "step": 300, "wall_time": 9.5})
   final = rows[-1]
   _write_run_dir(tmp_path / "r", rows, {"status": "done", "step": 300, "final": final})
   for _ in range(2):
-    assert st.ingest_run_dir(con, "r", tmp_path / "r") == "done"
+    assert ingest_run_dir(con, "r", tmp_path / "r") == "done"
   run = st.runs(con, run_id="r")[0]
   assert (run["status"], run["steps"], run["wall_time"], run["final"]) == ("done", 300, 9.5, final)
   assert [r["step"] for r in st.evals(con, "r")] == [100, 200, 300]
   assert con.execute("SELECT COUNT(*) FROM evals").fetchone()[0] == 3
   _write_run_dir(tmp_path / "d", rows[:1], {"status": "diverged", "step": 150, "final": rows[0],
                                             "error": "loss is nan at step 150"})
-  assert st.ingest_run_dir(con, "d", tmp_path / "d") == "diverged"  # unregistered id: registered on the fly
+  assert ingest_run_dir(con, "d", tmp_path / "d") == "diverged"  # unregistered id: registered on the fly
   d = st.runs(con, run_id="d")[0]
   assert (d["status"], d["error"], d["steps"]) == ("diverged", "loss is nan at step 150", 150)
 

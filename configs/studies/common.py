@@ -1,4 +1,6 @@
-"""Pieces shared by the study configs (plain data: this file imports only ml_collections).
+"""Pieces shared by the study configs (plain data: this file imports only ml_collections), and the one source of
+the defaults of every study setting: the runner reads a section a study leaves out from these factories
+(lamb_lars/study/running/sections.py).
 
 See lamb_lars/study/running/sweep.py for the sub-sweep fields, lamb_lars/study/running/search.py for ``search``,
 lamb_lars/study/running/runner.py for ``runner`` and lamb_lars/study/running/publish.py for ``analysis``.
@@ -29,12 +31,14 @@ def analysis(**overrides: Any) -> ml_collections.ConfigDict:
 
 
 def search(**overrides: Any) -> ml_collections.ConfigDict:
-  """The pruner of searched cells: ASHA on the validation accuracy, rungs at r, r·η, r·η² … epochs; and the
+  """The pruner of searched cells: ASHA on the validation accuracy, rungs at r, r·η, r·η² … epochs (the first
+  after the longest warmup of the cell with ``rung_after_warmup``); and the
   adequacy rules of a cell's search (lamb_lars/study/running/phases.py): a best LR in the outer ``edge_fraction`` of its
   log range moves the range by its width on that side, at most ``max_extensions`` times; pruned trials are
   resumed to the full budget until a cell has ``min_full_budget`` full-budget trials."""
   s = ml_collections.ConfigDict(dict(metric="validation_accuracy", mode="max", min_epochs=2, reduction_factor=3,
-                                     pruner="asha", edge_fraction=0.1, max_extensions=2, min_full_budget=4))
+                                     pruner="asha", rung_after_warmup=True, edge_fraction=0.1, max_extensions=2,
+                                     min_full_budget=4))
   s.update(overrides)
   return s
 

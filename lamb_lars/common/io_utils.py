@@ -190,7 +190,8 @@ def read_json(path: str, default: Any = None) -> Any:
   return default if text is None else json.loads(text)
 
 
-def _parse_jsonl(lines: Iterable[str], on_skip: Optional[Callable[[int, str], None]]) -> list[dict]:
+def parse_jsonl(lines: Iterable[str], on_skip: Optional[Callable[[int, str], None]] = None) -> list[dict]:
+  """The JSON-object rows of ``lines``; any other line is skipped and ``on_skip(line_number, why)`` is told."""
   rows = []
   for n, line in enumerate(lines, 1):
     if not line.strip():
@@ -212,11 +213,11 @@ def read_jsonl(path: str, on_skip: Optional[Callable[[int, str], None]] = None) 
   """The JSON-object rows of a JSONL file ([] if it does not exist). A line that is not a JSON object — a torn
   line (a writer killed mid-line), or anything else — is skipped, and ``on_skip(line_number, why)`` is told."""
   if is_remote(path):
-    return _parse_jsonl((read_text(path, errors="replace") or "").splitlines(keepends=True), on_skip)
+    return parse_jsonl((read_text(path, errors="replace") or "").splitlines(keepends=True), on_skip)
   if not os.path.exists(path):
     return []
   with open(path, encoding="utf-8", errors="replace") as f:
-    return _parse_jsonl(f, on_skip)
+    return parse_jsonl(f, on_skip)
 
 
 def append_text(path: str, text: str) -> None:

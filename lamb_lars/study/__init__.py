@@ -19,14 +19,19 @@ analysis (pure functions of records; notebook-friendly)
                    B_crit, noise scale), report_curves (accuracy, curves, diffusion, trust ratios) and
                    report_replicates (search adequacy, replicate intervals, per-seed B_crit) hold sections
 running (processes, files, the search)
+  sections         the study's settings sections, their one source of defaults configs/studies/common.py
   sweep            study config → tagged trials (grids, quasi-random searches); one-sentence validation
-  search           Optuna: quasi-random points, the ASHA pruner per cell, replayable from the store's log
+  trial_checks     every trial through the trainer's validator, on the devices it will see
+  search           Optuna: quasi-random points, the ASHA pruner per cell; search_log: replayed from the store's log
   store, workdir   the SQLite results store (the system of record) and the workdir layout
-  executor, runner where trials run (local processes) and the driver loop
+  executor         where trials run (local processes; the one trial-spawning helper)
+  runner, driver   run_study (waves of trials, then follow-ups) and the trials in flight (poll, prune, record)
+  status           the study's status line, a trial's progress line, the failures
   phases           after a cell's search: LR range extensions, promotions to the full budget, replicates
-  ray_executor     trials as Ray tasks (ray_cluster: connecting and sizing; ray_testing: a localhost cluster)
+  ray_executor     trials as Ray tasks (ray_cluster: connecting and sizing)
   run_one          one trial in its own process
   publish          runs.csv / evals.csv and the report recomputed from them
   provenance       manifest.json of a published folder, and ``verify`` (hashes, counts, the README recomputed)
+A run dir's files (the trainer ↔ runner contract) are named and read in lamb_lars/common/run_files.py.
 Definitions: docs/studies.md.
 """

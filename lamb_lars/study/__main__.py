@@ -21,7 +21,6 @@ for a gs:// workdir the file is in the workdir's machine-local folder, ``io_util
 """
 from __future__ import annotations
 
-import os
 import shlex
 import signal
 import sys
@@ -30,15 +29,9 @@ def _raise_interrupt(signum, frame):  # SIGTERM → KeyboardInterrupt: the runne
   raise KeyboardInterrupt(f"signal {signum}")
 
 
-def main() -> None:
-  if sys.argv[1:2] == ["verify"]:  # no flags: folders only
-    from lamb_lars.study.running import provenance
-    sys.exit(provenance.main(sys.argv[2:]))
-  from absl import app, flags
+def _define_flags():
+  from absl import flags
   from ml_collections import config_flags
-
-  from lamb_lars.common import cli_errors
-
   config_flags.DEFINE_config_file("config", None, "Study config file (configs/studies/*.py).", lock_config=True)
   flags.DEFINE_string("workdir", None, "Study directory: study.sqlite, study_config.json, runs/<run_id>/.")
   flags.DEFINE_string("out", None, "report: output directory (default <workdir>/report).")
@@ -48,7 +41,49 @@ def main() -> None:
   flags.DEFINE_string("ray_address", "auto", "run --executor=ray: the cluster ('auto' or HOST:PORT).")
   flags.DEFINE_bool("verbose", False, "Show the traceback of a config, store or workdir mistake too.")
   flags.mark_flags_as_required(["workdir"])
-  FLAGS = flags.FLAGS
+  return flags.FLAGS
+
+
+def _command() -> str:
+  return " ".join(shlex.quote(a) for a in ["python", "-m", "lamb_lars.study"] + sys.argv[1:])
+
+
+def _run(FLAGS) -> None:  # noqa: N803
+  """``run``: the study of ``--config`` in ``--workdir`` (or with ``--dry_run`` its trials, listed)."""
+  from absl import app
+
+  from lamb_lars.common import cli_errors
+  if not FLAGS["config"].present:
+    raise app.UsageError("run needs --config=configs/studies/<study>.py")
+  study = cli_errors.load_config(lambda: FLAGS.config, FLAGS["config"].config_filename)
+  from lamb_lars.study.running import runner, sweep
+  if FLAGS.dry_run:
+    for t in sweep.expand(study):
+      print(t.run_id, t.role, t.technique or "-", dict(t.overrides))
+    return
+  executor = None
+  if FLAGS.executor == "ray":
+    try:
+      from lamb_lars.study.running import ray_executor
+    except ImportError:
+      raise ValueError("--executor=ray needs Ray: pip install -e .[ray]") from None
+    executor = ray_executor.make_executor(study, FLAGS.ray_address)
+  signal.signal(signal.SIGTERM, _raise_interrupt)
+  counts = runner.run_study(study, FLAGS.workdir, executor=executor, num_workers=FLAGS.num_workers,
+                            command=_command(), log=lambda s: print(s, flush=True))
+  print("finished: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v), flush=True)
+  if counts.get("failed"):
+    _exit_failed(FLAGS.workdir, study.name)
+
+
+def main() -> None:
+  if sys.argv[1:2] == ["verify"]:  # no flags: folders only
+    from lamb_lars.study.running import provenance
+    sys.exit(provenance.main(sys.argv[2:]))
+  from absl import app
+
+  from lamb_lars.common import cli_errors
+  FLAGS = _define_flags()
 
   def run(argv):
     from absl import logging
@@ -60,51 +95,28 @@ def main() -> None:
       if argv[1] == "status":
         from lamb_lars.study.running import status
         print(status.report(FLAGS.workdir))
-        return
-      if argv[1] == "report":
+      elif argv[1] == "report":
         from lamb_lars.study.running.publish import publish
-        command = " ".join(shlex.quote(a) for a in ["python", "-m", "lamb_lars.study"] + sys.argv[1:])
-        print(publish(FLAGS.workdir, FLAGS.out, command=command))
-        return
-      if not FLAGS["config"].present:
-        raise app.UsageError("run needs --config=configs/studies/<study>.py")
-      study = cli_errors.load_config(lambda: FLAGS.config, FLAGS["config"].config_filename)
-      from lamb_lars.study.running import runner, sweep
-      if FLAGS.dry_run:
-        for t in sweep.expand(study):
-          print(t.run_id, t.role, t.technique or "-", dict(t.overrides))
-        return
-      executor = None
-      if FLAGS.executor == "ray":
-        try:
-          from lamb_lars.study.running import ray_executor
-        except ImportError:
-          raise ValueError("--executor=ray needs Ray: pip install -e .[ray]") from None
-        executor = ray_executor.make_executor(study, FLAGS.ray_address)
-      signal.signal(signal.SIGTERM, _raise_interrupt)
-      command = " ".join(shlex.quote(a) for a in ["python", "-m", "lamb_lars.study"] + sys.argv[1:])
-      counts = runner.run_study(study, FLAGS.workdir, executor=executor, num_workers=FLAGS.num_workers,
-                                command=command, log=lambda s: print(s, flush=True))
+        print(publish(FLAGS.workdir, FLAGS.out, command=_command()))
+      else:
+        _run(FLAGS)
     except KeyboardInterrupt:
       print("interrupted: unfinished runs are back to pending; re-run the same command to resume.", flush=True)
       sys.exit(130)
     except Exception as e:  # a bad study config, store or workdir: one sentence, no traceback; bugs keep theirs
       cli_errors.exit_on_mistake(e)
       raise
-    print("finished: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v), flush=True)
-    if counts.get("failed"):
-      _exit_failed(FLAGS.workdir, study.name)
 
   app.run(run, flags_parser=cli_errors.flags_parser)
 
 
 def _exit_failed(workdir: str, study_name: str) -> None:
   """Exit status 1, after one line per failed trial (its error's first line; a traceback's last)."""
-  from lamb_lars.study.running import runner, store
+  from lamb_lars.study.running import status, store
   from lamb_lars.study.running import workdir as wd
   con = store.open_store(wd.store_path(workdir))
   try:
-    failed = runner.failures(con, study_name)
+    failed = status.failures(con, study_name)
   finally:
     con.close()
   print(f"{len(failed)} trial(s) failed; re-run the same command to retry them:", file=sys.stderr)

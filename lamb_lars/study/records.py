@@ -105,9 +105,9 @@ class Trial:
 @dataclasses.dataclass(frozen=True)
 class Target:
   """The goal of steps-to-target (Shallue et al. 2018): ``metric`` meets ``goal`` (≥ for 'max', ≤ for 'min')."""
-  metric: str = "eval_accuracy"
-  goal: float = 0.99
-  mode: str = "max"
+  metric: str
+  goal: float
+  mode: str   # 'max' | 'min'; the study's analysis section gives all three (configs/studies/common.py)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 import jax
 import orbax.checkpoint as ocp
 
-from lamb_lars.common import io_utils
+from lamb_lars.common import io_utils, run_files
 
 
 QUARANTINE_DIR = "checkpoints_quarantine"
@@ -37,7 +37,7 @@ class Checkpointer:
 
   def __init__(self, workdir: str, keep: int = 2):
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, enable_async_checkpointing=True)
-    self._dir = io_utils.abspath(os.path.join(workdir, "checkpoints"))
+    self._dir = io_utils.abspath(os.path.join(workdir, run_files.CHECKPOINT_DIR))
     self._quarantine = io_utils.abspath(os.path.join(workdir, QUARANTINE_DIR))
     self._mngr = ocp.CheckpointManager(self._dir, options=options)
 

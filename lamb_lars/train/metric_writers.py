@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
-from lamb_lars.common import io_utils
+from lamb_lars.common import io_utils, run_files
 
 # The hyperparameters a plain run (not a study trial) shows in TensorBoard's HParams dashboard: the config keys that
 # define a batch-size experiment (You et al. 2020, Table 3: optimizer, batch size, LR and its scaling, warmup).
@@ -159,7 +159,7 @@ class MetricWriter:
   def __init__(self, workdir: str, *, enabled: bool = True, resume_step: int = 0,
                log: Callable[[str], None] = print, hparams: Optional[Mapping[str, Any]] = None):
     self.enabled = enabled
-    self.path = os.path.join(workdir, "metrics.jsonl")
+    self.path = os.path.join(workdir, run_files.METRICS_FILE)
     self._tb = None
     if not enabled:
       return
@@ -167,7 +167,7 @@ class MetricWriter:
     keep_rows_until(self.path, resume_step, log)
     try:
       from tensorboardX import SummaryWriter
-      self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"), purge_step=resume_step + 1 if resume_step else None)
+      self._tb = SummaryWriter(os.path.join(workdir, run_files.TENSORBOARD_DIR), purge_step=resume_step + 1 if resume_step else None)
     except ImportError:  # TensorBoard output is optional
       self._tb = None
     if self._tb is not None and hparams:

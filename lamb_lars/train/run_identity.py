@@ -16,10 +16,10 @@ import json
 import os
 from typing import Any, Mapping, Optional
 
-from lamb_lars.common import io_utils
+from lamb_lars.common import io_utils, run_files
 from lamb_lars.train.run_plan import ConfigError
 
-CONFIG_FILE = "config.json"
+CONFIG_FILE = run_files.CONFIG_FILE
 ALLOWED = ("progress", "eval_every_epochs", "eval_every_steps", "checkpoint_every_epochs", "checkpoint_every_steps",
            "keep_checkpoints", "steps_per_call", "data_dir", "grain_workers", "data_on_device", "distributed.")
 

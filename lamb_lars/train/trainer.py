@@ -25,7 +25,7 @@ import numpy as np
 from lamb_lars import input_pipeline
 from lamb_lars.models import bn_groups
 from lamb_lars.train import (checkpoint, evaluation, feeders, mesh as mesh_lib, metric_writers, progress, run_identity, run_plan, stopping, train_metrics, validate)
-from lamb_lars.common import io_utils, workdir_lock
+from lamb_lars.common import io_utils, run_files, workdir_lock
 from lamb_lars.optim import lr_table, optimizer_config
 from lamb_lars.train import train_step as ts
 from lamb_lars.models import create_model
@@ -59,7 +59,7 @@ def get_info(config: ml_collections.ConfigDict) -> input_pipeline.DatasetInfo:
 
 def recorded_result(workdir: str) -> Optional[dict]:
   """The result of a run that already finished in ``workdir`` (done or diverged), else None."""
-  path = os.path.join(workdir, "result.json")
+  path = os.path.join(workdir, run_files.RESULT_FILE)
   try:
     result = io_utils.read_json(path)
   except (ValueError, UnicodeDecodeError):
@@ -240,5 +240,5 @@ def _train_locked(config: ml_collections.ConfigDict, workdir: str, info: input_p
   if stop and stop.stopped != "nonfinite":
     _log(f"Stopped at step {step}: {stop.stopped}" + (f" ({stop.error})." if stop.error else "."))
   if is_main:
-    io_utils.write_json_atomic(os.path.join(workdir, "result.json"), result)
+    io_utils.write_json_atomic(os.path.join(workdir, run_files.RESULT_FILE), result)
   return result

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 import signal
 import subprocess
 import sys
 import time
 from typing import IO, Callable, Mapping, Optional, Protocol
 
-from lamb_lars.common import io_utils
+from lamb_lars.common import io_utils, run_files
+from lamb_lars.study.running.trial_checks import forced_cpu_devices
 
-LOG_FILE = "log.txt"
 _PR_SET_PDEATHSIG = 1
 
 
@@ -40,6 +39,10 @@ class Executor(Protocol):
   def check_workdir(self, workdir: str) -> None:
     """Raises ValueError (one sentence) when the trials cannot see ``workdir``."""
 
+  def exclusive(self, env: Mapping[str, str]) -> bool:
+    """Whether a trial with extra environment ``env`` must have the machine to itself (the runner then starts it
+    alone, once the trials before it have ended)."""
+
   def submit(self, run_id: str, run_dir: str, env: Mapping[str, str]) -> TrialHandle:
     """Starts the trial of ``run_dir``; ``env`` is added to the trial process's environment."""
 
@@ -56,6 +59,24 @@ def child_env(extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
 
 def trial_command(run_dir: str, python: str = sys.executable) -> list[str]:
   return [python, "-m", "lamb_lars.study.running.run_one", run_dir]
+
+
+def spawn_trial(run_dir: str, log: IO, env: Optional[Mapping[str, str]] = None, *, python: str = sys.executable,
+                cpus: Optional[set[int]] = None) -> subprocess.Popen:
+  """Starts the trial of ``run_dir`` (:func:`trial_command`) with ``env`` added to this process's environment, its
+  output going to ``log``. The child dies with the process that started it (``PR_SET_PDEATHSIG = SIGKILL``: a
+  ``kill -9`` of the driver, or of a Ray worker, leaves no orphan trainer writing into the study), pinned to
+  ``cpus`` when given. Both executors start trials here."""
+  def preexec() -> None:
+    try:
+      ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+      pass
+    if cpus:
+      os.sched_setaffinity(0, cpus)
+
+  return subprocess.Popen(trial_command(run_dir, python), stdout=log, stderr=subprocess.STDOUT,
+                          stdin=subprocess.DEVNULL, env=child_env(env), preexec_fn=preexec)
 
 
 class LocalHandle:
@@ -86,14 +107,14 @@ def _open_log(run_dir: str) -> tuple[IO, Callable[[], None]]:
   """The trial's log, open for appending, and what to do once the trial has ended. A child process writes its
   output to a local file; for a run dir on an object store that file is local (``io_utils.local_path``) and its
   text is appended to ``RUN_DIR/log.txt`` when the trial ends."""
-  path = io_utils.local_path(run_dir, LOG_FILE)
+  path = io_utils.local_path(run_dir, run_files.LOG_FILE)
   log = open(path, "a", encoding="utf-8")
   if not io_utils.is_remote(run_dir):
     return log, lambda: None
 
   def upload() -> None:
     with open(path, encoding="utf-8", errors="replace") as f:
-      io_utils.append_text(os.path.join(run_dir, LOG_FILE), f.read())
+      io_utils.append_text(os.path.join(run_dir, run_files.LOG_FILE), f.read())
     os.remove(path)
   return log, upload
 
@@ -126,8 +147,7 @@ class LocalExecutor:
     CPUs XLA's all-reduce rendezvous times out and aborts the process."""
     if not self._cpus or not hasattr(os, "sched_setaffinity"):  # e.g. macOS: no CPU pinning, trials run unpinned
       return None
-    m = re.search(r"--xla_force_host_platform_device_count=(\d+)", str(env.get("XLA_FLAGS", "")))
-    if m and int(m.group(1)) > self._cpus:
+    if (forced_cpu_devices(env) or 0) > self._cpus:
       return None
     return set(range(slot * self._cpus, (slot + 1) * self._cpus))
 
@@ -149,21 +169,10 @@ class LocalExecutor:
   def submit(self, run_id: str, run_dir: str, env: Mapping[str, str]) -> LocalHandle:
     slot = self._free.pop(0) if self._free else 0
     env = self.worker_env(env)
-    cpus = self.affinity(slot, {**os.environ, **env})
-
-    def preexec() -> None:
-      try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-      except (OSError, AttributeError):
-        pass
-      if cpus:
-        os.sched_setaffinity(0, cpus)
-
     log, upload = _open_log(run_dir)
     log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} start {run_id} (local slot {slot})\n")
     log.flush()
-    proc = subprocess.Popen(trial_command(run_dir, self._python), stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, env=child_env(env), preexec_fn=preexec)
+    proc = spawn_trial(run_dir, log, env, python=self._python, cpus=self.affinity(slot, {**os.environ, **env}))
     return LocalHandle(run_id, proc, log, lambda: (upload(), self._free.append(slot)))
 
   def close(self) -> None:

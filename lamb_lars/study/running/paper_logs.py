@@ -26,6 +26,7 @@ import sys
 import time
 from typing import Optional, Sequence
 
+from lamb_lars.common import run_files
 from lamb_lars.study import paper
 from lamb_lars.study.analysis import authors_logs
 
@@ -57,7 +58,7 @@ def run(workdir: str, configs: Sequence[str], seeds: Sequence[int],
     for lr in learning_rates:
       for seed in seeds:
         out = run_dir(workdir, name, seed, lr)
-        if os.path.exists(os.path.join(out, "result.json")):
+        if os.path.exists(os.path.join(out, run_files.RESULT_FILE)):
           continue
         os.makedirs(out, exist_ok=True)
         print(f"{time.strftime('%H:%M:%S')} {name} lr {lr or 'as logged'} seed {seed} → {out}", flush=True)
@@ -86,11 +87,11 @@ def collect(workdir: str) -> list[list]:
   for name in paper.AUTHORS:
     base = os.path.join(workdir, name)
     for entry in sorted(os.listdir(base)) if os.path.isdir(base) else ():
-      if entry.startswith("seed") and os.path.exists(os.path.join(base, entry, "result.json")):
-        rows.append(_run_row(name, "", int(entry[4:]), os.path.join(base, entry, "result.json")))
+      if entry.startswith("seed") and os.path.exists(os.path.join(base, entry, run_files.RESULT_FILE)):
+        rows.append(_run_row(name, "", int(entry[4:]), os.path.join(base, entry, run_files.RESULT_FILE)))
       elif entry.startswith("lr"):
         for seed_dir in sorted(os.listdir(os.path.join(base, entry))):
-          path = os.path.join(base, entry, seed_dir, "result.json")
+          path = os.path.join(base, entry, seed_dir, run_files.RESULT_FILE)
           if os.path.exists(path):
             rows.append(_run_row(name, entry[2:], int(seed_dir[4:]), path))
   return rows

@@ -26,7 +26,7 @@ from typing import Any, Optional
 import ml_collections
 
 from lamb_lars.common import io_utils
-from lamb_lars.study.running import provenance, runner, store
+from lamb_lars.study.running import provenance, sections, store
 from lamb_lars.study.analysis import report
 from lamb_lars.study.running import workdir as wd
 from lamb_lars.study.records import Target, Trial
@@ -162,13 +162,13 @@ def _cpu_model() -> str:
 
 def report_spec(study: ml_collections.ConfigDict, workdir: str, con) -> report.ReportSpec:
   """The report's settings from the study config's ``analysis`` section and the workdir's history."""
-  a = study.get("analysis") or ml_collections.ConfigDict()
+  a = sections.section(study, "analysis")
   base = study.base
   first, last, busy = _study_window(con, study.name)
   stamp = lambda t: time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else "—"
   settings = [f"- study `{study.name}`: model `{base.model}` on `{base.dataset}` "
-              f"({int(a.get('num_train', 0))} training examples, validation split {base.get('validation_split', 0)}),"
-              f" budget ρ = {a.get('baseline_epochs', base.num_epochs):g} epochs, eval every "
+              f"({int(a['num_train'])} training examples, validation split {base.get('validation_split', 0)}),"
+              f" budget ρ = {a['baseline_epochs']:g} epochs, eval every "
               f"{base.eval_every_epochs:g} epoch(s)",
               f"- search: {_key_values(_plain_dict(study.get('search')))}; runner: "
               f"{_key_values({k: v for k, v in _plain_dict(study.get('runner')).items() if k != 'env'})}",
@@ -179,15 +179,13 @@ def report_spec(study: ml_collections.ConfigDict, workdir: str, con) -> report.R
   if cmds:
     settings += ["- commands (latest last):", ""] + [f"      {c}" for c in cmds[-4:]] + [""]
   return report.ReportSpec(
-      title=str(a.get("title") or f"Study {study.name}"), notes=str(a.get("notes") or ""),
-      workload=str(a.get("paper") or ""),
-      target=Target(a.get("target_metric", "eval_accuracy"), float(a.get("target_goal", 0.99)),
-                    a.get("target_mode", "max")),
-      baseline_epochs=float(a.get("baseline_epochs", 0) or base.num_epochs), num_train=int(a.get("num_train", 0)),
-      num_classes=int(base.get("num_classes", 10)), techniques=tuple(a.get("techniques", ()) or ()),
-      target_technique=str(a.get("target_technique", "") or ""), table3_batch=int(a.get("table3_batch", 0) or 0),
-      settings=tuple(settings), targets=tuple(float(g) for g in a.get("targets", ()) or ()),
-      edge_fraction=float({**runner.SEARCH_DEFAULTS, **_plain_dict(study.get("search"))}["edge_fraction"]))
+      title=str(a["title"] or f"Study {study.name}"), notes=str(a["notes"]), workload=str(a["paper"]),
+      target=Target(a["target_metric"], float(a["target_goal"]), a["target_mode"]),
+      baseline_epochs=float(a["baseline_epochs"]) or float(base.num_epochs), num_train=int(a["num_train"]),
+      num_classes=int(base.num_classes), techniques=tuple(a["techniques"]),
+      target_technique=str(a["target_technique"]), table3_batch=int(a["table3_batch"]),
+      settings=tuple(settings), targets=tuple(float(g) for g in a["targets"]),
+      edge_fraction=float(sections.section(study, "search")["edge_fraction"]))
 
 
 def publish(workdir: str, out_dir: Optional[str] = None, command: Optional[str] = None) -> str:

@@ -31,29 +31,19 @@ Ray is an optional extra (``pip install -e .[ray]``); this module imports it onl
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from typing import Any, Mapping, Optional
 
+from lamb_lars.common.run_files import ERROR_FILE, LOG_FILE
+from lamb_lars.study.running import sections
+from lamb_lars.study.running.executor import spawn_trial
 from lamb_lars.study.running.ray_cluster import connect, first_line, normalize_resources, slots_for, task_options
 
-RAY_VERSION = "2.60.0"  # the version the tests ran with (setup.py's [ray] extra pins it)
-LOG_FILE = "log.txt"
-ERROR_FILE = "error.txt"
-_PR_SET_PDEATHSIG = 1
 _PROBE_DIR = ".ray_probe"
-
-
-def _die_with_parent() -> None:
-  try:
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-  except (OSError, AttributeError):
-    pass
 
 
 def _killed_line(run_id: str, why: str) -> str:
@@ -66,15 +56,11 @@ def _run_trial(run_id: str, run_dir: str, env: Mapping[str, str]) -> int:
   import ray  # noqa: PLC0415
   ctx = ray.get_runtime_context()
   node = ctx.get_node_id()
-  child_env = dict(os.environ)
-  child_env.update({str(k): str(v) for k, v in env.items()})
   with open(os.path.join(run_dir, LOG_FILE), "a", encoding="utf-8") as log:
     log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} start {run_id} (ray node {node[:12]} "
               f"{ray.util.get_node_ip_address()}, task {ctx.get_task_id()[:16]}, pid {os.getpid()})\n")
     log.flush()
-    proc = subprocess.Popen([sys.executable, "-m", "lamb_lars.study.running.run_one", run_dir], stdout=log,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env,
-                            preexec_fn=_die_with_parent)
+    proc = spawn_trial(run_dir, log, env)
     try:
       while True:
         try:
@@ -109,8 +95,7 @@ def _probe(path: str, token: str) -> str:
 
 def make_executor(study, address: Optional[str] = "auto") -> "RayExecutor":
   """The executor of ``study.runner`` (``resources``, ``max_retries``) on the cluster at ``address``."""
-  from lamb_lars.study.running import runner# noqa: PLC0415
-  cfg = runner.settings(study, "runner", runner.RUNNER_DEFAULTS)
+  cfg = sections.section(study, "runner")
   return RayExecutor(cfg["resources"], address=address, max_retries=int(cfg["max_retries"]))
 
 
@@ -215,6 +200,10 @@ class RayExecutor:
       for name in os.listdir(probe_dir):
         if token in name:
           os.remove(os.path.join(probe_dir, name))
+
+  def exclusive(self, env: Mapping[str, str]) -> bool:
+    """Never: Ray places each trial on a node that holds its ``resources``, beside the trials it has room for."""
+    return False
 
   def submit(self, run_id: str, run_dir: str, env: Optional[Mapping[str, str]] = None) -> RayTrialHandle:
     run_dir = run_dir if "://" in run_dir else os.path.abspath(run_dir)

@@ -3,8 +3,10 @@
 Reads ``RUN_DIR/trial_config.json`` (written by the runner), holds an exclusive ``flock`` on ``RUN_DIR/.lock`` while
 it trains (so two processes never train the same run, even if a killed runner left one behind), and calls
 ``train_and_evaluate(config, RUN_DIR)``, which resumes from ``RUN_DIR/checkpoints`` and writes ``metrics.jsonl``
-and ``result.json`` (status done / diverged). Any exception is written to ``RUN_DIR/error.txt`` (the last line is
-``Type: message``) and the exit code is 1; the runner then records the run as ``failed`` with that text.
+and ``result.json`` (status done / diverged). Any exception is written to ``RUN_DIR/error.txt`` and the exit code is
+1; the runner then records the run as ``failed`` with that text. A config or data mistake (``ConfigError``,
+``DatasetNotFoundError``, or the run dir locked by another trial) is its one sentence, ``Type: message``; anything else is a bug and keeps its traceback
+(ending with ``Type: message``), in ``error.txt`` and in the run's log.
 """
 from __future__ import annotations
 
@@ -17,13 +19,9 @@ from typing import Optional
 
 import ml_collections
 
-from lamb_lars.common import workdir_lock
-from lamb_lars.common import io_utils
+from lamb_lars.common import io_utils, run_files, workdir_lock
 from lamb_lars.common.io_utils import write_text_atomic
 
-from lamb_lars.study.running.workdir import TRIAL_CONFIG_FILE as CONFIG_FILE
-from lamb_lars.study.running.workdir import TRIAL_HPARAMS_FILE as HPARAMS_FILE
-ERROR_FILE = "error.txt"
 LOCK_FILE = workdir_lock.TRAIN_LOCK
 CACHE_ENV = "LAMB_LARS_COMPILATION_CACHE"  # set by the runner (``runner.compilation_cache``)
 CACHE_DIR = "jax_cache"
@@ -45,12 +43,12 @@ def enable_compilation_cache() -> Optional[str]:
 
 def load_trial_config(run_dir: str) -> ml_collections.ConfigDict:
   """The trial's training config as written by the runner (JSON; tuples come back as lists)."""
-  return ml_collections.ConfigDict(json.loads(io_utils.read_text(os.path.join(run_dir, CONFIG_FILE))))
+  return ml_collections.ConfigDict(json.loads(io_utils.read_text(os.path.join(run_dir, run_files.TRIAL_CONFIG_FILE))))
 
 
 def load_trial_hparams(run_dir: str) -> Optional[dict]:
   """The trial's HParams (the keys its study varies), written by the runner; None if absent."""
-  return io_utils.read_json(os.path.join(run_dir, HPARAMS_FILE))
+  return io_utils.read_json(os.path.join(run_dir, run_files.HPARAMS_FILE))
 
 
 def acquire_lock(run_dir: str, timeout_s: float = 60.0) -> str:
@@ -59,14 +57,22 @@ def acquire_lock(run_dir: str, timeout_s: float = 60.0) -> str:
   return workdir_lock.acquire(run_dir, LOCK_FILE, what="another trial process", timeout_s=timeout_s)
 
 
-def write_error(run_dir: str, exc: BaseException) -> None:
-  """The traceback, ending with ``Type: message``; config and data errors (ValueError, FileNotFoundError) get
-  the message alone, as ``train.py`` prints them."""
-  if isinstance(exc, (ValueError, FileNotFoundError)):
+def is_mistake(exc: BaseException) -> bool:
+  """Whether ``exc`` is a config or data mistake (one sentence, as ``train.py`` prints it) rather than a bug."""
+  from lamb_lars.input_pipeline import DatasetNotFoundError  # noqa: PLC0415
+  from lamb_lars.train.run_plan import ConfigError  # noqa: PLC0415
+  return isinstance(exc, (ConfigError, DatasetNotFoundError, workdir_lock.WorkdirLocked))
+
+
+def write_error(run_dir: str, exc: BaseException) -> str:
+  """Writes ``error.txt`` and returns its text: for a mistake (:func:`is_mistake`) the message alone, for
+  anything else the traceback, ending with ``Type: message``."""
+  if is_mistake(exc):
     text = f"{type(exc).__name__}: {exc}\n"
   else:
     text = "".join(traceback.format_exception(exc))
-  write_text_atomic(os.path.join(run_dir, ERROR_FILE), text)
+  write_text_atomic(os.path.join(run_dir, run_files.ERROR_FILE), text)
+  return text
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -89,8 +95,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"{result['status']}: step {result['step']}/{result.get('total_steps')}", flush=True)
     return 0
   except Exception as e:  # noqa: BLE001  (every crash becomes a recorded 'failed' run)
-    write_error(run_dir, e)
-    traceback.print_exc()
+    print(write_error(run_dir, e), end="", flush=True)  # into the run's log
     return 1
   finally:
     workdir_lock.release(lock)

@@ -162,15 +162,6 @@ class CellSearch:
     return step > self._last_step.get(run_id, -1) and run_id not in self._finished
 
 
-def rung_epochs(min_epochs: int, reduction_factor: int, budget: float) -> list[int]:
-  """The epochs at which ASHA decides: r, r·η, r·η², … below the budget."""
-  out, e = [], int(min_epochs)
-  while e < budget:
-    out.append(e)
-    e *= int(reduction_factor)
-  return out
-
-
 def report_value(row: Mapping[str, Any], metric: str) -> Optional[float]:
   """The search metric of an eval row; falls back from validation to test accuracy when there is no split."""
   v = row.get(metric)

@@ -60,12 +60,41 @@ def running_lines(con, study: Optional[str], now: Optional[float] = None) -> lis
   return out
 
 
+def progress_line(con, run_id: str, status: str, index: int, total: int, seconds: float) -> str:
+  """``[k/N] status run_id  test 98.12%  epoch 12.0  41.2 s`` (or the reason it stopped): the runner's line for a
+  trial that ended."""
+  rec = store.runs(con, run_id=run_id)[0]
+  final = rec.get("final") or {}
+  ev = store.evals(con, run_id)
+  last = ev[-1] if ev else {}
+  parts = [f"[{index}/{total}] {status:<8} {run_id}"]
+  acc = final.get("eval_accuracy", last.get("eval_accuracy"))
+  if acc is not None:
+    parts.append(f"test {100 * acc:.2f}%")
+  if last.get("epoch") is not None:
+    parts.append(f"epoch {last['epoch']:.1f}")
+  parts.append(f"{seconds:.1f} s")
+  if status != "done" and rec.get("error"):
+    parts.append("| " + rec["error"].strip().splitlines()[-1][:160])
+  return "  ".join(parts)
+
+
+def failures(con, study_name: str) -> list[tuple[str, str]]:
+  """(run_id, the failure's first line) of every failed trial; for a traceback, its last line (``Type: message``)."""
+  out = []
+  for r in store.runs(con, study=study_name, status="failed"):
+    lines = [ln.strip() for ln in (r.get("error") or "").strip().splitlines() if ln.strip()]
+    line = (lines[-1] if lines and lines[0].startswith("Traceback") else lines[0]) if lines else "(no error text)"
+    out.append((r["run_id"], line[:200]))
+  return out
+
+
 def report(workdir: str) -> str:
   """The status line and the running trials of the study in ``workdir``."""
-  from lamb_lars.study.running import runner
+  from lamb_lars.study.running import sections
   from lamb_lars.study.running import workdir as wd
   study = wd.load_study_config(workdir)
-  workers = int(runner.settings(study, "runner", runner.RUNNER_DEFAULTS)["num_workers"])
+  workers = int(sections.section(study, "runner")["num_workers"])
   con = wd.open_store(workdir)  # for an object-store workdir, its local copy (downloaded where missing)
   try:
     return "\n".join([status_line(con, study.name, workers)] + running_lines(con, study.name))

@@ -26,14 +26,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import sqlite3
 import time
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
-from lamb_lars.common.io_utils import read_json, read_jsonl
-from lamb_lars.study.records import FINISHED, STATUSES, Trial  # noqa: F401  (FINISHED: re-exported)
+from lamb_lars.study.records import STATUSES, Trial
 
 _ROW_KEYS = ("step", "epoch", "examples", "wall_time")
 
@@ -93,19 +91,20 @@ def _transaction(con: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
   con.execute("COMMIT")
 
 
-def _dumps(obj: Any) -> str:
-  """JSON with sorted keys; NaN/inf are kept (Python's json writes and reads them), other objects via str()."""
-  return json.dumps(_plain(obj), sort_keys=True, default=str)
+def dumps(obj: Any) -> str:
+  """The store's JSON: sorted keys; NaN/inf are kept (Python's json writes and reads them), other objects via str()."""
+  return json.dumps(plain(obj), sort_keys=True, default=str)
 
 
-def _plain(obj: Any) -> Any:
-  """ml_collections ConfigDict / numpy or jax values → plain Python for JSON."""
+def plain(obj: Any) -> Any:
+  """ml_collections ConfigDict / numpy or jax values → plain Python, as the store keeps them (configs are compared
+  in this form)."""
   if hasattr(obj, "to_dict"):
     obj = obj.to_dict()
   if isinstance(obj, Mapping):
-    return {str(k): _plain(v) for k, v in obj.items()}
+    return {str(k): plain(v) for k, v in obj.items()}
   if isinstance(obj, (list, tuple)):
-    return [_plain(v) for v in obj]
+    return [plain(v) for v in obj]
   if hasattr(obj, "tolist") and not isinstance(obj, (str, bytes)):
     return obj.tolist()  # numpy / jax scalars and arrays
   return obj
@@ -131,11 +130,11 @@ def upsert_run(con: sqlite3.Connection, run_id: str, *, study: str = "", config:
         "batch_size=excluded.batch_size, optimizer=excluded.optimizer, variant=excluded.variant, "
         "role=excluded.role, technique=excluded.technique, cell=excluded.cell, "
         "budget_epochs=excluded.budget_epochs, status=COALESCE(?, runs.status)",
-        (run_id, study, _dumps(config or {}), _dumps(params or {}),
+        (run_id, study, dumps(config or {}), dumps(params or {}),
          None if batch_size is None else int(batch_size), optimizer, variant, role, technique, cell,
          None if budget_epochs is None else float(budget_epochs), status or "pending", status))
     con.execute("UPDATE runs SET seed=?, phase=?, replicate_of=?, space_json=? WHERE run_id=?",
-                (None if seed is None else int(seed), phase, replicate_of, _dumps(space or {}), run_id))
+                (None if seed is None else int(seed), phase, replicate_of, dumps(space or {}), run_id))
 
 
 def set_status(con: sqlite3.Connection, run_id: str, status: str, *, error: Optional[str] = None,
@@ -162,7 +161,7 @@ def set_status(con: sqlite3.Connection, run_id: str, status: str, *, error: Opti
     if steps is not None:
       con.execute("UPDATE runs SET steps=? WHERE run_id=?", (int(steps), run_id))
     if final is not None:
-      con.execute("UPDATE runs SET final_json=? WHERE run_id=?", (_dumps(final), run_id))
+      con.execute("UPDATE runs SET final_json=? WHERE run_id=?", (dumps(final), run_id))
 
 
 def add_evals(con: sqlite3.Connection, run_id: str, rows: Iterable[Mapping[str, Any]]) -> int:
@@ -170,9 +169,11 @@ def add_evals(con: sqlite3.Connection, run_id: str, rows: Iterable[Mapping[str, 
   records = []
   for row in rows:
     try:
-      metrics = {k: _number(v) for k, v in _plain(row).items() if k not in _ROW_KEYS}
-      records.append((run_id, int(row["step"]), _num(row.get("epoch")), _int(row.get("examples")),
-                      _num(row.get("wall_time")), _dumps(metrics)))
+      metrics = {k: _number(v) for k, v in plain(row).items() if k not in _ROW_KEYS}
+      epoch, examples, wall = (row.get(k) for k in ("epoch", "examples", "wall_time"))
+      records.append((run_id, int(row["step"]), None if epoch is None else float(epoch),
+                      None if examples is None else int(examples), None if wall is None else float(wall),
+                      dumps(metrics)))
     except (AttributeError, KeyError, TypeError, ValueError) as e:
       raise ValueError(f"run {run_id}: an eval row of its metrics.jsonl is malformed ({type(e).__name__}: {e}; row "
                        f"{str(row)[:120]}); fix or remove that line in runs/{run_id}/metrics.jsonl.") from None
@@ -194,14 +195,6 @@ def _number(v: Any) -> Any:
   return float(v) if isinstance(v, str) and v.lower() in ("nan", "inf", "-inf", "infinity", "-infinity") else v
 
 
-def _num(x: Any) -> Optional[float]:
-  return None if x is None else float(x)
-
-
-def _int(x: Any) -> Optional[int]:
-  return None if x is None else int(x)
-
-
 def _run_dict(r: sqlite3.Row) -> dict:
   d = dict(r)
   d["config"] = _loads(d.pop("config_json")) or {}
@@ -214,13 +207,8 @@ def _run_dict(r: sqlite3.Row) -> dict:
 def runs(con: sqlite3.Connection, *, study: Optional[str] = None,
          status: Union[None, str, Sequence[str]] = None, run_id: Optional[str] = None) -> list[dict]:
   """Run records (config/params/final decoded), ordered by batch size then run_id; filters are ANDed."""
-  where, args = [], []
-  if study is not None:
-    where.append("study=?")
-    args.append(study)
-  if run_id is not None:
-    where.append("run_id=?")
-    args.append(run_id)
+  given = {k: v for k, v in (("study", study), ("run_id", run_id)) if v is not None}
+  where, args = [f"{k}=?" for k in given], list(given.values())
   if status is not None:
     statuses = (status,) if isinstance(status, str) else tuple(status)
     where.append(f"status IN ({','.join('?' * len(statuses))})")
@@ -297,7 +285,7 @@ def log_plan(con: sqlite3.Connection, kind: str, cell: str, key: str, detail: Ma
   """Records one follow-up of a cell's search (``kind`` 'extend' | 'promote' | 'replicate') once; True when new."""
   with _transaction(con):
     cur = con.execute("INSERT OR IGNORE INTO plan(kind, cell, key, detail_json) VALUES (?, ?, ?, ?)",
-                      (kind, cell, str(key), _dumps(detail)))
+                      (kind, cell, str(key), dumps(detail)))
     return cur.rowcount > 0
 
 
@@ -310,36 +298,3 @@ def plan(con: sqlite3.Connection) -> list[dict]:
 def decisions(con: sqlite3.Connection) -> list[dict]:
   """The search log in the order it was written."""
   return [dict(r) for r in con.execute("SELECT cell, run_id, step, value, prune FROM decisions ORDER BY seq")]
-
-
-def ingest_run_dir(con: sqlite3.Connection, run_id: str, workdir: Union[str, os.PathLike]) -> Optional[str]:
-  """Reads a run's ``metrics.jsonl`` and ``result.json`` (trainer contract) into the store; idempotent.
-
-  ``result.json`` = ``{"status": "done"|"diverged"|"failed", "step": int, "final": {...}, "error": str?}``.
-  Without a ``result.json`` the run's status is left as it is (an interrupted run stays resumable). Returns
-  the status written, or None when there was no result. The run must have been registered with ``upsert_run``
-  (a run id never seen before is registered with an empty description).
-  """
-  workdir = os.fspath(workdir)
-  if not runs(con, run_id=run_id):
-    upsert_run(con, run_id)
-  rows = [r for r in read_jsonl(os.path.join(workdir, "metrics.jsonl")) if "step" in r]
-  if rows:
-    add_evals(con, run_id, rows)
-  result_path = os.path.join(workdir, "result.json")
-  try:
-    result = read_json(result_path)
-  except (ValueError, UnicodeDecodeError):
-    raise ValueError(f"{result_path} is damaged (not valid JSON); move it away and re-run to resume that trial "
-                     f"from its checkpoints.") from None
-  if result is None:
-    return None
-  if not isinstance(result, dict):
-    raise ValueError(f"{result_path} does not hold a result object; move it away and re-run to resume that trial.")
-  final = result.get("final") or {}
-  wall = final.get("wall_time")
-  status = result.get("status", "done")
-  set_status(con, run_id, status, error=result.get("error"), steps=result.get("step", final.get("step")),
-             final=final, wall_time=None if wall is None or not math.isfinite(wall) else float(wall),
-             stopped=result.get("stopped"))
-  return status

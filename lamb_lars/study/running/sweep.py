@@ -43,9 +43,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 import ml_collections
 
-from lamb_lars.optim import optimizer_config
-from lamb_lars.train import run_plan
 from lamb_lars.study.running import search as search_lib
+from lamb_lars.study.running import sections, trial_checks
 from lamb_lars.study.records import ROLES, normalise_variant
 
 _SWEEP_KEYS = ("name", "role", "technique", "variant", "fixed", "grid", "search", "num_trials", "seed",
@@ -92,6 +91,11 @@ class TrialSpec:
     return {**self.overrides, "learning_rate": float(self.config.optimizer.learning_rate),
             "warmup_epochs": float(sched.get("warmup_epochs", 0.0) or 0.0),
             "lr_scaling": str(self.config.optimizer.lr_scaling)}
+
+  def hparams(self) -> dict[str, Any]:
+    """What TensorBoard's HParams dashboard shows for the trial: the keys its study varies (:meth:`params`) with
+    its batch size and optimizer."""
+    return {"batch_size": self.batch_size, "optimizer.name": self.optimizer, **self.params()}
 
 
 def apply_overrides(base: ml_collections.ConfigDict, overrides: Mapping[str, Any]) -> ml_collections.ConfigDict:
@@ -237,12 +241,12 @@ def _cell_trials(study, sweep: Mapping[str, Any], grid_point: Mapping[str, Any],
 
 
 def _fixed(study, sweep: Mapping[str, Any]) -> dict[str, Any]:
-  analysis = study.get("analysis") or {}
+  """The sub-sweep's fixed keys; a steps-to-target sub-sweep's trials also stop at the analysis target."""
   fixed = dict(sweep.get("fixed") or {})
   if sweep.get("stop_at_target"):
-    fixed.update({"stop.target_metric": analysis.get("target_metric", "eval_accuracy"),
-                  "stop.target_goal": float(analysis.get("target_goal", 0.99)),
-                  "stop.target_mode": analysis.get("target_mode", "max")})
+    analysis = sections.section(study, "analysis")
+    fixed.update({"stop.target_metric": analysis["target_metric"], "stop.target_goal": float(analysis["target_goal"]),
+                  "stop.target_mode": analysis["target_mode"]})
   return fixed
 
 
@@ -265,45 +269,23 @@ def extension_trials(study: ml_collections.ConfigDict, cell: str, round_: int,
   raise ValueError(f"no searched cell {cell!r} in this study.")
 
 
-def _num_devices(study: ml_collections.ConfigDict, t: TrialSpec) -> int:
-  """The devices a trial will see: ``num_devices`` if set, else its forced CPU device count, else 1."""
-  if int(t.config.get("num_devices", 0) or 0) > 0:
-    return int(t.config.num_devices)
-  runner_env = dict(((study.get("runner") or {}).get("env") or {}))
-  flags = str({**runner_env, **t.env}.get("XLA_FLAGS", ""))
-  m = re.search(r"--xla_force_host_platform_device_count=(\d+)", flags)
-  return int(m.group(1)) if m else 1
-
-
 def _check_study(study: ml_collections.ConfigDict, trials: Sequence[TrialSpec]) -> None:
-  """Checks across trials: one baseline, batches that divide, and a technique set the sweeps can match."""
+  """Checks across trials (one baseline, a technique set the sweeps can match, batches within the training set),
+  then every trial through the trainer's validator (trial_checks.py)."""
   baselines = [t for t in trials if t.role == "baseline"]
   if len(baselines) > 1:
     raise ValueError(f"a study has at most one baseline trial (role 'baseline'); these sweeps give {len(baselines)}.")
   if any(t.role == "linear" for t in trials) and baselines and \
       str(baselines[0].config.optimizer.lr_scaling) != "linear":
     raise ValueError("linear-scaling sweeps need the baseline recipe to set optimizer.lr_scaling='linear'.")
-  analysis = study.get("analysis") or {}
-  techniques = tuple(analysis.get("techniques", ()) or ())
+  analysis = sections.section(study, "analysis")
   tagged = {t.technique for t in trials if t.technique}
-  missing = [name for name in techniques if name not in tagged]
+  missing = [name for name in analysis["techniques"] if name not in tagged]
   if missing:
     raise ValueError(f"analysis.techniques names {missing}, which no sub-sweep tests (techniques tagged in the "
                      f"sweeps: {sorted(tagged) or 'none'}).")
+  n = int(analysis["num_train"])  # training examples after the validation hold-out (B_F)
   for t in trials:
-    cfg = t.config
-    try:
-      optimizer_config.validate_config(cfg.optimizer)
-    except ValueError as e:
-      raise ValueError(f"trial {t.run_id}: {e}") from None
-    n = int(analysis.get("num_train", 0) or 0)  # training examples after the validation hold-out (B_F)
-    d = _num_devices(study, t)
-    try:
-      k = run_plan.num_microbatches(cfg, d)
-    except ValueError as e:
-      raise ValueError(f"trial {t.run_id}: {e}") from None
-    if t.batch_size % (d * k):
-      raise ValueError(f"trial {t.run_id}: batch {t.batch_size} does not divide over {d} device(s) × {k} "
-                       f"micro-batch(es).")
     if n > 0 and t.batch_size > n:
       raise ValueError(f"trial {t.run_id}: batch {t.batch_size} exceeds the {n} training examples.")
+  trial_checks.validate_trials(trials, sections.section(study, "runner")["env"])

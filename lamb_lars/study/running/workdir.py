@@ -5,7 +5,7 @@
                         (io_utils.local_path) and uploads it here after every trial and at exit
   study_config.json     the study config, so ``report`` needs only the workdir
   commands.txt          every command that ran the study, time-stamped
-  runs/<run_id>/        one trial: trial_config.json, checkpoints/, metrics.jsonl, result.json, log.txt, error.txt
+  runs/<run_id>/        one trial's run dir (lamb_lars/common/run_files.py)
 """
 from __future__ import annotations
 
@@ -19,15 +19,13 @@ from typing import Optional
 
 import ml_collections
 
-from lamb_lars.common import io_utils
+from lamb_lars.common import io_utils, run_files
 from lamb_lars.common.io_utils import write_text_atomic
 from lamb_lars.study.running import store
 
 STORE_FILE = "study.sqlite"
 STUDY_CONFIG_FILE = "study_config.json"
 COMMANDS_FILE = "commands.txt"
-TRIAL_CONFIG_FILE = "trial_config.json"
-TRIAL_HPARAMS_FILE = "hparams.json"  # the keys the study varies, for TensorBoard's HParams dashboard
 
 
 def store_path(workdir: str) -> str:
@@ -85,11 +83,11 @@ def commands(workdir: str) -> list[str]:
 
 def failure_text(rdir: str, code: Optional[int]) -> str:
   """Why a trial ended without a result: its error.txt, else the exit code or signal and the end of its log."""
-  error = io_utils.read_text(os.path.join(rdir, "error.txt"))
+  error = io_utils.read_text(os.path.join(rdir, run_files.ERROR_FILE))
   if error is not None:
     return error.strip()
   reason = (f"killed by signal {-code} ({signal.Signals(-code).name})" if code is not None and code < 0
             else f"exit code {code}")
-  log = io_utils.read_text(os.path.join(rdir, "log.txt"), default="", errors="replace")
+  log = io_utils.read_text(os.path.join(rdir, run_files.LOG_FILE), default="", errors="replace")
   tail = "".join(log.splitlines(keepends=True)[-20:])
   return f"trainer process {reason} without a result\n{tail}".strip()
