@@ -55,3 +55,14 @@ def test_pinning_without_sched_setaffinity_runs_unpinned(fake_python, tmp_path, 
   monkeypatch.delattr(os, "sched_setaffinity", raising=False)
   assert ex.affinity(0, {}) is None
   assert _run(ex, tmp_path / "mac")["env"]  # the trial started
+
+
+def test_both_executors_start_trials_through_one_helper():
+  """The trial command and the die-with-parent spawn live in executor.spawn_trial; Ray's task body calls it, and
+  ``exclusive`` is part of the Executor protocol (the runner asks every executor)."""
+  import inspect
+  from lamb_lars.study.running import executor, ray_executor
+  source = inspect.getsource(ray_executor)
+  assert "spawn_trial(" in source and "Popen(" not in source and '"-m"' not in source
+  assert "exclusive" in executor.Executor.__dict__
+  assert not LocalExecutor(slots=1).exclusive({})

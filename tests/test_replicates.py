@@ -113,8 +113,8 @@ def test_report_scaling_section_fits_seeds_at_the_headline_target():
     for s in (1, 2):
       trials.append(run(f"b{b}s{s}", b, 100.0 * (1 + 1000.0 / b), 1000.0, s))
   trials.append(run("b4096miss", 4096, None, 120.0, 3))
-  text = "\n".join(report_replicates.scaling_section(trials, Target("eval_accuracy", 0.985, "max"), (0.98, 0.99), "tuned",
-                                                     bootstrap_num=20))
+  target = Target("eval_accuracy", 0.985, "max")
+  text = "\n".join(report_replicates.scaling_section(trials, target, (0.98, 0.99), "tuned", bootstrap_num=20))
   assert "Headline target (the highest that every baseline seed reaches within half its budget): 98.50%" in text
   row = next(ln for ln in text.splitlines() if ln.startswith("| 98.50% (headline)"))
   assert row.split(" | ")[1] == "1000" and ">120" in row

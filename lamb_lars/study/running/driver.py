@@ -87,7 +87,8 @@ class Driver:
   def start(self, spec: TrialSpec, exclusive: bool = False) -> None:
     rdir = wd.run_dir(self.workdir, spec.run_id)
     io_utils.makedirs(rdir)
-    io_utils.write_text_atomic(os.path.join(rdir, run_files.TRIAL_CONFIG_FILE), spec.config.to_json_best_effort(indent=1))
+    config_json = spec.config.to_json_best_effort(indent=1)
+    io_utils.write_text_atomic(os.path.join(rdir, run_files.TRIAL_CONFIG_FILE), config_json)
     io_utils.write_text_atomic(os.path.join(rdir, run_files.HPARAMS_FILE), store.dumps(spec.hparams()))
     io_utils.remove(os.path.join(rdir, run_files.ERROR_FILE))  # from an earlier failed attempt
     store.set_status(self.con, spec.run_id, "running")

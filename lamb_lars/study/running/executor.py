@@ -3,8 +3,9 @@ search, pruning) runs trials as local processes or on a cluster (``ray_executor.
 
 Contract of a trial: ``python -m lamb_lars.study.running.run_one RUN_DIR`` reads ``RUN_DIR/trial_config.json``, resumes
 from ``RUN_DIR/checkpoints``, appends eval rows to ``RUN_DIR/metrics.jsonl``, writes ``RUN_DIR/result.json`` when it
-ends (``error.txt`` on a crash), and its output goes to ``RUN_DIR/log.txt``. The driver reads ``metrics.jsonl``
-while the trial runs and kills the trials its search prunes.
+ends (``error.txt`` on a crash), and its output goes to ``RUN_DIR/log.txt`` (the names: lamb_lars/common/run_files.py).
+The driver reads ``metrics.jsonl`` while the trial runs and kills the trials its search prunes. Both executors
+start a trial with :func:`spawn_trial`.
 """
 from __future__ import annotations
 

@@ -180,8 +180,14 @@ def verify(out_dir: str) -> list[str]:
   if counts != m.get("trials"):
     problems.append(f"runs.csv has {counts['total']} trials {counts['by_status']}, the manifest says "
                     f"{m.get('trials')}.")
+  old = sections(io_utils.read_text(os.path.join(out_dir, "README.md")))
+  return problems + _compare(old, _recomputed(out_dir, m), m.get("not_recomputed") or {})
+
+
+def _recomputed(out_dir: str, m: dict) -> dict[str, str]:
+  """The README's sections as the report computes them now from the folder's CSVs and the manifest's spec."""
   from lamb_lars.study.analysis import plots
-  from lamb_lars.study.running import publish# running layer: loads the CSVs
+  from lamb_lars.study.running import publish  # running layer: loads the CSVs
   save = plots._save
   plots._save = lambda fig, out_dir, name: name   # the text is compared; the figures are not re-rendered
   try:
@@ -193,11 +199,14 @@ def verify(out_dir: str) -> list[str]:
           os.symlink(os.path.abspath(os.path.join(out_dir, name)), os.path.join(tmp, name))
       regenerated = report.write_report(publish.load_csvs(tmp), tmp, spec_from_json(m["report_spec"]))
       with open(regenerated, encoding="utf-8") as f:
-        new = sections(f.read())
+        return sections(f.read())
   finally:
     plots._save = save
-  old = sections(io_utils.read_text(os.path.join(out_dir, "README.md")))
-  skipped = m.get("not_recomputed") or {}
+
+
+def _compare(old: dict[str, str], new: dict[str, str], skipped: Mapping) -> list[str]:
+  """One sentence per README section that differs from its recomputed version (``skipped``: not recomputed)."""
+  problems = []
   for head in list(old) + [h for h in new if h not in old]:
     if head in skipped:
       continue
