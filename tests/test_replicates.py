@@ -61,14 +61,6 @@ def test_agreement_with_the_paper_compares_the_interval_with_the_tolerance_band(
   assert R.agreement(R.summarise([0.992]), 0.992, 0.003) == "inconclusive"
 
 
-def test_threshold_rule_is_pass_fail_or_borderline():
-  assert R.versus_threshold(_s(0.987, 0.990), 0.986) == "pass"
-  assert R.versus_threshold(_s(0.980, 0.985), 0.986) == "fail"
-  assert R.versus_threshold(_s(0.984, 0.988), 0.986) == "borderline"
-  assert R.versus_threshold(_s(0.10, 0.12), 0.13, mode="min") == "pass"    # a loss that must stay below
-  assert R.versus_threshold(_s(0.14, 0.15), 0.13, mode="min") == "fail"
-
-
 def _run(rid, accs, *, b=256, status="done", seed=0, budget=None, per_epoch=10):
   return Trial(rid, b, status=status, seed=seed, budget_epochs=budget if budget is not None else len(accs),
                curve=[{"step": (i + 1) * per_epoch, "epoch": float(i + 1), "eval_accuracy": a}

@@ -148,3 +148,23 @@ def test_sections_without_data_are_left_out_and_named(tmp_path):
   assert "Best run = the feasible trial that reached the goal in the fewest steps" in sections["Steps to target"]
   assert "test accuracy ≥ 99.0%" in sections["Steps to target"]
   assert "InverseLawFit(" not in text and "{'" not in text and "e+0" not in text
+
+
+def test_regimes_verdicts_read_the_replicates(tmp_path):
+  """Def. 2.1 at a batch reads the chosen run and its replicates: one run at 98.60% is within the single-run
+  tolerance (±0.2 pp) of 99.5%·A = 98.505% (borderline); with two replicate seeds at 98.62% and 98.58% the 95% t
+  interval of the three, 98.60 ± 4.303·0.02/√3 = [98.550, 98.650], is wholly above it: pass."""
+  from lamb_lars.study.records import Trial
+  rows = lambda acc: [{"step": 10, "epoch": 30.0, "eval_accuracy": acc, "validation_loss": 0.02}]
+  lin = lambda rid, acc, **kw: Trial(rid, 1024, "momentum", role="linear", params={"lr_scaling": "linear"},
+                                     curve=rows(acc), **kw)
+  base = Trial("base", 256, "momentum", role="baseline", curve=rows(0.99))
+  spec = report.ReportSpec(baseline_epochs=30.0, num_train=N)
+  alone = open(report.write_report([base, lin("lin-1024", 0.986)], str(tmp_path / "a"), spec)).read()
+  assert "| 1024 | linear scaling works | `lin-1024` done 98.60% | borderline |" in alone
+  reps = [lin(f"rep{s}", acc, seed=s, phase="replicate", replicate_of="lin-1024")
+          for s, acc in ((1, 0.9862), (2, 0.9858))]
+  both = open(report.write_report([base, lin("lin-1024", 0.986)] + reps, str(tmp_path / "b"), spec)).read()
+  row = both.split("| 1024 | linear scaling works |", 1)[1].split("\n", 1)[0]
+  assert row.endswith("| pass | — | — |") and "`rep1` done 98.62%" in row and "`rep2` done 98.58%" in row
+  assert "3 seeds" in both

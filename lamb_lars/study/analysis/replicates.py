@@ -108,15 +108,6 @@ def agreement(s: Summary, paper: float, tolerance: float) -> str:
   return "inconclusive"
 
 
-def versus_threshold(s: Summary, threshold: float, mode: str = "max") -> str:
-  """'pass' | 'fail' | 'borderline' of the interval against ``threshold`` (≥ for mode 'max', ≤ for 'min')."""
-  if s.lo is None:
-    return "borderline"
-  lo, hi = (s.lo, s.hi) if mode == "max" else (-s.hi, -s.lo)
-  th = threshold if mode == "max" else -threshold
-  return "pass" if lo >= th else "fail" if hi < th else "borderline"
-
-
 def replicates_of(trials: Sequence[Trial], chosen: str) -> list[Trial]:
   """The replicate trials of the chosen trial ``chosen`` (``replicate_of``), by seed."""
   return sorted((t for t in trials if t.replicate_of == chosen), key=lambda t: (t.seed or 0, t.run_id))

@@ -95,7 +95,14 @@ def _baseline_section(baseline: Optional[Baseline], note: str, spec: ReportSpec)
   return lines
 
 
-def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec: ReportSpec) -> list[str]:
+def _with_seeds(trials: Sequence[Trial], reps: Sequence[Trial], t: Trial) -> list[Trial]:
+  """A trial and its replicates (fresh seeds of the same configuration): the seeds a Def. 2.1/2.2 verdict reads."""
+  return [t] + [r for r in reps if r.replicate_of == t.run_id]
+
+
+def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec: ReportSpec,
+                     reps: Sequence[Trial] = ()) -> list[str]:
+  """Def. 2.1–2.3 with their brackets; a verdict reads every seed of a configuration (its replicates too)."""
   lines = ["## Regimes", ""]
   if baseline is None:
     return lines + ["No baseline, so no regimes.", ""]
@@ -109,15 +116,15 @@ def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec
             f"{list(spec.techniques)} fails to reach 99.5%·A. Large = [B_L, B_H], huge = (B_H, B_F] (You et al. "
             "2020 Table 2).", ""]
   ref = paper.TABLE2.get(spec.workload, {})
-  rule = lambda b, name: [t for t in trials if t.role == "linear" and t.batch_size == b
-                          and regimes.scaling_rule(t) == name]
+  rule = lambda b, name: [s for t in trials if t.role == "linear" and t.batch_size == b
+                          and regimes.scaling_rule(t) == name for s in _with_seeds(trials, reps, t)]
   lin, sqrt = {b: rule(b, "linear") for b in r.labels}, {b: rule(b, "sqrt") for b in r.labels}
   d21 = {b: regimes.linear_verdict(ts, baseline, loss_key=loss_key) for b, ts in lin.items() if ts}
   d21v = {b: v.verdict for b, v in d21.items()}
   sqrt_v = {b: regimes.linear_verdict(ts, baseline, loss_key=loss_key).verdict for b, ts in sqrt.items() if ts}
   best_tech = {b: max((t for t in trials if t.technique in spec.techniques and t.batch_size == b),
                       key=lambda t: regimes.best_accuracy_within_budget(t, baseline), default=None) for b in r.labels}
-  d22 = {b: regimes.reach_verdict([t], baseline) for b, t in best_tech.items() if t is not None}
+  d22 = {b: regimes.reach_verdict(_with_seeds(trials, reps, t), baseline) for b, t in best_tech.items() if t}
   ev = lambda b: (f"{b}: Def. 2.1 {d21v[b]} (acc {d21[b].accuracy.text()}; loss {d21[b].loss.text()})"
                   if b in d21 else f"{b} (B0)" if b == baseline.batch_size else f"{b}: no linear run")
   lines += table(["quantity", "measured", "bracket and evidence", "paper"], [
@@ -237,17 +244,17 @@ def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = Repor
   """Writes ``out_dir/README.md`` and its PNG plots; returns the README path."""
   io_utils.makedirs(out_dir)
   trials = list(trials)
-  # The single-run sections read the study's own trials; replicates (fresh seeds of each cell's chosen
-  # configuration) are summarised with their intervals by report_replicates.
-  # TODO(issue 22, B_L/B_H half): Def. 2.1/2.2 verdicts from the replicates (replicates.versus_threshold).
+  # The single-run sections read the study's own trials; the regimes' Def. 2.1/2.2 verdicts read each
+  # configuration with its replicates (fresh seeds), which report_replicates also summarises with intervals.
   own = [t for t in trials if t.phase != "replicate"]
+  reps = [t for t in trials if t.phase == "replicate"]
   baseline, note = _baseline(own, spec)
   target_trials = [t for t in own if not spec.target_technique or t.technique == spec.target_technique]
   steps_lines, fit = report_scaling.steps_section(target_trials, spec.target, out_dir)
   goal = spec.target.goal if spec.target and spec.target.metric == ACC_KEY else None
   sections = [("Baseline and Regimes", "no baseline trial (role `baseline`), which You et al. 2020 Defs 2.1–2.3 need",
                [] if baseline is None and not any(t.role == "baseline" for t in trials)
-               else _baseline_section(baseline, note, spec) + _regimes_section(own, baseline, spec)),
+               else _baseline_section(baseline, note, spec) + _regimes_section(own, baseline, spec, reps)),
               ("Huge-batch results next to the paper", "", _points_section(own, spec)),
               ("Table 3", "", _table3_section(trials, spec, baseline.batch_size if baseline else None, out_dir)),
               ("Replicates and search adequacy", "",
