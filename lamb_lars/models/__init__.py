@@ -15,7 +15,6 @@ import jax.numpy as jnp
 
 from lamb_lars.models.lenet import LeNet5
 from lamb_lars.models.mnist_cnn import MnistCNN
-from lamb_lars.models import resnet
 from lamb_lars.models.resnet import STAGE_SIZES, ResNet, build_resnet, default_norm
 from lamb_lars.models.small_cnn import SmallCNN
 

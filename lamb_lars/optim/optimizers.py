@@ -114,10 +114,3 @@ def original(name: str, learning_rate: optax.ScalarOrSchedule, *, weight_decay: 
   parts += [lw.base_direction(name, **base_kwargs), optax.scale_by_learning_rate(learning_rate)]
   return optax.chain(*parts)
 
-
-def __getattr__(name: str) -> Any:
-  """Compatibility: the config glue moved to :mod:`lamb_lars.optim.optimizer_config` (``optimizers.validate_config``...)."""
-  if name in ("validate_config", "optimizer_from_config", "create_optimizer"):
-    from lamb_lars.optim import optimizer_config
-    return getattr(optimizer_config, name)
-  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
