@@ -79,6 +79,3 @@ def set_lr_table(opt_state: Any, table: jax.Array) -> Any:
     return s._replace(lr_table=jnp.asarray(table, s.lr_table.dtype))
   return jax.tree.map(put, opt_state, is_leaf=_is_table_state)
 
-
-def has_lr_table(opt_state: Any) -> bool:
-  return any(_is_table_state(s) for s in jax.tree.leaves(opt_state, is_leaf=_is_table_state))
