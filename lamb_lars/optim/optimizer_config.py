@@ -112,13 +112,13 @@ def _pair(v: Any) -> Optional[tuple]:
 
 
 def trust_from_config(cfg: Any) -> tr.TrustRatio:
-  """The trust-ratio settings of ``cfg`` with the named optimizer's defaults (η: LARS 0.001, else 1; denominator:
-  LARS 'paper', else 'optax')."""
-  lars = cfg.name == "lars"
+  """The trust-ratio settings of ``cfg``; where ``trust_coefficient`` or ``denominator`` is None, the named alias's
+  own (:data:`~lamb_lars.optim.optimizers.LARS_TRUST`: η = 0.001, 'paper'; otherwise η = 1, 'optax')."""
+  alias = optimizers.LARS_TRUST if cfg.name == "lars" else optimizers.LAYERWISE_TRUST
   tc = cfg.trust_coefficient
   return tr.TrustRatio(
-      trust_coefficient=(0.001 if lars else 1.0) if tc is None else tc, eps=cfg.trust_eps,
-      denominator=cfg.denominator or ("paper" if lars else "optax"), weight_decay=cfg.weight_decay,
+      trust_coefficient=alias.trust_coefficient if tc is None else tc, eps=cfg.trust_eps,
+      denominator=cfg.denominator or alias.denominator, weight_decay=cfg.weight_decay,
       weight_decay_mask=masks.exclude_mask(cfg.weight_decay_mask),
       adaptation_mask=masks.exclude_mask(cfg.adaptation_mask), ratio_bounds=_pair(cfg.ratio_bounds),
       phi_bounds=_pair(cfg.phi_bounds), zero_norm_ratio=cfg.zero_norm_ratio,
@@ -134,8 +134,9 @@ def optimizer_from_config(cfg: Any, learning_rate: optax.ScalarOrSchedule) -> op
   if cfg.name == "lars":
     return optimizers.lars(learning_rate, momentum=cfg.momentum, nesterov=cfg.nesterov, trust=trust)
   if cfg.name == "lamb":
-    return optimizers.lamb(learning_rate, b1=cfg.b1, b2=cfg.b2, eps=1e-6 if cfg.eps is None else cfg.eps,
-                           eps_root=cfg.eps_root, bias_correction=cfg.bias_correction, trust=trust)
+    eps = {} if cfg.eps is None else {"eps": cfg.eps}   # None: lamb's own ε
+    return optimizers.lamb(learning_rate, b1=cfg.b1, b2=cfg.b2, eps_root=cfg.eps_root,
+                           bias_correction=cfg.bias_correction, trust=trust, **eps)
   base_name = "adam" if cfg.name == "adamw" else cfg.name
   if base_name == "momentum" and cfg.nesterov:
     base_name = "nesterov"
@@ -170,6 +171,6 @@ def create_optimizer(cfg: Any, *, total_steps: int, num_train: int, batch_size: 
       tx = optax.chain(optax.clip_by_global_norm(cfg.gradient_clip_norm), tx)
     return tx
 
-  if cfg.get("lr_table", False):
+  if cfg.lr_table:
     return lr_table.with_lr_table(make_tx, lr_table.tabulate(schedule, total_steps)), schedule
   return make_tx(schedule), schedule
