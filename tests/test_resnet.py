@@ -92,6 +92,17 @@ def test_registry_covers_all_names():
     create_model("resnet20", num_classes=10)
 
 
+def test_unknown_model_is_a_one_sentence_config_error():
+  """A typed ConfigError (the one-sentence path, exit 2), not a bare ValueError that training reports as a bug."""
+  from lamb_lars.common import cli_errors
+  from lamb_lars.train.run_plan import ConfigError
+  with pytest.raises(ConfigError) as e:
+    create_model("resnet20", num_classes=10)
+  msg = str(e.value)
+  assert msg.startswith("config.model='resnet20' is not one of lenet5") and msg.endswith(".") and "\n" not in msg
+  assert cli_errors.sentence(e.value, value_errors=False) == msg
+
+
 # ---------------------------------------------------------------------------------------------------- shapes
 
 def _intermediate_shapes(model: nn.Module, size: int) -> Dict[str, Tuple[int, ...]]:

@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 import optax
 
+from lamb_lars.errors import ConfigError
 from lamb_lars.optim import base_directions as lw
 from lamb_lars.optim import lr_table, masks, optimizers, schedules, tf_lars
 from lamb_lars.optim import trust_ratio as tr
@@ -18,8 +19,8 @@ from lamb_lars.optim import trust_ratio as tr
 NAMES = optimizers.NAMES
 
 
-def _bad(key: str, allowed: str, value: Any) -> ValueError:
-  return ValueError(f"config.optimizer.{key} must be {allowed}; got {value!r}.")
+def _bad(key: str, allowed: str, value: Any) -> ConfigError:
+  return ConfigError(f"config.optimizer.{key} must be {allowed}; got {value!r}.")
 
 
 def _check_pair(cfg: Any, key: str) -> None:
@@ -33,7 +34,7 @@ def _check_pair(cfg: Any, key: str) -> None:
 
 
 def validate_config(cfg: Any) -> None:
-  """Raises ValueError naming the first bad key of ``config.optimizer`` and its allowed values."""
+  """Raises :class:`~lamb_lars.errors.ConfigError` naming the first bad key of ``config.optimizer`` and its allowed values."""
   if cfg.name not in NAMES:
     raise _bad("name", f"one of {NAMES}", cfg.name)
   if cfg.lr_scaling not in schedules.SCALING_RULES:
