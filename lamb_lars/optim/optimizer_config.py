@@ -34,7 +34,15 @@ def _check_pair(cfg: Any, key: str) -> None:
 
 
 def validate_config(cfg: Any) -> None:
-  """Raises :class:`~lamb_lars.errors.ConfigError` naming the first bad key of ``config.optimizer`` and its allowed values."""
+  """Raises :class:`~lamb_lars.errors.ConfigError` naming the first bad key of ``config.optimizer`` and its allowed
+  values (the solver and its numbers, the trust ratio, ``lars_update``, then ``schedule``)."""
+  _check_solver(cfg)
+  _check_trust(cfg)
+  _check_lars_update(cfg)
+  _check_schedule(cfg.schedule)
+
+
+def _check_solver(cfg: Any) -> None:
   if cfg.name not in NAMES:
     raise _bad("name", f"one of {NAMES}", cfg.name)
   if cfg.lr_scaling not in schedules.SCALING_RULES:
@@ -50,6 +58,9 @@ def validate_config(cfg: Any) -> None:
       raise _bad(key, ">= 0", cfg[key])
   if cfg.eps is not None and not cfg.eps >= 0:
     raise _bad("eps", "None or >= 0", cfg.eps)
+
+
+def _check_trust(cfg: Any) -> None:
   if cfg.trust_coefficient is not None and not cfg.trust_coefficient > 0:
     raise _bad("trust_coefficient", "None or > 0", cfg.trust_coefficient)
   if cfg.denominator not in (None,) + tr.DENOMINATORS:
@@ -68,19 +79,25 @@ def validate_config(cfg: Any) -> None:
       masks.compile_patterns(cfg[key])
     except ValueError:
       raise _bad(key, "a valid Python regular expression ('' for none)", cfg[key]) from None
+
+
+def _check_lars_update(cfg: Any) -> None:
   if cfg.lars_update not in ("velocity", "tf"):
     raise _bad("lars_update", "'velocity' or 'tf'", cfg.lars_update)
-  if cfg.lars_update == "tf":
-    if cfg.name != "lars":
-      raise _bad("lars_update", "'velocity' unless name='lars'", cfg.lars_update)
-    ignored = [k for k in ("nesterov", "ratio_bounds", "phi_bounds", "weight_decay_mask", "adaptation_mask",
-                           "stacked_regex", "track_stats") if cfg[k]]
-    if cfg.denominator not in (None, "paper"):
-      ignored.append("denominator")
-    if ignored:
-      raise _bad("lars_update", f"'velocity' when {', '.join(ignored)} is set (the authors' TF LARS applies the "
-                 "paper-denominator ratio to every variable; set those keys to their empty values)", "tf")
-  s = cfg.schedule
+  if cfg.lars_update != "tf":
+    return
+  if cfg.name != "lars":
+    raise _bad("lars_update", "'velocity' unless name='lars'", cfg.lars_update)
+  ignored = [k for k in ("nesterov", "ratio_bounds", "phi_bounds", "weight_decay_mask", "adaptation_mask",
+                         "stacked_regex", "track_stats") if cfg[k]]
+  if cfg.denominator not in (None, "paper"):
+    ignored.append("denominator")
+  if ignored:
+    raise _bad("lars_update", f"'velocity' when {', '.join(ignored)} is set (the authors' TF LARS applies the "
+               "paper-denominator ratio to every variable; set those keys to their empty values)", "tf")
+
+
+def _check_schedule(s: Any) -> None:
   if s.decay not in schedules.DECAYS:
     raise _bad("schedule.decay", f"one of {schedules.DECAYS}", s.decay)
   if s.warmup_shape not in schedules.WARMUP_SHAPES:
