@@ -1,8 +1,9 @@
 """``config.optimizer`` → an optax transformation and its LR schedule: the config glue, kept apart from the aliases.
 
 One downward path: the config is validated (:func:`validate_config`, one sentence per bad key), its trust-ratio keys
-become one :class:`~lamb_lars.optim.trust_ratio.TrustRatio` (:func:`trust_from_config`), and that value goes to the alias
-in :mod:`lamb_lars.optim.optimizers` that the config names. The keys and their defaults are ``configs/optimizer.py``.
+become one :class:`~lamb_lars.optim.trust_ratio.TrustRatio` (:func:`trust_from_config`), and that value goes to the
+alias in :mod:`lamb_lars.optim.optimizers` that the config names. The keys and their defaults are
+``configs/optimizer.py``.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Layer-wise trust ratios (LARS / LAMB) as one optax transformation, with jit-safe statistics in its state.
 
 It composes small per-leaf steps, one per line of the formula below: :func:`add_decayed_weights` (u),
-:func:`denominator` (D), :func:`raw_ratio` (r̃), the bounds, :func:`apply_ratio` (r·u), :func:`leaf_stats`. Not an
+:func:`ratio_denominator` (D), :func:`raw_ratio` (r̃), the bounds, :func:`apply_ratio` (r·u), :func:`leaf_stats`. Not an
 ``optax.chain``: the paper's denominator needs the direction d from before the weight decay, which a chain drops.
 
 One "layer" is one parameter leaf (a conv kernel uses the Frobenius norm of the whole tensor), or one slice along
@@ -114,8 +114,8 @@ def add_decayed_weights(d: jax.Array, w: jax.Array, beta: float) -> jax.Array:
   return d + beta * w if beta != 0.0 else d
 
 
-def denominator(kind: str, d: jax.Array, w: jax.Array, u: jax.Array, beta: float, pn: jax.Array,
-                stacked: bool) -> tuple[jax.Array, jax.Array]:
+def ratio_denominator(kind: str, d: jax.Array, w: jax.Array, u: jax.Array, beta: float, pn: jax.Array,
+                      stacked: bool) -> tuple[jax.Array, jax.Array]:
   """(direction norm, D): ('paper') ‖d‖ and ‖d‖ + β‖w‖; ('optax') ‖d + βw‖ = ‖u‖ twice."""
   if kind == "paper":
     dn = layer_norm(d, stacked)
@@ -158,7 +158,7 @@ def _leaf_update(t: "TrustRatio", d: jax.Array, w: jax.Array, decay: bool, adapt
   if not adapt and not t.track_stats:
     return _Pair(u, None)
   pn = layer_norm(w, stacked)
-  dn, denom = denominator(t.denominator, d, w, u, beta, pn, stacked)
+  dn, denom = ratio_denominator(t.denominator, d, w, u, beta, pn, stacked)
   raw = raw_ratio(t, pn, dn, denom)
   ratio = _clip(raw, t.ratio_bounds)
   if adapt:
