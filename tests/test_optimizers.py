@@ -311,3 +311,17 @@ def test_trust_ratio_travels_as_one_value():
 def test_config_default_mask_matches_the_library():
   from lamb_lars.optim import masks
   assert optimizer_defaults.DEFAULT_EXCLUDE == masks.DEFAULT_EXCLUDE
+
+
+def test_import_lamb_lars_is_light():
+  """``import lamb_lars`` gives the optimizers (optax style) and nothing else: no trainer, input pipeline, models,
+  TensorFlow or config library, and no device initialised, so a notebook can import it first."""
+  import subprocess
+  import sys
+  code = ("import sys, lamb_lars, jax\n"
+          "heavy = [m for m in sys.modules if m.startswith(('lamb_lars.train', 'lamb_lars.input_pipeline', "
+          "'lamb_lars.models', 'lamb_lars.study', 'tensorflow', 'ml_collections', 'flax'))]\n"
+          "assert not heavy, heavy\n"
+          "assert not getattr(jax._src.xla_bridge, '_backends', {}), 'a device backend was initialised'\n"
+          "assert all(hasattr(lamb_lars, n) for n in lamb_lars.__all__)\n")
+  subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -68,7 +68,7 @@ def formula_count(depth: int, stem: str, num_classes: int) -> int:
 # ---------------------------------------------------------------------------------------------------- counts
 
 def test_resnet50_imagenet_count_exact():
-  assert _n_params(R.ResNet50(num_classes=1000), 224) == 25_557_032
+  assert _n_params(R.build_resnet(50, num_classes=1000), 224) == 25_557_032
 
 
 @pytest.mark.parametrize("depth", [18, 34, 50, 101, 152])
@@ -80,7 +80,7 @@ def test_imagenet_counts_match_torchvision_and_formula(depth):
 def test_cifar_resnet50_count():
   expected = formula_count(50, "cifar", 10)
   assert expected == 25_557_032 - 7 * 7 * 3 * 64 + 3 * 3 * 3 * 64 - 2049 * 1000 + 2049 * 10 == 23_520_842
-  assert _n_params(R.ResNet50CIFAR(), 32) == expected
+  assert _n_params(R.build_resnet(50, stem="cifar", num_classes=10), 32) == expected
   assert _n_params(create_model("resnet50_cifar", num_classes=10), 32) == expected
 
 
@@ -90,6 +90,17 @@ def test_registry_covers_all_names():
     assert isinstance(create_model(name, num_classes=10), nn.Module)
   with pytest.raises(ValueError):
     create_model("resnet20", num_classes=10)
+
+
+def test_unknown_model_is_a_one_sentence_config_error():
+  """A typed ConfigError (the one-sentence path, exit 2), not a bare ValueError that training reports as a bug."""
+  from lamb_lars.common import cli_errors
+  from lamb_lars.train.run_plan import ConfigError
+  with pytest.raises(ConfigError) as e:
+    create_model("resnet20", num_classes=10)
+  msg = str(e.value)
+  assert msg.startswith("config.model='resnet20' is not one of lenet5") and msg.endswith(".") and "\n" not in msg
+  assert cli_errors.sentence(e.value, value_errors=False) == msg
 
 
 # ---------------------------------------------------------------------------------------------------- shapes
@@ -103,7 +114,7 @@ def _intermediate_shapes(model: nn.Module, size: int) -> Dict[str, Tuple[int, ..
 
 
 def test_output_and_stage_shapes_imagenet_stem():
-  s = _intermediate_shapes(R.ResNet50(num_classes=1000), 224)
+  s = _intermediate_shapes(R.build_resnet(50, num_classes=1000), 224)
   assert s["stem_conv"] == (2, 112, 112, 64)
   assert s["stage1_block0"] == (2, 56, 56, 256)  # max-pool halves once more
   assert s["stage4_block2"] == (2, 7, 7, 2048)
@@ -115,17 +126,17 @@ def test_output_and_stage_shapes_imagenet_stem():
 
 
 def test_output_and_stage_shapes_cifar_stem():
-  s = _intermediate_shapes(R.ResNet50CIFAR(), 32)
+  s = _intermediate_shapes(R.build_resnet(50, stem="cifar", num_classes=10), 32)
   assert s["stem_conv"] == (2, 32, 32, 64)
   assert s["stage1_block0"] == (2, 32, 32, 256)  # no max-pool
   assert s["stage4_block2"] == (2, 4, 4, 2048)
   assert s[""] == (2, 10)
-  v1 = _intermediate_shapes(R.ResNet50CIFAR(stride_in_1x1=True), 32)
+  v1 = _intermediate_shapes(R.build_resnet(50, stem="cifar", num_classes=10, stride_in_1x1=True), 32)
   assert v1["stage2_block0/conv1"] == (2, 16, 16, 128)
 
 
 def test_param_paths_are_readable_and_bn_is_named_bn():
-  paths = set(flatten_dict(_shapes(R.ResNet50(), 64)["params"], sep="/"))
+  paths = set(flatten_dict(_shapes(R.build_resnet(50), 64)["params"], sep="/"))
   for p in ["stem_conv/kernel", "stem_bn/scale", "stem_bn/bias", "stage1_block0/conv1/kernel",
             "stage1_block0/bn1/scale", "stage1_block0/proj_conv/kernel", "stage1_block0/proj_bn/scale",
             "stage4_block2/bn3/scale", "head/kernel", "head/bias"]:
@@ -142,7 +153,7 @@ def test_param_paths_are_readable_and_bn_is_named_bn():
 def _tiny(**kw) -> R.ResNet:
   kw.setdefault("num_filters", 4)
   kw.setdefault("zero_init_last_bn", True)
-  return R.ResNet18(stem="cifar", num_classes=10, **kw)
+  return R.build_resnet(18, stem="cifar", num_classes=10, **kw)
 
 
 def _train_apply(model: nn.Module):

@@ -22,7 +22,7 @@ from ml_collections import config_flags
 
 from lamb_lars.configs import default, smoke_resnet18
 from lamb_lars.train import durations, run_plan
-from lamb_lars.optim import optimizers, schedules
+from lamb_lars.optim import optimizer_config, schedules
 from lamb_lars.train.trainer import train_and_evaluate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -176,7 +176,7 @@ def _parse(name, arg):
 def test_recipe_has_the_papers_effective_numbers(name, arg):
   want = RECIPES[(name, arg)]
   cfg = _parse(name, arg)
-  optimizers.validate_config(cfg.optimizer)
+  optimizer_config.validate_config(cfg.optimizer)
   plan = run_plan.make_plan(cfg, num_train=want.get("n", IMAGENET_TRAIN), num_devices=want["devices"])
   opt = cfg.optimizer
   assert (opt.name, plan.batch_size) == (want["opt"], want["batch"])

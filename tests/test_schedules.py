@@ -134,3 +134,17 @@ def test_schedules_are_jit_safe_and_follow_x64():
   assert sched(jnp.int32(3)).dtype == jnp.float32
   with jax.enable_x64(True):
     assert sched(jnp.int32(3)).dtype == jnp.float64
+
+
+def test_create_schedule_keeps_no_defaults_of_its_own():
+  """configs/optimizer.py is the one source of the schedule's defaults: its default decay (cosine) is the schedule's,
+  and a config without a key is an error, not a silent second default (the old code decayed 'constant')."""
+  defaults = _cfg()
+  assert defaults.decay == "cosine"
+  sched = S.create_schedule(defaults, PEAK, total_steps=100, num_train=2560, batch_size=256)
+  np.testing.assert_allclose(values(sched, [0, 50, 100]), [PEAK, PEAK / 2, 0.0], rtol=1e-6, atol=1e-6)
+  for key in ("decay", "warmup_shape", "end_lr_factor"):
+    partial = _cfg().to_dict()
+    del partial[key]
+    with pytest.raises(AttributeError, match=key):
+      S.create_schedule(ml_collections.ConfigDict(partial), PEAK, total_steps=100, num_train=2560, batch_size=256)

@@ -13,9 +13,9 @@ from typing import Any, Callable, Optional
 import flax.linen as nn
 import jax.numpy as jnp
 
+from lamb_lars.errors import ConfigError
 from lamb_lars.models.lenet import LeNet5
 from lamb_lars.models.mnist_cnn import MnistCNN
-from lamb_lars.models import resnet
 from lamb_lars.models.resnet import STAGE_SIZES, ResNet, build_resnet, default_norm
 from lamb_lars.models.small_cnn import SmallCNN
 
@@ -33,7 +33,8 @@ def create_model(name: str, *, num_classes: int, dtype: Any = jnp.float32,
   ``dtype`` is the compute dtype (params stay float32). ``norm`` replaces the default
   ``nn.BatchNorm(momentum=0.9, epsilon=1e-5)`` factory (e.g. a BN-group module); ``None`` keeps the default.
   LeNet-5 has no batch norm or residual blocks and ignores ``norm`` and ``zero_init_last_bn``; ``small_cnn`` has no
-  residual blocks and ignores ``zero_init_last_bn``.
+  residual blocks and ignores ``zero_init_last_bn``. An unknown ``name`` is a
+  :class:`~lamb_lars.errors.ConfigError` (one sentence, exit status 2 on the command line).
   """
   if name == "lenet5":
     return LeNet5(num_classes=num_classes, dtype=dtype)
@@ -42,7 +43,7 @@ def create_model(name: str, *, num_classes: int, dtype: Any = jnp.float32,
   if name == "small_cnn":
     return SmallCNN(num_classes=num_classes, dtype=dtype, norm=norm)
   if name not in _RESNETS:
-    raise ValueError(f"unknown model {name!r}; known: {', '.join(MODEL_NAMES)}")
+    raise ConfigError(f"config.model={name!r} is not one of {', '.join(MODEL_NAMES)}.")
   depth, stem = _RESNETS[name]
   return build_resnet(depth, stem=stem, num_classes=num_classes, dtype=dtype,
                 norm=default_norm if norm is None else norm, zero_init_last_bn=zero_init_last_bn)

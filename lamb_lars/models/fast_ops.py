@@ -250,8 +250,3 @@ def conv_pool_relu_split(p: jnp.ndarray, w: jnp.ndarray, b: jnp.ndarray) -> jnp.
   p, w, b = _same_variance(p, w, b)
   return _conv_pool_relu(p, w, b, "split").reshape(co, hp, wp, p.shape[5])
 
-
-def split_to_plain(p: jnp.ndarray) -> jnp.ndarray:
-  """Parity-split [c, 2, 2, Hq, Wq, B] → plain [c, 2·Hq, 2·Wq, B] (for tests and inspection)."""
-  c, _, _, hq, wq, b = p.shape
-  return p.transpose(0, 3, 1, 4, 2, 5).reshape(c, 2 * hq, 2 * wq, b)

@@ -18,7 +18,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from lamb_lars.models import fast_ops
+from lamb_lars.models.fast_ops import conv_pool_relu_image, conv_pool_relu_split
 
 
 class _Params(nn.Module):
@@ -62,8 +62,8 @@ def lenet_forward(params: Params, x: jnp.ndarray) -> jnp.ndarray:
   n = x.shape[0]
   pad = (k1.shape[0] // 2, k1.shape[1] // 2)  # SAME for odd kernels
   a = jnp.pad(x.transpose(3, 1, 2, 0), ((0, 0), (pad[0], pad[0]), (pad[1], pad[1]), (0, 0)))  # [c, H, W, n]
-  p = fast_ops.conv_pool_relu_image(a, k1, b1)  # [6, 2, 2, 7, 7, n]
-  p = fast_ops.conv_pool_relu_split(p, k2, b2)  # [16, 5, 5, n]
+  p = conv_pool_relu_image(a, k1, b1)  # [6, 2, 2, 7, 7, n]
+  p = conv_pool_relu_split(p, k2, b2)  # [16, 5, 5, n]
   c, h, w, _ = p.shape
   # fc layers batch-last too; fc1's kernel rows are (h, w, c) as Flax flattens NHWC, ours are (c, h, w).
   (f1, c1), (f2, c2), (f3, c3) = params["fc1"], params["fc2"], params["fc3"]

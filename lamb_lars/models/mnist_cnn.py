@@ -7,9 +7,9 @@ the model of TensorFlow's ``official/mnist`` (itself the ``mnist_deep.py`` tutor
   conv 32@5×5 SAME + ReLU → max-pool 2×2/2 SAME → conv 64@5×5 SAME + ReLU → max-pool 2×2/2 SAME →
   flatten (7·7·64 = 3136) → dense 1024 + ReLU → dropout 0.4 → dense 10
 
-3,274,634 parameters, initialised as Keras does by default: Glorot-uniform kernels (Glorot & Bengio 2010), zero
-biases. Inputs are pixels/255 with no mean/std normalisation (``config.input_scaling = 'unit'``). Dropout needs a
-``'dropout'`` rng when ``train=True``; the train step passes one per device and step.
+3,274,634 parameters (832 + 51,264 + 3,212,288 + 10,250), initialised as Keras does by default: Glorot-uniform kernels
+(Glorot & Bengio 2010), zero biases. Inputs are pixels/255 with no mean/std normalisation (``config.input_scaling =
+'unit'``). Dropout needs a ``'dropout'`` rng when ``train=True``; the train step passes one per device and step.
 
 The 2×2/2 max-pools see even sizes (28, 14), so SAME padding adds nothing and each pool is a reshape + max over
 the 2×2 window. That is the same function as ``nn.max_pool(..., padding='SAME')`` and its gradient avoids XLA's
@@ -23,9 +23,6 @@ from typing import Any
 
 import flax.linen as nn
 import jax.numpy as jnp
-
-NUM_PARAMS = 3_274_634   # 832 + 51,264 + 3,212,288 + 10,250
-
 
 def max_pool_2x2(x: jnp.ndarray) -> jnp.ndarray:
   """2×2 max-pool with stride 2 on NHWC ``x`` with even H and W (= SAME padding there)."""

@@ -163,15 +163,3 @@ def build_resnet(depth: int, *, stem: str = "imagenet", num_classes: int = 1000,
   return ResNet(stage_sizes=STAGE_SIZES[depth], block_cls=block_for_depth(depth), stem=stem,
                 num_classes=num_classes, **kwargs)
 
-
-ResNet18 = functools.partial(ResNet, stage_sizes=STAGE_SIZES[18], block_cls=BasicBlock)
-ResNet34 = functools.partial(ResNet, stage_sizes=STAGE_SIZES[34], block_cls=BasicBlock)
-ResNet50 = functools.partial(ResNet, stage_sizes=STAGE_SIZES[50], block_cls=BottleneckBlock)
-ResNet101 = functools.partial(ResNet, stage_sizes=STAGE_SIZES[101], block_cls=BottleneckBlock)
-ResNet152 = functools.partial(ResNet, stage_sizes=STAGE_SIZES[152], block_cls=BottleneckBlock)
-
-ResNet18CIFAR = functools.partial(ResNet18, stem="cifar", num_classes=10)
-ResNet34CIFAR = functools.partial(ResNet34, stem="cifar", num_classes=10)
-ResNet50CIFAR = functools.partial(ResNet50, stem="cifar", num_classes=10)
-ResNet101CIFAR = functools.partial(ResNet101, stem="cifar", num_classes=10)
-ResNet152CIFAR = functools.partial(ResNet152, stem="cifar", num_classes=10)

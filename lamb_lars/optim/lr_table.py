@@ -1,7 +1,7 @@
 """The learning-rate schedule as data: a table of per-update LRs carried in the optimizer state.
 
-A schedule built by :func:`lamb_lars.optim.schedules.create_schedule` is a function whose peak LR, warmup length and decay
-constants become constants of every compiled program that evaluates it. Two trials of a study cell that differ
+A schedule built by :func:`lamb_lars.optim.schedules.create_schedule` is a function whose peak LR, warmup length and
+decay constants become constants of every compiled program that evaluates it. Two trials of a study cell that differ
 only in LR or warmup therefore compile their train step separately, although the programs are otherwise equal. On a
 CPU study of short MNIST trials that compile is a sizeable part of each trial (4 s of a LeNet trial's ≈ 9 s of
 compiling, docs/performance.md).
@@ -79,6 +79,3 @@ def set_lr_table(opt_state: Any, table: jax.Array) -> Any:
     return s._replace(lr_table=jnp.asarray(table, s.lr_table.dtype))
   return jax.tree.map(put, opt_state, is_leaf=_is_table_state)
 
-
-def has_lr_table(opt_state: Any) -> bool:
-  return any(_is_table_state(s) for s in jax.tree.leaves(opt_state, is_leaf=_is_table_state))

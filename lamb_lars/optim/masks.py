@@ -44,10 +44,6 @@ def path_str(keypath: Sequence[Any]) -> str:
   return "/".join(key_name(k) for k in keypath)
 
 
-def tree_paths(tree: Any) -> Any:
-  """A tree with the structure of ``tree`` whose leaves are their '/'-joined paths."""
-  return jax.tree.map_with_path(lambda kp, _: path_str(kp), tree)
-
 
 def compile_patterns(patterns: Patterns) -> list[re.Pattern]:
   """Compiles one pattern or several; None, '' and () mean "no pattern" (match nothing).
@@ -67,11 +63,6 @@ def compile_patterns(patterns: Patterns) -> list[re.Pattern]:
       except re.error as e:
         raise ValueError(f"Invalid parameter-path regex {p!r}: {e}.") from e
   return out
-
-
-def matches(path: str, patterns: Patterns) -> bool:
-  """True when any pattern is found in ``path`` (``re.search``)."""
-  return any(p.search(path) for p in compile_patterns(patterns))
 
 
 def include_mask(patterns: Patterns) -> MaskFn:
@@ -107,10 +98,3 @@ def resolve(mask: Any, params: Any, default: bool = True) -> Any:
   if isinstance(mask, bool):
     return jax.tree.map(lambda _: mask, params)
   return jax.tree.broadcast(mask, params)
-
-
-def selected_paths(params: Any, mask: Any, default: bool = True) -> list[str]:
-  """The paths of the leaves a mask selects (for logging which leaves get weight decay or trust ratios)."""
-  flags = jax.tree.leaves(resolve(mask, params, default))
-  paths = jax.tree.leaves(tree_paths(params))
-  return [p for p, f in zip(paths, flags) if f]

@@ -1,8 +1,9 @@
 """``config.optimizer`` → an optax transformation and its LR schedule: the config glue, kept apart from the aliases.
 
 One downward path: the config is validated (:func:`validate_config`, one sentence per bad key), its trust-ratio keys
-become one :class:`~lamb_lars.optim.trust_ratio.TrustRatio` (:func:`trust_from_config`), and that value goes to the alias
-in :mod:`lamb_lars.optim.optimizers` that the config names. The keys and their defaults are ``configs/optimizer.py``.
+become one :class:`~lamb_lars.optim.trust_ratio.TrustRatio` (:func:`trust_from_config`), and that value goes to the
+alias in :mod:`lamb_lars.optim.optimizers` that the config names. The keys and their defaults are
+``configs/optimizer.py``.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any, Optional
 
 import optax
 
+from lamb_lars.errors import ConfigError
 from lamb_lars.optim import base_directions as lw
 from lamb_lars.optim import lr_table, masks, optimizers, schedules, tf_lars
 from lamb_lars.optim import trust_ratio as tr
@@ -18,8 +20,8 @@ from lamb_lars.optim import trust_ratio as tr
 NAMES = optimizers.NAMES
 
 
-def _bad(key: str, allowed: str, value: Any) -> ValueError:
-  return ValueError(f"config.optimizer.{key} must be {allowed}; got {value!r}.")
+def _bad(key: str, allowed: str, value: Any) -> ConfigError:
+  return ConfigError(f"config.optimizer.{key} must be {allowed}; got {value!r}.")
 
 
 def _check_pair(cfg: Any, key: str) -> None:
@@ -33,7 +35,15 @@ def _check_pair(cfg: Any, key: str) -> None:
 
 
 def validate_config(cfg: Any) -> None:
-  """Raises ValueError naming the first bad key of ``config.optimizer`` and its allowed values."""
+  """Raises :class:`~lamb_lars.errors.ConfigError` naming the first bad key of ``config.optimizer`` and its allowed
+  values (the solver and its numbers, the trust ratio, ``lars_update``, then ``schedule``)."""
+  _check_solver(cfg)
+  _check_trust(cfg)
+  _check_lars_update(cfg)
+  _check_schedule(cfg.schedule)
+
+
+def _check_solver(cfg: Any) -> None:
   if cfg.name not in NAMES:
     raise _bad("name", f"one of {NAMES}", cfg.name)
   if cfg.lr_scaling not in schedules.SCALING_RULES:
@@ -49,6 +59,9 @@ def validate_config(cfg: Any) -> None:
       raise _bad(key, ">= 0", cfg[key])
   if cfg.eps is not None and not cfg.eps >= 0:
     raise _bad("eps", "None or >= 0", cfg.eps)
+
+
+def _check_trust(cfg: Any) -> None:
   if cfg.trust_coefficient is not None and not cfg.trust_coefficient > 0:
     raise _bad("trust_coefficient", "None or > 0", cfg.trust_coefficient)
   if cfg.denominator not in (None,) + tr.DENOMINATORS:
@@ -67,19 +80,25 @@ def validate_config(cfg: Any) -> None:
       masks.compile_patterns(cfg[key])
     except ValueError:
       raise _bad(key, "a valid Python regular expression ('' for none)", cfg[key]) from None
+
+
+def _check_lars_update(cfg: Any) -> None:
   if cfg.lars_update not in ("velocity", "tf"):
     raise _bad("lars_update", "'velocity' or 'tf'", cfg.lars_update)
-  if cfg.lars_update == "tf":
-    if cfg.name != "lars":
-      raise _bad("lars_update", "'velocity' unless name='lars'", cfg.lars_update)
-    ignored = [k for k in ("nesterov", "ratio_bounds", "phi_bounds", "weight_decay_mask", "adaptation_mask",
-                           "stacked_regex", "track_stats") if cfg[k]]
-    if cfg.denominator not in (None, "paper"):
-      ignored.append("denominator")
-    if ignored:
-      raise _bad("lars_update", f"'velocity' when {', '.join(ignored)} is set (the authors' TF LARS applies the "
-                 "paper-denominator ratio to every variable; set those keys to their empty values)", "tf")
-  s = cfg.schedule
+  if cfg.lars_update != "tf":
+    return
+  if cfg.name != "lars":
+    raise _bad("lars_update", "'velocity' unless name='lars'", cfg.lars_update)
+  ignored = [k for k in ("nesterov", "ratio_bounds", "phi_bounds", "weight_decay_mask", "adaptation_mask",
+                         "stacked_regex", "track_stats") if cfg[k]]
+  if cfg.denominator not in (None, "paper"):
+    ignored.append("denominator")
+  if ignored:
+    raise _bad("lars_update", f"'velocity' when {', '.join(ignored)} is set (the authors' TF LARS applies the "
+               "paper-denominator ratio to every variable; set those keys to their empty values)", "tf")
+
+
+def _check_schedule(s: Any) -> None:
   if s.decay not in schedules.DECAYS:
     raise _bad("schedule.decay", f"one of {schedules.DECAYS}", s.decay)
   if s.warmup_shape not in schedules.WARMUP_SHAPES:
@@ -112,13 +131,13 @@ def _pair(v: Any) -> Optional[tuple]:
 
 
 def trust_from_config(cfg: Any) -> tr.TrustRatio:
-  """The trust-ratio settings of ``cfg`` with the named optimizer's defaults (η: LARS 0.001, else 1; denominator:
-  LARS 'paper', else 'optax')."""
-  lars = cfg.name == "lars"
+  """The trust-ratio settings of ``cfg``; where ``trust_coefficient`` or ``denominator`` is None, the named alias's
+  own (:data:`~lamb_lars.optim.optimizers.LARS_TRUST`: η = 0.001, 'paper'; otherwise η = 1, 'optax')."""
+  alias = optimizers.LARS_TRUST if cfg.name == "lars" else optimizers.LAYERWISE_TRUST
   tc = cfg.trust_coefficient
   return tr.TrustRatio(
-      trust_coefficient=(0.001 if lars else 1.0) if tc is None else tc, eps=cfg.trust_eps,
-      denominator=cfg.denominator or ("paper" if lars else "optax"), weight_decay=cfg.weight_decay,
+      trust_coefficient=alias.trust_coefficient if tc is None else tc, eps=cfg.trust_eps,
+      denominator=cfg.denominator or alias.denominator, weight_decay=cfg.weight_decay,
       weight_decay_mask=masks.exclude_mask(cfg.weight_decay_mask),
       adaptation_mask=masks.exclude_mask(cfg.adaptation_mask), ratio_bounds=_pair(cfg.ratio_bounds),
       phi_bounds=_pair(cfg.phi_bounds), zero_norm_ratio=cfg.zero_norm_ratio,
@@ -134,8 +153,9 @@ def optimizer_from_config(cfg: Any, learning_rate: optax.ScalarOrSchedule) -> op
   if cfg.name == "lars":
     return optimizers.lars(learning_rate, momentum=cfg.momentum, nesterov=cfg.nesterov, trust=trust)
   if cfg.name == "lamb":
-    return optimizers.lamb(learning_rate, b1=cfg.b1, b2=cfg.b2, eps=1e-6 if cfg.eps is None else cfg.eps,
-                           eps_root=cfg.eps_root, bias_correction=cfg.bias_correction, trust=trust)
+    eps = {} if cfg.eps is None else {"eps": cfg.eps}   # None: lamb's own ε
+    return optimizers.lamb(learning_rate, b1=cfg.b1, b2=cfg.b2, eps_root=cfg.eps_root,
+                           bias_correction=cfg.bias_correction, trust=trust, **eps)
   base_name = "adam" if cfg.name == "adamw" else cfg.name
   if base_name == "momentum" and cfg.nesterov:
     base_name = "nesterov"
@@ -170,6 +190,6 @@ def create_optimizer(cfg: Any, *, total_steps: int, num_train: int, batch_size: 
       tx = optax.chain(optax.clip_by_global_norm(cfg.gradient_clip_norm), tx)
     return tx
 
-  if cfg.get("lr_table", False):
+  if cfg.lr_table:
     return lr_table.with_lr_table(make_tx, lr_table.tabulate(schedule, total_steps)), schedule
   return make_tx(schedule), schedule

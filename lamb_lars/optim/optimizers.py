@@ -1,10 +1,11 @@
 """Optimizer aliases: LARS, LAMB, layer-wise SGD / AdaGrad / RMSprop / Adam, and the "original" solvers.
 
-Every alias is a short ``optax.chain`` over :mod:`lamb_lars.optim.base_directions` and :mod:`lamb_lars.optim.trust_ratio`, whose
-docstrings hold the formulas. The trust-ratio settings travel as one :class:`~lamb_lars.optim.trust_ratio.TrustRatio`
-value: pass ``trust=TrustRatio(...)``, or its fields as keywords (``weight_decay=1e-4, ratio_bounds=(0.1, 10)``),
-which override the alias's defaults. Masks default to excluding biases and BatchNorm / LayerNorm scale and offset
-from both weight decay and trust ratios (:data:`lamb_lars.optim.masks.DEFAULT_EXCLUDE`); pass ``True`` to apply everywhere.
+Every alias is a short ``optax.chain`` over :mod:`lamb_lars.optim.base_directions` and
+:mod:`lamb_lars.optim.trust_ratio`, whose docstrings hold the formulas. The trust-ratio settings travel as one
+:class:`~lamb_lars.optim.trust_ratio.TrustRatio` value: pass ``trust=TrustRatio(...)``, or its fields as keywords
+(``weight_decay=1e-4, ratio_bounds=(0.1, 10)``), which override the alias's defaults. Masks default to excluding biases
+and BatchNorm / LayerNorm scale and offset from both weight decay and trust ratios
+(:data:`lamb_lars.optim.masks.DEFAULT_EXCLUDE`); pass ``True`` to apply everywhere.
 
 Weight decay β: the layer-wise optimizers, LARS, LAMB and AdamW add it *decoupled*, βw next to the direction
 (for LARS: to the gradient, which is the same thing). The "original" sgd / momentum / nesterov / adagrad / rmsprop /
@@ -61,11 +62,12 @@ def lamb(learning_rate: optax.ScalarOrSchedule, *, b1: float = 0.9, b2: float = 
   r = m̂ / (sqrt(v̂ + ε_root) + ε);  d = r + λw (decoupled weight decay, masked)
   w ← w − lr · φ(‖w‖)/‖d‖ · d,  φ(z) = clip(z, φ_lower, φ_upper) (identity by default); ratio 1 where a norm is 0.
 
-  ``eps`` is Adam's ε; the trust ratio's is ``trust_eps`` (default 0). With the defaults and both masks ``True`` this equals
-  ``optax.lamb(learning_rate, b1, b2, eps, eps_root, weight_decay)`` bit for bit.
+  ``eps`` is Adam's ε; the trust ratio's is ``trust_eps`` (default 0). With the defaults and both masks ``True`` this
+  equals ``optax.lamb(learning_rate, b1, b2, eps, eps_root, weight_decay)`` bit for bit.
   """
   base = lw.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=eps_root, bias_correction=bias_correction)
-  return lw.layerwise(base, learning_rate, _trust(LAMB_TRUST, trust, trust_fields if trust_eps is None else dict(trust_fields, eps=trust_eps)))
+  fields = trust_fields if trust_eps is None else dict(trust_fields, eps=trust_eps)
+  return lw.layerwise(base, learning_rate, _trust(LAMB_TRUST, trust, fields))
 
 
 def layerwise_sgd(learning_rate: optax.ScalarOrSchedule, *, momentum: float = 0.0, nesterov: bool = False,
@@ -114,10 +116,3 @@ def original(name: str, learning_rate: optax.ScalarOrSchedule, *, weight_decay: 
   parts += [lw.base_direction(name, **base_kwargs), optax.scale_by_learning_rate(learning_rate)]
   return optax.chain(*parts)
 
-
-def __getattr__(name: str) -> Any:
-  """Compatibility: the config glue moved to :mod:`lamb_lars.optim.optimizer_config` (``optimizers.validate_config``...)."""
-  if name in ("validate_config", "optimizer_from_config", "create_optimizer"):
-    from lamb_lars.optim import optimizer_config
-    return getattr(optimizer_config, name)
-  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

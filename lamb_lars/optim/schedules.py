@@ -151,44 +151,38 @@ def warmup_then(warmup: optax.Schedule, decay: optax.Schedule, warmup_steps: int
   return lambda count: jnp.where(_t(count) < warmup_steps, warmup(count), decay(_t(count) - warmup_steps))
 
 
-def _get(cfg: Any, key: str, default: Any) -> Any:
-  value = cfg.get(key, default) if hasattr(cfg, "get") else getattr(cfg, key, default)
-  return default if value is None else value
+def _decay(cfg: Any, peak: float, warmup_steps: int, kw: dict[str, int]) -> optax.Schedule:
+  """The decay part of the schedule ``cfg`` (``cfg.decay``), counted from the end of warmup."""
+  decay_steps = max(int(kw["total_steps"]) - warmup_steps, 1)
+  if cfg.decay == "constant":
+    return constant(peak)
+  if cfg.decay == "cosine":
+    return cosine_decay(peak, decay_steps, float(cfg.end_lr_factor))
+  if cfg.decay == "poly":
+    return polynomial_decay(peak, decay_steps, float(cfg.end_lr_factor), float(cfg.poly_power))
+  if cfg.decay == "step":
+    bounds = [durations.to_steps(float(e), "epochs", **kw) - warmup_steps for e in cfg.step_boundaries_epochs]
+    return step_decay(peak, bounds, float(cfg.step_factor))
+  if cfg.decay == "cyclical":
+    return cyclical(peak, durations.steps("cycle", cfg, **kw), float(cfg.end_lr_factor), cfg.cycle_shape)
+  raise ValueError(f"schedule.decay must be one of {DECAYS}; got {cfg.decay!r}.")
 
 
 def create_schedule(cfg: Any, peak: float, *, total_steps: int, num_train: int, batch_size: int) -> optax.Schedule:
   """The schedule described by ``cfg`` (the ``config.optimizer.schedule`` subtree) with peak LR ``peak``.
 
-  Every duration (``warmup_*``, ``cycle_*``, ``step_boundaries_epochs``) goes through
-  :mod:`lamb_lars.train.durations` (epochs are N/B steps, rounded up); step boundaries count from step 0, warmup included.
+  Every key is read from ``cfg``, whose defaults are ``configs/optimizer.py`` (there are none here). Every duration
+  (``warmup_*``, ``cycle_*``, ``step_boundaries_epochs``) goes through :mod:`lamb_lars.train.durations` (epochs are
+  N/B steps, rounded up); step boundaries count from step 0, warmup included.
   """
   kw = dict(num_train=num_train, batch_size=batch_size, total_steps=total_steps)
-  if _get(cfg, "decay", "constant") == "tf_poly":
-    end_lr = float(_get(cfg, "end_lr", -1.0))
-    return tf_poly(peak, durations.exact_steps("warmup", cfg, default=0, **kw), total_steps,
-                   end_lr if end_lr >= 0 else float(_get(cfg, "end_lr_factor", 0.0)) * peak,
-                   float(_get(cfg, "poly_power", 2.0)))
+  if cfg.decay == "tf_poly":
+    end_lr = float(cfg.end_lr) if cfg.end_lr >= 0 else float(cfg.end_lr_factor) * peak
+    return tf_poly(peak, durations.exact_steps("warmup", cfg, default=0, **kw), total_steps, end_lr,
+                   float(cfg.poly_power))
   warmup_steps = durations.steps("warmup", cfg, default=0, **kw)
-  shape = _get(cfg, "warmup_shape", "linear")
-  if shape not in WARMUP_SHAPES:
-    raise ValueError(f"schedule.warmup_shape must be one of {WARMUP_SHAPES}; got {shape!r}.")
-  init = float(_get(cfg, "warmup_init_factor", 0.0))
-  warm = (linear_warmup if shape == "linear" else cosine_warmup)(peak, warmup_steps, init)
-  decay_steps = max(int(total_steps) - warmup_steps, 1)
-  end = float(_get(cfg, "end_lr_factor", 0.0))
-  kind = _get(cfg, "decay", "constant")
-  if kind == "constant":
-    decay = constant(peak)
-  elif kind == "cosine":
-    decay = cosine_decay(peak, decay_steps, end)
-  elif kind == "poly":
-    decay = polynomial_decay(peak, decay_steps, end, float(_get(cfg, "poly_power", 2.0)))
-  elif kind == "step":
-    epochs = _get(cfg, "step_boundaries_epochs", ())
-    bounds = [durations.to_steps(float(e), "epochs", **kw) - warmup_steps for e in epochs]
-    decay = step_decay(peak, bounds, float(_get(cfg, "step_factor", 0.1)))
-  elif kind == "cyclical":
-    decay = cyclical(peak, durations.steps("cycle", cfg, **kw), end, _get(cfg, "cycle_shape", "triangular"))
-  else:
-    raise ValueError(f"schedule.decay must be one of {DECAYS}; got {kind!r}.")
-  return warmup_then(warm, decay, warmup_steps)
+  if cfg.warmup_shape not in WARMUP_SHAPES:
+    raise ValueError(f"schedule.warmup_shape must be one of {WARMUP_SHAPES}; got {cfg.warmup_shape!r}.")
+  warmup = linear_warmup if cfg.warmup_shape == "linear" else cosine_warmup
+  return warmup_then(warmup(peak, warmup_steps, float(cfg.warmup_init_factor)),
+                     _decay(cfg, peak, warmup_steps, kw), warmup_steps)

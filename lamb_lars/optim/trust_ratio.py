@@ -1,5 +1,9 @@
 """Layer-wise trust ratios (LARS / LAMB) as one optax transformation, with jit-safe statistics in its state.
 
+It composes small per-leaf steps, one per line of the formula below: :func:`add_decayed_weights` (u),
+:func:`ratio_denominator` (D), :func:`raw_ratio` (r̃), the bounds, :func:`apply_ratio` (r·u), :func:`leaf_stats`. Not an
+``optax.chain``: the paper's denominator needs the direction d from before the weight decay, which a chain drops.
+
 One "layer" is one parameter leaf (a conv kernel uses the Frobenius norm of the whole tensor), or one slice along
 the leading axis of a *stacked* leaf (layers stacked by ``nn.scan``), which then gets one ratio per layer.
 
@@ -30,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, NamedTuple, Optional, Sequence, Union
+from typing import Any, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -97,11 +101,6 @@ def _clip(x: jax.Array, bounds: Optional[tuple[Optional[float], Optional[float]]
   return x
 
 
-def _broadcast_to(ratio: jax.Array, x: jax.Array) -> jax.Array:
-  """A per-layer ratio vector reshaped to broadcast against a stacked leaf (no-op for scalars)."""
-  return ratio.reshape(ratio.shape + (1,) * (x.ndim - ratio.ndim))
-
-
 class _Pair:
   """(update, stats) of one leaf; deliberately not a pytree, so tree maps treat it as a leaf."""
   __slots__ = ("update", "stats")
@@ -110,8 +109,100 @@ class _Pair:
     self.update, self.stats = update, stats
 
 
-def _stats_shape(w: jax.Array, stacked: bool) -> tuple[int, ...]:
-  return (w.shape[0],) if stacked and w.ndim >= 1 else ()
+def add_decayed_weights(d: jax.Array, w: jax.Array, beta: float) -> jax.Array:
+  """u = d + βw: decoupled weight decay on one leaf (d itself where β = 0, as ``optax.add_decayed_weights``)."""
+  return d + beta * w if beta != 0.0 else d
+
+
+def ratio_denominator(kind: str, d: jax.Array, w: jax.Array, u: jax.Array, beta: float, pn: jax.Array,
+                      stacked: bool) -> tuple[jax.Array, jax.Array]:
+  """(direction norm, D): ('paper') ‖d‖ and ‖d‖ + β‖w‖; ('optax') ‖d + βw‖ = ‖u‖ twice."""
+  if kind == "paper":
+    dn = layer_norm(d, stacked)
+    return dn, (dn + beta * pn if beta != 0.0 else dn)
+  if beta == 0.0:
+    dn = layer_norm(u, stacked)
+    return dn, dn
+  # ‖d + βw‖ from its own copy of d + βw, with β as a runtime scalar: the barrier stops XLA from merging it with the
+  # u scaled later and from materialising β as a full-size array, so u is recomputed inside the reduction instead of
+  # being written and read back (≈1.3x faster on CPU), and the reduction is emitted as in optax's graph
+  # (bit-identical to optax.lars / optax.lamb under jit).
+  d2, w2, b2 = jax.lax.optimization_barrier((d, w, jnp.asarray(beta, w.dtype)))
+  dn = layer_norm(d2 + b2 * w2, stacked)
+  return dn, dn
+
+
+def raw_ratio(t: "TrustRatio", pn: jax.Array, dn: jax.Array, denom: jax.Array) -> jax.Array:
+  """r̃ = η·φ(‖w‖)/(D + ε), and ρ₀ where ‖w‖ = 0 or the direction norm is 0."""
+  raw = t.trust_coefficient * _clip(pn, t.phi_bounds) / (denom + t.eps)
+  zero = jnp.logical_or(pn == 0.0, dn == 0.0)
+  return jnp.where(zero, jnp.array(t.zero_norm_ratio, dtype=raw.dtype), raw)
+
+
+def apply_ratio(u: jax.Array, ratio: jax.Array) -> jax.Array:
+  """r·u in the norm dtype, cast back to u's dtype; a stacked leaf's per-layer ratios broadcast over its layers."""
+  return (u.astype(ratio.dtype) * ratio.reshape(ratio.shape + (1,) * (u.ndim - ratio.ndim))).astype(u.dtype)
+
+
+def leaf_stats(pn: jax.Array, un: jax.Array, raw: jax.Array, ratio: jax.Array, lr: Any) -> LeafStats:
+  """The :class:`LeafStats` of one leaf; the relative step lr·r·‖u‖/‖w‖ is 0 where ‖w‖ = 0."""
+  step = lr * ratio * un / jnp.where(pn > 0, pn, 1.0)
+  return LeafStats(pn, un, raw, ratio, (ratio != raw).astype(raw.dtype), jnp.where(pn > 0, step, 0.0))
+
+
+def _leaf_update(t: "TrustRatio", d: jax.Array, w: jax.Array, decay: bool, adapt: bool, stacked: bool,
+                 lr: Any) -> _Pair:
+  """One leaf through the composition: u, then (where adapted or tracked) D, r̃, r = clip(r̃), r·u and the stats."""
+  beta = t.weight_decay if decay else 0.0
+  u = add_decayed_weights(d, w, beta)
+  if not adapt and not t.track_stats:
+    return _Pair(u, None)
+  pn = layer_norm(w, stacked)
+  dn, denom = ratio_denominator(t.denominator, d, w, u, beta, pn, stacked)
+  raw = raw_ratio(t, pn, dn, denom)
+  ratio = _clip(raw, t.ratio_bounds)
+  if adapt:
+    out = apply_ratio(u, ratio)
+  else:
+    out = u
+    raw = ratio = jnp.ones_like(raw)
+  if not t.track_stats:
+    return _Pair(out, None)
+  un = layer_norm(u, stacked) if (t.denominator == "paper" and beta != 0.0) else dn
+  return _Pair(out, leaf_stats(pn, un, raw, ratio, lr))
+
+
+def _masks(t: "TrustRatio", params: Any) -> tuple[Any, Any, Any]:
+  """The (weight decay, adaptation, stacked) bool trees of ``t``'s masks for ``params``."""
+  return (masks.resolve(t.weight_decay_mask, params, True), masks.resolve(t.adaptation_mask, params, True),
+          masks.resolve(t.stacked_mask, params, False))
+
+
+def _transform(t: "TrustRatio", learning_rate: Optional[optax.ScalarOrSchedule]) -> optax.GradientTransformation:
+  """The transformation of checked settings ``t``: :func:`_leaf_update` on every leaf, statistics in the state."""
+
+  def init_fn(params):
+    if not t.track_stats:
+      return optax.EmptyState()
+    shape = lambda w, s: (w.shape[0],) if s and w.ndim >= 1 else ()   # one entry per layer of a stacked leaf
+    zeros = lambda w, s: LeafStats(*[jnp.zeros(shape(w, s), norm_dtype(w.dtype))] * len(STAT_NAMES))
+    return TrustRatioState(count=jnp.zeros([], jnp.int32), stats=jax.tree.map(zeros, params, _masks(t, params)[2]))
+
+  def update_fn(updates, state, params=None):
+    if params is None:
+      raise ValueError("scale_by_trust_ratio needs params: call update(updates, state, params).")
+    lr = 1.0
+    if t.track_stats and learning_rate is not None:
+      lr = learning_rate(state.count) if callable(learning_rate) else learning_rate
+    pairs = jax.tree.map(lambda d, w, *flags: None if d is None else _leaf_update(t, d, w, *flags, lr),
+                         updates, params, *_masks(t, params), is_leaf=lambda x: x is None)
+    new_updates = jax.tree.map(lambda p: p.update, pairs)
+    if not t.track_stats:
+      return new_updates, state
+    stats = jax.tree.map(lambda p: p.stats, pairs)
+    return new_updates, TrustRatioState(count=optax.safe_increment(state.count), stats=stats)
+
+  return optax.GradientTransformation(init_fn, update_fn)
 
 
 def scale_by_trust_ratio(
@@ -131,102 +222,11 @@ def scale_by_trust_ratio(
 ) -> optax.GradientTransformation:
   """Adds decoupled weight decay and scales each layer by its trust ratio (formulas in the module docstring).
 
-  Args:
-    trust_coefficient: η (LARS: 0.001; LAMB and "layer-wise": 1).
-    eps: ε added to the denominator.
-    denominator: 'paper' (‖d‖ + β‖w‖, from the raw incoming direction) or 'optax' (‖d + βw‖).
-    weight_decay: β, added as βw to the incoming direction before the ratio (decoupled from any base optimizer).
-    weight_decay_mask: optax-style mask (bool, bool tree, or callable params -> bool tree); True = decay the leaf.
-    adaptation_mask: optax-style mask; True = scale the leaf by its trust ratio, False = pass u = d + βw through.
-    ratio_bounds: (r_min, r_max) clipping the ratio; None / () for no bounds; either side may be None.
-    phi_bounds: LAMB's φ(‖w‖) = clip(‖w‖, lower, upper); None / () for the identity.
-    zero_norm_ratio: ρ₀, the ratio used when ‖w‖ = 0 or the direction norm is 0.
-    stacked_mask: optax-style mask; True = the leading axis indexes stacked layers, each with its own ratio.
-    track_stats: keep per-leaf :class:`LeafStats` in the state (otherwise the state is empty).
-    learning_rate: scalar or schedule, used only for the ``relative_step`` statistic (1 when None).
-
-  Returns:
-    An ``optax.GradientTransformation``; ``update`` needs ``params``.
+  The arguments are the fields of :class:`TrustRatio`, where each is explained; ``learning_rate`` (a scalar or a
+  schedule) feeds only the ``relative_step`` statistic (1 when None). ``update`` needs ``params``.
   """
-  if denominator not in DENOMINATORS:
-    raise ValueError(f"denominator must be one of {DENOMINATORS}; got {denominator!r}.")
-  ratio_bounds = _check_bounds(ratio_bounds, "ratio_bounds")
-  phi_bounds = _check_bounds(phi_bounds, "phi_bounds")
-  weight_decay = float(weight_decay)
-
-  def flags(params):
-    wd = masks.resolve(weight_decay_mask, params, True)
-    adapt = masks.resolve(adaptation_mask, params, True)
-    stacked = masks.resolve(stacked_mask, params, False)
-    return wd, adapt, stacked
-
-  def init_fn(params):
-    if not track_stats:
-      return optax.EmptyState()
-    _, _, stacked = flags(params)
-
-    def zeros(w, s):
-      z = jnp.zeros(_stats_shape(w, s), norm_dtype(w.dtype))
-      return LeafStats(z, z, z, z, z, z)
-
-    return TrustRatioState(count=jnp.zeros([], jnp.int32), stats=jax.tree.map(zeros, params, stacked))
-
-  def leaf_update(d, w, wd_on, adapt, stacked, lr):
-    beta = weight_decay if wd_on else 0.0
-    u = d + beta * w if beta != 0.0 else d
-    if not adapt and not track_stats:
-      return _Pair(u, None)
-    pn = layer_norm(w, stacked)
-    if denominator == "paper":
-      dn = layer_norm(d, stacked)
-      denom = dn + beta * pn if beta != 0.0 else dn
-    elif beta != 0.0:
-      # ‖d + βw‖ from its own copy of d + βw, with β as a runtime scalar: the barrier stops XLA from merging it
-      # with the u scaled below and from materialising β as a full-size array, so u is recomputed inside the
-      # reduction instead of being written and read back (≈1.3x faster on CPU), and the reduction is emitted as
-      # in optax's graph (bit-identical to optax.lars / optax.lamb under jit).
-      d2, w2, b2 = jax.lax.optimization_barrier((d, w, jnp.asarray(beta, w.dtype)))
-      dn = layer_norm(d2 + b2 * w2, stacked)
-      denom = dn
-    else:
-      dn = layer_norm(u, stacked)
-      denom = dn
-    raw = trust_coefficient * _clip(pn, phi_bounds) / (denom + eps)
-    zero = jnp.logical_or(pn == 0.0, dn == 0.0)
-    raw = jnp.where(zero, jnp.array(zero_norm_ratio, dtype=raw.dtype), raw)
-    ratio = _clip(raw, ratio_bounds)
-    if adapt:
-      out = (u.astype(ratio.dtype) * _broadcast_to(ratio, u)).astype(u.dtype)
-    else:
-      out = u
-      raw = ratio = jnp.ones_like(raw)
-    if not track_stats:
-      return _Pair(out, None)
-    un = layer_norm(u, stacked) if (denominator == "paper" and beta != 0.0) else dn
-    step = lr * ratio * un / jnp.where(pn > 0, pn, 1.0)
-    stats = LeafStats(pn, un, raw, ratio, (ratio != raw).astype(raw.dtype), jnp.where(pn > 0, step, 0.0))
-    return _Pair(out, stats)
-
-  def update_fn(updates, state, params=None):
-    if params is None:
-      raise ValueError("scale_by_trust_ratio needs params: call update(updates, state, params).")
-    wd, adapt, stacked = flags(params)
-    if not track_stats:
-      lr = 1.0
-    elif callable(learning_rate):
-      lr = learning_rate(state.count)
-    else:
-      lr = 1.0 if learning_rate is None else learning_rate
-    pairs = jax.tree.map(
-        lambda d, w, a, b, c: None if d is None else leaf_update(d, w, a, b, c, lr),
-        updates, params, wd, adapt, stacked, is_leaf=lambda x: x is None)
-    new_updates = jax.tree.map(lambda p: p.update, pairs)
-    if not track_stats:
-      return new_updates, state
-    stats = jax.tree.map(lambda p: p.stats, pairs)
-    return new_updates, TrustRatioState(count=optax.safe_increment(state.count), stats=stats)
-
-  return optax.GradientTransformation(init_fn, update_fn)
+  return TrustRatio(trust_coefficient, eps, denominator, weight_decay, weight_decay_mask, adaptation_mask,
+                    ratio_bounds, phi_bounds, zero_norm_ratio, stacked_mask, track_stats).transform(learning_rate)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,27 +234,32 @@ class TrustRatio:
   """The settings of :func:`scale_by_trust_ratio` as one value, passed down from a config or an alias unchanged.
 
   ``TrustRatio(trust_coefficient=0.001, denominator='paper')`` is LARS's ratio; ``.replace(weight_decay=1e-4)``
-  changes one field; ``.transform(lr)`` is the transformation. Field meanings: :func:`scale_by_trust_ratio`.
+  changes one field; ``.transform(lr)`` is the transformation (:func:`scale_by_trust_ratio`).
   """
-  trust_coefficient: float = 1.0
-  eps: float = 0.0
-  denominator: str = "optax"
-  weight_decay: float = 0.0
-  weight_decay_mask: Any = True
-  adaptation_mask: Any = True
-  ratio_bounds: Bounds = None
-  phi_bounds: Bounds = None
-  zero_norm_ratio: float = 1.0
-  stacked_mask: Any = False
-  track_stats: bool = False
+  trust_coefficient: float = 1.0   # η (LARS: 0.001; LAMB and "layer-wise": 1)
+  eps: float = 0.0                 # ε added to the denominator
+  denominator: str = "optax"       # 'paper': ‖d‖ + β‖w‖ from the raw incoming direction; 'optax': ‖d + βw‖
+  weight_decay: float = 0.0        # β, added as βw to the incoming direction (decoupled from any base optimizer)
+  weight_decay_mask: Any = True    # optax-style mask (bool, bool tree, or params -> bool tree); True = decay
+  adaptation_mask: Any = True      # True = scale the leaf by its ratio; False = pass u = d + βw through
+  ratio_bounds: Bounds = None      # (r_min, r_max) clipping the ratio; None / () = none; either side may be None
+  phi_bounds: Bounds = None        # LAMB's φ(‖w‖) = clip(‖w‖, lower, upper); None / () = identity
+  zero_norm_ratio: float = 1.0     # ρ₀, the ratio where ‖w‖ = 0 or the direction norm is 0
+  stacked_mask: Any = False        # True = the leading axis indexes stacked layers, each with its own ratio
+  track_stats: bool = False        # keep per-leaf LeafStats in the state (otherwise the state is empty)
 
   def replace(self, **changes: Any) -> "TrustRatio":
     return dataclasses.replace(self, **changes)
 
   def transform(self, learning_rate: Optional[optax.ScalarOrSchedule] = None) -> optax.GradientTransformation:
-    """:func:`scale_by_trust_ratio` with these settings (``learning_rate`` only feeds the statistics)."""
-    return scale_by_trust_ratio(**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
-                                learning_rate=learning_rate)
+    """:func:`scale_by_trust_ratio` with these settings (``learning_rate`` only feeds the statistics); ValueError
+    naming a bad denominator or bounds."""
+    if self.denominator not in DENOMINATORS:
+      raise ValueError(f"denominator must be one of {DENOMINATORS}; got {self.denominator!r}.")
+    checked = self.replace(ratio_bounds=_check_bounds(self.ratio_bounds, "ratio_bounds"),
+                           phi_bounds=_check_bounds(self.phi_bounds, "phi_bounds"),
+                           weight_decay=float(self.weight_decay))
+    return _transform(checked, learning_rate)
 
 
 def _find_states(opt_state: Any) -> list[TrustRatioState]:

@@ -11,9 +11,7 @@ from typing import Any
 from lamb_lars.models import bn_groups
 from lamb_lars.train import durations, stopping
 from lamb_lars import models
-
-class ConfigError(ValueError):
-  """A config that cannot run; the message is one sentence naming the key and the fix."""
+from lamb_lars.errors import ConfigError  # the typed config error, re-exported here for the trainer's callers
 
 
 _CHOICES = {
