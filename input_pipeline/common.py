@@ -49,18 +49,9 @@ class SplitView:
   count: int
 
 
-def cfg_get(config: Any, key: str, default: Any = None) -> Any:
-  """``config.key`` or ``default``; works for ConfigDict, dict and plain objects."""
-  if hasattr(config, "get"):
-    value = config.get(key, default)
-  else:
-    value = getattr(config, key, default)
-  return default if value is None else value
-
-
 def resolve_data_dir(config: Any) -> str:
   """``config.data_dir`` if set, else ``$TFDS_DATA_DIR``, else ``~/tensorflow_datasets`` (tfds' default)."""
-  data_dir = cfg_get(config, "data_dir", "") or os.environ.get("TFDS_DATA_DIR", "")
+  data_dir = config.data_dir or os.environ.get("TFDS_DATA_DIR", "")
   return os.path.expanduser(data_dir or "~/tensorflow_datasets")
 
 

@@ -22,7 +22,7 @@ import numpy as np
 from PIL import Image
 
 from lamb_lars.input_pipeline import tfds_arrays
-from lamb_lars.input_pipeline.common import (SplitView, cfg_get, eval_index_batches, local_batch_size, resolve_data_dir,
+from lamb_lars.input_pipeline.common import (SplitView, eval_index_batches, local_batch_size, resolve_data_dir,
                                    split_views, train_index_batches)
 
 NAME = "imagenet2012"
@@ -52,12 +52,12 @@ def views(config: Any) -> dict[str, SplitView]:
   data_dir = resolve_data_dir(config)
   n_train = len(open_split(data_dir, TRAIN_SPLIT))
   n_test = len(open_split(data_dir, EVAL_SPLIT))
-  return split_views(n_train, n_test, int(cfg_get(config, "validation_split", 0)), train_split=TRAIN_SPLIT,
+  return split_views(n_train, n_test, int(config.validation_split), train_split=TRAIN_SPLIT,
                      test_split=EVAL_SPLIT)
 
 
 def image_size(config: Any) -> int:
-  return int(cfg_get(config, "image_size", 224))
+  return int(config.image_size)
 
 
 # --- crops (pure functions of the image size and an rng) -------------------------------------------------
@@ -154,9 +154,9 @@ def _iterate(records: KeyedRecords, transform: Any, batch: int, config: Any) -> 
   if len(records) == 0:
     return iter(())
   ds = grain.MapDataset.source(records).map(transform).batch(batch, drop_remainder=False)
-  threads = int(cfg_get(config, "grain_threads", min(16, 2 * (os.cpu_count() or 1))))
+  threads = int(config.grain_threads) or min(16, 2 * (os.cpu_count() or 1))
   it = ds.to_iter_dataset(grain.ReadOptions(num_threads=threads, prefetch_buffer_size=min(4096, 2 * batch)))
-  workers = int(cfg_get(config, "grain_workers", 0))
+  workers = int(config.grain_workers)
   if workers > 0:
     if not flags.FLAGS.is_parsed():  # grain's mp_prefetch reads absl flags; outside absl.app use their defaults
       flags.FLAGS.mark_as_parsed()
@@ -169,12 +169,12 @@ def train_batches(config: Any, *, epoch: int, start_step: int, global_batch_size
   """This process's ``{'image': uint8 [b, S, S, 3], 'label': int32 [b]}`` for steps start_step.. of epoch."""
   view = views(config)["train"]
   b = local_batch_size(global_batch_size, process_count)
-  parts = list(train_index_batches(seed=int(cfg_get(config, "seed", 0)), epoch=epoch, n=view.count,
+  parts = list(train_index_batches(seed=int(config.seed), epoch=epoch, n=view.count,
                                    global_batch_size=global_batch_size, start_step=start_step,
                                    process_index=process_index, process_count=process_count))
   keys = view.start + (np.concatenate(parts) if parts else np.zeros((0,), np.int64))
   records = KeyedRecords(open_split(resolve_data_dir(config), view.split), keys, np.ones(len(keys), bool))
-  transform = TrainCrop(cfg_get(config, "seed", 0), epoch, image_size(config))
+  transform = TrainCrop(config.seed, epoch, image_size(config))
   return _iterate(records, transform, b, config)
 
 

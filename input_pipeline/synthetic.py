@@ -14,20 +14,18 @@ from typing import Any
 
 import numpy as np
 
-from lamb_lars.input_pipeline.common import SplitView, cfg_get, check_split, split_views
+from lamb_lars.input_pipeline.common import SplitView, check_split, split_views
 
-DEFAULTS = {"image_shape": (28, 28, 1), "num_classes": 10, "num_train": 60_000, "num_eval": 10_000, "seed": 0}
 MAX_POOL = 1024
 MAX_POOL_BYTES = 64 << 20
 MAX_IN_MEMORY_BYTES = 2 << 30
 
 
 def settings(config: Any) -> dict:
-  """``config.synthetic`` merged over DEFAULTS, with image_shape as a tuple."""
-  sub = cfg_get(config, "synthetic", {}) or {}
-  out = {k: cfg_get(sub, k, v) for k, v in DEFAULTS.items()}
-  out["image_shape"] = tuple(int(d) for d in out["image_shape"])
-  return out
+  """``config.synthetic`` (its one table of defaults is ``configs/default.py``), with image_shape as a tuple."""
+  s = config.synthetic
+  return {"image_shape": tuple(int(d) for d in s.image_shape), "num_classes": int(s.num_classes),
+          "num_train": int(s.num_train), "num_eval": int(s.num_eval), "seed": int(s.seed)}
 
 
 def fits_in_memory(config: Any) -> bool:
@@ -49,7 +47,7 @@ def _pool(image_shape: tuple, num_classes: int, seed: int) -> tuple[np.ndarray, 
 
 def views(config: Any) -> dict[str, SplitView]:
   s = settings(config)
-  return split_views(int(s["num_train"]), int(s["num_eval"]), int(cfg_get(config, "validation_split", 0)))
+  return split_views(int(s["num_train"]), int(s["num_eval"]), int(config.validation_split))
 
 
 def examples(config: Any, idx: np.ndarray, which: str) -> tuple[np.ndarray, np.ndarray]:

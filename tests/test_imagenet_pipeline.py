@@ -17,7 +17,8 @@ SIZE = 24  # a tiny crop keeps the tests fast; the default is 224
 
 def make_config(**overrides) -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict(dict(dataset="imagenet2012", data_dir="/nonexistent", data_source="tfds",
-                                          validation_split=0, seed=7, image_size=SIZE, grain_workers=0))
+                                          validation_split=0, seed=7, image_size=SIZE, grain_workers=0,
+                                          grain_threads=0))
   config.update(overrides)
   return config
 

@@ -31,7 +31,8 @@ MOCK = tfds.testing.MockPolicy.USE_CODE
 def make_config(**overrides) -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict(dict(
       dataset="mnist", data_dir="", data_source="offline", validation_split=0, seed=0, image_size=224,
-      grain_workers=0, synthetic=dict(image_shape=(28, 28, 1), num_classes=10, num_train=1000, num_eval=100)))
+      grain_workers=0, grain_threads=0,
+      synthetic=dict(image_shape=(28, 28, 1), num_classes=10, num_train=1000, num_eval=100, seed=0)))
   config.update(overrides)
   return config
 
@@ -320,6 +321,20 @@ def test_synthetic_is_deterministic_and_exact():
   assert not ip.get_info(big).in_memory
   assert next(ip.train_batches(big, epoch=0, global_batch_size=8))["image"].shape == (8, 224, 224, 3)
   assert synthetic.settings(big)["num_classes"] == 1000
+
+
+def test_synthetic_sizes_come_from_the_config_only():
+  """configs/default.py is the one table of defaults: a missing ``synthetic.num_train`` is an error, never a second
+  default inside the pipeline (it silently became 60,000 against the config's 2048)."""
+  from lamb_lars.configs import default
+  config = default.get_config()
+  config.dataset = "synthetic"
+  info = ip.get_info(config)
+  assert (info.num_train, info.num_eval) == (2048, 512)
+  partial = make_config(dataset="synthetic")
+  partial.synthetic = ml_collections.ConfigDict(dict(image_shape=(28, 28, 1), num_classes=10, num_eval=100, seed=0))
+  with pytest.raises(AttributeError, match="num_train"):
+    ip.get_info(partial)
 
 
 def test_train_stream_crosses_epochs_and_resumes_at_any_step():
