@@ -36,7 +36,7 @@ from lamb_lars.train.trainer import train_and_evaluate
 workdir, k, steps, data_dir = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 cfg = mnist_lenet.get_config()
 cfg.batch_size, cfg.num_microbatches, cfg.num_train_steps = 60000, k, steps
-cfg.steps_per_call, cfg.data_on_device, cfg.progress = 1, "no", False
+cfg.steps_per_fetch, cfg.data_on_device, cfg.progress = 1, "no", False
 cfg.eval_every_steps, cfg.checkpoint_every_epochs, cfg.eval_batch_size = steps, 0.0, 2000
 cfg.optimizer.lr_scaling = "none"  # a memory/time benchmark: keep the LR of the batch-256 baseline
 cfg.validation_split = 0

