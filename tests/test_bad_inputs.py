@@ -82,7 +82,7 @@ VALIDATOR_CASES = [
 def test_validator_refuses_in_one_sentence(overrides, expected):
   cfg = tiny_config(**overrides)
   with pytest.raises(ConfigError) as e:
-    validate.check(cfg, input_pipeline.get_info(cfg), 1)
+    validate.validate(cfg, 1)
   assert expected in str(e.value) and one_sentence(str(e.value)), str(e.value)
 
 
@@ -91,17 +91,16 @@ def test_validator_refuses_in_one_sentence(overrides, expected):
                                        {"optimizer.schedule.warmup_steps": 6}, {"bn.momentum": 0.0}])
 def test_validator_accepts_what_can_be_right(overrides):
   cfg = tiny_config(**overrides)
-  assert validate.check(cfg, input_pipeline.get_info(cfg), 1).total_steps == 6
+  assert validate.validate(cfg, 1).total_steps == 6
 
 
 def test_the_lr_table_is_checked_before_it_is_allocated(monkeypatch):
   """1e10 steps are refused by the plan check, before ``lr_table.tabulate`` could allocate 80 GB."""
   from lamb_lars.optim import lr_table
-  from lamb_lars.train import trainer
   monkeypatch.setattr(lr_table, "tabulate", lambda *a, **k: pytest.fail("tabulated an absurd LR table"))
   cfg = tiny_config(num_train_steps=10 ** 10)
   with pytest.raises(ConfigError, match="host LR table"):
-    trainer.make_plan(cfg, input_pipeline.get_info(cfg), [None])
+    validate.validate(cfg, [None])
 
 
 # --- 2. The run identity check (item 1). ------------------------------------------------------------------------
@@ -376,8 +375,7 @@ def test_every_mistake_is_one_sentence(tmp_path):
       (OSError(28, "No space left on device"), "No space left on device"),
       (_exc(_bad_store(tmp_path)), "the study store cannot be read"),
       (workdir_lock.WorkdirLocked("w is in use by a training run (PID 7); wait."), "PID 7"),
-      (_exc(lambda: validate.check(tiny_config(validation_split=300), input_pipeline.get_info(
-          tiny_config(validation_split=300)), 1)), "validation_split"),
+      (_exc(lambda: validate.validate(tiny_config(validation_split=300), 1)), "validation_split"),
   ]
   for exc, expected in cases:
     msg = cli_errors.sentence(exc)

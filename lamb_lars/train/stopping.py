@@ -23,6 +23,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from lamb_lars.train.run_plan import ConfigError
+
 TARGET_METRICS = ("eval_accuracy", "eval_loss", "validation_accuracy", "validation_loss", "train_accuracy",
                   "train_loss")
 MODES = ("max", "min")
@@ -53,41 +55,34 @@ def first_nonfinite(losses: np.ndarray) -> Optional[int]:
   return int(bad[0]) if bad.size else None
 
 
-def _stop_config(config: Any) -> Any:
-  return config.get("stop", None) if hasattr(config, "get") else getattr(config, "stop", None)
-
-
 def validate(config: Any) -> None:
-  """ValueError naming the first bad ``config.stop`` key (absent ``stop``: nothing to check)."""
-  s = _stop_config(config)
-  if s is None:
-    return
+  """ConfigError naming the first bad ``config.stop`` key."""
+  s = config.stop
   if s.target_metric and s.target_metric not in TARGET_METRICS:
-    raise ValueError(f"config.stop.target_metric={s.target_metric!r} must be '' or one of {TARGET_METRICS}.")
-  if s.target_metric.startswith("validation_") and not config.get("validation_split", 0) > 0:
-    raise ValueError(f"config.stop.target_metric={s.target_metric!r} needs config.validation_split > 0.")
+    raise ConfigError(f"config.stop.target_metric={s.target_metric!r} must be '' or one of {TARGET_METRICS}.")
+  if s.target_metric.startswith("validation_") and not config.validation_split > 0:
+    raise ConfigError(f"config.stop.target_metric={s.target_metric!r} needs config.validation_split > 0.")
   if s.target_mode not in MODES:
-    raise ValueError(f"config.stop.target_mode={s.target_mode!r} must be 'max' or 'min'.")
+    raise ConfigError(f"config.stop.target_mode={s.target_mode!r} must be 'max' or 'min'.")
   if not 0.0 <= s.dead_after_fraction <= 1.0:
-    raise ValueError(f"config.stop.dead_after_fraction={s.dead_after_fraction} must be in [0, 1] (0 = off).")
-  if int(s.get("dead_evals", 3)) < 1:
-    raise ValueError(f"config.stop.dead_evals={s.dead_evals} must be at least 1.")
+    raise ConfigError(f"config.stop.dead_after_fraction={s.dead_after_fraction} must be in [0, 1] (0 = off).")
+  if int(s.dead_evals) < 1:
+    raise ConfigError(f"config.stop.dead_evals={s.dead_evals} must be at least 1.")
   if not s.dead_accuracy < 1.0:
-    raise ValueError(f"config.stop.dead_accuracy={s.dead_accuracy} must be < 1 (negative = derived from chance).")
+    raise ConfigError(f"config.stop.dead_accuracy={s.dead_accuracy} must be < 1 (negative = derived from chance).")
 
 
 class StopRules:
   """The ``config.stop`` rules of one run, with the recent test accuracies (checkpointed state)."""
 
   def __init__(self, config: Any, *, total_steps: int, warmup_steps: int, epoch_of=lambda step: float(step)):
-    s = _stop_config(config)
-    self.metric = s.target_metric if s is not None else ""
-    self.goal, self.mode = (float(s.target_goal), s.target_mode) if s is not None else (0.0, "max")
-    fraction = float(s.dead_after_fraction) if s is not None else 0.0
+    s = config.stop
+    self.metric, self.goal, self.mode = s.target_metric, float(s.target_goal), s.target_mode
+    fraction = float(s.dead_after_fraction)
     self.dead_from = max(int(np.ceil(fraction * total_steps - 1e-9)), int(warmup_steps)) if fraction > 0 else None
-    given = float(s.dead_accuracy) if s is not None else -1.0
+    given = float(s.dead_accuracy)
     self.threshold = given if given >= 0 else chance_threshold(int(config.num_classes))
-    self.num_recent = max(1, int(s.get("dead_evals", 3))) if s is not None else 3
+    self.num_recent = int(s.dead_evals)
     self.total_steps, self.epoch_of = total_steps, epoch_of
     self.recent: list[float] = []
 

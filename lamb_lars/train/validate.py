@@ -1,7 +1,7 @@
 """The one validator of a training config: everything that can be rejected before anything compiles.
 
-``train.py`` (through :func:`lamb_lars.train.trainer.make_plan`) and the study runner (every trial, before the first is
-launched) call :func:`check`, so a config a study would launch is exactly a config ``train.py`` would accept.
+``train.py`` (the trainer) and the study runner (every trial, before the first is launched) call :func:`validate`,
+so a config a study would launch is exactly a config ``train.py`` would accept.
 Each failure is a :class:`~lamb_lars.train.run_plan.ConfigError` whose message is one sentence naming the key, the value
 and the fix. On top of :func:`lamb_lars.train.run_plan.make_plan` and :func:`lamb_lars.optim.optimizer_config.validate_config`
 it checks:
@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any
+from typing import Any, Optional, Sequence, Union
 
-from lamb_lars import models
+from lamb_lars import input_pipeline, models
 from lamb_lars.optim import optimizer_config
-from lamb_lars.train import run_plan
+from lamb_lars.train import run_plan, stopping
 
 ConfigError = run_plan.ConfigError
 MAX_TOTAL_STEPS = 10_000_000
@@ -48,8 +48,8 @@ def check_bounds(config: Any) -> None:
     raise ConfigError(f"config.bn.momentum={m!r} must be in [0, 1) (the weight of the old running statistics).")
   if not _finite_positive(eps):
     raise ConfigError(f"config.bn.epsilon={eps!r} must be a finite number > 0.")
-  for key in ("keep_checkpoints", "num_microbatches", "batch_size", "eval_batch_size", "scan_steps"):
-    value = config.get(key, 1)
+  for key in ("keep_checkpoints", "num_microbatches", "batch_size", "eval_batch_size"):
+    value = config[key]
     if not (isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1):
       raise ConfigError(f"config.{key}={value!r} must be an integer ≥ 1.")
   if config.model not in models.MODEL_NAMES:
@@ -76,20 +76,43 @@ def check_plan(config: Any, plan: run_plan.RunPlan) -> None:
   if plan.total_steps > MAX_TOTAL_STEPS:
     raise ConfigError(f"the run has {plan.total_steps:,} steps (config.num_train_steps / num_epochs), more than the "
                       f"{MAX_TOTAL_STEPS:,} the host LR table holds; shorten it.")
-  if plan.warmup_steps > plan.total_steps and not config.optimizer.schedule.get("allow_long_warmup", False):
+  if plan.warmup_steps > plan.total_steps and not config.optimizer.schedule.allow_long_warmup:
     raise ConfigError(f"the warmup ({plan.warmup_steps} steps) is longer than training ({plan.total_steps} steps), "
                       f"so the LR never reaches its peak; shorten config.optimizer.schedule.warmup_* or set "
                       f"config.optimizer.schedule.allow_long_warmup=True.")
 
 
-def check(config: Any, info: Any, num_devices: int) -> run_plan.RunPlan:
-  """Every check of a training config against ``info`` and ``num_devices``; the run's plan, or ConfigError."""
+def dataset_info(config: Any) -> input_pipeline.DatasetInfo:
+  """The dataset's sizes and shapes; a bad data setting (unknown dataset, validation_split) is a ConfigError, a
+  missing dataset stays a ``DatasetNotFoundError``."""
   try:
-    check_bounds(config)
-    check_data(config, info)
-    optimizer_config.validate_config(config.optimizer)
-    plan = run_plan.make_plan(config, num_train=info.num_train, num_devices=num_devices)
-    check_plan(config, plan)
-    return plan
+    return input_pipeline.get_info(config)
+  except input_pipeline.DatasetNotFoundError:
+    raise
   except ValueError as e:
     raise ConfigError(str(e)) from None
+
+
+def validate(config: Any, devices: Union[int, Sequence[Any]],
+             info: Optional[input_pipeline.DatasetInfo] = None) -> run_plan.RunPlan:
+  """Every check of a training config, before anything compiles: the run's plan, or a one-sentence ConfigError.
+
+  ``devices``: the devices the run will use (a list, checked against ``config.num_devices``), or their number.
+  ``info``: the dataset's :class:`~lamb_lars.input_pipeline.DatasetInfo` when the caller has it (a study caches one
+  per dataset), else read from ``config``.
+  """
+  if not isinstance(devices, int):
+    devices = len(devices)
+    if config.num_devices > devices:
+      raise ConfigError(f"config.num_devices={config.num_devices} but only {devices} devices exist.")
+  check_bounds(config)
+  info = dataset_info(config) if info is None else info
+  check_data(config, info)
+  try:
+    optimizer_config.validate_config(config.optimizer)
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
+  stopping.validate(config)
+  plan = run_plan.make_plan(config, num_train=info.num_train, num_devices=devices)
+  check_plan(config, plan)
+  return plan

@@ -38,7 +38,7 @@ def validate_trial(config: ml_collections.ConfigDict, devices: int, info: Any) -
   from lamb_lars.train import run_plan, validate  # noqa: PLC0415  (the trainer's stack: only when checking)
   from lamb_lars.optim import optimizer_config  # noqa: PLC0415
   if info is not None:
-    validate.check(config, info, devices)
+    validate.validate(config, devices, info)
     return
   validate.check_bounds(config)
   optimizer_config.validate_config(config.optimizer)
@@ -51,7 +51,7 @@ def validate_trial(config: ml_collections.ConfigDict, devices: int, info: Any) -
 def _dataset_info(config: ml_collections.ConfigDict, cache: dict) -> Any:
   """The dataset's ``DatasetInfo`` (None when it is not on this machine), once per distinct data setting."""
   from lamb_lars.input_pipeline import DatasetNotFoundError  # noqa: PLC0415
-  from lamb_lars.train.trainer import get_info  # noqa: PLC0415
+  from lamb_lars.train.validate import dataset_info as get_info  # noqa: PLC0415
   key = json.dumps([config.get(k) for k in ("dataset", "data_source", "data_dir", "validation_split",
                                             "image_size")] + [config.synthetic.to_dict()], default=str)
   if key not in cache:
