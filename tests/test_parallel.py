@@ -9,7 +9,7 @@ import optax
 import pytest
 
 from lamb_lars.models import bn_groups
-from lamb_lars.train import mesh as mesh_lib, train_step as ts
+from lamb_lars.train import mesh as mesh_lib, parallel, train_step as ts
 from lamb_lars.models.small_cnn import SmallCNN
 
 STEPS, BATCH = 3, 32
@@ -65,7 +65,7 @@ def run_pmap(ndev, group, ghost):
   model = model_for(group, ghost, pmap_devices=ndev)
   state = ts.init_state(model, TX, jax.random.PRNGKey(0), (8, 8, 1))
   stacked = jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (ndev,) + x.shape), jax.device_get(state))
-  f = ts.make_pmap_train_chunk(model, TX, ts.StepOptions(10), pre)
+  f = parallel.make_pmap_train_chunk(model, TX, ts.StepOptions(10), pre)
   images, labels = data()
   images = np.moveaxis(images.reshape(STEPS, ndev, -1, 8, 8, 1), 1, 0)
   labels = np.moveaxis(labels.reshape(STEPS, ndev, -1), 1, 0)

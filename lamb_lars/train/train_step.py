@@ -1,6 +1,7 @@
-"""Pure training and evaluation steps, data-parallel over a ('group', 'replica') mesh or under ``pmap``.
+"""Pure training and evaluation steps, data-parallel over a ('group', 'replica') mesh (``pmap``:
+:mod:`lamb_lars.train.parallel`).
 
-One compiled call runs K optimizer steps (``lax.scan``), each over a global batch split over devices and, inside a
+One compiled call runs K = ``config.steps_per_call`` optimizer steps (``lax.scan``), each over a global batch split over devices and, inside a
 device, into ``num_microbatches`` micro-batches (gradient accumulation). Per step:
 
   g_d   = (1/k) Σ_j ∇ L(w; micro-batch j of device d)       per-device gradient (BN statistics per micro-batch)
@@ -86,9 +87,8 @@ def init_state(model: nn.Module, tx: optax.GradientTransformation, rng: jax.Arra
                     batch_stats=variables.get("batch_stats", {}), opt_state=tx.init(params))
 
 
-def make_local_step(model: nn.Module, tx: optax.GradientTransformation, opts: StepOptions,
-                    preprocess: Preprocess, axes: Any, vary: Callable[[Any], Any]):
-  """One optimizer step on this device's share of the global batch; collectives over ``axes``."""
+def _grad_fn(model: nn.Module, opts: StepOptions):
+  """∇ of the mean cross-entropy of one micro-batch, with aux (new BN statistics, correct predictions)."""
 
   def loss_fn(params, batch_stats, x, y, dropout_rng):
     variables = {"params": params}
@@ -103,7 +103,43 @@ def make_local_step(model: nn.Module, tx: optax.GradientTransformation, opts: St
     correct = jnp.sum(jnp.argmax(logits, -1) == y)
     return loss, (new_bs, correct)
 
-  grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+  return jax.value_and_grad(loss_fn, has_aux=True)
+
+
+def _perturb(x: jax.Array, labels: jax.Array, r_act, r_lab, r_lab2, opts: StepOptions):
+  """Input-activation noise and label noise (You et al. 2020 §6.3); the identity when both are off."""
+  if opts.activation_noise:
+    x = x + opts.activation_noise * jax.random.normal(r_act, x.shape, x.dtype)
+  if opts.label_noise:
+    flip = jax.random.bernoulli(r_lab, opts.label_noise, labels.shape)
+    labels = jnp.where(flip, jax.random.randint(r_lab2, labels.shape, 0, opts.num_classes), labels)
+  return x, labels
+
+
+def _accumulate(grad_fn, state: TrainState, params_v, xs, ys, r_drop, opts: StepOptions, vary):
+  """(loss, new BN statistics, correct, g_d, mean |g_dj|²) over this device's k micro-batches (g_d = mean g_dj)."""
+  k, batch_stats = opts.num_microbatches, state.batch_stats
+  if k == 1:
+    (loss, (new_bs, correct)), grads = grad_fn(params_v, batch_stats, xs[0], ys[0], r_drop[0])
+    return loss, new_bs, correct, grads, tree_sq_norm(grads)
+
+  def micro(carry, xy):
+    g_acc, l_acc, c_acc, sq_acc = carry
+    (l, (bs, c)), g = grad_fn(params_v, batch_stats, *xy)
+    return (jax.tree.map(jnp.add, g_acc, g), l_acc + l, c_acc + c, sq_acc + tree_sq_norm(g)), bs
+  zeros = vary(jax.tree.map(jnp.zeros_like, state.params))
+  scalar = lambda dtype: vary(jnp.zeros((), dtype))
+  init = (zeros, scalar(jnp.float32), scalar(jnp.int32), scalar(jnp.float32))
+  (g_sum, l_sum, correct, sq_sum), bs_stack = jax.lax.scan(micro, init, (xs, ys, r_drop),
+                                                            unroll=opts.unroll_microbatches)
+  return (l_sum / k, jax.tree.map(lambda s: s.mean(0), bs_stack), correct, jax.tree.map(lambda g: g / k, g_sum),
+          sq_sum / k)
+
+
+def make_local_step(model: nn.Module, tx: optax.GradientTransformation, opts: StepOptions,
+                    preprocess: Preprocess, axes: Any, vary: Callable[[Any], Any]):
+  """One optimizer step on this device's share of the global batch; collectives over ``axes``."""
+  grad_fn = _grad_fn(model, opts)
 
   def local_step(state: TrainState, images: jax.Array, labels: jax.Array, rng: jax.Array, step_rng: jax.Array):
     """``rng`` differs per device (augmentation, input/label/weight noise); ``step_rng`` is shared (gradient noise)."""
@@ -111,34 +147,14 @@ def make_local_step(model: nn.Module, tx: optax.GradientTransformation, opts: St
     r_pre, r_act, r_lab, r_lab2, r_w = jax.random.split(rng, 5)
     # Dropout: one key per micro-batch, from a stream of its own (fold_in keeps the five keys above unchanged).
     r_drop = jax.random.split(jax.random.fold_in(rng, _DROPOUT_STREAM), k)
-    x = preprocess(images, labels, r_pre)
-    if opts.activation_noise:
-      x = x + opts.activation_noise * jax.random.normal(r_act, x.shape, x.dtype)
-    if opts.label_noise:
-      flip = jax.random.bernoulli(r_lab, opts.label_noise, labels.shape)
-      labels = jnp.where(flip, jax.random.randint(r_lab2, labels.shape, 0, opts.num_classes), labels)
+    x, labels = _perturb(preprocess(images, labels, r_pre), labels, r_act, r_lab, r_lab2, opts)
     xs = x.reshape((k, x.shape[0] // k) + x.shape[1:])
     ys = labels.reshape((k, -1))
     params_v = vary(state.params)
     if opts.weight_noise:
       params_v = _add_noise(params_v, r_w, opts.weight_noise)
-    if k == 1:
-      (loss, (new_bs, correct)), local_grads = grad_fn(params_v, state.batch_stats, xs[0], ys[0], r_drop[0])
-      small_sq = tree_sq_norm(local_grads)
-    else:
-      def micro(carry, xy):
-        g_acc, l_acc, c_acc, sq_acc = carry
-        (l, (bs, c)), g = grad_fn(params_v, state.batch_stats, *xy)
-        return (jax.tree.map(jnp.add, g_acc, g), l_acc + l, c_acc + c, sq_acc + tree_sq_norm(g)), bs
-      zeros = vary(jax.tree.map(jnp.zeros_like, state.params))
-      scalar = lambda dtype: vary(jnp.zeros((), dtype))
-      init = (zeros, scalar(jnp.float32), scalar(jnp.int32), scalar(jnp.float32))
-      (g_sum, l_sum, correct, sq_sum), bs_stack = jax.lax.scan(micro, init, (xs, ys, r_drop),
-                                                                unroll=opts.unroll_microbatches)
-      local_grads = jax.tree.map(lambda g: g / k, g_sum)
-      small_sq = sq_sum / k
-      loss = l_sum / k
-      new_bs = jax.tree.map(lambda s: s.mean(0), bs_stack)
+    loss, new_bs, correct, local_grads, small_sq = _accumulate(grad_fn, state, params_v, xs, ys, r_drop,
+                                                               opts, vary)
     grads = jax.lax.pmean(local_grads, axes)
     if opts.gradient_noise:
       grads = _add_noise(grads, step_rng, opts.gradient_noise)
@@ -159,7 +175,7 @@ def make_local_step(model: nn.Module, tx: optax.GradientTransformation, opts: St
   return local_step
 
 
-def _scan_steps(local_step, state, fetch, xs, key, axes):
+def scan_steps(local_step, state, fetch, xs, key, axes):
   """Runs one local step per leading element of ``xs``; ``fetch`` turns it into (images, labels).
 
   The scan is unrolled: on XLA:CPU a rolled loop body runs 4–6× slower than the same step as straight-line code
@@ -189,24 +205,14 @@ def make_train_chunk(model, tx, opts: StepOptions, preprocess: Preprocess, mesh:
   split = P(None, axes)
   if resident:
     def chunk(state, images_all, labels_all, idx, key):
-      return _scan_steps(local_step, state, lambda i: (images_all[i], labels_all[i]), idx, key, axes)
+      return scan_steps(local_step, state, lambda i: (images_all[i], labels_all[i]), idx, key, axes)
     in_specs = (P(), P(), P(), split, P())
   else:
     def chunk(state, images, labels, key):
-      return _scan_steps(local_step, state, lambda xy: xy, (images, labels), key, axes)
+      return scan_steps(local_step, state, lambda xy: xy, (images, labels), key, axes)
     in_specs = (P(), split, split, P())
   fn = jax.shard_map(chunk, mesh=mesh, in_specs=in_specs, out_specs=(P(), P()))
   return jax.jit(fn, donate_argnums=0)
-
-
-def make_pmap_train_chunk(model, tx, opts: StepOptions, preprocess: Preprocess, *, axis_name: str = "batch"):
-  """The ``pmap`` idiom of :func:`make_train_chunk` (host-fed): inputs carry a leading device axis; state is
-  replicated along it. ``f(state, images[D, K, b, ...], labels[D, K, b], key[D])``."""
-  local_step = make_local_step(model, tx, opts, preprocess, axis_name, vary=lambda t: t)
-
-  def chunk(state, images, labels, key):
-    return _scan_steps(local_step, state, lambda xy: xy, (images, labels), key, axis_name)
-  return jax.pmap(chunk, axis_name=axis_name, donate_argnums=0)
 
 
 def make_eval_step(model, opts: StepOptions, preprocess: Preprocess):
