@@ -213,3 +213,27 @@ def test_chance_threshold_and_stop_rules_state():
   assert fell_back.check(7, {"eval_accuracy": 0.11}).stopped == "dead"  # 3 in a row at chance, past step 5
   dip = stopping.StopRules(cfg, total_steps=10, warmup_steps=0)
   assert [dip.check(s, {"eval_accuracy": a}) for s, a in ((5, 0.9), (6, 0.1), (7, 0.1), (8, 0.95))] == [None] * 4
+
+
+def test_a_crash_mid_run_still_closes_the_writer_and_the_checkpointer(data_dir, tmp_path, monkeypatch):
+  """A bug at the second evaluation keeps its traceback, and the TensorBoard writer and the checkpointer are closed
+  (``finally``): the first evaluation's row and checkpoint are on disk, the event file is complete."""
+  from lamb_lars.train import checkpoint, evaluation, metric_writers
+  closed, real_eval = [], evaluation.Evaluator.__call__
+  calls = iter(range(100))
+
+  def evaluate(self, state):
+    if next(calls) == 1:
+      raise ZeroDivisionError("a bug in the second evaluation")
+    return real_eval(self, state)
+  for cls, name in ((metric_writers.MetricWriter, "writer"), (checkpoint.Checkpointer, "checkpointer")):
+    monkeypatch.setattr(cls, "close", (lambda real, name: lambda self, *a: closed.append(name) or real(self, *a))(
+        cls.close, name))
+  monkeypatch.setattr(evaluation.Evaluator, "__call__", evaluate)
+  with pytest.raises(ZeroDivisionError, match="second evaluation"):
+    train_and_evaluate(small_config(data_dir, eval_every_steps=10, checkpoint_every_steps=10), str(tmp_path))
+  assert sorted(closed) == ["checkpointer", "writer"]
+  assert [json.loads(l)["step"] for l in open(tmp_path / "metrics.jsonl")] == [10]
+  assert (tmp_path / "checkpoints" / "10").is_dir() and not (tmp_path / "result.json").exists()
+  tags = tensorboard_tags(str(tmp_path / "tensorboard"))   # flushed and closed: every step's scalars are there
+  assert max(step for values in tags.values() for step, _ in values) == 20

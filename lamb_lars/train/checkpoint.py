@@ -86,9 +86,6 @@ class Checkpointer:
     raise CheckpointError(f"no checkpoint under {self._dir} restores (step {step}: {why}); move that folder away "
                           f"to start the run over.")
 
-  def wait(self) -> None:
-    self._mngr.wait_until_finished()
-
   def close(self) -> None:
     self._mngr.wait_until_finished()
     self._mngr.close()

@@ -165,12 +165,10 @@ class MetricWriter:
       return
     io_utils.makedirs(workdir)
     keep_rows_until(self.path, resume_step, log)
-    try:
-      from tensorboardX import SummaryWriter
-      self._tb = SummaryWriter(os.path.join(workdir, run_files.TENSORBOARD_DIR), purge_step=resume_step + 1 if resume_step else None)
-    except ImportError:  # TensorBoard output is optional
-      self._tb = None
-    if self._tb is not None and hparams:
+    from tensorboardX import SummaryWriter  # a pinned dependency (setup.py); imported here to keep start-up light
+    self._tb = SummaryWriter(os.path.join(workdir, run_files.TENSORBOARD_DIR),
+                             purge_step=resume_step + 1 if resume_step else None)
+    if hparams:
       self._tb.file_writer.add_summary(_hparams_summary(hparams))
       self._tb.flush()
 

@@ -45,11 +45,10 @@ class NoiseScaleTracker:
 
 
 class MetricsWindow:
-  """Per-step training metrics and throughput since the last evaluation; the first chunk's time is compilation."""
+  """Per-step training metrics and throughput since the last evaluation; compilation is counted apart."""
 
   def __init__(self, batch_size: int, train_time: float = 0.0):
     self.batch_size, self.train_time, self.compile_time = batch_size, float(train_time), 0.0
-    self._compiled = False
     self.reset()
 
   def reset(self) -> None:
@@ -57,13 +56,15 @@ class MetricsWindow:
     self.time, self.examples = 0.0, 0
 
   def add_time(self, seconds: float, steps: int) -> None:
+    """``steps`` trained in ``seconds`` of wall time (compilation excluded: :meth:`add_compile`)."""
     self.train_time += seconds
-    if not self._compiled:  # the first call compiles: keep it out of the throughput
-      self._compiled = True
-      self.compile_time += seconds
-    else:
-      self.time += seconds
-      self.examples += steps * self.batch_size
+    self.time += seconds
+    self.examples += steps * self.batch_size
+
+  def add_compile(self, seconds: float) -> None:
+    """Compilation, timed on its own (``.lower().compile()``): training time, but not throughput."""
+    self.train_time += seconds
+    self.compile_time += seconds
 
   def add(self, metrics: dict) -> None:
     for key, values in self.values.items():

@@ -5,8 +5,9 @@ Data flows config → input pipeline → compiled K-step train call → metrics.
 validation_accuracy], wall_time, ...) and to TensorBoard; the end state goes to ``<workdir>/result.json``:
 ``{status: done | diverged, stopped: null | target | dead | nonfinite, step, total_steps, final, error,
 train_time}``. Re-running the same command resumes from the newest checkpoint; a finished run returns its
-recorded result. The parts: :mod:`~lamb_lars.train.feeders` (data placement), :mod:`~lamb_lars.train.evaluation`,
-:mod:`~lamb_lars.train.train_metrics`, :mod:`~lamb_lars.train.stopping`, :mod:`~lamb_lars.train.checkpoint`.
+recorded result. The parts: :mod:`~lamb_lars.train.loop` (chunks dispatched one ahead, metrics fetched one chunk
+late), :mod:`~lamb_lars.train.feeders` (data placement, prefetch), :mod:`~lamb_lars.train.parallel` (jit or pmap),
+:mod:`~lamb_lars.train.evaluation`, :mod:`~lamb_lars.train.stopping`, :mod:`~lamb_lars.train.checkpoint`.
 """
 from __future__ import annotations
 
@@ -14,21 +15,19 @@ import contextlib
 import functools
 import os
 import sys
-import time
 from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 
 from lamb_lars import input_pipeline
-from lamb_lars.models import bn_groups
-from lamb_lars.train import (checkpoint, evaluation, feeders, mesh as mesh_lib, metric_writers, progress, run_identity, run_plan, stopping, train_metrics, validate)
+from lamb_lars.models import bn_groups, create_model
+from lamb_lars.train import (checkpoint, evaluation, feeders, mesh as mesh_lib, metric_writers, parallel, progress,
+                             run_identity, run_plan, validate)
 from lamb_lars.common import io_utils, run_files, workdir_lock
 from lamb_lars.optim import lr_table, optimizer_config
-from lamb_lars.train import train_step as ts
-from lamb_lars.models import create_model
+from lamb_lars.train import loop as loop_lib, train_step as ts
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
@@ -37,24 +36,6 @@ def _log(msg: str) -> None:
   if jax.process_index() == 0:
     from tqdm import tqdm
     tqdm.write(msg, file=sys.stderr)
-
-
-def make_plan(config: ml_collections.ConfigDict, info: input_pipeline.DatasetInfo, devices: list) -> run_plan.RunPlan:
-  """Everything checkable, checked before anything compiles (:mod:`lamb_lars.train.validate`, the validator studies use
-  too); a bad config raises a one-sentence ConfigError."""
-  if config.num_devices > len(jax.devices()):
-    raise run_plan.ConfigError(f"config.num_devices={config.num_devices} but only {len(jax.devices())} devices exist.")
-  return validate.check(config, info, len(devices))
-
-
-def get_info(config: ml_collections.ConfigDict) -> input_pipeline.DatasetInfo:
-  """The dataset's sizes and shapes; a bad data setting (unknown dataset, validation_split) is a ConfigError."""
-  try:
-    return input_pipeline.get_info(config)
-  except input_pipeline.DatasetNotFoundError:
-    raise
-  except ValueError as e:
-    raise run_plan.ConfigError(str(e)) from None
 
 
 def recorded_result(workdir: str) -> Optional[dict]:
@@ -71,18 +52,11 @@ def recorded_result(workdir: str) -> Optional[dict]:
   return None
 
 
-def build_model(config: ml_collections.ConfigDict, plan: run_plan.RunPlan):
-  """The model with its BN layers wired to the plan's groups, for the chosen parallelism."""
-  g = plan.bn.group_devices
-  if config.parallelism == "pmap":
-    axis_kw = dict(group_axis_name="batch" if g > 1 else None,
-                   group_axis_index_groups=bn_groups.axis_index_groups(plan.num_devices, g),
-                   stats_axis_name="batch")
-  else:
-    axis_kw = dict(group_axis_name=mesh_lib.BN_AXIS if g > 1 else None,
-                   stats_axis_name="group" if g > 1 else mesh_lib.DATA_AXES)
+def build_model(config: ml_collections.ConfigDict, plan: run_plan.RunPlan, strategy: Any):
+  """The model with its BN layers wired to the plan's groups over the strategy's axes."""
   norm = functools.partial(bn_groups.GroupBatchNorm, momentum=config.bn.momentum, epsilon=config.bn.epsilon,
-                           ghost_batch_size=plan.bn.ghost_batch_size, **axis_kw)
+                           ghost_batch_size=plan.bn.ghost_batch_size,
+                           **strategy.bn_axes(plan.num_devices, plan.bn.group_devices))
   return create_model(config.model, num_classes=config.num_classes, dtype=DTYPES[config.dtype], norm=norm,
                       zero_init_last_bn=config.zero_init_last_bn)
 
@@ -130,17 +104,6 @@ def restore(ckpt: checkpoint.Checkpointer, state, workdir: str) -> tuple[Any, di
   return state, meta
 
 
-def due(every: int, step: int, plan: run_plan.RunPlan) -> bool:
-  """Whether a periodic action with period ``every`` (0 = only at the end) falls on ``step``."""
-  return (every > 0 and step % every == 0) or step == plan.total_steps
-
-
-def log_eval(row: dict, step: int) -> None:
-  val = f"  val_loss {row['validation_loss']:.4f}" if "validation_loss" in row else ""
-  _log(f"step {step:>6} epoch {row['epoch']:6.2f}  train_loss {row['train_loss']:.4f}  eval_loss {row['eval_loss']:.4f}"
-       f"  eval_acc {100 * row['eval_accuracy']:.2f}%{val}  {row['examples_per_sec']:,.0f} ex/s")
-
-
 def progress_bar(config, plan: run_plan.RunPlan, step: int) -> progress.Progress:
   """A bar on a terminal or in a notebook, else a line every minute (lamb_lars/train/progress.py)."""
   _log(f"Training {config.model} on {config.dataset}: batch {plan.batch_size} on {plan.num_devices} device(s) "
@@ -154,91 +117,56 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                        hparams: Optional[dict[str, Any]] = None) -> dict:
   """Trains and evaluates ``config`` in ``workdir``; resumes if a checkpoint is there. Returns the result record.
 
-  The workdir is locked while it runs (:mod:`lamb_lars.common.workdir_lock`) and belongs to the config it was started
-  with (:mod:`lamb_lars.train.run_identity`). ``hparams``: what TensorBoard's HParams dashboard shows for this run (a
+  Everything checkable is checked first (:func:`lamb_lars.train.validate.validate`, the validator studies use too):
+  a bad config raises a one-sentence ConfigError before anything compiles. The workdir is locked while it runs
+  (:mod:`lamb_lars.common.workdir_lock`) and belongs to the config it was started with
+  (:mod:`lamb_lars.train.run_identity`). ``hparams``: what TensorBoard's HParams dashboard shows for this run (a
   study passes the keys it varies); default ``metric_writers.HPARAM_KEYS`` of ``config``."""
   mesh_lib.initialize_distributed(config)
-  info = get_info(config)
   devices = jax.devices()[: config.num_devices or None]
-  plan = make_plan(config, info, devices)
+  info = validate.dataset_info(config)
+  plan = validate.validate(config, devices, info)
   io_utils.makedirs(workdir)
   lock = workdir_lock.hold(workdir) if jax.process_index() == 0 else contextlib.nullcontext()  # one writer per run
   with lock:
-    return _train_locked(config, workdir, info, devices, plan, hparams)
+    run_identity.check(config, workdir)
+    if (done := recorded_result(workdir)) is not None:
+      return done
+    if jax.process_index() == 0:
+      run_identity.record(config, workdir)
+    input_pipeline.prepare(config)
+    return _train(config, workdir, info, devices, plan, hparams)
 
 
-def _train_locked(config: ml_collections.ConfigDict, workdir: str, info: input_pipeline.DatasetInfo, devices: list,
-                  plan: run_plan.RunPlan, hparams: Optional[dict[str, Any]] = None) -> dict:
-  run_identity.check(config, workdir)
-  if (done := recorded_result(workdir)) is not None:
-    return done
-  is_main = jax.process_index() == 0
-  if is_main:
-    run_identity.record(config, workdir)
-  input_pipeline.prepare(config)
-
+def _train(config: ml_collections.ConfigDict, workdir: str, info: input_pipeline.DatasetInfo, devices: list,
+           plan: run_plan.RunPlan, hparams: Optional[dict[str, Any]]) -> dict:
+  """Builds the run's parts, resumes, runs the loop; the checkpointer and the writer are closed on every exit."""
   tx, lr_fn = create_optimizer(config, plan)
   lrs = lr_table.tabulate(lr_fn, plan.total_steps)  # the LR of every update, on the host: logged per step
-  table = lrs if config.optimizer.lr_table else None
   mesh = mesh_lib.make_mesh(plan.bn.group_devices, devices)
-  model, opts = build_model(config, plan), step_options(config, plan)
-  state, step_key = create_train_state(model, tx, mesh, info.image_shape, config.seed, table)
+  strategy = parallel.make(config, mesh)
+  model, opts = build_model(config, plan, strategy), step_options(config, plan)
+  state, step_key = create_train_state(model, tx, mesh, info.image_shape, config.seed,
+                                       lrs if config.optimizer.lr_table else None)
   w0 = jax.device_get(state.params) if config.diagnostics.dist_from_init else None
-  evaluate = evaluation.Evaluator(config, mesh, model, opts, w0)
-  feeder = feeders.make_feeder(config, plan, mesh, info, model, tx, opts)
-  ckpt = checkpoint.Checkpointer(workdir, keep=config.keep_checkpoints)
-  state, meta = restore(ckpt, state, workdir)
-  noise = train_metrics.NoiseScaleTracker(batch_size=plan.batch_size, num_devices=plan.num_devices,
-                                          num_microbatches=plan.num_microbatches, decay=config.diagnostics.noise_scale_ema,
-                                          enabled=plan.diagnostics.noise_scale)
-  noise.load_state_dict(meta.get("noise_scale"))
-  rules = stopping.StopRules(config, total_steps=plan.total_steps, warmup_steps=plan.warmup_steps,
-                             epoch_of=plan.epoch_of)
-  rules.load_state_dict(meta.get("stopping"))
-  window = train_metrics.MetricsWindow(plan.batch_size, meta.get("train_time", 0.0))
-  step = int(jax.device_get(state.step))
-  writer = metric_writers.MetricWriter(workdir, enabled=is_main, resume_step=step, log=_log,
-                                       hparams=hparams or metric_writers.config_hparams(config))
-  bar = progress_bar(config, plan, step)
-
-  train_state, stop, error, last_row = feeder.to_training(state), None, None, None
-  while step < plan.total_steps and stop is None:
-    k = plan.chunk_size(step)
-    t0 = time.perf_counter()
-    train_state, m = feeder.run_chunk(train_state, step, k, step_key)
-    window.add_time(time.perf_counter() - t0, k)
-    bad = stopping.first_nonfinite(m["train_loss"])
-    if bad is not None and error is None:
-      error = f"non-finite training loss at step {step + bad + 1}"
-      _log(f"Diverged: {error}.")
-      if config.stop_on_divergence:
-        step, stop = step + bad + 1, stopping.Stop("nonfinite", "diverged", error)
-        break
-    window.add(m)
-    noise.update(m)
-    for s, scalars in train_metrics.step_scalars(step + 1, m, lr_table.lookup(lrs, np.arange(step, step + k))):
-      writer.write_scalars(s, scalars)
-    step += k
-    bar.update(k, loss=float(m["train_loss"][-1]))
-    if due(plan.eval_every_steps, step, plan):
-      last_row = {"epoch": round(plan.epoch_of(step), 6), "examples": step * plan.batch_size,
-                  "lr": float(lr_table.lookup(lrs, max(step - 1, 0))), **window.summary(), **noise.value()}
-      last_row.update(evaluate(feeder.to_canonical(train_state)))
-      writer.write_scalars(step, last_row, jsonl=True)
-      log_eval(last_row, step)
-      stop = rules.check(step, last_row)
-    if plan.checkpoint_every_steps > 0 and due(plan.checkpoint_every_steps, step, plan):
-      meta = {"train_time": window.train_time, "noise_scale": noise.state_dict(), "stopping": rules.state_dict()}
-      ckpt.save(step, feeder.to_canonical(train_state), meta)
-  bar.close()
-  ckpt.close()
-  status = stop.status if stop else ("diverged" if error else "done")
-  writer.close(status)
-  result = {"status": status, "stopped": stop.stopped if stop else None, "step": step,
-            "total_steps": plan.total_steps, "final": last_row, "error": stop.error if stop else error,
-            "train_time": window.train_time}
-  if stop and stop.stopped != "nonfinite":
-    _log(f"Stopped at step {step}: {stop.stopped}" + (f" ({stop.error})." if stop.error else "."))
-  if is_main:
+  parts = loop_lib.Parts(config=config, plan=plan, lrs=lrs, step_key=step_key, log=_log,
+                         evaluate=evaluation.Evaluator(config, mesh, model, opts, w0),
+                         feeder=feeders.make_feeder(config, plan, strategy, info, model, tx, opts))
+  ckpt, writer, bar, status = checkpoint.Checkpointer(workdir, keep=config.keep_checkpoints), None, None, None
+  try:
+    state, meta = restore(ckpt, state, workdir)
+    step = int(jax.device_get(state.step))
+    writer = metric_writers.MetricWriter(workdir, enabled=jax.process_index() == 0, resume_step=step, log=_log,
+                                         hparams=hparams or metric_writers.config_hparams(config))
+    bar = progress_bar(config, plan, step)
+    result = loop_lib.run(parts, state, step, meta, ckpt, writer, bar)
+    status = result["status"]
+  finally:
+    if bar is not None:
+      bar.close()
+    ckpt.close()
+    if writer is not None:
+      writer.close(status)
+  if jax.process_index() == 0:
     io_utils.write_json_atomic(os.path.join(workdir, run_files.RESULT_FILE), result)
   return result

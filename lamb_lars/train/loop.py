@@ -1,0 +1,143 @@
+"""The training loop proper: chunks of steps dispatched one ahead, metrics fetched one chunk late.
+
+The device runs chunk N+1 while the host fetches chunk N's metrics, checks them for non-finite losses, writes
+them (TensorBoard, progress) and builds the next chunk's batches (the overlap of flax's and big_vision's loops,
+which fetch metrics one step late). Nothing is dispatched past an evaluation, a checkpoint or the end
+(``RunPlan.next_boundary``): the state there is evaluated and saved before the next chunk reads it, so a target
+reached at step N stops the run at step N, and a resumed run stops exactly where an uninterrupted one does. A
+non-finite loss found in chunk N ends the run at its first bad step; the chunk already dispatched after it is
+dropped unread.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import time
+from typing import Any, Callable, Optional
+
+import ml_collections
+import numpy as np
+
+from lamb_lars.optim import lr_table
+from lamb_lars.train import run_plan, stopping, train_metrics
+
+
+@dataclasses.dataclass
+class Parts:
+  """What the loop runs with: the config and plan, the host LR table, the step key, the evaluator and feeder."""
+  config: ml_collections.ConfigDict
+  plan: run_plan.RunPlan
+  lrs: np.ndarray
+  step_key: Any
+  log: Callable[[str], None]
+  evaluate: Any
+  feeder: Any
+
+
+def at_boundary(step: int, plan: run_plan.RunPlan) -> bool:
+  """Whether the host must read the state after ``step``: an evaluation, a checkpoint or the end."""
+  return step == plan.total_steps or any(every > 0 and step % every == 0
+                                         for every in (plan.eval_every_steps, plan.checkpoint_every_steps))
+
+
+def due(every: int, step: int, plan: run_plan.RunPlan) -> bool:
+  """Whether a periodic action with period ``every`` (0 = only at the end) falls on ``step``."""
+  return (every > 0 and step % every == 0) or step == plan.total_steps
+
+
+def log_eval(log: Callable[[str], None], row: dict, step: int) -> None:
+  val = f"  val_loss {row['validation_loss']:.4f}" if "validation_loss" in row else ""
+  log(f"step {step:>6} epoch {row['epoch']:6.2f}  train_loss {row['train_loss']:.4f}  eval_loss {row['eval_loss']:.4f}"
+      f"  eval_acc {100 * row['eval_accuracy']:.2f}%{val}  {row['examples_per_sec']:,.0f} ex/s")
+
+
+class _Run:
+  """One run's host-side state: metrics window, noise scale, stopping rules, the outcome so far."""
+
+  def __init__(self, parts: Parts, step: int, meta: dict, writer: Any, bar: Any):
+    c, p = parts.config, parts.plan
+    self.parts, self.step, self.writer, self.bar = parts, step, writer, bar
+    self.noise = train_metrics.NoiseScaleTracker(batch_size=p.batch_size, num_devices=p.num_devices,
+                                                 num_microbatches=p.num_microbatches,
+                                                 decay=c.diagnostics.noise_scale_ema, enabled=p.diagnostics.noise_scale)
+    self.noise.load_state_dict(meta.get("noise_scale"))
+    self.rules = stopping.StopRules(c, total_steps=p.total_steps, warmup_steps=p.warmup_steps, epoch_of=p.epoch_of)
+    self.rules.load_state_dict(meta.get("stopping"))
+    self.window = train_metrics.MetricsWindow(p.batch_size, meta.get("train_time", 0.0))
+    self.stop: Optional[stopping.Stop] = None
+    self.error: Optional[str] = None
+    self.last_row: Optional[dict] = None
+    self.mark, self.compiled = time.perf_counter(), parts.feeder.compile_time
+
+  def time_chunk(self, k: int) -> None:
+    """Wall time since the last chunk was fetched, less the compilation in it (timed on its own)."""
+    now, compiled = time.perf_counter(), self.parts.feeder.compile_time
+    self.window.add_compile(compiled - self.compiled)
+    self.window.add_time(now - self.mark - (compiled - self.compiled), k)
+    self.mark, self.compiled = now, compiled
+
+  def take(self, first: int, m: dict) -> None:
+    """A fetched chunk's metrics: the non-finite check, the window, TensorBoard, progress."""
+    k = len(m["train_loss"])
+    bad = stopping.first_nonfinite(m["train_loss"])
+    if bad is not None and self.error is None:
+      self.error = f"non-finite training loss at step {first + bad + 1}"
+      self.parts.log(f"Diverged: {self.error}.")
+      if self.parts.config.stop_on_divergence:
+        self.step, self.stop = first + bad + 1, stopping.Stop("nonfinite", "diverged", self.error)
+        return
+    self.window.add(m)
+    self.noise.update(m)
+    for s, scalars in train_metrics.step_scalars(first + 1, m, lr_table.lookup(self.parts.lrs, np.arange(first, first + k))):
+      self.writer.write_scalars(s, scalars)
+    self.step = first + k
+    self.bar.update(k, loss=float(m["train_loss"][-1]))
+
+  def at_boundary(self, train_state: Any, ckpt: Any) -> None:
+    """Evaluation and checkpoint due at ``self.step`` (the loop dispatched nothing past it)."""
+    p, step, feeder = self.parts.plan, self.step, self.parts.feeder
+    if due(p.eval_every_steps, step, p):
+      row = {"epoch": round(p.epoch_of(step), 6), "examples": step * p.batch_size,
+             "lr": float(lr_table.lookup(self.parts.lrs, max(step - 1, 0))), **self.window.summary(),
+             **self.noise.value()}
+      row.update(self.parts.evaluate(feeder.to_canonical(train_state)))
+      self.writer.write_scalars(step, row, jsonl=True)
+      log_eval(self.parts.log, row, step)
+      self.last_row, self.stop = row, self.rules.check(step, row)
+    if p.checkpoint_every_steps > 0 and due(p.checkpoint_every_steps, step, p):
+      meta = {"train_time": self.window.train_time, "noise_scale": self.noise.state_dict(),
+              "stopping": self.rules.state_dict()}
+      ckpt.save(step, feeder.to_canonical(train_state), meta)
+    self.mark = time.perf_counter()  # evaluation and checkpointing are not training time
+
+  def result(self) -> dict:
+    stop = self.stop
+    status = stop.status if stop else ("diverged" if self.error else "done")
+    if stop and stop.stopped != "nonfinite":
+      self.parts.log(f"Stopped at step {self.step}: {stop.stopped}" + (f" ({stop.error})." if stop.error else "."))
+    return {"status": status, "stopped": stop.stopped if stop else None, "step": self.step,
+            "total_steps": self.parts.plan.total_steps, "final": self.last_row,
+            "error": stop.error if stop else self.error, "train_time": self.window.train_time}
+
+
+def run(parts: Parts, state: Any, step: int, meta: dict, ckpt: Any, writer: Any, bar: Any) -> dict:
+  """Trains from ``state`` at ``step`` to the plan's end or a stop; the result record (module docstring)."""
+  run_, plan, feeder = _Run(parts, step, meta, writer, bar), parts.plan, parts.feeder
+  train_state, ahead, pending = feeder.to_training(state), step, collections.deque()
+  while run_.stop is None:
+    if ahead < plan.total_steps and not (pending and at_boundary(ahead, plan)):
+      k = plan.chunk_size(ahead)
+      train_state, out = feeder.dispatch(train_state, ahead, k, parts.step_key)
+      pending.append((ahead, out))
+      ahead += k
+      if len(pending) < 2 and not at_boundary(ahead, plan):
+        continue  # one more chunk in flight before this one's metrics are fetched
+    if not pending:
+      break
+    first, out = pending.popleft()
+    metrics = feeder.fetch(out)
+    run_.time_chunk(len(metrics["train_loss"]))
+    run_.take(first, metrics)
+    if run_.stop is None and at_boundary(run_.step, plan):
+      run_.at_boundary(train_state, ckpt)
+  return run_.result()
