@@ -88,7 +88,8 @@ class _Run:
         return
     self.window.add(m)
     self.noise.update(m)
-    for s, scalars in train_metrics.step_scalars(first + 1, m, lr_table.lookup(self.parts.lrs, np.arange(first, first + k))):
+    lrs = lr_table.lookup(self.parts.lrs, np.arange(first, first + k))
+    for s, scalars in train_metrics.step_scalars(first + 1, m, lrs):
       self.writer.write_scalars(s, scalars)
     self.step = first + k
     self.bar.update(k, loss=float(m["train_loss"][-1]))

@@ -1,8 +1,8 @@
 """Pure training and evaluation steps, data-parallel over a ('group', 'replica') mesh (``pmap``:
 :mod:`lamb_lars.train.parallel`).
 
-One compiled call runs K = ``config.steps_per_call`` optimizer steps (``lax.scan``), each over a global batch split over devices and, inside a
-device, into ``num_microbatches`` micro-batches (gradient accumulation). Per step:
+One compiled call runs K = ``config.steps_per_call`` optimizer steps (``lax.scan``), each over a global batch split
+over devices and, inside a device, into ``num_microbatches`` micro-batches (gradient accumulation). Per step:
 
   g_d   = (1/k) Σ_j ∇ L(w; micro-batch j of device d)       per-device gradient (BN statistics per micro-batch)
   g     = (1/D) Σ_d g_d                                      global gradient = gradient of the global mean loss
