@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from lamb_lars.train.run_plan import ConfigError
+from lamb_lars.errors import ConfigError
 
 TARGET_METRICS = ("eval_accuracy", "eval_loss", "validation_accuracy", "validation_loss", "train_accuracy",
                   "train_loss")
