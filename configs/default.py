@@ -44,7 +44,7 @@ def model(config: ml_collections.ConfigDict) -> None:
 
 def batch_and_duration(config: ml_collections.ConfigDict) -> None:
   """Batch and duration. Every duration (the total, warmup, eval and checkpoint cadence) follows one rule
-  (lamb_lars/train/durations.py): a unit counts when > 0, and the first of steps, examples, epochs, percent wins;
+  (lamb_lars/common/durations.py): a unit counts when > 0, and the first of steps, examples, epochs, percent wins;
   epochs count examples seen (N/B steps each), rounded up to whole steps."""
   config.batch_size = 256             # global batch
   config.num_epochs = 30.0

@@ -34,7 +34,7 @@ Rung 4: the paper's LARS settings at this batch are not recorded either; this co
 ones (paper Table 4): peak LR 28 (no further scaling), momentum 0.94429, weight decay 1e-4 (decoupled, kernels
 only), 25 warmup epochs; trust coefficient 0.001 (LARS's usual η; Table 4 does not list it).
 
-Built on configs/imagenet_resnet50.py. Epochs count examples (lamb_lars/train/durations.py): 90 epochs = ⌈140.8⌉ = 141
+Built on configs/imagenet_resnet50.py. Epochs count examples (lamb_lars/common/durations.py): 90 epochs = ⌈140.8⌉ = 141
 steps although 1,281,167 // 819,200 = 1 whole batch per data epoch; evaluations and checkpoints every 10 epochs
 = 16 steps.
 """

@@ -22,7 +22,7 @@ own batch, so the paper's BN group is the per-core batch: 128 examples. Ghost ba
 device holds (512 per device on 256 devices → 4 ghost batches; 64 → pairs of devices), while MLPerf's span rule
 (`'mlperf_span'`) would normalise all 512 together and so change the statistic the recipe was tuned with.
 
-Built on configs/imagenet_resnet50.py (model, data, evaluation). Epochs count examples (lamb_lars/train/durations.py):
+Built on configs/imagenet_resnet50.py (model, data, evaluation). Epochs count examples (lamb_lars/common/durations.py):
 90 epochs = 880 steps, 25 of warmup = 245, evaluations and checkpoints every 4 epochs = 40 steps.
 """
 

@@ -34,7 +34,7 @@ whole batch (e.g. all 512 at 32K on 64 devices), and 64/b devices pool when it h
 `bn.mode='ghost'` with 32 examples: NVIDIA's submission pools 2 GPUs × 16 images (its `bn_group`), and ghost
 batches of 32 keep that group size when a device holds more (at 16 per device both rules pool 2 devices).
 Built on configs/imagenet_resnet50.py; durations are in epochs (counted in examples, rounded up to steps:
-lamb_lars/train/durations.py); evaluations and checkpoints every 4 epochs. Pass the batch as the argument rather than
+lamb_lars/common/durations.py); evaluations and checkpoints every 4 epochs. Pass the batch as the argument rather than
 overriding `batch_size`.
 """
 import math

@@ -2,7 +2,7 @@
 
 Command:  python train.py --config=configs/default.py --workdir=/tmp/run --config.optimizer.name=lars
 (this file is not a run config: ``configs/default.py`` includes it as ``config.optimizer``.)
-Formulas: lamb_lars/optim/optimizers.py, lamb_lars/optim/schedules.py; durations: lamb_lars/train/durations.py (epochs round up).
+Formulas: lamb_lars/optim/optimizers.py, lamb_lars/optim/schedules.py; durations: lamb_lars/common/durations.py (epochs round up).
 """
 import ml_collections
 from ml_collections import config_dict

@@ -89,7 +89,7 @@ def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
 
 def batches_per_epoch(num_train: int, global_batch_size: int) -> int:
   """Full global batches in one data epoch (the remainder is dropped, different examples each epoch); the data
-  order only: durations count an epoch as N/B steps (lamb_lars/train/durations.py)."""
+  order only: durations count an epoch as N/B steps (lamb_lars/common/durations.py)."""
   if global_batch_size <= 0:
     raise ValueError(f"global_batch_size must be positive; got {global_batch_size}.")
   return num_train // global_batch_size

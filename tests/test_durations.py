@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from lamb_lars.train import durations
+from lamb_lars.common import durations
 
 N, B = 60_000, 256          # 234.375 steps per epoch
 

@@ -21,7 +21,8 @@ from absl import flags
 from ml_collections import config_flags
 
 from lamb_lars.configs import default, smoke_resnet18
-from lamb_lars.train import durations, run_plan
+from lamb_lars.common import durations
+from lamb_lars.train import run_plan
 from lamb_lars.optim import optimizer_config, schedules
 from lamb_lars.train.trainer import train_and_evaluate
 

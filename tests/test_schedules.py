@@ -117,7 +117,7 @@ def test_create_schedule_cyclical_from_examples():
 
 def test_create_schedule_errors():
   both = S.create_schedule(_cfg(warmup_steps=5, warmup_epochs=1.0, decay="constant"), PEAK, total_steps=10,
-                           num_train=1, batch_size=1)     # two units: steps win (lamb_lars/train/durations.py)
+                           num_train=1, batch_size=1)     # two units: steps win (lamb_lars/common/durations.py)
   assert float(both(3)) == pytest.approx(0.8 * PEAK)
   with pytest.raises(ValueError, match="decay"):
     S.create_schedule(_cfg(decay="exp"), PEAK, total_steps=10, num_train=1, batch_size=1)

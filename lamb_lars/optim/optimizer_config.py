@@ -174,7 +174,7 @@ def create_optimizer(cfg: Any, *, total_steps: int, num_train: int, batch_size: 
   """Builds the transformation (incl. scaled LR schedule) and returns it with the LR schedule for logging.
 
   peak = scale_learning_rate(learning_rate, batch_size, base_batch_size, lr_scaling); the schedule is
-  :func:`lamb_lars.optim.schedules.create_schedule` of ``cfg.schedule`` (durations: :mod:`lamb_lars.train.durations`);
+  :func:`lamb_lars.optim.schedules.create_schedule` of ``cfg.schedule`` (durations: :mod:`lamb_lars.common.durations`);
   gradient clipping by global norm comes first. With ``cfg.lr_table`` the schedule is tabulated over the
   ``total_steps`` updates and carried in the state (:mod:`lamb_lars.optim.lr_table`), so the compiled update does not
   depend on the LR values.

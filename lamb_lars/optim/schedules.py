@@ -39,7 +39,7 @@ from typing import Any, Sequence
 import jax.numpy as jnp
 import optax
 
-from lamb_lars.train import durations
+from lamb_lars.common import durations
 
 SCALING_RULES = ("none", "linear", "sqrt")
 WARMUP_SHAPES = ("linear", "cosine")
@@ -172,7 +172,7 @@ def create_schedule(cfg: Any, peak: float, *, total_steps: int, num_train: int, 
   """The schedule described by ``cfg`` (the ``config.optimizer.schedule`` subtree) with peak LR ``peak``.
 
   Every key is read from ``cfg``, whose defaults are ``configs/optimizer.py`` (there are none here). Every duration
-  (``warmup_*``, ``cycle_*``, ``step_boundaries_epochs``) goes through :mod:`lamb_lars.train.durations` (epochs are
+  (``warmup_*``, ``cycle_*``, ``step_boundaries_epochs``) goes through :mod:`lamb_lars.common.durations` (epochs are
   N/B steps, rounded up); step boundaries count from step 0, warmup included.
   """
   kw = dict(num_train=num_train, batch_size=batch_size, total_steps=total_steps)

@@ -1,7 +1,7 @@
 """Everything about a run that can be decided — and rejected — before anything is compiled.
 
 Each failure is a :class:`ConfigError` whose message is one sentence naming the config key and the fix. Every
-duration (total, warmup, eval and checkpoint cadence) is turned into steps by :func:`lamb_lars.train.durations.steps`
+duration (total, warmup, eval and checkpoint cadence) is turned into steps by :func:`lamb_lars.common.durations.steps`
 (one precedence rule, round up). A chunk — the steps between two metric fetches of the host — runs as compiled calls
 of ``steps_per_call`` optimizer steps each.
 """
@@ -11,7 +11,7 @@ import dataclasses
 from typing import Any
 
 from lamb_lars.models import bn_groups
-from lamb_lars.train import durations
+from lamb_lars.common import durations
 from lamb_lars import models
 from lamb_lars.errors import ConfigError  # the typed config error, re-exported here for the trainer's callers
 
@@ -41,7 +41,7 @@ class RunPlan:
   per_device_batch: int        # per micro-batch
   num_train: int               # N training examples (after any validation hold-out)
   batches_per_epoch: int       # the data order: N // B whole batches per data epoch, each a fresh permutation
-  total_steps: int             # durations (lamb_lars/train/durations.py) count an epoch as N / B steps, rounded up
+  total_steps: int             # durations (lamb_lars/common/durations.py) count an epoch as N / B steps, rounded up
   warmup_steps: int            # of the learning-rate schedule
   eval_every_steps: int
   checkpoint_every_steps: int
