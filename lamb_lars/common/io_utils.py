@@ -190,6 +190,18 @@ def read_json(path: str, default: Any = None) -> Any:
   return default if text is None else json.loads(text)
 
 
+def read_json_object(path: str, *, error: type = ValueError, damaged: str, remedy: str) -> Optional[dict]:
+  """The JSON object in ``path``, or None when the file does not exist. Invalid JSON, or JSON that is not an object,
+  raises ``error`` in one sentence: ``"{path} {damaged}; {remedy}."`` (or "does not hold … object")."""
+  try:
+    value = read_json(path)
+  except (ValueError, UnicodeDecodeError):
+    raise error(f"{path} {damaged}; {remedy}.") from None
+  if value is not None and not isinstance(value, dict):
+    raise error(f"{path} does not hold a JSON object; {remedy}.")
+  return value
+
+
 def parse_jsonl(lines: Iterable[str], on_skip: Optional[Callable[[int, str], None]] = None) -> list[dict]:
   """The JSON-object rows of ``lines``; any other line is skipped and ``on_skip(line_number, why)`` is told."""
   rows = []

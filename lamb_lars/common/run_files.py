@@ -39,15 +39,8 @@ def read_metrics(run_dir: str) -> list[dict]:
 
 def read_result(run_dir: str) -> Optional[dict]:
   """``result.json`` of an ended run, or None while it has none; a damaged file is a one-sentence ValueError."""
-  path = os.path.join(run_dir, RESULT_FILE)
-  try:
-    result = io_utils.read_json(path)
-  except (ValueError, UnicodeDecodeError):
-    raise ValueError(f"{path} is damaged (not valid JSON); move it away and re-run to resume that trial "
-                     f"from its checkpoints.") from None
-  if result is not None and not isinstance(result, dict):
-    raise ValueError(f"{path} does not hold a result object; move it away and re-run to resume that trial.")
-  return result
+  return io_utils.read_json_object(os.path.join(run_dir, RESULT_FILE), damaged="is damaged (not valid JSON)",
+                                   remedy="move it away and re-run to resume that trial from its checkpoints")
 
 
 class MetricsTail:

@@ -54,15 +54,9 @@ def differing_keys(recorded: Mapping[str, Any], config: Any, allowed: bool = Tru
 
 def recorded_config(workdir: str) -> Optional[dict]:
   """The config recorded in ``workdir``, or None (a new run dir); a damaged record is a one-sentence ConfigError."""
-  path = os.path.join(workdir, CONFIG_FILE)
-  try:
-    record = io_utils.read_json(path)
-  except (ValueError, UnicodeDecodeError):
-    raise ConfigError(f"{path} is not valid JSON, so this run's config cannot be checked; restore it or use a new "
-                      f"--workdir.") from None
-  if record is not None and not isinstance(record, dict):
-    raise ConfigError(f"{path} does not hold a config object; restore it or use a new --workdir.")
-  return record
+  return io_utils.read_json_object(os.path.join(workdir, CONFIG_FILE), error=ConfigError,
+                                   damaged="is not valid JSON, so this run's config cannot be checked",
+                                   remedy="restore it or use a new --workdir")
 
 
 def check(config: Any, workdir: str) -> None:
