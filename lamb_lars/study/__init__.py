@@ -1,9 +1,9 @@
 """Batch-size studies, in three layers; each imports only from the layers below it.
 
-records (what every layer reads)
+records (what every layer reads: records.py, paper.py at this level)
   records          one ``Trial``, ``Target``, ``Baseline``, the variants, statuses, roles, the chance threshold
-  paper            published numbers (You et al. 2020 Tables 2–3, huge-batch MNIST results)
-analysis (pure functions of records; notebook-friendly)
+  paper            published numbers (You et al. 2020 Tables 2–3, huge-batch MNIST results, the authors' MNIST logs)
+analysis/ (pure functions of records; notebook-friendly)
   steps_to_target  Shallue et al. 2018: fewest steps to a goal per batch size
   critical_batch   S(B) = S_min·(1 + B_crit/B), T(B) = S(B)·t(B), B*, Golmant et al. 2018 breakdown point
   regimes          You et al. 2020 Definitions 2.1–2.3: B_L, B_H, B_F from tagged trials
@@ -18,7 +18,8 @@ analysis (pure functions of records; notebook-friendly)
   report           the report, composed from its sections and written once; report_scaling (steps to target,
                    B_crit, noise scale), report_curves (accuracy, curves, diffusion, trust ratios) and
                    report_replicates (search adequacy, replicate intervals, per-seed B_crit) hold sections
-running (processes, files, the search)
+  authors_logs     our runs of the authors' MNIST configurations against their logs (from runs.csv alone)
+running/ (processes, files, the search)
   sections         the study's settings sections, their one source of defaults configs/studies/common.py
   sweep            study config → tagged trials (grids, quasi-random searches); one-sentence validation
   trial_checks     every trial through the trainer's validator, on the devices it will see
@@ -32,6 +33,7 @@ running (processes, files, the search)
   run_one          one trial in its own process
   publish          runs.csv / evals.csv and the report recomputed from them
   provenance       manifest.json of a published folder, and ``verify`` (hashes, counts, the README recomputed)
+  paper_logs       the faithful runs of configs/paper/ and their published comparison
 A run dir's files (the trainer ↔ runner contract) are named and read in lamb_lars/common/run_files.py.
 Definitions: docs/studies.md.
 """
