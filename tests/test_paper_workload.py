@@ -287,3 +287,26 @@ def test_fractional_poly_power_stays_finite_at_the_end(decay):
     _, schedule = optimizer_config.create_optimizer(opt, total_steps=250, num_train=60000, batch_size=8192)
     lr = np.asarray(jax.jit(schedule)(np.arange(245, 256)))
   assert np.isfinite(lr).all()
+
+
+def test_conv_weight_gradient_equals_xla_in_float64():
+  """lamb_lars/models/conv_wgrad.py: the chunked-im2col weight gradient and the input gradient equal XLA's own
+  (float64, so summation order cannot hide a wrong index), for SAME 5×5 and a batch the chunk does not divide."""
+  from jax import lax
+  from lamb_lars.models import conv_wgrad
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(0)
+    for b, cin, cout, hw in ((10, 3, 4, 14), (8, 1, 2, 28)):
+      x = jnp.asarray(rng.standard_normal((b, hw, hw, cin)))
+      w = jnp.asarray(rng.standard_normal((5, 5, cin, cout)))
+      dy = jnp.asarray(rng.standard_normal((b, hw, hw, cout)))
+      ref = lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+      got = lambda x, w: conv_wgrad.conv_general_dilated(x, w, (1, 1), "SAME",
+                                                         dimension_numbers=("NHWC", "HWIO", "NHWC"))
+      np.testing.assert_allclose(got(x, w), ref(x, w), rtol=1e-12, atol=1e-12)
+      (gx, gw), (rx, rw) = jax.vjp(got, x, w)[1](dy), jax.vjp(ref, x, w)[1](dy)
+      np.testing.assert_allclose(gw, rw, rtol=1e-11, atol=1e-11)
+      np.testing.assert_allclose(gx, rx, rtol=1e-11, atol=1e-11)
+    # strides fall back to XLA's own convolution
+    y = conv_wgrad.conv_general_dilated(x, w, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    assert y.shape == (8, 14, 14, 2)

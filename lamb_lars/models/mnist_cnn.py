@@ -15,7 +15,9 @@ The 2×2/2 max-pools see even sizes (28, 14), so SAME padding adds nothing and e
 the 2×2 window. That is the same function as ``nn.max_pool(..., padding='SAME')`` and its gradient avoids XLA's
 select-and-scatter, the slowest op of this model's backward pass on CPU (benchmarks/mnist_cnn_vs_pytorch.py).
 Where a window holds tied maxima, the gradient is shared among them instead of going to the first one; after a
-ReLU, ties are almost always zeros, whose gradient is zero either way.
+ReLU, ties are almost always zeros, whose gradient is zero either way. Both convolutions take their weight
+gradient from lamb_lars/models/conv_wgrad.py (chunked im2col GEMMs: the same function, 1.27× the whole step on
+CPU).
 """
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ from typing import Any
 
 import flax.linen as nn
 import jax.numpy as jnp
+
+from lamb_lars.models import conv_wgrad
 
 def max_pool_2x2(x: jnp.ndarray) -> jnp.ndarray:
   """2×2 max-pool with stride 2 on NHWC ``x`` with even H and W (= SAME padding there)."""
@@ -41,8 +45,9 @@ class MnistCNN(nn.Module):
   @nn.compact
   def __call__(self, x: jnp.ndarray, train: bool = False) -> jnp.ndarray:
     dense = lambda n, name: nn.Dense(n, dtype=self.dtype, kernel_init=nn.initializers.glorot_uniform(), name=name)
-    conv = lambda n, name: nn.Conv(n, (5, 5), padding="SAME", dtype=self.dtype,
-                                   kernel_init=nn.initializers.glorot_uniform(), name=name)
+    conv = lambda n, name: nn.Conv(n, (5, 5), padding="SAME", dtype=self.dtype, name=name,
+                                   kernel_init=nn.initializers.glorot_uniform(),
+                                   conv_general_dilated=conv_wgrad.conv_general_dilated)  # XLA:CPU's wgrad is slow
     x = max_pool_2x2(nn.relu(conv(32, "conv1")(x.astype(self.dtype))))
     x = max_pool_2x2(nn.relu(conv(64, "conv2")(x)))
     x = x.reshape((x.shape[0], -1))
