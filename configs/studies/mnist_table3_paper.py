@@ -7,11 +7,11 @@ Command:  python -m lamb_lars.study run --config=configs/studies/mnist_table3_pa
           python -m lamb_lars.study report --workdir=studies/mnist_table3_paper --out=docs/studies/mnist_table3_paper
           The two CPU cells alone: --config=configs/studies/mnist_table3_paper.py:cpu (``cpu_config``).
 Hardware: a GPU. Cost estimate: every trial trains ``EPOCHS`` = 34.1 epochs of 55K (the authors' 250 steps at 8K,
-          ≈ 1.9M images). On the 2-core CPU, this CNN trains at ≈ 460 img/s (docs/BENCHMARKS.md §16), so one
-          full trial takes ≈ 70 min. With ≈ 7.7 full-run equivalents per cell (8 searched points, ASHA, 3
-          replicates; configs/studies/mnist_table3.py), the 18 cells are ≈ 139 full runs: ≈ 160 h on the CPU. So
+          ≈ 1.9M images). On the 2-core CPU, this CNN trains at ≈ 490–710 img/s (docs/BENCHMARKS.md §16), so
+          one full trial takes ≈ 45–65 min. With ≈ 7.7 full-run equivalents per cell (8 searched points, ASHA, 3
+          replicates; configs/studies/mnist_table3.py), the 18 cells are ≈ 139 full runs: ≈ 100–150 h on the CPU. So
           run it on a GPU, where PyTorch-class throughput would bring a trial to a few minutes.
-          ``:cpu`` is 2 cells × 3 seeds = 6 full runs, ≈ 7 h on the CPU.
+          ``:cpu`` is 2 cells × 3 seeds = 6 full runs, ≈ 5–7 h on the CPU.
 Expected (paper, test accuracy %): momentum SGD 99.2 / diverge / 99.2 / 99.2; AdaGrad 99.2 / 98.3 / 99.3 / 99.3;
           RMSprop 99.2 / 98.6 / diverge / 99.0; Adam 99.3 / 99.1 / unstable / 99.4; LARS 99.3 / 99.4.
 
