@@ -30,16 +30,13 @@ import ml_collections
 
 from lamb_lars.configs.paper import common as paper_common
 from lamb_lars.configs.studies import common
+from lamb_lars.configs.studies import mnist_table3
 
 STEPS_AT_8K = 250
 EPOCHS = STEPS_AT_8K * 8192 / 60000       # 34.13: the authors' 8K budget, in epochs so every batch gets the same
 NUM_TRIALS = 8
-LR_RANGES = dict(
-    momentum=dict(bs256=(0.005, 0.5), original=(0.05, 5.0), layerwise=(0.002, 0.2)),
-    adagrad=dict(bs256=(0.002, 0.2), original=(0.01, 1.0), layerwise=(0.002, 0.2)),
-    rmsprop=dict(bs256=(1e-4, 1e-2), original=(3e-4, 3e-2), layerwise=(0.002, 0.2)),
-    adam=dict(bs256=(1e-4, 1e-2), original=(3e-4, 3e-2), layerwise=(0.002, 0.2)),
-    lars=dict(bs256=(0.1, 10.0), original=(1.0, 30.0)))
+# The LeNet-5 study's ranges, except LARS at 8K around the authors' 6.0 (their TF LARS, not ours).
+LR_RANGES = {**mnist_table3.LR_RANGES, "lars": dict(bs256=(0.1, 10.0), original=(1.0, 30.0))}
 WARMUP = {256: (0.0, 2.0), 8192: (0.0, 20.0)}
 # The authors' LARS (configs/paper/common.py ``lars``): TF LARSOptimizer, η = 0.001, β = 1e-4 in the ratio only,
 # ε = 0, every variable.
