@@ -12,7 +12,7 @@ from lamb_lars.configs import optimizer
 def get_config() -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
   config.seed = 0
-  for section in (data, model, batch_and_duration, parallelism, loop, stopping, diagnostics):
+  for section in (data, model, batch_and_duration, branching, parallelism, loop, stopping, diagnostics):
     section(config)
   return config
 
@@ -58,9 +58,28 @@ def batch_and_duration(config: ml_collections.ConfigDict) -> None:
                                       # over convolutions runs ~20× slower (mnist_cnn, docs/BENCHMARKS.md), but the
                                       # compile time grows with the number of micro-batches (keep it ≲ 32)
   config.eval_batch_size = 1000       # global; the last batch is padded and masked, never dropped
+  config.data_order = "batches"       # batches: data epoch e is a permutation cut into N // B whole batches (the rest
+                                      # dropped) | examples: one stream of epoch permutations, a step takes the next
+                                      # B examples (a batch may straddle two epochs), so runs at any batch, and a run
+                                      # whose batch changes, see the same examples in the same order
+  config.batch_schedule = ""          # "E1:B1,E2:B2": from E_i the global batch is B_i (batch_size before E1);
+                                      # durations count steps of batch_size (lamb_lars/train/batch_schedule.py)
+  config.batch_schedule_unit = "epochs"  # epochs | examples: the unit of the E_i
+  config.batch_schedule_lr = "linear"  # linear | sqrt | none: the LR multiplier k or √k of a stage at k·batch_size
   config.label_smoothing = 0.0
   # Optimizer, LR schedule and batch-size scaling (keys: configs/optimizer.py; formulas: lamb_lars/optim/optimizers.py).
   config.optimizer = optimizer.get_config()
+
+
+def branching(config: ml_collections.ConfigDict) -> None:
+  """Start from another run's checkpoint (lamb_lars/train/init_from.py): the branches of Merrill et al. 2025."""
+  config.init_from_dir = ""           # the reference run's workdir ('' = start from the initialisation of seed)
+  config.init_from_steps = -1         # the reference's checkpoint to start from, in the reference's steps,
+  config.init_from_examples = -1      # examples or epochs (durations rule; the checkpoint must exist)
+  config.init_from_epochs = -1.0
+  config.init_from_lr_rule = "linear"  # linear | sqrt | none: a constant LR m·rule(B/B_ref)·η_ref(t) |
+                                      # '': the run's own config.optimizer schedule, from its step 0
+  config.init_from_lr_multiplier = 1.0  # m
 
 
 def parallelism(config: ml_collections.ConfigDict) -> None:

@@ -5,7 +5,8 @@ pipeline (gather on device) use exactly the same order:
 
 * Training order of epoch ``e`` is ``epoch_permutation(seed, e, n)``; step ``s`` of that epoch takes positions
   ``[s*B, (s+1)*B)`` of it (the last ``n % B`` examples of the permutation are dropped for that epoch only), and
-  process ``p`` of ``P`` takes the ``p``-th contiguous ``B/P`` slice of the step's global batch.
+  process ``p`` of ``P`` takes the ``p``-th contiguous ``B/P`` slice of the step's global batch. With
+  ``data_order='examples'`` the permutations form one stream instead (:func:`stream_indices`).
 * Evaluation walks the split in order in ``ceil(n/B)`` global batches; the last one is padded and carries a
   boolean ``mask`` so every example counts exactly once (flax's ``drop_remainder=True`` eval silently drops).
 """
@@ -85,6 +86,19 @@ def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
     raise ValueError(f"Need n >= 0 and epoch >= 0; got n={n}, epoch={epoch}.")
   rng = np.random.default_rng(np.random.SeedSequence([int(seed) % 2**63, int(epoch)]))
   return rng.permutation(n).astype(np.int64)
+
+
+def stream_indices(seed: int, start: int, count: int, n: int, permutation=epoch_permutation) -> np.ndarray:
+  """Positions ``[start, start + count)`` of the example stream of ``data_order='examples'``: epoch 0's permutation,
+  then epoch 1's, … with nothing dropped, so a batch may straddle two epochs (as ``repeat().batch()`` in
+  tf.data), and runs at any batch, or whose batch changes, see the same examples in the same order."""
+  parts, pos, end = [], int(start), int(start) + int(count)
+  while pos < end:
+    epoch, offset = divmod(pos, n)
+    take = min(end - pos, n - offset)
+    parts.append(permutation(seed, epoch, n)[offset:offset + take])
+    pos += take
+  return np.concatenate(parts) if parts else np.zeros((0,), np.int64)
 
 
 def batches_per_epoch(num_train: int, global_batch_size: int) -> int:

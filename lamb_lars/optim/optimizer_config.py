@@ -8,7 +8,7 @@ alias in :mod:`lamb_lars.optim.optimizers` that the config names. The keys and t
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import optax
 
@@ -169,20 +169,24 @@ def optimizer_from_config(cfg: Any, learning_rate: optax.ScalarOrSchedule) -> op
                              weight_decay_mask=trust.weight_decay_mask, **base_kwargs)
 
 
-def create_optimizer(cfg: Any, *, total_steps: int, num_train: int, batch_size: int
-                     ) -> tuple[optax.GradientTransformation, optax.Schedule]:
+def create_optimizer(cfg: Any, *, total_steps: int, num_train: int, batch_size: int,
+                     reschedule: Optional[Callable[[optax.Schedule], optax.Schedule]] = None,
+                     run_steps: Optional[int] = None) -> tuple[optax.GradientTransformation, optax.Schedule]:
   """Builds the transformation (incl. scaled LR schedule) and returns it with the LR schedule for logging.
 
   peak = scale_learning_rate(learning_rate, batch_size, base_batch_size, lr_scaling); the schedule is
   :func:`lamb_lars.optim.schedules.create_schedule` of ``cfg.schedule`` (durations: :mod:`lamb_lars.common.durations`);
   gradient clipping by global norm comes first. With ``cfg.lr_table`` the schedule is tabulated over the
   ``total_steps`` updates and carried in the state (:mod:`lamb_lars.optim.lr_table`), so the compiled update does not
-  depend on the LR values.
+  depend on the LR values. ``reschedule`` maps the schedule onto the run's update count when the two differ (a
+  batch schedule or a branch, :mod:`lamb_lars.train.run_optimizer`); the run then has ``run_steps`` updates.
   """
   validate_config(cfg)
   peak = schedules.scale_learning_rate(cfg.learning_rate, batch_size, cfg.base_batch_size, cfg.lr_scaling)
   schedule = schedules.create_schedule(cfg.schedule, peak, total_steps=total_steps, num_train=num_train,
                                        batch_size=batch_size)
+  if reschedule is not None:
+    schedule, total_steps = reschedule(schedule), run_steps
 
   def make_tx(lr: optax.ScalarOrSchedule) -> optax.GradientTransformation:
     tx = optimizer_from_config(cfg, lr)

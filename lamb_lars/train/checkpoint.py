@@ -27,9 +27,21 @@ class CheckpointError(RuntimeError):
   """No checkpoint of a run restores; the message is one sentence naming the folder."""
 
 
-def _first_line(e: BaseException) -> str:
+def first_line(e: BaseException) -> str:
   text = str(e).strip().splitlines()
   return f"{type(e).__name__}: {text[0][:200]}" if text else type(e).__name__
+
+
+def read_state(workdir: str, step: int, abstract_state: Any) -> Any:
+  """The state saved at ``step`` in ``workdir``'s checkpoints, read only (nothing there is created or deleted)."""
+  folder = io_utils.abspath(os.path.join(workdir, run_files.CHECKPOINT_DIR))
+  mngr = ocp.CheckpointManager(folder, options=ocp.CheckpointManagerOptions(
+      read_only=True, create=False, save_interval_steps=0))
+  try:
+    target = jax.tree.map(ocp.utils.to_shape_dtype_struct, abstract_state)
+    return mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target)))["state"]
+  finally:
+    mngr.close()
 
 
 class Checkpointer:
@@ -76,7 +88,7 @@ class Checkpointer:
       try:
         out = self.restore(abstract_state, step)
       except Exception as e:  # noqa: BLE001  (orbax / tensorstore / json errors all mean "this one is damaged")
-        failed.append((step, _first_line(e)))
+        failed.append((step, first_line(e)))
         continue
       for bad, why in failed if jax.process_index() == 0 else ():  # one process moves the shared folder
         log(f"Checkpoint at step {bad} does not restore ({why}); moved it to {self.quarantine(bad)} and resuming "

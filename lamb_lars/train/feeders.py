@@ -25,7 +25,7 @@ import numpy as np
 
 from lamb_lars import input_pipeline
 from lamb_lars.train import mesh as mesh_lib
-from lamb_lars.train import run_plan
+from lamb_lars.train import batch_schedule, run_plan
 
 PREFETCH = 2  # calls whose inputs are on the devices ahead of the one running
 
@@ -36,7 +36,11 @@ def _cached_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
 
 
 def batch_indices(seed: int, step: int, plan: run_plan.RunPlan) -> np.ndarray:
-  """The example indices of the global batch of ``step`` (the host pipeline's order, ``input_pipeline.common``)."""
+  """The example indices of the global batch of ``step`` (the host pipeline's order, ``input_pipeline.common``; with
+  ``data_order='examples'`` the next B examples of the stream, B the step's stage batch)."""
+  if plan.data_order == "examples":
+    return input_pipeline.stream_indices(seed, plan.data_start + plan.examples(step), plan.stage_at(step).batch_size,
+                                         plan.num_train, permutation=_cached_permutation).astype(np.int32)
   epoch, pos = divmod(step, plan.batches_per_epoch)
   perm = _cached_permutation(seed, epoch, plan.num_train)
   return perm[pos * plan.batch_size:(pos + 1) * plan.batch_size].astype(np.int32)
@@ -58,19 +62,28 @@ def prefetch(items: Iterator[Any], depth: int = PREFETCH) -> Iterator[Any]:
     yield queue.popleft()
 
 
+def _step_indices(seed: int, step: int, k: int, plan: run_plan.RunPlan) -> np.ndarray:
+  """[k, B/P]: this process's example indices of steps ``step .. step+k-1`` (one stage)."""
+  pi, pc = jax.process_index(), jax.process_count()
+  idx = np.stack([batch_indices(seed, s, plan) for s in range(step, step + k)])
+  return idx.reshape(k, pc, -1)[:, pi]
+
+
 class _Feeder:
-  """Shared parts: the compiled calls (one per call length, compiled ahead of time and timed), state placement."""
+  """Shared parts: the compiled calls (one per stage of the batch schedule and call length, compiled ahead of time
+  and timed), state placement."""
 
   def __init__(self, config: Any, plan: run_plan.RunPlan, strategy: Any, make_fn):
     self.config, self.plan, self.strategy, self._make = config, plan, strategy, make_fn
-    self._fn, self._compiled, self.compile_time = None, {}, 0.0
+    self._fn, self._compiled, self.compile_time = {}, {}, 0.0
 
-  def _call(self, size: int, *args):
-    compiled = self._compiled.get(size)
+  def _call(self, step: int, size: int, *args):
+    stage = batch_schedule.index(self.plan.stages, step)
+    compiled = self._compiled.get((stage, size))
     if compiled is None:
-      self._fn = self._fn or self._make()
+      fn = self._fn[stage] = self._fn.get(stage) or self._make(stage)
       t0 = time.perf_counter()
-      compiled = self._compiled[size] = self._fn.lower(*args).compile()
+      compiled = self._compiled[stage, size] = fn.lower(*args).compile()
       self.compile_time += time.perf_counter() - t0
     return compiled(*args)
 
@@ -88,18 +101,16 @@ class _Feeder:
 
 class ResidentFeeder(_Feeder):
   def __init__(self, config, plan, strategy, make_chunk):
-    super().__init__(config, plan, strategy, lambda: make_chunk(resident=True))
+    super().__init__(config, plan, strategy, lambda stage: make_chunk(stage, resident=True))
     self.data = mesh_lib.put_replicated(strategy.mesh, input_pipeline.load_arrays(config, "train"))
 
   def dispatch(self, state, step: int, k: int, key) -> tuple[Any, list]:
-    """Enqueues steps ``step .. step+k-1``; (the new state, the chunk's metrics still on the device)."""
-    pi, pc = jax.process_index(), jax.process_count()
-    idx = np.stack([batch_indices(self.config.seed, s, self.plan) for s in range(step, step + k)])
-    idx = idx.reshape(k, pc, -1)[:, pi]
+    """Enqueues steps ``step .. step+k-1`` (one stage); (the new state, the chunk's metrics still on the device)."""
+    idx = _step_indices(self.config.seed, step, k, self.plan)
     pending = []
     for a, size in _pieces(k, self.plan.steps_per_call):
       batch = mesh_lib.put_global_batch(self.strategy.mesh, idx[a:a + size], batch_axis=1)
-      state, metrics = self._call(size, state, *self.data, batch, key)
+      state, metrics = self._call(step, size, state, *self.data, batch, key)
       pending.append(metrics)
     return state, pending
 
@@ -111,9 +122,19 @@ class HostFeeder(_Feeder):
   _next_step = -1
 
   def __init__(self, config, plan, strategy, make_chunk):
-    super().__init__(config, plan, strategy, lambda: make_chunk(resident=False))
+    super().__init__(config, plan, strategy, lambda stage: make_chunk(stage, resident=False))
+
+  def _gathered(self, step: int, k: int, key) -> Iterator[tuple[int, tuple]]:
+    """``data_order='examples'``: each call's batches gathered from the in-memory training set."""
+    images, labels = input_pipeline.load_arrays(self.config, "train")
+    idx = _step_indices(self.config.seed, step, k, self.plan)
+    for a, size in _pieces(k, self.plan.steps_per_call):
+      yield size, self.strategy.put_batch(images[idx[a:a + size]], labels[idx[a:a + size]], key)
 
   def _placed(self, step: int, k: int, key) -> Iterator[tuple[int, tuple]]:
+    if self.plan.data_order == "examples":
+      yield from self._gathered(step, k, key)
+      return
     if self._stream is None or self._next_step != step:
       self._stream = input_pipeline.train_stream(self.config, start_step=step, global_batch_size=self.plan.batch_size,
                                                  process_index=jax.process_index(),
@@ -128,17 +149,19 @@ class HostFeeder(_Feeder):
     """Enqueues steps ``step .. step+k-1``; (the new state, the chunk's metrics still on the device)."""
     pending = []
     for size, args in prefetch(self._placed(step, k, key)):
-      state, metrics = self._call(size, state, *args)
+      state, metrics = self._call(step, size, state, *args)
       pending.append(metrics)
     return state, pending
 
 
-def make_feeder(config: Any, plan: run_plan.RunPlan, strategy: Any, info: Any, model, tx, opts):
-  """The feeder for ``config.data_on_device`` ('auto': resident when it fits; ``pmap`` is always host-fed)."""
+def make_feeder(config: Any, plan: run_plan.RunPlan, strategy: Any, info: Any, stage_parts, tx):
+  """The feeder for ``config.data_on_device`` ('auto': resident when it fits; ``pmap`` is always host-fed).
+  ``stage_parts(i)``: (model, step options) of stage i of the batch schedule."""
   ds = config.dataset
   preprocess = lambda im, lab, rng: input_pipeline.preprocess(im, lab, dataset=ds, train=True, rng=rng,
                                                               scaling=config.input_scaling)
-  make_chunk = functools.partial(strategy.train_chunk, model, tx, opts, preprocess)
+  make_chunk = lambda stage, resident: strategy.train_chunk(stage_parts(stage)[0], tx, stage_parts(stage)[1],
+                                                            preprocess, resident=resident)
   want = config.data_on_device
   resident = config.parallelism == "jit" and (want == "yes" or (want == "auto" and info.in_memory))
   return (ResidentFeeder if resident else HostFeeder)(config, plan, strategy, make_chunk)

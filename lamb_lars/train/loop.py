@@ -36,13 +36,7 @@ class Parts:
 
 def at_boundary(step: int, plan: run_plan.RunPlan) -> bool:
   """Whether the host must read the state after ``step``: an evaluation, a checkpoint or the end."""
-  return step == plan.total_steps or any(every > 0 and step % every == 0
-                                         for every in (plan.eval_every_steps, plan.checkpoint_every_steps))
-
-
-def due(every: int, step: int, plan: run_plan.RunPlan) -> bool:
-  """Whether a periodic action with period ``every`` (0 = only at the end) falls on ``step``."""
-  return (every > 0 and step % every == 0) or step == plan.total_steps
+  return plan.due(plan.eval_every_steps, step) or plan.due(plan.checkpoint_every_steps, step)
 
 
 def log_eval(log: Callable[[str], None], row: dict, step: int) -> None:
@@ -57,23 +51,21 @@ class _Run:
   def __init__(self, parts: Parts, step: int, meta: dict, writer: Any, bar: Any):
     c, p = parts.config, parts.plan
     self.parts, self.step, self.writer, self.bar = parts, step, writer, bar
-    self.noise = train_metrics.NoiseScaleTracker(batch_size=p.batch_size, num_devices=p.num_devices,
-                                                 num_microbatches=p.num_microbatches,
-                                                 decay=c.diagnostics.noise_scale_ema, enabled=p.diagnostics.noise_scale)
+    self.noise = train_metrics.NoiseScaleTracker(decay=c.diagnostics.noise_scale_ema, enabled=p.diagnostics.noise_scale)
     self.noise.load_state_dict(meta.get("noise_scale"))
     self.rules = stopping.StopRules(c, total_steps=p.total_steps, warmup_steps=p.warmup_steps, epoch_of=p.epoch_of)
     self.rules.load_state_dict(meta.get("stopping"))
-    self.window = train_metrics.MetricsWindow(p.batch_size, meta.get("train_time", 0.0))
+    self.window = train_metrics.MetricsWindow(meta.get("train_time", 0.0))
     self.stop: Optional[stopping.Stop] = None
     self.error: Optional[str] = None
     self.last_row: Optional[dict] = None
     self.mark, self.compiled = time.perf_counter(), parts.feeder.compile_time
 
-  def time_chunk(self, k: int) -> None:
+  def time_chunk(self, first: int, k: int) -> None:
     """Wall time since the last chunk was fetched, less the compilation in it (timed on its own)."""
     now, compiled = time.perf_counter(), self.parts.feeder.compile_time
     self.window.add_compile(compiled - self.compiled)
-    self.window.add_time(now - self.mark - (compiled - self.compiled), k)
+    self.window.add_time(now - self.mark - (compiled - self.compiled), k, self.parts.plan.stage_at(first).batch_size)
     self.mark, self.compiled = now, compiled
 
   def take(self, first: int, m: dict) -> None:
@@ -87,7 +79,8 @@ class _Run:
         self.step, self.stop = first + bad + 1, stopping.Stop("nonfinite", "diverged", self.error)
         return
     self.window.add(m)
-    self.noise.update(m)
+    stage = self.parts.plan.stage_at(first)
+    self.noise.update(m, stage.batch_size, self.parts.plan.num_devices * stage.num_microbatches)
     lrs = lr_table.lookup(self.parts.lrs, np.arange(first, first + k))
     for s, scalars in train_metrics.step_scalars(first + 1, m, lrs):
       self.writer.write_scalars(s, scalars)
@@ -97,15 +90,16 @@ class _Run:
   def at_boundary(self, train_state: Any, ckpt: Any) -> None:
     """Evaluation and checkpoint due at ``self.step`` (the loop dispatched nothing past it)."""
     p, step, feeder = self.parts.plan, self.step, self.parts.feeder
-    if due(p.eval_every_steps, step, p):
-      row = {"epoch": round(p.epoch_of(step), 6), "examples": step * p.batch_size,
+    if p.due(p.eval_every_steps, step):
+      row = {"epoch": round(p.epoch_of(step), 6), "examples": p.examples(step),
+             "batch_size": p.stage_at(max(step - 1, 0)).batch_size,
              "lr": float(lr_table.lookup(self.parts.lrs, max(step - 1, 0))), **self.window.summary(),
              **self.noise.value()}
       row.update(self.parts.evaluate(feeder.to_canonical(train_state)))
       self.writer.write_scalars(step, row, jsonl=True)
       log_eval(self.parts.log, row, step)
       self.last_row, self.stop = row, self.rules.check(step, row)
-    if p.checkpoint_every_steps > 0 and due(p.checkpoint_every_steps, step, p):
+    if p.checkpoint_every_steps > 0 and p.due(p.checkpoint_every_steps, step):
       meta = {"train_time": self.window.train_time, "noise_scale": self.noise.state_dict(),
               "stopping": self.rules.state_dict()}
       ckpt.save(step, feeder.to_canonical(train_state), meta)
@@ -137,7 +131,7 @@ def run(parts: Parts, state: Any, step: int, meta: dict, ckpt: Any, writer: Any,
       break
     first, out = pending.popleft()
     metrics = feeder.fetch(out)
-    run_.time_chunk(len(metrics["train_loss"]))
+    run_.time_chunk(first, len(metrics["train_loss"]))
     run_.take(first, metrics)
     if run_.stop is None and at_boundary(run_.step, plan):
       run_.at_boundary(train_state, ckpt)

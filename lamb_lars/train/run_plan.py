@@ -12,6 +12,7 @@ from typing import Any
 
 from lamb_lars.models import bn_groups
 from lamb_lars.common import durations
+from lamb_lars.train import batch_schedule
 from lamb_lars import models
 from lamb_lars.errors import ConfigError  # the typed config error, re-exported here for the trainer's callers
 
@@ -23,6 +24,7 @@ _CHOICES = {
     "dtype": ("float32", "bfloat16"),
     "parallelism": ("jit", "pmap"),
     "input_scaling": ("standardize", "unit"),
+    "data_order": ("batches", "examples"),
 }
 
 
@@ -31,6 +33,14 @@ class DiagnosticsPlan:
   """Which per-device gradient diagnostics the train step computes (see :func:`diagnostics_plan`)."""
   noise_scale: bool = False       # B_simple from |G_small|² (per device) and |G_big|² (global)
   signal_to_noise: bool = False   # E_d‖g∥‖ / E_d‖g⊥‖ over the per-device gradients
+
+
+@dataclasses.dataclass(frozen=True)
+class StagePlan(batch_schedule.Stage):
+  """A stage of the batch schedule (:mod:`lamb_lars.train.batch_schedule`) with its own split and BN groups."""
+  num_microbatches: int = 1
+  per_device_batch: int = 0
+  bn: bn_groups.BNPlan = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,17 +59,38 @@ class RunPlan:
   steps_per_call: int          # optimizer steps in one compiled call (lax.scan, unrolled)
   bn: bn_groups.BNPlan
   diagnostics: DiagnosticsPlan = DiagnosticsPlan()
+  stages: tuple = ()           # StagePlan per stage of config.batch_schedule; stage 0 is the fields above
+  data_order: str = "batches"  # 'batches': per data epoch N // B whole batches; 'examples': one stream (feeders.py)
+  data_start: int = 0          # the stream position of this run's first example (a branch continues its reference)
+  base_total_steps: int = 0    # the run's length in steps of the base batch (the LR schedule's clock)
+  branch: Any = None           # a branch's init_from.Reference (lamb_lars/train/init_from.py), else None
+
+  def examples(self, step: int) -> int:
+    """Examples this run has seen after ``step`` steps."""
+    return batch_schedule.examples(self.stages, step)
 
   def epoch_of(self, step: int) -> float:
     """Epochs as examples seen / training examples."""
-    return step * self.batch_size / self.num_train
+    return self.examples(step) / self.num_train
+
+  def stage_at(self, step: int) -> StagePlan:
+    """The stage of the update from ``step`` to ``step + 1``."""
+    return self.stages[batch_schedule.index(self.stages, step)]
+
+  def due(self, every_steps: int, step: int) -> bool:
+    """Whether a periodic action every ``every_steps`` base-batch steps (0: only at the end) falls on ``step``: when
+    the examples seen cross a multiple of ``every_steps · B0`` (for a fixed batch, ``step % every_steps == 0``)."""
+    period = every_steps * self.batch_size
+    return step == self.total_steps or (every_steps > 0 and step > 0 and
+                                        self.examples(step) // period > self.examples(step - 1) // period)
 
   def next_boundary(self, step: int) -> int:
-    """The next step at which the loop must return to the host: an eval, a checkpoint, the end."""
-    nxt = [self.total_steps]
+    """The next step at which the loop must return to the host: an eval, a checkpoint, a new stage, the end."""
+    nxt = [self.total_steps] + [s.start_step for s in self.stages if s.start_step > step]
     for every in (self.eval_every_steps, self.checkpoint_every_steps):
       if every > 0:
-        nxt.append((step // every + 1) * every)
+        period = every * self.batch_size
+        nxt.append(batch_schedule.step_reaching(self.stages, (self.examples(step) // period + 1) * period))
     return min(n for n in nxt if n > step)
 
   def chunk_size(self, step: int) -> int:
@@ -112,17 +143,18 @@ def diagnostics_plan(config: Any, plan: RunPlan) -> DiagnosticsPlan:
                          signal_to_noise=snr and plan.num_devices > 1)
 
 
-def num_microbatches(config: Any, num_devices: int) -> int:
+def num_microbatches(config: Any, num_devices: int, batch_size: int = 0) -> int:
   """``config.num_microbatches``, or, with ``config.microbatch_size`` = m > 0, the count that makes each micro-batch
   the largest divisor of the per-device batch that is ≤ m — refused when that divisor is m/2 or less (e.g. a
-  per-device batch of 2 × a prime), since tiny micro-batches would be silently slow."""
+  per-device batch of 2 × a prime), since tiny micro-batches would be silently slow. ``batch_size``: a stage's
+  batch (default ``config.batch_size``)."""
   k, m = int(config.num_microbatches), int(config.microbatch_size)
   if m <= 0:
     return k
   if k != 1:
     raise ConfigError(f"config.num_microbatches={k} and config.microbatch_size={m} both set the accumulation; "
                       f"set one of them (the other to 1 or 0).")
-  b = int(config.batch_size)
+  b = int(batch_size or config.batch_size)
   if num_devices < 1 or b < 1 or b % num_devices:
     return 1  # make_plan's own checks say what is wrong
   per_device = b // num_devices
@@ -135,25 +167,36 @@ def num_microbatches(config: Any, num_devices: int) -> int:
   return per_device // size
 
 
-def _batch_split(config: Any, *, num_train: int, num_devices: int) -> tuple[int, int, int]:
-  """(global batch B, micro-batches k, per-device micro-batch B/(D·k)), checked against the data and devices."""
+def _batch_split(config: Any, b: int, what: str, *, num_train: int, num_devices: int) -> tuple[int, int]:
+  """(micro-batches k, per-device micro-batch B/(D·k)) of the global batch ``b`` (named ``what`` in errors),
+  checked against the data and devices."""
   if num_devices < 1:
     raise ConfigError(f"config.num_devices asks for {num_devices} devices; at least one is needed.")
-  b, k = int(config.batch_size), num_microbatches(config, num_devices)
+  k = num_microbatches(config, num_devices, b)
   if b < 1:
-    raise ConfigError(f"config.batch_size={b} must be a positive number of examples.")
+    raise ConfigError(f"{what}={b} must be a positive number of examples.")
   if k < 1:
     raise ConfigError(f"config.num_microbatches={k} must be at least 1.")
   if b % (num_devices * k):
-    raise ConfigError(f"config.batch_size={b} is not divisible by {num_devices} devices × {k} micro-batches "
+    raise ConfigError(f"{what}={b} is not divisible by {num_devices} devices × {k} micro-batches "
                       f"(= {num_devices * k}); choose a multiple of {num_devices * k}.")
   if b > num_train:
-    raise ConfigError(f"config.batch_size={b} exceeds the {num_train} training examples (full batch is "
-                      f"{num_train}).")
-  if config.eval_batch_size < 1 or config.eval_batch_size % num_devices:
-    raise ConfigError(f"config.eval_batch_size={config.eval_batch_size} must be a positive multiple of the "
-                      f"{num_devices} devices.")
-  return b, k, b // (num_devices * k)
+    raise ConfigError(f"{what}={b} exceeds the {num_train} training examples (full batch is {num_train}).")
+  return k, b // (num_devices * k)
+
+
+def _stage_plan(config: Any, stage: batch_schedule.Stage, *, num_train: int, num_devices: int) -> StagePlan:
+  """A stage with its split and BN groups, each checked (a stage that cannot be planned is one sentence)."""
+  what = "config.batch_size" if stage.start_step == 0 else f"config.batch_schedule's batch from step {stage.start_step}"
+  k, per_device = _batch_split(config, stage.batch_size, what, num_train=num_train, num_devices=num_devices)
+  try:
+    bn = bn_groups.plan_bn_groups(per_device_batch=per_device, num_devices=num_devices, mode=config.bn.mode,
+                                  group_devices=int(config.bn.group_devices),
+                                  examples_per_group=int(config.bn.examples_per_group),
+                                  ghost_batch_size=int(config.bn.ghost_batch_size))
+  except ValueError as e:
+    raise ConfigError(f"{what}={stage.batch_size}: {e}") from None
+  return StagePlan(**dataclasses.asdict(stage), num_microbatches=k, per_device_batch=per_device, bn=bn)
 
 
 def _steps(name: str, cfg: Any, **kw) -> int:
@@ -164,30 +207,53 @@ def _steps(name: str, cfg: Any, **kw) -> int:
     raise ConfigError(str(e)) from None
 
 
-def make_plan(config: Any, *, num_train: int, num_devices: int) -> RunPlan:
-  """Validates ``config`` against the data and the devices and derives the step counts and BN grouping."""
-  for key in _CHOICES:
-    _check_choice(config, key)
-  b, k, per_device = _batch_split(config, num_train=num_train, num_devices=num_devices)
-  if not 0.0 <= config.label_smoothing < 1.0:
-    raise ConfigError(f"config.label_smoothing={config.label_smoothing} must be in [0, 1).")
+def _stages(config: Any, total_examples: int, *, num_train: int, num_devices: int) -> tuple:
+  """The batch schedule's stages (one without a schedule), each planned; the BN groups may not change."""
   try:
-    bn = bn_groups.plan_bn_groups(per_device_batch=per_device, num_devices=num_devices, mode=config.bn.mode,
-                                  group_devices=int(config.bn.group_devices),
-                                  examples_per_group=int(config.bn.examples_per_group),
-                                  ghost_batch_size=int(config.bn.ghost_batch_size))
+    points = batch_schedule.parse(config.batch_schedule, config.batch_schedule_unit, num_train)
+    raw = batch_schedule.stages(int(config.batch_size), points, total_examples, config.batch_schedule_lr)
   except ValueError as e:
     raise ConfigError(str(e)) from None
+  if points and config.data_order != "examples":
+    raise ConfigError("config.batch_schedule needs config.data_order='examples' (the data order of a run whose "
+                      "batch changes is a function of the examples seen).")
+  out = tuple(_stage_plan(config, s, num_train=num_train, num_devices=num_devices) for s in raw)
+  if len({s.bn.group_devices for s in out}) > 1:
+    raise ConfigError("config.batch_schedule changes how many devices a BN group spans between stages; set "
+                      "bn.group_devices (or bn.mode) so that every stage keeps the same device groups.")
+  return out
+
+
+def make_plan(config: Any, *, num_train: int, num_devices: int) -> RunPlan:
+  """Validates ``config`` against the data and the devices and derives the step counts, stages and BN grouping.
+
+  Durations are counted in steps of the base batch B0 = ``config.batch_size`` (:mod:`lamb_lars.common.durations`);
+  with a batch schedule they end where the examples seen reach ``steps · B0``. A branch's ``data_start`` and
+  ``branch`` are set by :func:`lamb_lars.train.validate.validate` (:mod:`lamb_lars.train.init_from`)."""
+  for key in _CHOICES:
+    _check_choice(config, key)
+  if not 0.0 <= config.label_smoothing < 1.0:
+    raise ConfigError(f"config.label_smoothing={config.label_smoothing} must be in [0, 1).")
+  if config.eval_batch_size < 1 or config.eval_batch_size % num_devices:
+    raise ConfigError(f"config.eval_batch_size={config.eval_batch_size} must be a positive multiple of the "
+                      f"{num_devices} devices.")
+  b = int(config.batch_size)
+  _batch_split(config, b, "config.batch_size", num_train=num_train, num_devices=num_devices)
   kw = dict(num_train=num_train, batch_size=b)
-  total = _steps("total", config, **kw)
-  kw["total_steps"] = total
-  plan = RunPlan(num_devices=num_devices, batch_size=b, num_microbatches=k, per_device_batch=per_device,
-                 num_train=num_train, batches_per_epoch=num_train // b, total_steps=total,
-                 warmup_steps=_steps("warmup", config.optimizer.schedule, default=0, **kw),
+  base_total = _steps("total", config, **kw)
+  kw["total_steps"] = base_total
+  stages = _stages(config, base_total * b, num_train=num_train, num_devices=num_devices)
+  at = lambda steps: batch_schedule.step_reaching(stages, steps * b)  # base-batch steps → this run's steps
+  s0 = stages[0]
+  plan = RunPlan(num_devices=num_devices, batch_size=b, num_microbatches=s0.num_microbatches,
+                 per_device_batch=s0.per_device_batch, num_train=num_train, batches_per_epoch=num_train // b,
+                 total_steps=at(base_total), warmup_steps=at(_steps("warmup", config.optimizer.schedule, default=0,
+                                                                      **kw)),
                  eval_every_steps=_steps("eval_every", config, default=0, **kw),
                  checkpoint_every_steps=_steps("checkpoint_every", config, default=0, **kw),
                  steps_per_fetch=steps_per_fetch(config, num_train // b), steps_per_call=steps_per_call(config),
-                 bn=bn)
+                 bn=s0.bn, stages=stages, data_order=config.data_order,
+                 base_total_steps=base_total)
   return dataclasses.replace(plan, diagnostics=diagnostics_plan(config, plan))
 
 

@@ -17,21 +17,22 @@ from lamb_lars.train import noise_scale
 
 class NoiseScaleTracker:
   """B_simple from micro-batch (B/(D·k): one micro-batch of one device) and global (B) gradient norms, EMA-averaged;
-  off when a step has a single gradient sample (one device, one micro-batch)."""
+  ``enabled`` by the run plan when its steps have ≥ 2 gradient samples (devices × micro-batches). A stage of a batch
+  schedule with a single sample adds nothing; the EMA carries over from stage to stage (B_simple does not depend on
+  the batch, McCandlish et al. 2018 §2.2)."""
 
-  def __init__(self, *, batch_size: int, num_devices: int, decay: float, enabled: bool, num_microbatches: int = 1):
-    samples = num_devices * num_microbatches
-    self.enabled = bool(enabled) and samples > 1
-    self.b_small, self.b_big, self.decay = batch_size / samples, batch_size, decay
+  def __init__(self, *, decay: float, enabled: bool):
+    self.enabled, self.decay = bool(enabled), decay
     self.state = noise_scale.NoiseScaleState(0.0, 0.0, 0)
 
-  def update(self, metrics: dict) -> None:
-    if not self.enabled:
+  def update(self, metrics: dict, batch_size: int, samples: int) -> None:
+    """One chunk's steps, all at global batch ``batch_size`` split into ``samples`` gradient samples."""
+    if not self.enabled or samples < 2:
       return
     small = np.asarray(metrics["grad_sq_norm_small"], np.float64)
     big = np.asarray(metrics["grad_norm"], np.float64) ** 2
     for small_sq, big_sq in zip(small, big):
-      self.state = noise_scale.update(self.state, small_sq, big_sq, self.b_small, self.b_big, self.decay)
+      self.state = noise_scale.update(self.state, small_sq, big_sq, batch_size / samples, batch_size, self.decay)
 
   def value(self) -> dict:
     return {"noise_scale": float(noise_scale.b_simple(self.state))} if self.enabled else {}
@@ -47,19 +48,21 @@ class NoiseScaleTracker:
 class MetricsWindow:
   """Per-step training metrics and throughput since the last evaluation; compilation is counted apart."""
 
-  def __init__(self, batch_size: int, train_time: float = 0.0):
-    self.batch_size, self.train_time, self.compile_time = batch_size, float(train_time), 0.0
+  def __init__(self, train_time: float = 0.0):
+    self.train_time, self.compile_time = float(train_time), 0.0
     self.reset()
 
   def reset(self) -> None:
     self.values: dict[str, list] = {"train_loss": [], "train_accuracy": [], "grad_norm": [], "signal_to_noise": []}
-    self.time, self.examples = 0.0, 0
+    self.time, self.examples, self.steps = 0.0, 0, 0
 
-  def add_time(self, seconds: float, steps: int) -> None:
-    """``steps`` trained in ``seconds`` of wall time (compilation excluded: :meth:`add_compile`)."""
+  def add_time(self, seconds: float, steps: int, batch_size: int) -> None:
+    """``steps`` at global batch ``batch_size`` trained in ``seconds`` of wall time (compilation excluded:
+    :meth:`add_compile`)."""
     self.train_time += seconds
     self.time += seconds
-    self.examples += steps * self.batch_size
+    self.examples += steps * batch_size
+    self.steps += steps
 
   def add_compile(self, seconds: float) -> None:
     """Compilation, timed on its own (``.lower().compile()``): training time, but not throughput."""
@@ -80,7 +83,7 @@ class MetricsWindow:
       out["signal_to_noise"] = float(np.mean(v["signal_to_noise"]))
     out.update(wall_time=self.train_time, compile_time=self.compile_time,
                examples_per_sec=self.examples / self.time if self.time else float("nan"),
-               step_time=self.time / (self.examples / self.batch_size) if self.examples else float("nan"))
+               step_time=self.time / self.steps if self.steps else float("nan"))
     self.reset()
     return out
 

@@ -23,10 +23,10 @@ import ml_collections
 
 from lamb_lars import input_pipeline
 from lamb_lars.models import bn_groups, create_model
-from lamb_lars.train import (checkpoint, evaluation, feeders, mesh as mesh_lib, metric_writers, parallel, progress,
-                             run_identity, run_plan, validate)
+from lamb_lars.train import (checkpoint, evaluation, feeders, init_from, mesh as mesh_lib, metric_writers, parallel,
+                             progress, run_identity, run_optimizer, run_plan, validate)
 from lamb_lars.common import io_utils, run_files, workdir_lock
-from lamb_lars.optim import lr_table, optimizer_config
+from lamb_lars.optim import lr_table
 from lamb_lars.train import loop as loop_lib, train_step as ts
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -52,31 +52,23 @@ def recorded_result(workdir: str) -> Optional[dict]:
   return None
 
 
-def build_model(config: ml_collections.ConfigDict, plan: run_plan.RunPlan, strategy: Any):
-  """The model with its BN layers wired to the plan's groups over the strategy's axes."""
+def build_model(config: ml_collections.ConfigDict, plan: run_plan.RunPlan, strategy: Any, stage: int = 0):
+  """The model with its BN layers wired to the groups of the plan's stage ``stage`` over the strategy's axes."""
+  bn = plan.stages[stage].bn
   norm = functools.partial(bn_groups.GroupBatchNorm, momentum=config.bn.momentum, epsilon=config.bn.epsilon,
-                           ghost_batch_size=plan.bn.ghost_batch_size,
-                           **strategy.bn_axes(plan.num_devices, plan.bn.group_devices))
+                           ghost_batch_size=bn.ghost_batch_size, **strategy.bn_axes(plan.num_devices, bn.group_devices))
   return create_model(config.model, num_classes=config.num_classes, dtype=DTYPES[config.dtype], norm=norm,
                       zero_init_last_bn=config.zero_init_last_bn)
 
 
-def step_options(config: ml_collections.ConfigDict, plan: run_plan.RunPlan) -> ts.StepOptions:
+def step_options(config: ml_collections.ConfigDict, plan: run_plan.RunPlan, stage: int = 0) -> ts.StepOptions:
   noise = config.diagnostics.noise_injection
-  return ts.StepOptions(num_classes=config.num_classes, num_microbatches=plan.num_microbatches,
+  return ts.StepOptions(num_classes=config.num_classes, num_microbatches=plan.stages[stage].num_microbatches,
                         unroll_microbatches=config.unroll_microbatches,
                         label_smoothing=config.label_smoothing,
                         signal_to_noise=plan.diagnostics.signal_to_noise,
                         activation_noise=noise.activations, weight_noise=noise.weights,
                         gradient_noise=noise.gradients, label_noise=noise.labels)
-
-
-def create_optimizer(config: ml_collections.ConfigDict, plan: run_plan.RunPlan):
-  """(transformation, LR schedule); trust-ratio statistics are kept when the diagnostics log them."""
-  opt = config.optimizer.copy_and_resolve_references()
-  opt.track_stats = bool(opt.track_stats or config.diagnostics.trust_ratios)
-  return optimizer_config.create_optimizer(opt, total_steps=plan.total_steps, num_train=plan.num_train,
-                                           batch_size=plan.batch_size)
 
 
 def create_train_state(model, tx, mesh, image_shape: tuple, seed: int, table=None):
@@ -95,10 +87,15 @@ def create_train_state(model, tx, mesh, image_shape: tuple, seed: int, table=Non
   return state, step_key
 
 
-def restore(ckpt: checkpoint.Checkpointer, state, workdir: str) -> tuple[Any, dict]:
-  """The newest checkpoint's state and metadata, or ``state`` and empty metadata when there is none."""
+def restore(ckpt: checkpoint.Checkpointer, state, workdir: str, plan: run_plan.RunPlan) -> tuple[Any, dict]:
+  """The newest checkpoint's state and metadata; without one, ``state`` (or a branch's reference state,
+  :mod:`lamb_lars.train.init_from`) and empty metadata."""
   if ckpt.latest_step() is None:
-    return state, {}
+    if plan.branch is None:
+      return state, {}
+    _log(f"Branching from {plan.branch.workdir} at its step {plan.branch.step} (example {plan.data_start}), "
+         f"LR {plan.branch.lr if plan.branch.lr is not None else 'from config.optimizer'}.")
+    return init_from.restore_into(state, plan.branch), {}
   state, meta = ckpt.restore_newest_intact(state, log=_log)
   _log(f"Resumed from step {int(state.step)} in {workdir}.")
   return state, meta
@@ -106,7 +103,8 @@ def restore(ckpt: checkpoint.Checkpointer, state, workdir: str) -> tuple[Any, di
 
 def progress_bar(config, plan: run_plan.RunPlan, step: int) -> progress.Progress:
   """A bar on a terminal or in a notebook, else a line every minute (lamb_lars/train/progress.py)."""
-  _log(f"Training {config.model} on {config.dataset}: batch {plan.batch_size} on {plan.num_devices} device(s) "
+  batches = "→".join(str(s.batch_size) for s in plan.stages)
+  _log(f"Training {config.model} on {config.dataset}: batch {batches} on {plan.num_devices} device(s) "
        f"× {plan.num_microbatches} micro-batch(es), {plan.total_steps} steps ({plan.epoch_of(1) ** -1:.2f}/epoch), "
        f"BN group {plan.bn.group_devices} device(s) × ghost {plan.bn.ghost_batch_size}.")
   return progress.Progress(total=plan.total_steps, initial=step, batch_size=plan.batch_size, epoch_of=plan.epoch_of,
@@ -141,20 +139,21 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
 def _train(config: ml_collections.ConfigDict, workdir: str, info: input_pipeline.DatasetInfo, devices: list,
            plan: run_plan.RunPlan, hparams: Optional[dict[str, Any]]) -> dict:
   """Builds the run's parts, resumes, runs the loop; the checkpointer and the writer are closed on every exit."""
-  tx, lr_fn = create_optimizer(config, plan)
+  tx, lr_fn = run_optimizer.create_optimizer(config, plan, plan.branch.lr if plan.branch else None)
   lrs = lr_table.tabulate(lr_fn, plan.total_steps)  # the LR of every update, on the host: logged per step
   mesh = mesh_lib.make_mesh(plan.bn.group_devices, devices)
   strategy = parallel.make(config, mesh)
-  model, opts = build_model(config, plan, strategy), step_options(config, plan)
+  stage_parts = functools.lru_cache()(lambda i: (build_model(config, plan, strategy, i), step_options(config, plan, i)))
+  model, opts = stage_parts(0)
   state, step_key = create_train_state(model, tx, mesh, info.image_shape, config.seed,
                                        lrs if config.optimizer.lr_table else None)
   w0 = jax.device_get(state.params) if config.diagnostics.dist_from_init else None
   parts = loop_lib.Parts(config=config, plan=plan, lrs=lrs, step_key=step_key, log=_log,
                          evaluate=evaluation.Evaluator(config, mesh, model, opts, w0),
-                         feeder=feeders.make_feeder(config, plan, strategy, info, model, tx, opts))
+                         feeder=feeders.make_feeder(config, plan, strategy, info, stage_parts, tx))
   ckpt, writer, bar, status = checkpoint.Checkpointer(workdir, keep=config.keep_checkpoints), None, None, None
   try:
-    state, meta = restore(ckpt, state, workdir)
+    state, meta = restore(ckpt, state, workdir, plan)
     step = int(jax.device_get(state.step))
     writer = metric_writers.MetricWriter(workdir, enabled=jax.process_index() == 0, resume_step=step, log=_log,
                                          hparams=hparams or metric_writers.config_hparams(config))

@@ -20,13 +20,14 @@ it checks:
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from typing import Any, Optional, Sequence, Union
 
 from lamb_lars import input_pipeline, models
 from lamb_lars.optim import optimizer_config
-from lamb_lars.train import run_plan, stopping
+from lamb_lars.train import init_from, run_plan, stopping
 
 ConfigError = run_plan.ConfigError
 MAX_TOTAL_STEPS = 10_000_000
@@ -113,6 +114,12 @@ def validate(config: Any, devices: Union[int, Sequence[Any]],
   except ValueError as e:
     raise ConfigError(str(e)) from None
   stopping.validate(config)
+  if config.data_order == "examples" and not info.in_memory:
+    raise ConfigError(f"config.data_order='examples' needs a dataset held in memory; {info.name!r} is streamed, "
+                      f"so use data_order='batches' (and no batch_schedule or init_from_dir).")
   plan = run_plan.make_plan(config, num_train=info.num_train, num_devices=devices)
+  ref = init_from.resolve(config, devices)
+  if ref is not None:
+    plan = dataclasses.replace(plan, data_start=ref.data_start, branch=ref)
   check_plan(config, plan)
   return plan
