@@ -25,7 +25,8 @@ FINISHED = ("done", "diverged", "pruned")   # a re-run of the study never starts
 #   technique a named technique (LR/warmup tuning, LARS, LAMB, …): evidence for Def. 2.2 (B_H)
 #   table3    a Table 3 cell (optimizer × variant at one batch)
 #   search    anything else (e.g. a plain metaparameter search)
-ROLES = ("baseline", "linear", "technique", "table3", "search")
+#   warmup    an arm of a batch-size-warmup comparison, named in ``technique`` (analysis/batch_warmup.py)
+ROLES = ("baseline", "linear", "technique", "table3", "search", "warmup")
 
 # You et al. 2020 Table 3 columns: the optimizer as is, with a layer-wise LR (trust ratio ‖w‖/‖d‖) and with that
 # ratio bounded.

@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 from lamb_lars.common import io_utils
 from lamb_lars.study import paper
-from lamb_lars.study.analysis import plots, regimes, report_curves, report_replicates, report_scaling, table3
+from lamb_lars.study.analysis import batch_warmup, plots, regimes, report_curves, report_replicates, report_scaling, table3
 from lamb_lars.study.analysis.markdown import fmt, pct, table
 from lamb_lars.study.records import STATUSES, Baseline, Target, Trial
 
@@ -269,7 +269,8 @@ def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = Repor
                report_curves.curves_section(trials, out_dir, spec.max_curves, target=goal)),
               ("Distance from initialisation", "no run logged `dist_from_init`",
                report_curves.diffusion_section(trials, out_dir, spec.max_curves)),
-              ("Trust ratios", "no run logged `trust_ratio/<layer>`", report_curves.trust_section(trials, out_dir))]
+              ("Trust ratios", "no run logged `trust_ratio/<layer>`", report_curves.trust_section(trials, out_dir)),
+              ("Batch-size warmup", "", batch_warmup.section(trials, out_dir))]
   omitted = [f"{name}: {why}" for name, why, lines in sections if not lines and why and trials]
   parts = [f"# {spec.title}", ""]
   parts += _settings_section(trials, spec) + _roles_section(trials, omitted)
