@@ -123,3 +123,16 @@ def test_kill_and_resume_across_a_stage_boundary_is_bit_exact(data_dir, tmp_path
       shutil.rmtree(later)
   subprocess.run(_cmd(killed), cwd=ROOT, check=True, capture_output=True, timeout=600)
   assert _rows(killed) == want
+
+
+def test_a_schedule_runs_the_same_resident_host_fed_and_under_pmap(data_dir, tmp_path):
+  """The stream order and the per-stage steps are the same whichever feeder and parallelism run them."""
+  from lamb_lars.train.trainer import train_and_evaluate
+  common = dict(batch_size=128, num_train_steps=12, num_devices=2, data_order="examples", batch_schedule="640:256",
+                batch_schedule_unit="examples", eval_every_steps=0, checkpoint_every_steps=0, eval_batch_size=5000)
+  runs = [train_and_evaluate(small_config(data_dir, parallelism=p, data_on_device=d, **common), str(tmp_path / name))
+          for name, p, d in (("resident", "jit", "yes"), ("host", "jit", "no"), ("pmap", "pmap", "no"))]
+  assert [r["step"] for r in runs] == [9, 9, 9]     # 5 steps of 128, then ⌈(1536 − 640)/256⌉ = 4 of 256
+  for r in runs[1:]:
+    for key in ("train_loss", "eval_loss", "eval_accuracy"):
+      np.testing.assert_allclose(r["final"][key], runs[0]["final"][key], rtol=1e-5)
