@@ -33,18 +33,29 @@ def test_steps_to_target_are_per_seed_and_a_miss_is_censored():
   goal = bw.target(BASE)   # ≈ 0.98852
   assert [bw.first_reaching(t, goal) for t in BASE] == [(300, 76800), (400, 102400), (300, 76800)]
   assert [bw.first_reaching(t, goal) for t in WARM] == [(150, 38400), (200, 51200), None]
-  assert bw.step_ratios(WARM, BASE, goal) == [0.5, 0.5, math.inf]
-  assert bw.step_ratios(BIG, BASE, goal) == [40 / 300, 40 / 400, 40 / 300]
 
 
-def test_the_saving_verdict_reads_the_interval_of_the_ratios():
+def test_non_inferiority_reads_the_interval_of_the_paired_differences():
+  d = np.array([0.991 - 0.990, 0.991 - 0.991, 0.987 - 0.992])
+  np.testing.assert_allclose(bw.paired_differences(WARM, BASE), d, atol=1e-12)
+  v = bw.non_inferiority(WARM, BASE)
+  half = stats.t.ppf(0.975, 2) * d.std(ddof=1) / math.sqrt(3)
+  assert (v.low, v.high) == (d.mean() - half, d.mean() + half)
+  assert v.verdict == "borderline"                     # [−0.82, +0.49] pp straddles −0.2 pp
+  assert bw.non_inferiority(BIG, BASE).verdict == "borderline"   # d = 0, −0.1, −0.2 pp: [−0.35, +0.15] pp
+  low = [_trial("fixed_1024", 1024, s, [0.95, a], [50, 100]) for s, a in enumerate([0.975, 0.978, 0.976])]
+  assert bw.non_inferiority(low, BASE).verdict == "fail"         # d ≈ −1.5 pp on every seed
+  diverged = [_trial("fixed_4096", 4096, s, [0.1], [10], status="diverged") for s in range(3)]
+  assert bw.non_inferiority(diverged, BASE).verdict == "fail"
+
+
+def test_the_table_gives_steps_and_their_ratio_to_the_base():
   goal = bw.target(BASE)
-  by_arm = bw.arms(BASE + WARM + BIG)
-  rows = {r[0]: r for r in bw.rows(by_arm, "fixed_256", goal)}
-  assert rows["warmup"][-1].startswith("borderline")   # one seed never reached a*: the interval is unbounded above
-  assert rows["fixed_2048"][-1].startswith("pass")
-  assert rows["fixed_256"][-1] == "—"
-  assert "> 250" in rows["warmup"][3]
+  rows = {r[0]: r for r in bw.rows(bw.arms(BASE + WARM + BIG), "fixed_256", goal)}
+  assert (rows["fixed_256"][4], rows["fixed_256"][5]) == (400, "—")
+  assert (rows["warmup"][4], rows["warmup"][5]) == (250, "0.625")
+  assert (rows["fixed_2048"][4], rows["fixed_2048"][5]) == (40, "0.100")
+  assert "> 250" in rows["warmup"][6]
 
 
 def test_the_section_has_the_table_and_figure(tmp_path):
