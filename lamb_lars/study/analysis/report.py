@@ -17,7 +17,8 @@ from typing import Optional, Sequence
 
 from lamb_lars.common import io_utils
 from lamb_lars.study import paper
-from lamb_lars.study.analysis import batch_warmup, plots, regimes, report_curves, report_replicates, report_scaling, table3
+from lamb_lars.study.analysis import (batch_warmup, plots, regimes, report_branching, report_curves, report_replicates,
+                                      report_scaling, table3)
 from lamb_lars.study.analysis.markdown import fmt, pct, table
 from lamb_lars.study.records import STATUSES, Baseline, Target, Trial
 
@@ -41,6 +42,9 @@ class ReportSpec:
   max_curves: int = 8
   targets: tuple[float, ...] = ()         # further steps-to-target goals (report_replicates.py)
   edge_fraction: float = 0.1              # the search's edge rule (search_adequacy.py)
+  branch_epsilon: float = 0.0             # a branching study's ε, absolute or relative (report_branching.py)
+  branch_relative: bool = False
+  branch_loss: str = "validation_loss"
 
 
 def _settings_section(trials: Sequence[Trial], spec: ReportSpec) -> list[str]:
@@ -243,7 +247,8 @@ def _table3_curves(trials: Sequence[Trial], cells: table3.Table3, batch: int) ->
 def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = ReportSpec()) -> str:
   """Writes ``out_dir/README.md`` and its PNG plots; returns the README path."""
   io_utils.makedirs(out_dir)
-  trials = list(trials)
+  everything = list(trials)   # the Trials table counts the branches; CBS(t) reads them; no other section does
+  trials = [t for t in everything if t.role != "branch"]
   # The single-run sections read the study's own trials; the regimes' Def. 2.1/2.2 verdicts read each
   # configuration with its replicates (fresh seeds), which report_replicates also summarises with intervals.
   own = [t for t in trials if t.phase != "replicate"]
@@ -252,7 +257,10 @@ def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = Repor
   target_trials = [t for t in own if not spec.target_technique or t.technique == spec.target_technique]
   steps_lines, fit = report_scaling.steps_section(target_trials, spec.target, out_dir)
   goal = spec.target.goal if spec.target and spec.target.metric == ACC_KEY else None
-  sections = [("Baseline and Regimes", "no baseline trial (role `baseline`), which You et al. 2020 Defs 2.1–2.3 need",
+  sections = [("Critical batch over training", "", report_branching.section(
+                  everything, out_dir, num_train=spec.num_train, epsilon=spec.branch_epsilon,
+                  relative=spec.branch_relative, loss_key=spec.branch_loss) if spec.branch_epsilon > 0 else []),
+              ("Baseline and Regimes", "no baseline trial (role `baseline`), which You et al. 2020 Defs 2.1–2.3 need",
                [] if baseline is None and not any(t.role == "baseline" for t in trials)
                else _baseline_section(baseline, note, spec) + _regimes_section(own, baseline, spec, reps)),
               ("Huge-batch results next to the paper", "", _points_section(own, spec)),
@@ -271,9 +279,11 @@ def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = Repor
                report_curves.diffusion_section(trials, out_dir, spec.max_curves)),
               ("Trust ratios", "no run logged `trust_ratio/<layer>`", report_curves.trust_section(trials, out_dir)),
               ("Batch-size warmup", "", batch_warmup.section(trials, out_dir))]
+  if spec.branch_epsilon > 0:  # a branching study: a reference and its branches, no ladder to fit or replicate
+    sections = [s for s in sections if s[0] not in ("Replicates and search adequacy", "Steps to target")]
   omitted = [f"{name}: {why}" for name, why, lines in sections if not lines and why and trials]
   parts = [f"# {spec.title}", ""]
-  parts += _settings_section(trials, spec) + _roles_section(trials, omitted)
+  parts += _settings_section(everything, spec) + _roles_section(everything, omitted)
   for _, _, lines in sections:
     parts += lines
   path = os.path.join(out_dir, "README.md")
