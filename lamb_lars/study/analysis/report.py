@@ -4,7 +4,8 @@ Input is records only (a list of ``records.Trial`` and a ``ReportSpec``); the ru
 Sections: settings; runs; baseline; regimes (You et al. 2020 Defs 2.1–2.3) with the trials that decide them;
 huge-batch points; Table 3 (You et al. 2020); steps to target (Shallue et al. 2018) with the S(B) fit, t(B), B*
 and the Golmant et al. 2018 breakdown point; predicted (gradient noise scale, McCandlish et al. 2018) vs fitted
-B_crit; accuracy vs batch; training curves; distance from init; trust ratios. Every measured number stands next
+B_crit; accuracy vs batch; training curves; distance from init; trust ratios. A branching study (trials of role
+``branch``) gets the critical batch over training (Merrill et al. 2025; report_branching.py) instead of the ladder's. Every measured number stands next
 to the paper's where the paper has one. A section whose data the study did not log is left out (the Trials section
 says which); a section that has data but cannot conclude says why. Accuracies are in %, and every table says in its
 caption which trial's number it shows ("best" is defined once per table). Definitions: docs/studies.md.
@@ -23,6 +24,8 @@ from lamb_lars.study.analysis.markdown import fmt, pct, table
 from lamb_lars.study.records import STATUSES, Baseline, Target, Trial
 
 ACC_KEY = "eval_accuracy"
+_BRANCHING_SECTIONS = ("Critical batch over training", "Baseline and Regimes", "Predicted vs fitted critical batch",
+                       "Training curves", "Distance from initialisation", "Trust ratios")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -262,7 +265,8 @@ def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = Repor
                   relative=spec.branch_relative, loss_key=spec.branch_loss) if spec.branch_epsilon > 0 else []),
               ("Baseline and Regimes", "no baseline trial (role `baseline`), which You et al. 2020 Defs 2.1–2.3 need",
                [] if baseline is None and not any(t.role == "baseline" for t in trials)
-               else _baseline_section(baseline, note, spec) + _regimes_section(own, baseline, spec, reps)),
+               else _baseline_section(baseline, note, spec)
+               + ([] if spec.branch_epsilon > 0 else _regimes_section(own, baseline, spec, reps))),
               ("Huge-batch results next to the paper", "", _points_section(own, spec)),
               ("Table 3", "", _table3_section(trials, spec, baseline.batch_size if baseline else None, out_dir)),
               ("Replicates and search adequacy", "",
@@ -280,7 +284,7 @@ def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = Repor
               ("Trust ratios", "no run logged `trust_ratio/<layer>`", report_curves.trust_section(trials, out_dir)),
               ("Batch-size warmup", "", batch_warmup.section(trials, out_dir))]
   if spec.branch_epsilon > 0:  # a branching study: a reference and its branches, no ladder to fit or replicate
-    sections = [s for s in sections if s[0] not in ("Replicates and search adequacy", "Steps to target")]
+    sections = [s for s in sections if s[0] in _BRANCHING_SECTIONS]
   omitted = [f"{name}: {why}" for name, why, lines in sections if not lines and why and trials]
   parts = [f"# {spec.title}", ""]
   parts += _settings_section(everything, spec) + _roles_section(everything, omitted)
