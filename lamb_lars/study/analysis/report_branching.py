@@ -49,6 +49,10 @@ def schedule_string(schedule: Sequence[tuple[float, int]], num_train: int) -> st
   return ",".join(f"{round(e * num_train)}:{b}" for e, b in schedule[1:])
 
 
+def _noise(value: Optional[float]) -> str:
+  return "—" if value is None else f"{value:.4g}" if math.isfinite(value) else "non-finite"
+
+
 def _cell(c: branching.CriticalBatch, batch: int) -> str:
   v = c.verdicts.get(batch)
   if v is None:
@@ -61,7 +65,7 @@ def _cell(c: branching.CriticalBatch, batch: int) -> str:
 def _tables(traj: Sequence[branching.CriticalBatch], batches: Sequence[int], reference: Optional[Trial],
             num_train: int) -> list[str]:
   rows = [[f"{c.point:.4g}", f"[{fmt(c.low)}, {fmt(c.high)}]", "yes" if c.censored else "no",
-           fmt(b_simple_at(reference, c.point * num_train))] for c in traj]
+           _noise(b_simple_at(reference, c.point * num_train))] for c in traj]
   lines = table(["point (epochs)", "CBS bracket [low, high]", "censored", "B_simple at the point"], rows)
   lines += ["Per batch: the verdict and the mean paired loss difference L(B) − L(B0) over the branch seeds with "
             "its 95% interval:", ""]
