@@ -196,6 +196,6 @@ def _check_branch_starts_from_reference(work: str, ref_id: str, tmp_path) -> Non
   leaves = lambda tree: [np.asarray(x) for x in __import__("jax").tree_util.tree_leaves(tree)]
   assert len(leaves(after)) == len(leaves(before)) > 0
   assert all(np.array_equal(a, b) for a, b in zip(leaves(after), leaves(before)))
-  moved = _params(wd.run_dir(work, branch), config.batch_size and 4)   # the real branch (LR > 0) did move
+  moved = _params(wd.run_dir(work, branch), 128 // 32)   # the real branch (LR > 0, Δ = 128 examples) did move
   assert not all(np.array_equal(a, b) for a, b in zip(leaves(moved), leaves(before)))
   assert json.loads(open(os.path.join(wd.run_dir(work, branch), "result.json")).read())["status"] == "done"
