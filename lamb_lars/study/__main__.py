@@ -39,7 +39,7 @@ def _define_flags():
   flags.DEFINE_string("workdir", None, "Study directory: study.sqlite, study_config.json, runs/<run_id>/.")
   flags.DEFINE_string("out", None, "report: output directory (default <workdir>/report).")
   flags.DEFINE_integer("num_workers", None, "run: trials at once (default config.runner.num_workers).")
-  flags.DEFINE_bool("dry_run", False, "run: list the trials and exit.")
+  flags.DEFINE_bool("dry_run", False, "run: list the trials and exit; branch: the reference and the branch points.")
   flags.DEFINE_enum("executor", "local", ["local", "ray"], "run: where trials run (local processes or a Ray cluster).")
   flags.DEFINE_string("ray_address", "auto", "run --executor=ray: the cluster ('auto' or HOST:PORT).")
   flags.DEFINE_bool("verbose", False, "Show the traceback of a config, store or workdir mistake too.")
@@ -75,7 +75,11 @@ def _run(FLAGS, command: str) -> None:  # noqa: N803
   if branches.is_branching(study) != (command == "branch"):
     raise ValueError("a study with branch sub-sweeps (role 'branch') runs with `python -m lamb_lars.study branch`, "
                      "and only such a study does.")
-  if FLAGS.dry_run and command == "run":
+  if FLAGS.dry_run and command == "branch":
+    ref, examples = branches.prepare(study)
+    print(ref.run_id, "reference", dict(ref.overrides), "branch points (examples):", examples)
+    return
+  if FLAGS.dry_run:
     for t in sweep.expand(study):
       print(t.run_id, t.role, t.technique or "-", dict(t.overrides))
     return

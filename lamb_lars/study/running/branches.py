@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import ml_collections
 
-from lamb_lars.common import io_utils
+from lamb_lars.common import durations, io_utils
 from lamb_lars.study.running import runner, sections, store, sweep, trial_checks
 from lamb_lars.study.running import workdir as wd
 
@@ -70,7 +70,8 @@ def _check_settings(study: ml_collections.ConfigDict, b0: int) -> dict[str, Any]
                      f"{b['loss']!r}, {b['epsilon']!r}, {b['lr_multiplier']!r}.")
   if not b["points_epochs"] or any(not float(p) > 0 for p in b["points_epochs"]):
     raise ValueError(f"branching.points_epochs must be positive epochs of the reference; got {b['points_epochs']!r}.")
-  delta = int(b["delta_examples"])
+  delta, n = int(b["delta_examples"]), int(sections.section(study, "analysis")["num_train"])
+  exact = lambda x: durations.to_steps(delta / n, "epochs", num_train=n, batch_size=x) * x == delta  # Δ/N epochs
   for s in subsweeps(study)[1]:
     grid = dict(s.get("grid") or {})
     if s.get("search") or POINT_KEY in grid or POINT_KEY in dict(s.get("fixed") or {}):
@@ -81,7 +82,7 @@ def _check_settings(study: ml_collections.ConfigDict, b0: int) -> dict[str, Any]
       raise ValueError(f"branch sub-sweep {s.get('name')!r} needs a grid over 'seed' and over 'batch_size' that "
                        f"holds the reference's batch {b0} (its own continuation); it has {sorted(grid)}, batches "
                        f"{batches}.")
-    bad = [x for x in batches if delta <= 0 or delta % x]
+    bad = [x for x in batches if delta <= 0 or delta % x or not exact(x)]
     if bad:
       raise ValueError(f"branching.delta_examples={delta} must be a positive multiple of every branch batch, so "
                        f"that each branch trains exactly Δ examples; it is not one of {bad}.")
