@@ -104,7 +104,8 @@ def _branching_workdir(tmp_path) -> str:
     for b in (32, 64, 128):
       rid = f"branch-at{int(p * N)}-b{b}-seed{seed}"
       st.upsert_run(con, rid, study=study.name, batch_size=b, role="branch", seed=seed,
-                    params={"init_from_examples": int(p * N), "learning_rate": 0.05})
+                    params={"init_from_examples": int(p * N), "learning_rate": 0.05, "num_epochs": 0.128,
+                            "init_from_lr_rule": "linear", "init_from_lr_multiplier": 1.0})
       st.add_evals(con, rid, [{"step": 4, "validation_loss": loss + DIFF.get((p, b), 0.0) + 0.0001 * seed}])
   for r in st.runs(con):
     st.set_status(con, r["run_id"], "running")
@@ -120,6 +121,7 @@ def test_cbs_section_recomputes_from_the_csvs(tmp_path):
   text = open(readme, encoding="utf-8").read()
   section = provenance.sections(text)["## Critical batch over training"]
   assert "arXiv:2505.23971" in section and "McCandlish et al. 2018" in section
+  assert "Δ = 128 examples (0.128 epochs) at the constant LR 1·B/B0·η_ref(t)" in section
   assert "| 0.1 | [64, 64] | no | 30 |" in section      # B_simple at 100 examples: the eval at step 3 (96)
   assert "| 0.2 | [128, 128] | yes | 60 |" in section
   assert '`batch_schedule="100:64,200:128"`' in section

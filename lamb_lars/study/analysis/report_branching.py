@@ -49,6 +49,16 @@ def schedule_string(schedule: Sequence[tuple[float, int]], num_train: int) -> st
   return ",".join(f"{round(e * num_train)}:{b}" for e, b in schedule[1:])
 
 
+def _recipe(trials: Sequence[Trial], num_train: int) -> str:
+  """"Δ = … examples (… epochs) at the constant LR …" from the first branch's recorded overrides."""
+  p = next(t.params for t in trials if t.role == "branch")
+  delta = float(p.get("num_epochs", math.nan)) * num_train
+  rule = {"linear": "B/B0", "sqrt": "√(B/B0)", "none": "1"}.get(str(p.get("init_from_lr_rule")), "?")
+  return (f"Δ = {delta:,.0f} examples ({delta / num_train:.3g} epochs) at the constant LR "
+          f"{float(p.get('init_from_lr_multiplier', math.nan)):g}·{rule}·η_ref(t), η_ref(t) the reference's LR at "
+          "the point,")
+
+
 def _noise(value: Optional[float]) -> str:
   return "—" if value is None else f"{value:.4g}" if math.isfinite(value) else "non-finite"
 
@@ -88,9 +98,9 @@ def section(trials: Sequence[Trial], out_dir: str, *, num_train: int, epsilon: f
            "Merrill et al. 2025 (arXiv:2505.23971) measure the critical batch locally instead of as one number per "
            "workload: from checkpoints of one reference run, short branches train on at larger batches, the LR "
            "scaled by a rule, and each is compared with the reference batch after the same number of examples. "
-           f"Here the reference trains at B0 = {b0}; from its checkpoint at each point every branch seed trains Δ "
-           f"examples at every batch, B0 included (the reference's own continuation, the pair of each "
-           f"comparison). A batch does not lose when the paired difference of `{loss_key}` after Δ, "
+           f"Here the reference trains at B0 = {b0}; from its checkpoint at each point every branch seed trains "
+           f"{_recipe(trials, num_train)} at every batch, B0 included (the reference's own continuation, the pair "
+           f"of each comparison). A batch does not lose when the paired difference of `{loss_key}` after Δ, "
            f"L(B) − L(B0), is within ε = {eps} (95% interval over the seeds: `pass` when wholly ≤ ε, `fail` when "
            "wholly > ε, else `borderline`; a diverged branch loses). CBS(t) is a bracket: low = the largest "
            "batch with every tested batch up to it passing, high = the largest with none up to it failing; "
