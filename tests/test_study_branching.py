@@ -37,10 +37,13 @@ def _smoke(**branching):
     (dict(points_epochs=(0.5, 0.45)), "falls on the same reference checkpoint"),
     (dict(delta_examples=100), "must be a positive multiple of every branch batch"),
     (dict(epsilon=0.0), "epsilon > 0"),
+    (dict(num_train=512), r"analysis.num_train=512, but the reference trains on 384 examples"),
 ])
 def test_bad_branching_settings_are_one_sentence(change, message):
+  c = _smoke(**{k: v for k, v in change.items() if k != "num_train"})
+  c.analysis.update({k: v for k, v in change.items() if k == "num_train"})
   with pytest.raises(ValueError, match=message) as e:
-    branches.prepare(_smoke(**change))
+    branches.prepare(c)
   assert "\n" not in str(e.value)
 
 

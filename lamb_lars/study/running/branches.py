@@ -60,7 +60,23 @@ def with_sweeps(study: ml_collections.ConfigDict, sweeps: Sequence[Mapping]) -> 
   return c
 
 
-def _check_settings(study: ml_collections.ConfigDict, b0: int) -> dict[str, Any]:
+def num_train(study: ml_collections.ConfigDict, ref: sweep.TrialSpec) -> int:
+  """N, the reference's training examples: ``analysis.num_train`` (the report's epochs use it too), checked
+  against the reference's dataset when that is on this machine."""
+  from lamb_lars.input_pipeline import DatasetNotFoundError  # noqa: PLC0415
+  from lamb_lars.train.validate import dataset_info  # noqa: PLC0415
+  n = int(sections.section(study, "analysis")["num_train"])
+  try:
+    actual = int(dataset_info(ref.config).num_train)
+  except DatasetNotFoundError:
+    return n
+  if actual != n:
+    raise ValueError(f"analysis.num_train={n}, but the reference trains on {actual} examples (its dataset after "
+                     f"validation_split); set analysis.num_train={actual}.")
+  return n
+
+
+def _check_settings(study: ml_collections.ConfigDict, b0: int, n: int) -> dict[str, Any]:
   """The ``branching`` section and the branch sub-sweeps, checked against each other (one sentence each)."""
   b = sections.section(study, "branching")
   if b["lr_rule"] not in RULES:
@@ -70,7 +86,7 @@ def _check_settings(study: ml_collections.ConfigDict, b0: int) -> dict[str, Any]
                      f"{b['loss']!r}, {b['epsilon']!r}, {b['lr_multiplier']!r}.")
   if not b["points_epochs"] or any(not float(p) > 0 for p in b["points_epochs"]):
     raise ValueError(f"branching.points_epochs must be positive epochs of the reference; got {b['points_epochs']!r}.")
-  delta, n = int(b["delta_examples"]), int(sections.section(study, "analysis")["num_train"])
+  delta = int(b["delta_examples"])
   exact = lambda x: durations.to_steps(delta / n, "epochs", num_train=n, batch_size=x) * x == delta  # Δ/N epochs
   for s in subsweeps(study)[1]:
     grid = dict(s.get("grid") or {})
@@ -89,12 +105,11 @@ def _check_settings(study: ml_collections.ConfigDict, b0: int) -> dict[str, Any]
   return b
 
 
-def checkpoint_examples(study: ml_collections.ConfigDict, ref: sweep.TrialSpec) -> list[int]:
+def checkpoint_examples(study: ml_collections.ConfigDict, ref: sweep.TrialSpec, n: int) -> list[int]:
   """Per branch point (epochs of the reference): the examples the reference has seen at its first checkpoint at or
   after the point. ValueError (one sentence) when a point has no such checkpoint, or the reference does not keep
   it to its end (``keep_checkpoints``: the newest K are kept)."""
   from lamb_lars.train import run_plan  # noqa: PLC0415  (the trainer's plan: the reference's own step arithmetic)
-  n = int(sections.section(study, "analysis")["num_train"])
   devices = trial_checks.trial_devices(ref.config, {**sections.section(study, "runner")["env"], **ref.env})
   plan = run_plan.make_plan(ref.config, num_train=n, num_devices=devices)
   every, total = plan.checkpoint_every_steps, plan.total_steps
@@ -125,8 +140,9 @@ def prepare(study: ml_collections.ConfigDict) -> tuple[sweep.TrialSpec, list[int
   if ref_sweep.get("search") or ref_sweep.get("grid"):
     raise ValueError(f"the reference sub-sweep {ref_sweep.get('name')!r} is one run: no grid and no search.")
   ref, = sweep.expand(with_sweeps(study, [ref_sweep]))
-  _check_settings(study, ref.batch_size)
-  return ref, checkpoint_examples(study, ref)
+  n = num_train(study, ref)
+  _check_settings(study, ref.batch_size, n)
+  return ref, checkpoint_examples(study, ref, n)
 
 
 def branch_sweeps(study: ml_collections.ConfigDict, ref_dir: str, examples: Sequence[int]) -> list[dict]:
