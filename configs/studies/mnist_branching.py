@@ -89,6 +89,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.name = "mnist_branching"
   c.base = mnist_table3.base_config()
   c.base.stop.dead_after_fraction = 0.0   # a 1-epoch branch at chance is a result (it loses), not a dead run
+  c.base.optimizer.lr_table = False      # a branch restores the reference's optimizer state: no LR table in it
   c.sweeps = (_reference(16.0, POINTS, B0, B0 // 2), _branch(BATCHES, SEEDS, 256))
   c.branching = common.branching(points_epochs=POINTS, delta_examples=DELTA, lr_rule="linear", lr_multiplier=1.0,
                                  epsilon=0.05, relative=True, loss="validation_loss")
