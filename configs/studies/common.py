@@ -30,6 +30,19 @@ def analysis(**overrides: Any) -> ml_collections.ConfigDict:
   return a
 
 
+def branching(**overrides: Any) -> ml_collections.ConfigDict:
+  """A branching study's settings (``python -m lamb_lars.study branch``; lamb_lars/study/running/branches.py): the
+  branch points (epochs of the reference run; each branches from the reference's first checkpoint at or after it),
+  Δ (the examples every branch trains; a multiple of every branch batch, so each sees exactly Δ), the LR rule
+  ('linear' | 'sqrt' | 'none': η = multiplier·rule(B/B0)·η_ref(t), constant over the branch) and multiplier, and
+  the analysis (lamb_lars/study/analysis/branching.py): ε, absolute or ``relative`` to the reference loss, on
+  ``loss`` at the branch's end."""
+  b = ml_collections.ConfigDict(dict(points_epochs=(), delta_examples=0, lr_rule="linear", lr_multiplier=1.0,
+                                     epsilon=0.01, relative=False, loss="validation_loss"))
+  b.update(overrides)
+  return b
+
+
 def search(**overrides: Any) -> ml_collections.ConfigDict:
   """The pruner of searched cells: ASHA on the validation accuracy, rungs at r, r·η, r·η² … epochs (the first
   after the longest warmup of the cell with ``rung_after_warmup``); and the

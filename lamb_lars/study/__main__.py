@@ -2,13 +2,16 @@
 
   python -m lamb_lars.study run --config=configs/studies/mnist_table3.py --workdir=/tmp/studies/table3 \
       [--num_workers=2] [--executor=local|ray] [--ray_address=auto|HOST:PORT] [--dry_run]
+  python -m lamb_lars.study branch --config=configs/studies/mnist_branching.py --workdir=/tmp/studies/branching \
+      [--num_workers=2] [--executor=local|ray] [--ray_address=auto|HOST:PORT]
   python -m lamb_lars.study report --workdir=/tmp/studies/table3 [--out=docs/studies/mnist_table3]
   python -m lamb_lars.study verify docs/studies/mnist_table3 [DIR ...]
   python -m lamb_lars.study status --workdir=/tmp/studies/table3
 
 ``run`` expands the study into trials, runs each in its own process (searching and pruning per cell) and records
 everything in ``<workdir>/study.sqlite``; re-running the same command skips finished trials and resumes the rest.
-``report`` needs only the workdir: it writes runs.csv, evals.csv and README.md + PNGs computed from the CSVs, and
+``branch`` runs a branching study (lamb_lars/study/running/branches.py): its reference run, then the branches from the
+reference's checkpoints, through the same runner and store (re-running it resumes). ``report`` needs only the workdir: it writes runs.csv, evals.csv and README.md + PNGs computed from the CSVs, and
 manifest.json (provenance). ``verify`` checks a published folder against its manifest and recomputes its README from
 the CSVs; it exits 1 with one sentence per mismatch.
 The study config is locked: a misspelled ``--config.`` override is an error. Every trial config is validated (by
@@ -36,7 +39,7 @@ def _define_flags():
   flags.DEFINE_string("workdir", None, "Study directory: study.sqlite, study_config.json, runs/<run_id>/.")
   flags.DEFINE_string("out", None, "report: output directory (default <workdir>/report).")
   flags.DEFINE_integer("num_workers", None, "run: trials at once (default config.runner.num_workers).")
-  flags.DEFINE_bool("dry_run", False, "run: list the trials and exit.")
+  flags.DEFINE_bool("dry_run", False, "run: list the trials and exit; branch: the reference and the branch points.")
   flags.DEFINE_enum("executor", "local", ["local", "ray"], "run: where trials run (local processes or a Ray cluster).")
   flags.DEFINE_string("ray_address", "auto", "run --executor=ray: the cluster ('auto' or HOST:PORT).")
   flags.DEFINE_bool("verbose", False, "Show the traceback of a config, store or workdir mistake too.")
@@ -48,29 +51,46 @@ def _command() -> str:
   return " ".join(shlex.quote(a) for a in ["python", "-m", "lamb_lars.study"] + sys.argv[1:])
 
 
-def _run(FLAGS) -> None:  # noqa: N803
-  """``run``: the study of ``--config`` in ``--workdir`` (or with ``--dry_run`` its trials, listed)."""
+def _executor(FLAGS, study):  # noqa: N803
+  """The executor ``--executor`` names for ``study`` (None: the runner's local one)."""
+  if FLAGS.executor != "ray":
+    return None
+  try:
+    from lamb_lars.study.running import ray_executor
+  except ImportError:
+    raise ValueError("--executor=ray needs Ray: pip install -e .[ray]") from None
+  return ray_executor.make_executor(study, FLAGS.ray_address)
+
+
+def _run(FLAGS, command: str) -> None:  # noqa: N803
+  """``run``: the study of ``--config`` in ``--workdir`` (or with ``--dry_run`` its trials, listed); ``branch``: a
+  branching study (its reference, then its branches)."""
   from absl import app
 
   from lamb_lars.common import cli_errors
   if not FLAGS["config"].present:
-    raise app.UsageError("run needs --config=configs/studies/<study>.py")
+    raise app.UsageError(f"{command} needs --config=configs/studies/<study>.py")
   study = cli_errors.load_config(lambda: FLAGS.config, FLAGS["config"].config_filename)
-  from lamb_lars.study.running import runner, sweep
+  from lamb_lars.study.running import branches, runner, sweep
+  if branches.is_branching(study) != (command == "branch"):
+    raise ValueError("a study with branch sub-sweeps (role 'branch') runs with `python -m lamb_lars.study branch`, "
+                     "and only such a study does.")
+  if FLAGS.dry_run and command == "branch":
+    ref, examples = branches.prepare(study)
+    print(ref.run_id, "reference", dict(ref.overrides), "branch points (examples):", examples)
+    return
   if FLAGS.dry_run:
     for t in sweep.expand(study):
       print(t.run_id, t.role, t.technique or "-", dict(t.overrides))
     return
-  executor = None
-  if FLAGS.executor == "ray":
-    try:
-      from lamb_lars.study.running import ray_executor
-    except ImportError:
-      raise ValueError("--executor=ray needs Ray: pip install -e .[ray]") from None
-    executor = ray_executor.make_executor(study, FLAGS.ray_address)
   signal.signal(signal.SIGTERM, _raise_interrupt)
-  counts = runner.run_study(study, FLAGS.workdir, executor=executor, num_workers=FLAGS.num_workers,
-                            command=_command(), log=lambda s: print(s, flush=True))
+  log = lambda s: print(s, flush=True)
+  if command == "branch":
+    counts = branches.run_branching(study, FLAGS.workdir, make_executor=lambda: _executor(FLAGS, study),
+                                    num_workers=FLAGS.num_workers, command=_command(), log=log)
+  else:
+    counts = runner.run_study(study, FLAGS.workdir, executor=_executor(FLAGS, study), num_workers=FLAGS.num_workers,
+                              command=_command(), log=log)
   print("finished: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v), flush=True)
   if counts.get("failed"):
     _exit_failed(FLAGS.workdir, study.name)
@@ -88,9 +108,9 @@ def main() -> None:
   def run(argv):
     from absl import logging
     logging.set_verbosity(logging.WARNING)
-    if len(argv) != 2 or argv[1] not in ("run", "report", "status"):
-      raise app.UsageError("usage: python -m lamb_lars.study {run|report|status} --workdir=DIR [--config=STUDY.py] "
-                           "| verify DIR")
+    if len(argv) != 2 or argv[1] not in ("run", "branch", "report", "status"):
+      raise app.UsageError("usage: python -m lamb_lars.study {run|branch|report|status} --workdir=DIR "
+                           "[--config=STUDY.py] | verify DIR")
     try:
       if argv[1] == "status":
         from lamb_lars.study.running import status
@@ -99,7 +119,7 @@ def main() -> None:
         from lamb_lars.study.running.publish import publish
         print(publish(FLAGS.workdir, FLAGS.out, command=_command()))
       else:
-        _run(FLAGS)
+        _run(FLAGS, argv[1])
     except KeyboardInterrupt:
       print("interrupted: unfinished runs are back to pending; re-run the same command to resume.", flush=True)
       sys.exit(130)

@@ -26,7 +26,9 @@ FINISHED = ("done", "diverged", "pruned")   # a re-run of the study never starts
 #   table3    a Table 3 cell (optimizer × variant at one batch)
 #   search    anything else (e.g. a plain metaparameter search)
 #   warmup    an arm of a batch-size-warmup comparison, named in ``technique`` (analysis/batch_warmup.py)
-ROLES = ("baseline", "linear", "technique", "table3", "search", "warmup")
+#   branch    a short run from a checkpoint of the baseline (the reference) at another batch (Merrill et al. 2025;
+#             lamb_lars/study/running/branches.py)
+ROLES = ("baseline", "linear", "technique", "table3", "search", "warmup", "branch")
 
 # You et al. 2020 Table 3 columns: the optimizer as is, with a layer-wise LR (trust ratio ‖w‖/‖d‖) and with that
 # ratio bounded.

@@ -198,3 +198,32 @@ def series_plot(out_dir: str, name: str, series: Mapping[str, tuple[Sequence[flo
   ax.grid(True, which="both", alpha=0.3)
   _legend(ax, len(series) + (hline is not None))
   return _save(fig, out_dir, name)
+
+
+def cbs_trajectory(out_dir: str, name: str, cbs: Sequence, base_batch: int,
+                   b_simple: Sequence[Optional[float]]) -> str:
+  """CBS(t) as brackets [low, high] (a point with no passing batch is drawn at B0; a censored one with an upward
+  triangle: CBS ≥ its top) and B_simple(t) against the branch point in epochs, log y (``cbs``: CriticalBatch)."""
+  fig = Figure(figsize=(6.5, 4.6))
+  ax = fig.add_subplot()
+  x = np.asarray([c.point for c in cbs], np.float64)
+  lo = np.asarray([c.low or base_batch for c in cbs], np.float64)
+  hi = np.asarray([c.high or base_batch for c in cbs], np.float64)
+  ax.errorbar(x, lo, yerr=[np.zeros_like(lo), hi - lo], fmt="o", color=_COLORS[0], capsize=4,
+              label="CBS(t) by branching: bracket [low, high]")
+  up = [c.censored for c in cbs]
+  if any(up):
+    ax.plot(x[up], hi[up], "^", color=_COLORS[0], markersize=8, label="censored: CBS ≥ largest tested batch")
+  bx, by = _finite(x, [np.nan if v is None else v for v in b_simple], positive=True)
+  if len(bx):
+    ax.plot(bx, by, "s--", color=_COLORS[1], label="B_simple(t), gradient noise scale of the reference")
+  ax.set_yscale("log", base=2)
+  _log_axis(ax.yaxis, base=2)
+  ax.set_xscale("log")
+  _log_axis(ax.xaxis)
+  ax.set_xlabel("branch point: training progress of the reference (epochs)")
+  ax.set_ylabel("batch size (examples)")
+  ax.set_title("Critical batch over training (Merrill et al. 2025) and B_simple", fontsize=10)
+  ax.grid(True, which="both", alpha=0.3)
+  ax.legend(fontsize=7)
+  return _save(fig, out_dir, name)

@@ -4,7 +4,8 @@ Input is records only (a list of ``records.Trial`` and a ``ReportSpec``); the ru
 Sections: settings; runs; baseline; regimes (You et al. 2020 Defs 2.1–2.3) with the trials that decide them;
 huge-batch points; Table 3 (You et al. 2020); steps to target (Shallue et al. 2018) with the S(B) fit, t(B), B*
 and the Golmant et al. 2018 breakdown point; predicted (gradient noise scale, McCandlish et al. 2018) vs fitted
-B_crit; accuracy vs batch; training curves; distance from init; trust ratios. Every measured number stands next
+B_crit; accuracy vs batch; training curves; distance from init; trust ratios. A branching study (trials of role
+``branch``) gets the critical batch over training (Merrill et al. 2025; report_branching.py) instead of the ladder's. Every measured number stands next
 to the paper's where the paper has one. A section whose data the study did not log is left out (the Trials section
 says which); a section that has data but cannot conclude says why. Accuracies are in %, and every table says in its
 caption which trial's number it shows ("best" is defined once per table). Definitions: docs/studies.md.
@@ -17,11 +18,14 @@ from typing import Optional, Sequence
 
 from lamb_lars.common import io_utils
 from lamb_lars.study import paper
-from lamb_lars.study.analysis import batch_warmup, plots, regimes, report_curves, report_replicates, report_scaling, table3
+from lamb_lars.study.analysis import (batch_warmup, plots, regimes, report_branching, report_curves, report_replicates,
+                                      report_scaling, table3)
 from lamb_lars.study.analysis.markdown import fmt, pct, table
 from lamb_lars.study.records import STATUSES, Baseline, Target, Trial
 
 ACC_KEY = "eval_accuracy"
+_BRANCHING_SECTIONS = ("Critical batch over training", "Baseline and Regimes", "Predicted vs fitted critical batch",
+                       "Training curves", "Distance from initialisation", "Trust ratios")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +45,9 @@ class ReportSpec:
   max_curves: int = 8
   targets: tuple[float, ...] = ()         # further steps-to-target goals (report_replicates.py)
   edge_fraction: float = 0.1              # the search's edge rule (search_adequacy.py)
+  branch_epsilon: float = 0.0             # a branching study's ε, absolute or relative (report_branching.py)
+  branch_relative: bool = False
+  branch_loss: str = "validation_loss"
 
 
 def _settings_section(trials: Sequence[Trial], spec: ReportSpec) -> list[str]:
@@ -243,7 +250,8 @@ def _table3_curves(trials: Sequence[Trial], cells: table3.Table3, batch: int) ->
 def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = ReportSpec()) -> str:
   """Writes ``out_dir/README.md`` and its PNG plots; returns the README path."""
   io_utils.makedirs(out_dir)
-  trials = list(trials)
+  everything = list(trials)   # the Trials table counts the branches; CBS(t) reads them; no other section does
+  trials = [t for t in everything if t.role != "branch"]
   # The single-run sections read the study's own trials; the regimes' Def. 2.1/2.2 verdicts read each
   # configuration with its replicates (fresh seeds), which report_replicates also summarises with intervals.
   own = [t for t in trials if t.phase != "replicate"]
@@ -252,9 +260,13 @@ def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = Repor
   target_trials = [t for t in own if not spec.target_technique or t.technique == spec.target_technique]
   steps_lines, fit = report_scaling.steps_section(target_trials, spec.target, out_dir)
   goal = spec.target.goal if spec.target and spec.target.metric == ACC_KEY else None
-  sections = [("Baseline and Regimes", "no baseline trial (role `baseline`), which You et al. 2020 Defs 2.1–2.3 need",
+  sections = [("Critical batch over training", "", report_branching.section(
+                  everything, out_dir, num_train=spec.num_train, epsilon=spec.branch_epsilon,
+                  relative=spec.branch_relative, loss_key=spec.branch_loss) if spec.branch_epsilon > 0 else []),
+              ("Baseline and Regimes", "no baseline trial (role `baseline`), which You et al. 2020 Defs 2.1–2.3 need",
                [] if baseline is None and not any(t.role == "baseline" for t in trials)
-               else _baseline_section(baseline, note, spec) + _regimes_section(own, baseline, spec, reps)),
+               else _baseline_section(baseline, note, spec)
+               + ([] if spec.branch_epsilon > 0 else _regimes_section(own, baseline, spec, reps))),
               ("Huge-batch results next to the paper", "", _points_section(own, spec)),
               ("Table 3", "", _table3_section(trials, spec, baseline.batch_size if baseline else None, out_dir)),
               ("Replicates and search adequacy", "",
@@ -271,9 +283,11 @@ def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = Repor
                report_curves.diffusion_section(trials, out_dir, spec.max_curves)),
               ("Trust ratios", "no run logged `trust_ratio/<layer>`", report_curves.trust_section(trials, out_dir)),
               ("Batch-size warmup", "", batch_warmup.section(trials, out_dir))]
+  if spec.branch_epsilon > 0:  # a branching study: a reference and its branches, no ladder to fit or replicate
+    sections = [s for s in sections if s[0] in _BRANCHING_SECTIONS]
   omitted = [f"{name}: {why}" for name, why, lines in sections if not lines and why and trials]
   parts = [f"# {spec.title}", ""]
-  parts += _settings_section(trials, spec) + _roles_section(trials, omitted)
+  parts += _settings_section(everything, spec) + _roles_section(everything, omitted)
   for _, _, lines in sections:
     parts += lines
   path = os.path.join(out_dir, "README.md")

@@ -185,7 +185,16 @@ def report_spec(study: ml_collections.ConfigDict, workdir: str, con) -> report.R
       num_classes=int(base.num_classes), techniques=tuple(a["techniques"]),
       target_technique=str(a["target_technique"]), table3_batch=int(a["table3_batch"]),
       settings=tuple(settings), targets=tuple(float(g) for g in a["targets"]),
-      edge_fraction=float(sections.section(study, "search")["edge_fraction"]))
+      edge_fraction=float(sections.section(study, "search")["edge_fraction"]), **_branching_spec(study))
+
+
+def _branching_spec(study: ml_collections.ConfigDict) -> dict[str, Any]:
+  """The ReportSpec fields of a branching study's CBS(t) section (none for another study)."""
+  if not any(dict(s).get("role") == "branch" for s in study.get("sweeps") or ()):
+    return {}
+  b = sections.section(study, "branching")
+  return {"branch_epsilon": float(b["epsilon"]), "branch_relative": bool(b["relative"]),
+          "branch_loss": str(b["loss"])}
 
 
 def publish(workdir: str, out_dir: Optional[str] = None, command: Optional[str] = None) -> str:

@@ -51,7 +51,8 @@ _SWEEP_KEYS = ("name", "role", "technique", "variant", "fixed", "grid", "search"
                "stop_at_target", "env", "pruner")
 PRUNER_KEYS = ("min_epochs", "rung_after_warmup")  # per-sub-sweep overrides of the study's ``search`` settings
 _SHORT = {"batch_size": "b", "learning_rate": "lr", "warmup_epochs": "wu", "weight_decay": "wd", "name": "",
-          "momentum": "m", "num_epochs": "ep", "label_smoothing": "ls", "trust_coefficient": "tc"}
+          "momentum": "m", "num_epochs": "ep", "label_smoothing": "ls", "trust_coefficient": "tc",
+          "init_from_examples": "at"}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,79 @@
+"""CBS(t) by branching (lamb_lars/study/analysis/branching.py) against hand-computed intervals.
+
+The reference intervals are written here from the formula (mean ± t_{0.975,k−1}·sd/√k with scipy's t quantile),
+not taken from lamb_lars.study.analysis.verdict.
+"""
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from lamb_lars.study.analysis import branching
+from lamb_lars.study.analysis.branching import BranchLoss
+
+REF = [0.50, 0.52, 0.48]
+EPS = 0.01
+
+
+def _branches(point, diffs_by_batch):
+  out = [BranchLoss(point, 256, s, REF[s]) for s in range(3)]
+  for batch, diffs in diffs_by_batch.items():
+    out += [BranchLoss(point, batch, s, REF[s] + d) for s, d in enumerate(diffs)]
+  return out
+
+
+def _interval(x):
+  x = np.asarray(x, np.float64)
+  half = stats.t.ppf(0.975, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size)
+  return x.mean() - half, x.mean() + half
+
+
+def test_bracket_from_pass_borderline_fail():
+  diffs = {512: [0.004, 0.005, 0.006],     # interval ⊂ (−∞, ε]: pass
+           1024: [0.0, 0.02, 0.01],         # straddles ε: borderline
+           2048: [0.05, 0.06, 0.055],       # wholly above ε: fail
+           4096: [0.0, 0.0, 0.001]}         # passes, but above a failing batch: ignored (monotone closure)
+  lo, hi = _interval(diffs[512]); assert hi <= EPS
+  lo, hi = _interval(diffs[1024]); assert lo <= EPS < hi
+  lo, hi = _interval(diffs[2048]); assert lo > EPS
+  c = branching.critical_batch(_branches(1.0, diffs), 1.0, 256, EPS)
+  assert (c.low, c.high, c.censored) == (512, 1024, False)
+  assert {b: v.verdict for b, v in c.verdicts.items()} == {512: "pass", 1024: "borderline", 2048: "fail",
+                                                           4096: "pass"}
+  assert c.verdicts[1024].high == pytest.approx(_interval(diffs[1024])[1], rel=1e-12)
+
+
+def test_differences_are_paired_by_seed():
+  # Seed 2's reference is low (0.48) and so is its branch: paired differences are all 0.004 (pass), while the
+  # unpaired spread of the branch losses (0.484 … 0.524) would make the interval straddle ε.
+  c = branching.critical_batch(_branches(0.5, {512: [0.004] * 3}), 0.5, 256, EPS)
+  assert c.verdicts[512].verdict == "pass" and c.low == 512 and c.censored
+
+
+def test_diverged_branch_loses_and_relative_epsilon():
+  c = branching.critical_batch(_branches(2.0, {512: [0.001] * 3, 1024: [0.0, float("nan"), 0.0]}), 2.0, 256, EPS)
+  assert c.low == 512 and c.verdicts[1024].verdict != "pass"
+  # relative ε = 2% of the mean reference loss 0.5 = 0.01: the same verdicts as the absolute ε above
+  d = {512: [0.004, 0.005, 0.006], 2048: [0.05, 0.06, 0.055]}
+  rel = branching.critical_batch(_branches(1.0, d), 1.0, 256, 0.02, relative=True)
+  assert (rel.low, rel.high) == (512, 512)
+
+
+def test_no_reference_is_an_error():
+  with pytest.raises(ValueError, match="no reference"):
+    branching.critical_batch([BranchLoss(1.0, 512, 0, 0.4)], 1.0, 256, EPS)
+
+
+def test_trajectory_and_warmup_schedule():
+  data = (_branches(0.25, {512: [0.05] * 3})                                  # nothing passes: low None
+          + _branches(0.5, {512: [0.0] * 3, 1024: [0.03] * 3})               # low 512
+          + _branches(1.0, {512: [0.0] * 3, 1024: [0.0] * 3, 2048: [0.1] * 3})  # low 1024
+          + _branches(2.0, {b: [0.0] * 3 for b in (512, 1024, 2048, 4096)})  # low 4096, censored
+          + _branches(4.0, {512: [0.0] * 3, 1024: [0.0] * 3, 2048: [0.1] * 3}))  # low 1024: never shrink
+  traj = branching.trajectory(data, 256, EPS)
+  assert [(c.point, c.low) for c in traj] == [(0.25, None), (0.5, 512), (1.0, 1024), (2.0, 4096), (4.0, 1024)]
+  assert traj[3].censored and not traj[2].censored
+  assert branching.warmup_schedule(traj, 256) == [(0.0, 256), (0.5, 512), (1.0, 1024), (2.0, 4096)]
+  assert branching.warmup_schedule(traj, 256, max_batch=2048) == [(0.0, 256), (0.5, 512), (1.0, 1024),
+                                                                  (2.0, 2048)]
