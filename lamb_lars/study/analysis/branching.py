@@ -100,20 +100,26 @@ def trajectory(branches: Sequence[BranchLoss], base_batch: int, epsilon: float, 
   return [critical_batch(branches, p, base_batch, epsilon, **kwargs) for p in sorted({b.point for b in branches})]
 
 
-def warmup_schedule(cbs: Sequence[CriticalBatch], base_batch: int, max_batch: Optional[int] = None,
-                    ) -> list[tuple[float, int]]:
-  """A batch-size warmup from a measured CBS(t): [(from_epoch, batch), …], starting at (0, B0).
-
-  At each branch point in order, the batch doubles while twice it is ≤ the conservative CBS (``low``; a point
-  with no passing batch keeps the current one) and ≤ ``max_batch``. The batch never shrinks: Merrill et al.'s
+def doubling_schedule(limits: Sequence[tuple[float, Optional[float]]], base_batch: int,
+                      max_batch: Optional[int] = None) -> list[tuple[float, int]]:
+  """[(from_epoch, batch), …] starting at (0, B0): at each (point, limit) in order, the batch doubles while twice
+  it is ≤ the limit (None or non-finite: keep the batch) and ≤ ``max_batch``. It never shrinks: Merrill et al.'s
   CBS(t) rises and then plateaus, and a schedule that shrinks would undo the steps it saved."""
   schedule = [(0.0, base_batch)]
   batch = base_batch
-  for c in sorted(cbs, key=lambda c: c.point):
+  for point, limit in sorted(limits, key=lambda pl: pl[0]):
     grown = batch
-    while c.low is not None and 2 * grown <= c.low and (max_batch is None or 2 * grown <= max_batch):
+    while (limit is not None and math.isfinite(limit) and 2 * grown <= limit
+           and (max_batch is None or 2 * grown <= max_batch)):
       grown *= 2
     if grown != batch:
       batch = grown
-      schedule.append((float(c.point), batch))
+      schedule.append((float(point), batch))
   return schedule
+
+
+def warmup_schedule(cbs: Sequence[CriticalBatch], base_batch: int, max_batch: Optional[int] = None,
+                    ) -> list[tuple[float, int]]:
+  """A batch-size warmup from a measured CBS(t): :func:`doubling_schedule` on the conservative CBS (``low``; a
+  point with no passing batch keeps the current one)."""
+  return doubling_schedule([(c.point, c.low) for c in cbs], base_batch, max_batch)

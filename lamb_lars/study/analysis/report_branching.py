@@ -114,6 +114,10 @@ def section(trials: Sequence[Trial], out_dir: str, *, num_train: int, epsilon: f
   lines += [f"Batch-size warmup implied (double the batch while the conservative CBS, low, is at least twice it): "
             f"`batch_schedule=\"{schedule_string(schedule, num_train)}\"` with `batch_schedule_unit=\"examples\"` "
             f"(in epochs: {', '.join(f'{b} from {e:.4g}' for e, b in schedule)}).", ""]
-  name = plots.cbs_trajectory(out_dir, "critical_batch_over_training.png", traj, b0,
-                              [b_simple_at(reference, c.point * num_train) for c in traj])
+  noise = [b_simple_at(reference, c.point * num_train) for c in traj]
+  by_noise = branching.doubling_schedule([(c.point, b) for c, b in zip(traj, noise)], b0)
+  lines += [f"The same doubling rule on B_simple(t) instead of CBS(t) (the noise scale as the proxy): "
+            f"`batch_schedule=\"{schedule_string(by_noise, num_train)}\"` (in epochs: "
+            f"{', '.join(f'{b} from {e:.4g}' for e, b in by_noise)}).", ""]
+  name = plots.cbs_trajectory(out_dir, "critical_batch_over_training.png", traj, b0, noise)
   return lines + [f"![CBS(t) and B_simple(t)]({name})", ""]
