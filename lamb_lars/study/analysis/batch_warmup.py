@@ -97,6 +97,12 @@ def _reach_text(t: Trial, goal: float) -> str:
   return f"{hit[0]} ({hit[1] / 1000:.0f}K ex)" if hit else f"> {t.curve[-1]['step'] if t.curve else 0}"
 
 
+def _pp(v: verdict_lib.Verdict) -> str:
+  if not math.isfinite(v.value):
+    return f"{v.verdict}: a seed did not finish"
+  return f"{v.verdict}: {100 * v.value:+.2f} pp [{100 * v.low:+.2f}, {100 * v.high:+.2f}] (n={v.num_values})"
+
+
 def rows(by_arm: dict[str, list[Trial]], base: str, goal: float) -> list[list]:
   """One table row per arm: seeds, final accuracy with interval, non-inferiority, total steps and their ratio to
   the base's, and steps to a* per seed."""
@@ -106,10 +112,11 @@ def rows(by_arm: dict[str, list[Trial]], base: str, goal: float) -> list[list]:
     acc = "—" if s.mean is None else pct(s.mean) + (f" [{pct(s.lo)}, {pct(s.hi)}]" if s.lo is not None else "")
     diverged = sum(not math.isfinite(final(t)) for t in ts)
     acc += f" ({diverged} not finished)" if diverged else ""
+    acc += "; per seed " + ", ".join(pct(final(t)) for t in ts)
     v = None if name == base else non_inferiority(ts, by_arm[base])
     steps = total_steps(ts)
     ratio = "—" if name == base or not steps or not base_steps else f"{steps / base_steps:.3f}"
-    out.append([name, len(ts), acc, "—" if v is None else v.text(3), steps, ratio,
+    out.append([name, len(ts), acc, "—" if v is None else _pp(v), steps, ratio,
                 "; ".join(_reach_text(t, goal) for t in ts)])
   return out
 

@@ -26,6 +26,7 @@ from lamb_lars.study.records import STATUSES, Baseline, Target, Trial
 ACC_KEY = "eval_accuracy"
 _BRANCHING_SECTIONS = ("Critical batch over training", "Baseline and Regimes", "Predicted vs fitted critical batch",
                        "Training curves", "Distance from initialisation", "Trust ratios")
+_WARMUP_SECTIONS = ("Batch-size warmup",)   # a warmup study compares arms, not batch sizes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -285,6 +286,8 @@ def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = Repor
               ("Batch-size warmup", "", batch_warmup.section(trials, out_dir))]
   if spec.branch_epsilon > 0:  # a branching study: a reference and its branches, no ladder to fit or replicate
     sections = [s for s in sections if s[0] in _BRANCHING_SECTIONS]
+  elif trials and all(t.role == batch_warmup.ROLE for t in trials):
+    sections = [s for s in sections if s[0] in _WARMUP_SECTIONS]
   omitted = [f"{name}: {why}" for name, why, lines in sections if not lines and why and trials]
   parts = [f"# {spec.title}", ""]
   parts += _settings_section(everything, spec) + _roles_section(everything, omitted)
