@@ -69,7 +69,7 @@ def _cell(c: branching.CriticalBatch, batch: int) -> str:
     return "—"
   if not math.isfinite(v.value):
     return f"{v.verdict} (diverged)"
-  return f"{v.verdict} {v.value:+.4f} [{v.low:+.4f}, {v.high:+.4f}]"
+  return f"{v.verdict} {v.value:+.4g} [{v.low:+.4g}, {v.high:+.4g}]"  # a blown-up branch's difference is huge
 
 
 def _tables(traj: Sequence[branching.CriticalBatch], batches: Sequence[int], reference: Optional[Trial],
