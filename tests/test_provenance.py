@@ -122,3 +122,14 @@ def test_every_published_folder_has_a_manifest():
 @pytest.mark.parametrize("folder", PUBLISHED, ids=[os.path.relpath(d, REPO) for d in PUBLISHED])
 def test_published_folder_verifies(folder):
   assert provenance.verify(folder) == []
+
+
+def test_the_code_state_is_read_before_the_report_writes_anything(tmp_path, monkeypatch):
+  """A clean checkout publishing into itself is recorded clean: its own new files are not 'edits'."""
+  work, out = _workdir(tmp_path), str(tmp_path / "out")
+  seen = []
+  monkeypatch.setattr(provenance, "code_state", lambda: seen.append(os.listdir(out) if os.path.isdir(out) else [])
+                      or {"commit": "abc", "dirty": False})
+  publish.publish(work, out)
+  assert seen == [[]]
+  assert json.load(open(os.path.join(out, "manifest.json")))["code"] == {"commit": "abc", "dirty": False}

@@ -112,13 +112,14 @@ def _read_csv(path: str) -> list[dict]:
 def write_report(workdir: str, out: str, command: str) -> None:
   """runs.csv, authors.csv, README.md (computed from the CSVs) and manifest.json in ``out``."""
   from lamb_lars.study.running import provenance
+  code = provenance.code_state()  # before writing: the report's own files would make the checkout look edited
   os.makedirs(out, exist_ok=True)
   _write_csv(os.path.join(out, "runs.csv"), authors_logs.RUNS_COLUMNS, collect(workdir))
   _write_csv(os.path.join(out, "authors.csv"), authors_logs.AUTHORS_COLUMNS, authors_logs.authors_rows())
   with open(os.path.join(out, "README.md"), "w") as f:
     f.write(authors_logs.render(_read_csv(os.path.join(out, "runs.csv")), command))
   commands = os.path.join(workdir, "commands.txt")  # how the runs were launched, at which commit (written by hand)
-  manifest = dict(kind=KIND, code=provenance.code_state(), report_command=command,
+  manifest = dict(kind=KIND, code=code, report_command=command,
                   run_commands=open(commands).read().splitlines() if os.path.exists(commands) else [],
                   machine=provenance.machine(), runs=len(collect(workdir)),
                   files={n: provenance.sha256(os.path.join(out, n)) for n in FILES})

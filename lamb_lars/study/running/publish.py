@@ -204,6 +204,7 @@ def publish(workdir: str, out_dir: Optional[str] = None, command: Optional[str] 
   window and counts, the files' sha256 and the report's settings, so ``verify`` can recompute the README.
   Returns the README path."""
   study = wd.load_study_config(workdir)
+  code = provenance.code_state()  # before writing: the report's own files would make the checkout look edited
   out_dir = out_dir or os.path.join(workdir, "report")
   if not io_utils.is_remote(out_dir) and os.path.exists(out_dir) and not os.path.isdir(out_dir):
     raise ValueError(f"--out={out_dir} is a file; give a directory for the report.")
@@ -225,5 +226,5 @@ def publish(workdir: str, out_dir: Optional[str] = None, command: Optional[str] 
   config_json = io_utils.read_text(os.path.join(workdir, wd.STUDY_CONFIG_FILE))
   provenance.write_manifest(out_dir, provenance.build_manifest(
       out_dir, spec, study=study.name, commands=wd.commands(workdir) + ([command] if command else []),
-      config_json=config_json))
+      config_json=config_json, code=code))
   return readme
