@@ -22,6 +22,7 @@ exist) and trains on from there at its own batch B:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from typing import Any, Optional
 
@@ -35,16 +36,32 @@ from lamb_lars.train import batch_schedule, checkpoint, run_identity, run_optimi
 LR_RULES = ("linear", "sqrt", "none", "")
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class Reference:
-  """Where a branch starts: the reference's workdir and checkpoint step, its batch and LR there, and the stream
-  position of the branch's first example."""
+  """Where a branch starts: the reference's workdir and checkpoint step, its batch there, the stream position of
+  the branch's first example, and (computed when first asked: validating a study's trials starts no JAX backend in
+  the runner) the reference's LR there and the branch's."""
   workdir: str
   step: int
   batch_size: int
   data_start: int
-  lr_ref: float
-  lr: Optional[float]  # the branch's constant LR; None: the run's own schedule
+  rule: str
+  multiplier: float
+  branch_batch: int
+  ref_config: Any = dataclasses.field(repr=False, default=None)
+  ref_plan: Any = dataclasses.field(repr=False, default=None)
+
+  @functools.cached_property
+  def lr_ref(self) -> float:
+    """η_ref(t): the LR of the reference's update from its step t."""
+    return float(run_optimizer.create_optimizer(self.ref_config, self.ref_plan)[1](self.step))
+
+  @functools.cached_property
+  def lr(self) -> Optional[float]:
+    """The branch's constant LR m·rule(B/B_ref)·η_ref(t); None: the run's own schedule."""
+    if not self.rule:
+      return None
+    return self.multiplier * self.lr_ref * batch_schedule.LR_RULES[self.rule](self.branch_batch / self.batch_size)
 
 
 def _reference_plan(workdir: str, num_devices: int) -> tuple[ml_collections.ConfigDict, run_plan.RunPlan]:
@@ -91,11 +108,8 @@ def resolve(config: Any, num_devices: int) -> Optional[Reference]:
                       "the reference's optimizer state has the reference's length); set lr_table=False.")
   ref_cfg, ref_plan = _reference_plan(workdir, num_devices)
   step = _checkpoint_step(config, workdir, ref_plan)
-  b_ref = ref_plan.stage_at(step).batch_size
-  lr_ref = float(run_optimizer.create_optimizer(ref_cfg, ref_plan)[1](step))
-  lr = None if not rule else (float(config.init_from_lr_multiplier) * lr_ref *
-                              batch_schedule.LR_RULES[rule](int(config.batch_size) / b_ref))
-  return Reference(workdir, step, b_ref, ref_plan.examples(step), lr_ref, lr)
+  return Reference(workdir, step, ref_plan.stage_at(step).batch_size, ref_plan.examples(step), rule,
+                   float(config.init_from_lr_multiplier), int(config.batch_size), ref_cfg, ref_plan)
 
 
 def restore_into(state: Any, ref: Reference) -> Any:
