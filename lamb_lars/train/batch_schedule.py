@@ -30,6 +30,8 @@ from typing import Any, Callable, Sequence
 import jax.numpy as jnp
 import numpy as np
 
+from lamb_lars.common import durations
+
 UNITS = ("epochs", "examples")
 LR_RULES = {"linear": lambda k: k, "sqrt": math.sqrt, "none": lambda k: 1.0}
 
@@ -57,7 +59,8 @@ def parse(spec: str, unit: str, num_train: int) -> list[tuple[int, int]]:
     if not sep or x <= 0 or b < 1 or not math.isfinite(x):
       raise ValueError(f"config.batch_schedule entry {entry!r} is not FROM:BATCH with FROM > 0 ({unit}) and BATCH "
                        f"a positive integer, e.g. '2:512,4:1024'.")
-    out.append((int(math.ceil(x * num_train - 1e-9)) if unit == "epochs" else int(x), b))
+    # A point in examples is a duration at batch 1 (lamb_lars/common/durations.py: epochs are x·N, rounded up).
+    out.append((durations.to_steps(x, unit, num_train=num_train, batch_size=1), b))
   if any(b[0] <= a[0] for a, b in zip(out, out[1:])):
     raise ValueError(f"config.batch_schedule={spec!r}: the points must increase.")
   return out
