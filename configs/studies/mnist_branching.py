@@ -3,7 +3,8 @@ LeNet-5; B_simple of the same reference run beside it (McCandlish et al. 2018). 
 
 Command:  python -m lamb_lars.study branch --config=configs/studies/mnist_branching.py --workdir=studies/mnist_branching
           python -m lamb_lars.study report --workdir=studies/mnist_branching --out=docs/studies/mnist_branching
-          (a quick try: --config=configs/studies/mnist_branching.py:smoke, synthetic data, about 2 min)
+          (a quick try: --config=configs/studies/mnist_branching.py:smoke, synthetic data, about 2 min;
+          ':sqrt': the same branches at the square-root LR rule, into studies/mnist_branching_sqrt)
 Hardware: a quiet 2-core CPU, two single-threaded trials at once (runner defaults).
 Cost (measured 2026-11-25 on the shared 2-core CPU, one worker at nice 15, the 1-epoch point only): the reference
 183 s (16 epochs with an eval and a checkpoint every quarter epoch); a branch 18–35 s, mean 24 s (start-up and
@@ -89,20 +90,24 @@ def _smoke() -> ml_collections.ConfigDict:
 def get_config(variant: str = "") -> ml_collections.ConfigDict:
   if variant == "smoke":
     return _smoke()
-  if variant:
-    raise ValueError(f"unknown variant {variant!r} of mnist_branching; use '' or 'smoke'.")
+  if variant not in ("", "sqrt"):
+    raise ValueError(f"unknown variant {variant!r} of mnist_branching; use '', 'sqrt' or 'smoke'.")
   c = ml_collections.ConfigDict()
-  c.name = "mnist_branching"
+  c.name = "mnist_branching" + (f"_{variant}" if variant else "")
   c.base = mnist_table3.base_config()
   c.base.stop.dead_after_fraction = 0.0   # a 1-epoch branch at chance is a result (it loses), not a dead run
   c.base.optimizer.lr_table = False      # a branch restores the reference's optimizer state: no LR table in it
   c.sweeps = (_reference(16.0, POINTS, B0, B0 // 2), _branch(BATCHES, SEEDS, 256))
-  c.branching = common.branching(points_epochs=POINTS, delta_examples=DELTA, lr_rule="linear", lr_multiplier=1.0,
+  # ':sqrt': the same branches at (B/256)^½·η_ref(t), to tell a CBS bounded by the linear rule's instability from
+  # one bounded by the batch (docs/studies/mnist_branching/discussion.md).
+  c.branching = common.branching(points_epochs=POINTS, delta_examples=DELTA, lr_rule=variant or "linear",
+                                 lr_multiplier=1.0,
                                  epsilon=0.5, relative=True, loss="validation_loss")
   c.search = common.search()
   c.replicates = common.replicates(num_seeds=0)   # the branch seeds are the replicates
   c.runner = common.runner()
   c.analysis = common.analysis(
-      title="MNIST / LeNet-5: the critical batch over training, by branching (Merrill et al. 2025)",
+      title="MNIST / LeNet-5: the critical batch over training, by branching (Merrill et al. 2025)"
+      + (", square-root LR rule" if variant else ""),
       paper="", num_train=FULL, baseline_epochs=16.0, target_goal=0.99)
   return c
