@@ -7,6 +7,7 @@
   python -m lamb_lars.study report --workdir=/tmp/studies/table3 [--out=docs/studies/mnist_table3]
   python -m lamb_lars.study verify docs/studies/mnist_table3 [DIR ...]
   python -m lamb_lars.study status --workdir=/tmp/studies/table3
+  python -m lamb_lars.study snapshot --workdir=/tmp/studies/table3 --out=studies_carry/table3
 
 ``run`` expands the study into trials, runs each in its own process (searching and pruning per cell) and records
 everything in ``<workdir>/study.sqlite``; re-running the same command skips finished trials and resumes the rest.
@@ -19,6 +20,9 @@ the validator ``train.py`` uses) before any trial runs; a mistake is one sentenc
 (``--verbose`` shows the traceback). ``run`` exits 1 when trials failed, listing each failure's line.
 ``status`` prints where the study stands (trials done/pruned/diverged/failed/running/pending, a rough ETA, the
 running trials' epochs), read from the store; ``run`` prints the same every minute.
+``snapshot`` copies what the study needs to be resumed elsewhere (the store, its config and commands, each trial's
+run files) without checkpoints or TensorBoard files, for a study that outlives its machine or session
+(lamb_lars/study/running/snapshot.py): copy it to a workdir and re-run the study's command there.
 The search's Optuna studies are mirrored in ``<workdir>/optuna.db`` (``optuna-dashboard sqlite:///WORKDIR/optuna.db``;
 for a gs:// workdir the file is in the workdir's machine-local folder, ``io_utils.local_path``).
 """
@@ -37,7 +41,8 @@ def _define_flags():
   from ml_collections import config_flags
   config_flags.DEFINE_config_file("config", None, "Study config file (configs/studies/*.py).", lock_config=True)
   flags.DEFINE_string("workdir", None, "Study directory: study.sqlite, study_config.json, runs/<run_id>/.")
-  flags.DEFINE_string("out", None, "report: output directory (default <workdir>/report).")
+  flags.DEFINE_string("out", None, "report: output directory (default <workdir>/report); snapshot: the snapshot's "
+                      "folder (required).")
   flags.DEFINE_integer("num_workers", None, "run: trials at once (default config.runner.num_workers).")
   flags.DEFINE_bool("dry_run", False, "run: list the trials and exit; branch: the reference and the branch points.")
   flags.DEFINE_enum("executor", "local", ["local", "ray"], "run: where trials run (local processes or a Ray cluster).")
@@ -108,13 +113,21 @@ def main() -> None:
   def run(argv):
     from absl import logging
     logging.set_verbosity(logging.WARNING)
-    if len(argv) != 2 or argv[1] not in ("run", "branch", "report", "status"):
-      raise app.UsageError("usage: python -m lamb_lars.study {run|branch|report|status} --workdir=DIR "
+    if len(argv) != 2 or argv[1] not in ("run", "branch", "report", "status", "snapshot"):
+      raise app.UsageError("usage: python -m lamb_lars.study {run|branch|report|status|snapshot} --workdir=DIR "
                            "[--config=STUDY.py] | verify DIR")
     try:
       if argv[1] == "status":
         from lamb_lars.study.running import status
         print(status.report(FLAGS.workdir))
+      elif argv[1] == "snapshot":
+        if not FLAGS.out:
+          raise app.UsageError("snapshot needs --out=DIR, the folder to write the snapshot to")
+        from lamb_lars.study.running import snapshot
+        record = snapshot.snapshot(FLAGS.workdir, FLAGS.out)
+        print(f"snapshot of {FLAGS.workdir} in {FLAGS.out}: trials " + ", ".join(
+            f"{k} {v}" for k, v in record["trials"].items()) + f"; code {record['code']['commit']}"
+            + (" (dirty)" if record["code"]["dirty"] else ""))
       elif argv[1] == "report":
         from lamb_lars.study.running.publish import publish
         print(publish(FLAGS.workdir, FLAGS.out, command=_command()))
