@@ -86,6 +86,19 @@ def test_max_pool_2x2_equals_flax_same_pool():
   np.testing.assert_array_equal(mnist_cnn.max_pool_2x2(x), nn.max_pool(x, (2, 2), (2, 2), padding="SAME"))
 
 
+def test_max_pool_2x2_gradient_routes_to_each_window_maximum():
+  """Without ties, the pool's gradient goes to the maximum of each 2×2 window (numpy float64), as nn.max_pool's."""
+  x = np.random.default_rng(1).standard_normal((2, 8, 6, 3))
+  g = np.random.default_rng(2).standard_normal((2, 4, 3, 3))
+  with jax.enable_x64(True):
+    got = jax.vjp(mnist_cnn.max_pool_2x2, jnp.asarray(x))[1](jnp.asarray(g))[0]
+  want = np.zeros_like(x)
+  for n, i, j, c in np.ndindex(*g.shape):
+    a, b = np.unravel_index(np.argmax(x[n, 2 * i:2 * i + 2, 2 * j:2 * j + 2, c]), (2, 2))
+    want[n, 2 * i + a, 2 * j + b, c] = g[n, i, j, c]
+  np.testing.assert_array_equal(np.asarray(got), want)
+
+
 def test_mnist_cnn_dropout_only_in_training():
   model = mnist_cnn.MnistCNN()
   x = jax.random.uniform(jax.random.key(0), (4, 28, 28, 1))
