@@ -168,3 +168,35 @@ def test_regimes_verdicts_read_the_replicates(tmp_path):
   row = both.split("| 1024 | linear scaling works |", 1)[1].split("\n", 1)[0]
   assert row.endswith("| pass | — | — |") and "`rep1` done 98.62%" in row and "`rep2` done 98.58%" in row
   assert "3 seeds" in both
+
+
+def _t(rid, test, val=None, *, batch=256, replicate_of="", seed=0, optimizer="momentum"):
+  from lamb_lars.study.records import Trial
+  row = {"step": 100, "epoch": 30.0, "eval_accuracy": test}
+  if val is not None:
+    row["validation_accuracy"] = val
+  return Trial(run_id=rid, batch_size=batch, optimizer=optimizer, budget_epochs=30.0, curve=[row], seed=seed,
+               phase="replicate" if replicate_of else "search", replicate_of=replicate_of)
+
+
+def test_accuracy_tables_choose_on_validation_and_report_the_replicates(tmp_path):
+  """The trial standing for an optimizer at a batch is chosen on validation and reported as its replicates' mean,
+  not the best of k on test (biased upward); a group without a validation metric falls back, marked †."""
+  from lamb_lars.study.analysis import report_curves
+  a, b = _t("a", 0.985, 0.990), _t("b", 0.995, 0.980)          # a wins on validation, b on test
+  reps = [_t(f"a-seed{s}", acc, 0.99, replicate_of="a", seed=s) for s, acc in ((1, 0.986), (2, 0.988), (3, 0.990))]
+  got, value, on_validation = report_curves.representative([a, b] + reps, "validation")
+  assert (got.run_id, on_validation) == ("a", True) and np.isclose(value, np.mean([0.986, 0.988, 0.990]))
+  got, value, on_validation = report_curves.representative([a, b] + reps, "test")
+  assert (got.run_id, value, on_validation) == ("b", 0.995, False)
+  no_val = [_t("c", 0.97, batch=8192), _t("d", 0.96, batch=8192)]
+  lines = "\n".join(report_curves.accuracy_section([a, b] + reps + no_val, str(tmp_path), "validation"))
+  assert "| momentum | 98.80 | 97.00† |" in lines, lines
+  old = "\n".join(report_curves.accuracy_section([a, b] + reps + no_val, str(tmp_path), "test"))
+  assert "| momentum | 99.50 | 97.00 |" in old, old
+
+
+def test_a_manifest_from_before_select_on_keeps_the_test_rule():
+  from lamb_lars.study.running import provenance
+  spec = provenance.spec_from_json({"title": "old"})
+  assert spec.select_on == "test" and report.ReportSpec().select_on == "validation"

@@ -49,6 +49,10 @@ class ReportSpec:
   branch_epsilon: float = 0.0             # a branching study's ε, absolute or relative (report_branching.py)
   branch_relative: bool = False
   branch_loss: str = "validation_loss"
+  # Which trial stands for an optimizer at a batch size in the accuracy, curves and huge-batch sections:
+  # 'validation' (chosen on the validation split, replicate mean) or 'test' (the highest final test accuracy, the
+  # rule of reports published before 2026-11-26; report_curves.py).
+  select_on: str = "validation"
 
 
 def _settings_section(trials: Sequence[Trial], spec: ReportSpec) -> list[str]:
@@ -179,27 +183,6 @@ def _techniques_cell(trials: Sequence[Trial], techniques: Sequence[str], batch: 
   return "; ".join(tech) or "—"
 
 
-def _points_section(trials: Sequence[Trial], spec: ReportSpec) -> list[str]:
-  points = paper.POINTS.get(spec.workload, ())
-  if not points:
-    return []
-  rows = []
-  for batch, opt, acc, what in points:
-    batch = spec.num_train if batch == "full" else batch
-    got = [t for t in trials if t.batch_size == batch and opt in ("any", t.optimizer)
-           and t.status == "done" and t.last(ACC_KEY) is not None]
-    best = max(got, key=lambda t: t.last(ACC_KEY), default=None)
-    if best is not None:
-      rows.append([f"{opt} at {batch}", what, f"{pct(best.last(ACC_KEY))} (`{best.run_id}`, {len(got)} finished "
-                                              "trials)", pct(acc, 1)])
-  if not rows:
-    return []
-  return (["## Huge-batch results next to the paper", ""]
-          + table(["setting", "paper's recipe", "measured: best final test acc (%)", "paper (%)"], rows)
-          + ["Measured = the highest final test accuracy (last evaluation) among the finished trials of that "
-             "optimizer and batch size; the paper's settings this study did not run are not listed.", ""])
-
-
 def _table3_section(trials: Sequence[Trial], spec: ReportSpec, baseline_batch: Optional[int],
                     out_dir: str) -> list[str]:
   if not any(t.role == "table3" for t in trials):
@@ -268,7 +251,8 @@ def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = Repor
                [] if baseline is None and not any(t.role == "baseline" for t in trials)
                else _baseline_section(baseline, note, spec)
                + ([] if spec.branch_epsilon > 0 else _regimes_section(own, baseline, spec, reps))),
-              ("Huge-batch results next to the paper", "", _points_section(own, spec)),
+              ("Huge-batch results next to the paper", "", report_curves.points_section(
+                  trials, paper.POINTS.get(spec.workload, ()), spec.num_train, spec.select_on)),
               ("Table 3", "", _table3_section(trials, spec, baseline.batch_size if baseline else None, out_dir)),
               ("Replicates and search adequacy", "",
                report_replicates.sections(trials, spec, baseline.batch_size if baseline else None)),
@@ -277,9 +261,10 @@ def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = Repor
               ("Predicted vs fitted critical batch", "no run logged `noise_scale` (McCandlish et al. 2018)",
                report_scaling.noise_section(trials, out_dir, fit, spec.max_curves)),
               ("Accuracy vs batch size", "no finished run logged `eval_accuracy`",
-               report_curves.accuracy_section(trials, out_dir)),
+               report_curves.accuracy_section(trials, out_dir, spec.select_on)),
               ("Training curves", "no run has evaluations",
-               report_curves.curves_section(trials, out_dir, spec.max_curves, target=goal)),
+               report_curves.curves_section(trials, out_dir, spec.max_curves, target=goal,
+                                            select_on=spec.select_on)),
               ("Distance from initialisation", "no run logged `dist_from_init`",
                report_curves.diffusion_section(trials, out_dir, spec.max_curves)),
               ("Trust ratios", "no run logged `trust_ratio/<layer>`", report_curves.trust_section(trials, out_dir)),

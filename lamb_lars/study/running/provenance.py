@@ -115,6 +115,7 @@ def spec_from_json(d: Mapping[str, Any]) -> report.ReportSpec:
   if unknown:
     raise ValueError(f"the manifest's report_spec has fields {unknown} that this code's report does not know.")
   d = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+  d.setdefault("select_on", "test")  # a manifest written before the field existed: its report chose on test
   d["target"] = Target(**d["target"]) if d.get("target") else None
   return report.ReportSpec(**d)
 
