@@ -162,8 +162,7 @@ def republish_config() -> ml_collections.ConfigDict:
   c.analysis = common.analysis(
       title="MNIST / LeNet-5: You et al. 2020 Table 3 at paper budget (30 epochs, tuned per cell, replicated)",
       paper="mnist_lenet", num_train=55000, baseline_epochs=30.0, table3_batch=8192)
-  if hasattr(common, "replicates"):  # the replicate phase (issue 22's other half); drop this guard once both are in
-    c.replicates = common.replicates(num_seeds=3)
+  c.replicates = common.replicates(num_seeds=3)
   return c
 
 

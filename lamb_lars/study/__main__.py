@@ -43,6 +43,8 @@ def _define_flags():
   flags.DEFINE_string("workdir", None, "Study directory: study.sqlite, study_config.json, runs/<run_id>/.")
   flags.DEFINE_string("out", None, "report: output directory (default <workdir>/report); snapshot: the snapshot's "
                       "folder (required).")
+  flags.DEFINE_string("code_dir", None, "snapshot: the git checkout the study runs from, whose commit the snapshot "
+                      "records (default: the one this command runs from).")
   flags.DEFINE_integer("num_workers", None, "run: trials at once (default config.runner.num_workers).")
   flags.DEFINE_bool("dry_run", False, "run: list the trials and exit; branch: the reference and the branch points.")
   flags.DEFINE_enum("executor", "local", ["local", "ray"], "run: where trials run (local processes or a Ray cluster).")
@@ -124,7 +126,7 @@ def main() -> None:
         if not FLAGS.out:
           raise app.UsageError("snapshot needs --out=DIR, the folder to write the snapshot to")
         from lamb_lars.study.running import snapshot
-        record = snapshot.snapshot(FLAGS.workdir, FLAGS.out)
+        record = snapshot.snapshot(FLAGS.workdir, FLAGS.out, FLAGS.code_dir)
         print(f"snapshot of {FLAGS.workdir} in {FLAGS.out}: trials " + ", ".join(
             f"{k} {v}" for k, v in record["trials"].items()) + f"; code {record['code']['commit']}"
             + (" (dirty)" if record["code"]["dirty"] else ""))

@@ -15,8 +15,8 @@ Resuming: copy the snapshot to a workdir and re-run the study's command there
 read from the store and not run again. A trial that was running, or a pruned trial that the search promotes later,
 finds no checkpoint and trains from step 0: the trainer drops the run's eval rows past its resume step
 (metric_writers.keep_rows_until), and a trial is deterministic given its config, so it reaches the same result, only
-later. ``snapshot.json`` records the commit of the checkout that took the snapshot (take it from the checkout that runs
-the study): resume at that commit, so that the study's manifest names one code state.
+later. ``snapshot.json`` records the commit of the checkout the study runs from (``--code_dir``, by default the one that
+takes the snapshot): resume at that commit, so that the study's manifest names one code state.
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ import os
 import shutil
 import sqlite3
 import time
+from typing import Optional
 
 from lamb_lars.common import io_utils, run_files, workdir_lock
 from lamb_lars.study.running import provenance, store
@@ -61,9 +62,10 @@ def _copy_run(src: str, dst: str) -> None:
       shutil.copy2(path, os.path.join(dst, name))
 
 
-def snapshot(workdir: str, out: str) -> dict:
+def snapshot(workdir: str, out: str, code_dir: Optional[str] = None) -> dict:
   """Writes the resumable part of the study ``workdir`` to ``out`` (replaced if it exists, written beside it first
-  so that a killed snapshot leaves the previous one whole) and returns what ``snapshot.json`` records."""
+  so that a killed snapshot leaves the previous one whole) and returns what ``snapshot.json`` records. ``code_dir``:
+  the git checkout the study runs from (default: the one this code is imported from), whose commit is recorded."""
   if io_utils.is_remote(workdir) or io_utils.is_remote(out):
     raise ValueError("snapshot copies a local study workdir to a local folder; an object-store workdir (gs://…) "
                      "already outlives the machine, and needs none.")
@@ -90,7 +92,7 @@ def snapshot(workdir: str, out: str) -> dict:
   finally:
     con.close()
   record = {"taken": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "workdir": workdir,
-            "code": provenance.code_state(), "trials": dict(sorted(counts.items())),
+            "code": provenance.code_state(*([os.path.abspath(code_dir)] if code_dir else [])), "trials": dict(sorted(counts.items())),
             "left_out": [f"runs/*/{name}" for name in SKIPPED],
             "resume": "copy this folder to a workdir and re-run the study's command there (commands.txt), at the "
                       "commit in 'code'; trials without a checkpoint train from step 0."}
