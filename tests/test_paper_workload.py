@@ -19,6 +19,7 @@ import pytest
 
 from lamb_lars.optim import optimizer_config
 from lamb_lars.models import create_model, mnist_cnn
+from test_train import data_dir  # noqa: F401  (fixture)
 
 
 def paper_config(name):
@@ -323,3 +324,19 @@ def test_conv_weight_gradient_equals_xla_in_float64():
     # strides fall back to XLA's own convolution
     y = conv_wgrad.conv_general_dilated(x, w, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
     assert y.shape == (8, 14, 14, 2)
+
+
+def test_a_paper_config_trains_through_the_trainer(data_dir, tmp_path):
+  """The authors' CNN with its chunked weight gradient, micro-batches and TF LARS through the real trainer on 8
+  devices (shard_map): a scan inside the custom VJP must keep the varying-axes type of its carry (it once did not,
+  and every faithful run failed at its first step)."""
+  from lamb_lars.train import trainer
+  cfg = paper_config("lars_b8192")
+  cfg.data_dir, cfg.progress = data_dir, False
+  cfg.batch_size, cfg.microbatch_size, cfg.num_train_steps = 64, 16, 2
+  cfg.eval_every_steps = cfg.checkpoint_every_steps = 2
+  cfg.eval_batch_size = 2000
+  cfg.optimizer.schedule.allow_long_warmup = True
+  result = trainer.train_and_evaluate(cfg, str(tmp_path / "run"))
+  assert result["status"] == "done" and result["step"] == 2, result
+  assert math.isfinite(result["final"]["train_loss"]) and 0.0 <= result["final"]["eval_accuracy"] <= 1.0

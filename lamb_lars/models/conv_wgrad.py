@@ -61,8 +61,12 @@ def _bwd(pads, res, dy):
   n = _chunk(x.shape[0])
   xs = x.reshape(-1, n, *x.shape[1:])
   dys = dy.reshape(-1, n, *dy.shape[1:])
-  step = lambda acc, xy: (acc + _weight_grad_chunk(xy[0], xy[1], w.shape, pads).astype(acc.dtype), None)
-  dw = lax.scan(step, jnp.zeros(w.shape, jnp.promote_types(w.dtype, jnp.float32)), (xs, dys))[0]
+  acc_dtype = jnp.promote_types(w.dtype, jnp.float32)
+  chunk = lambda xc, dyc: _weight_grad_chunk(xc, dyc, w.shape, pads).astype(acc_dtype)
+  # The first chunk starts the sum: a zeros carry would not vary over a shard_map's axes as the chunks do (jax
+  # refuses a scan whose carry changes its varying-manual-axes type).
+  step = lambda acc, xy: (acc + chunk(*xy), None)
+  dw = lax.scan(step, chunk(xs[0], dys[0]), (xs[1:], dys[1:]))[0]
   return dx, dw.astype(w.dtype)
 
 
