@@ -87,3 +87,29 @@ def test_published_folder_verifies_and_a_changed_number_is_caught(tmp_path):
   # without the hash update, the hash mismatch is named first
   open(runs, "w").write(text.replace("0.995000", "0.996000"))
   assert "runs.csv has sha256" in provenance.verify(out)[0]
+
+
+def test_run_with_two_workers_runs_two_at_once_each_pinned_and_single_threaded(tmp_path, monkeypatch):
+  """``--workers=2``: two runs overlap in time, each pinned to its own CPU with one XLA intra-op thread; finished
+  runs are skipped on a re-run."""
+  import os
+  import sys
+  if not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2:
+    import pytest
+    pytest.skip("needs CPU pinning and 2 CPUs")
+  probe = ("import json, os, sys, time; out = sys.argv[1]; t0 = time.time(); time.sleep(1.5); "
+           "json.dump({'cpus': sorted(os.sched_getaffinity(0)), 'xla': os.environ.get('XLA_FLAGS', ''), "
+           "'span': [t0, time.time()]}, open(os.path.join(out, 'probe.json'), 'w')); "
+           "json.dump({'status': 'done', 'step': 1, 'final': {}}, open(os.path.join(out, 'result.json'), 'w'))")
+  monkeypatch.setattr(paper_logs, "_command", lambda name, seed, out, lr: [sys.executable, "-c", probe, out])
+  w = str(tmp_path / "w")
+  assert paper_logs.run(w, ["lars_b8192"], [0, 1], workers=2) == 0
+  probes = [json.load(open(os.path.join(paper_logs.run_dir(w, "lars_b8192", s), "probe.json"))) for s in (0, 1)]
+  assert sorted(len(p["cpus"]) for p in probes) == [os.cpu_count() // 2] * 2
+  assert not set(probes[0]["cpus"]) & set(probes[1]["cpus"])
+  assert all(f"intra_op_parallelism_threads={os.cpu_count() // 2}" in p["xla"] for p in probes)
+  (a0, a1), (b0, b1) = probes[0]["span"], probes[1]["span"]
+  assert a0 < b1 and b0 < a1  # they overlapped
+  os.remove(os.path.join(paper_logs.run_dir(w, "lars_b8192", 0), "probe.json"))
+  assert paper_logs.run(w, ["lars_b8192"], [0, 1], workers=2) == 0  # both finished: nothing runs again
+  assert not os.path.exists(os.path.join(paper_logs.run_dir(w, "lars_b8192", 0), "probe.json"))
