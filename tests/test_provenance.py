@@ -133,3 +133,19 @@ def test_the_code_state_is_read_before_the_report_writes_anything(tmp_path, monk
   publish.publish(work, out)
   assert seen == [[]]
   assert json.load(open(os.path.join(out, "manifest.json")))["code"] == {"commit": "abc", "dirty": False}
+
+
+def test_each_study_command_is_stamped_with_the_commit_that_ran_it(tmp_path):
+  """commands.txt (and so the manifest's ``commands``) names the commit of the code that ran each command: a study
+  run from a worktree at one commit and reported from another shows both."""
+  work, out = _workdir(tmp_path), str(tmp_path / "out")
+  line = wd.commands(work)[0]
+  head = provenance.code_state()
+  assert head["commit"] and line.endswith(f"--workdir=w   # commit {head['commit']}" +
+                                          (", uncommitted changes" if head["dirty"] else ""))
+  assert wd.command_line("c", {"commit": "ab" * 20, "dirty": True}) == f"c   # commit {'ab' * 20}, uncommitted changes"
+  assert wd.command_line("c", {"commit": None, "dirty": None}) == "c   # commit unknown (not a git checkout)"
+  publish.publish(work, out, command="python -m lamb_lars.study report --workdir=w --out=o")
+  with open(os.path.join(out, "manifest.json")) as f:
+    assert json.load(f)["commands"][0] == line
+  assert provenance.verify(out) == []

@@ -18,6 +18,7 @@ from lamb_lars.study.running import workdir as wd
 
 LR_OPT = 0.05   # the simulated optimum: above the first range [0.001, 0.01], inside the first extension
 DIVERGE_LR = 2.0   # simulated trials above this LR diverge
+SLOW = {"above": math.inf}   # simulated trials above this LR start far behind (ASHA prunes them) and end ahead
 
 
 def _simulated_rows(cfg: dict) -> list[dict]:
@@ -28,7 +29,7 @@ def _simulated_rows(cfg: dict) -> list[dict]:
   rows = []
   for e in range(1, epochs + 1):
     d = math.log10(lr / LR_OPT)
-    val = 0.9 - 0.05 * d * d - 0.1 / e + 0.001 * ((seed * 7) % 5)
+    val = 0.9 - 0.05 * d * d - 0.1 / e + 0.001 * ((seed * 7) % 5) - (0.5 * (e == 1) if lr > SLOW["above"] else 0.0)
     test = 0.9 - 0.05 * (d + 0.5) ** 2 - 0.1 / e + 0.002 * ((seed * 3) % 4)
     rows.append({"step": e * per_epoch, "epoch": float(e), "examples": e * per_epoch * batch, "wall_time": float(e),
                  "validation_accuracy": val, "eval_accuracy": test, "eval_loss": 1.0 - test,
@@ -283,3 +284,56 @@ def test_bad_follow_up_settings_are_one_sentence_before_anything_runs(tmp_path, 
   with pytest.raises(ValueError, match=f"study.{section}: "):
     runner.run_study(c, str(tmp_path / "w"), executor=FakeExecutor(), poll_s=0.0, log=lambda s: None)
   assert not os.path.exists(tmp_path / "w")
+
+
+def test_a_promoted_winner_at_the_range_edge_extends_the_range(tmp_path, monkeypatch):
+  """The highest LRs of the range start far behind (ASHA prunes them at epoch 1) but end ahead: before promotion
+  the chosen trial is an interior one and the cell's search ends; promotion then makes the highest LR tried the
+  chosen trial, which sits at the range's edge, so the cell is decided again and its range is extended (it was
+  not before: the runner replicated an edge winner)."""
+  from lamb_lars.study.running import sweep
+  c = _study(num_seeds=1)
+  c.sweeps = (dict(name="tuned", role="technique", technique="tuned", fixed={"batch_size": 64},
+                   search={"optimizer.learning_rate": ("log", 0.001, 0.01)}, num_trials=6, seed=3),)
+  c.search.max_extensions = 1
+  c.search.min_full_budget = 6     # every pruned trial of the first range is promoted
+  lrs = sorted(t.config.optimizer.learning_rate for t in sweep.expand(c))
+  monkeypatch.setitem(SLOW, "above", (lrs[-3] + lrs[-2]) / 2)   # the two highest LRs are slow
+  _run(c, str(tmp_path))
+  con = st.open_store(wd.store_path(str(tmp_path)))
+  plan = [p for p in st.plan(con) if p["kind"] in ("extend", "replicate") and p["cell"] == "tuned"]
+  trials = {t.run_id: t for t in st.trials(con)}
+  con.close()
+  top = next(t for t in trials.values() if t.phase == "search" and t.params["learning_rate"] == lrs[-1])
+  assert top.promoted and top.status == "done"          # pruned at epoch 1, then promoted: the premise
+  kinds = [(p["kind"], p["key"]) for p in plan]
+  assert kinds[:2] == [("extend", "end"), ("extend", "1")], kinds
+  first_end, ext = plan[0]["detail"], plan[1]["detail"]
+  assert first_end["where"] == "interior" and first_end["chosen"] != top.run_id
+  assert ext["chosen"] == top.run_id and ext["side"] == "high"
+  assert ext["space"]["optimizer.learning_rate"] == pytest.approx(["log", 0.01, 0.1])
+  assert [t for t in trials.values() if t.phase == "extend1"]
+  ends = [p for p in plan if p["kind"] == "extend" and p["key"].startswith("end")]
+  assert [p["key"] for p in ends] == ["end", "end2"]   # decided again after the extension, once
+  reps = [p for p in plan if p["kind"] == "replicate"]
+  assert reps and all(p["detail"]["chosen"] == ends[-1]["detail"]["chosen"] for p in reps)
+
+
+def test_an_end_recorded_for_another_chosen_trial_is_decided_again(tmp_path):
+  """A study whose log ended a cell's search for a trial that is no longer the chosen one (written by a runner that
+  decided before promotions could change the winner) is decided again on resume: the same study as a clean run."""
+  ref = str(tmp_path / "ref")
+  _run(_study(num_seeds=0), ref)
+  workdir = str(tmp_path / "w")
+  os.makedirs(workdir)
+  con = st.open_store(wd.store_path(workdir))
+  st.log_plan(con, "extend", "tuned", "end", {"rounds": 0, "where": "interior", "chosen": "tuned-not-a-trial"})
+  con.close()
+  _run(_study(num_seeds=0), workdir)
+  got, want = [], []
+  for d, out in ((workdir, got), (ref, want)):
+    con = st.open_store(wd.store_path(d))
+    out += [(p["kind"], p["cell"], p["key"]) for p in st.plan(con) if not p["key"].startswith("end")]
+    out += sorted((t.run_id, t.status) for t in st.trials(con))
+    con.close()
+  assert got == want

@@ -14,6 +14,10 @@ Per cell, in order, once every trial of the cell has finished (done, diverged, p
    ``max_extensions`` times; the log records each extension and the cell's final verdict ('extend', key 'end').
    A cell where no trial finished and some diverged (the Table 3 momentum cell at 8K whose range began at 0.05)
    extends downward: divergence at every LR tried says the range lies above the stable ones.
+   The decision holds for the trial chosen when it was made: when promotions (step 2) change the chosen trial,
+   the cell is decided again for the new one ('end', then 'end2', … in the log), so a promoted trial that wins
+   at the range's edge extends the range like any other (the LeNet-5 Table 3 republish of 2026-11-26 found two
+   cells at batch 256 whose promoted winner sat at the high edge, unextended, before this rule).
 2. **Promotion** (searched cells; ``search.min_full_budget``): while fewer trials of the cell ran their full budget
    (or stopped at the target) than ``min_full_budget``, the pruned trials that got furthest (then with the best
    search metric at their last evaluation) resume from their checkpoints to the full budget, never pruned again.
@@ -52,7 +56,7 @@ def planned(study, con, specs: Sequence[sweep.TrialSpec]) -> list[sweep.TrialSpe
   log = store.plan(con)
   out: list[sweep.TrialSpec] = []
   for p in log:
-    if p["kind"] == "extend" and p["key"] != "end":
+    if p["kind"] == "extend" and not _is_end(p["key"]):
       out += sweep.extension_trials(study, p["cell"], int(p["key"]), p["detail"]["space"])
   by_id = {s.run_id: s for s in list(specs) + out}
   for p in log:
@@ -81,7 +85,6 @@ def follow_ups(study, con, specs: Sequence[sweep.TrialSpec], search_cfg: Mapping
   """Decides the follow-ups now due (module docstring); returns (new trials to register, trials promoted)."""
   trials = {t.run_id: t for t in store.trials(con, study=study.name)}
   plan = store.plan(con)
-  logged = {(p["kind"], p["cell"], p["key"]) for p in plan}
   by_cell: dict[str, list[sweep.TrialSpec]] = {}
   for s in specs:
     by_cell.setdefault(s.cell, []).append(s)
@@ -97,8 +100,8 @@ def follow_ups(study, con, specs: Sequence[sweep.TrialSpec], search_cfg: Mapping
     first = own[0]
     if first.searched:
       chosen = choose(ts, metric, mode, _goal(first))
-      if ("extend", cell, "end") not in logged:
-        ext = _extension(study, con, cell, own, ts, chosen, search_cfg, log)
+      if not _ended(plan, cell, chosen):
+        ext = _extension(study, con, cell, own, ts, chosen, search_cfg, log, _end_key(plan, cell))
         if ext:
           new += [s for s in ext if s.run_id not in known]
           continue
@@ -120,8 +123,26 @@ def follow_ups(study, con, specs: Sequence[sweep.TrialSpec], search_cfg: Mapping
   return new, promoted
 
 
-def _extension(study, con, cell, own, ts, chosen, search_cfg, log) -> list[sweep.TrialSpec]:
-  """The next extension of the cell's LR range, or [] after recording why the cell's search ends."""
+def _is_end(key: str) -> bool:
+  return key == "end" or (key.startswith("end") and key[3:].isdigit())
+
+
+def _ended(plan: Sequence[Mapping[str, Any]], cell: str, chosen: Optional[Trial]) -> bool:
+  """Whether the cell's search has ended for ``chosen``: its last extension record is an end decided for this
+  very trial (an end decided for another chosen trial, before promotions changed it, no longer holds)."""
+  last = next((p for p in reversed(plan) if p["kind"] == "extend" and p["cell"] == cell), None)
+  return last is not None and _is_end(last["key"]) and \
+      last["detail"].get("chosen") == (None if chosen is None else chosen.run_id)
+
+
+def _end_key(plan: Sequence[Mapping[str, Any]], cell: str) -> str:
+  n = sum(1 for p in plan if p["kind"] == "extend" and p["cell"] == cell and _is_end(p["key"]))
+  return "end" if n == 0 else f"end{n + 1}"
+
+
+def _extension(study, con, cell, own, ts, chosen, search_cfg, log, end_key="end") -> list[sweep.TrialSpec]:
+  """The next extension of the cell's LR range, or [] after recording (under ``end_key``) why the cell's search
+  ends."""
   rounds = max((int(s.phase[len("extend"):]) for s in own if s.phase.startswith("extend")), default=0)
   original = adequacy_lib.lr_range(own[0].space)
   span = adequacy_lib.union_range(ts)
@@ -147,7 +168,7 @@ def _extension(study, con, cell, own, ts, chosen, search_cfg, log) -> list[sweep
     where = "no LR search"
   else:
     where = f"{side} edge, extensions used up" if side else "interior"
-  store.log_plan(con, "extend", cell, "end", {"rounds": rounds, "where": where,
+  store.log_plan(con, "extend", cell, end_key, {"rounds": rounds, "where": where,
                                              "chosen": None if chosen is None else chosen.run_id})
   return []
 

@@ -21,7 +21,7 @@ import ml_collections
 
 from lamb_lars.common import io_utils, run_files
 from lamb_lars.common.io_utils import write_text_atomic
-from lamb_lars.study.running import store
+from lamb_lars.study.running import provenance, store
 
 STORE_FILE = "study.sqlite"
 STUDY_CONFIG_FILE = "study_config.json"
@@ -61,11 +61,21 @@ def run_dir(workdir: str, run_id: str) -> str:
 
 
 def save_study_config(study: ml_collections.ConfigDict, workdir: str, command: Optional[str] = None) -> None:
-  """Writes ``study_config.json`` and appends the command to ``commands.txt``."""
+  """Writes ``study_config.json`` and appends the command to ``commands.txt``, stamped with the commit of the code
+  that runs it (``command_line``)."""
   io_utils.makedirs(workdir)
   write_text_atomic(os.path.join(workdir, STUDY_CONFIG_FILE), study.to_json_best_effort(indent=1, sort_keys=True))
   if command:
-    io_utils.append_text(os.path.join(workdir, COMMANDS_FILE), f"{time.strftime('%Y-%m-%d %H:%M:%S')}  {command}\n")
+    line = command_line(command, provenance.code_state())
+    io_utils.append_text(os.path.join(workdir, COMMANDS_FILE), f"{time.strftime('%Y-%m-%d %H:%M:%S')}  {line}\n")
+
+
+def command_line(command: str, code: dict) -> str:
+  """``command`` with the commit that ran it: ``<command>   # commit <sha>`` (``, uncommitted changes`` when the
+  tree was dirty). A study resumed at another commit (a worktree at the study's commit, a fix between two
+  sessions) shows it line by line, and the published manifest carries these lines (provenance.py)."""
+  commit = code.get("commit") or "unknown (not a git checkout)"
+  return f"{command}   # commit {commit}" + (", uncommitted changes" if code.get("dirty") else "")
 
 
 def load_study_config(workdir: str) -> ml_collections.ConfigDict:
