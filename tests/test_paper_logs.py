@@ -113,3 +113,18 @@ def test_run_with_two_workers_runs_two_at_once_each_pinned_and_single_threaded(t
   os.remove(os.path.join(paper_logs.run_dir(w, "lars_b8192", 0), "probe.json"))
   assert paper_logs.run(w, ["lars_b8192"], [0, 1], workers=2) == 0  # both finished: nothing runs again
   assert not os.path.exists(os.path.join(paper_logs.run_dir(w, "lars_b8192", 0), "probe.json"))
+
+
+def test_run_records_its_command_and_commit(tmp_path, monkeypatch):
+  """``run`` appends its own command line, with the commit of the code that runs it, to WORKDIR/commands.txt (the
+  manifest's ``run_commands``), so no record of how the runs were launched is written by hand."""
+  import os
+  from lamb_lars.study.running import provenance
+  monkeypatch.setattr(paper_logs, "run", lambda *a, **k: 0)
+  w = str(tmp_path / "w")
+  argv = ["run", f"--workdir={w}", "--configs=lars_b8192", "--seeds=3"]
+  assert paper_logs.main(argv) == 0 and paper_logs.main(argv) == 0
+  lines = open(os.path.join(w, "commands.txt")).read().splitlines()
+  commit = provenance.code_state()["commit"]
+  assert len(lines) == 2 and all(
+      f"  python -m lamb_lars.study.running.paper_logs {' '.join(argv)}   # commit {commit}" in ln for ln in lines)

@@ -93,6 +93,16 @@ def run(workdir: str, configs: Sequence[str], seeds: Sequence[int],
   return failed
 
 
+def record_command(workdir: str, command: str) -> None:
+  """Appends ``command`` to WORKDIR/commands.txt, time-stamped, with the commit of the code that runs it
+  (workdir.command_line); the published manifest's ``run_commands`` are these lines."""
+  from lamb_lars.study.running import provenance
+  from lamb_lars.study.running import workdir as wd
+  os.makedirs(workdir, exist_ok=True)
+  with open(os.path.join(workdir, "commands.txt"), "a") as f:
+    f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')}  {wd.command_line(command, provenance.code_state())}\n")
+
+
 def _one(name: str, seed: int, out: str, learning_rate: Optional[float]) -> None:
   from lamb_lars.train import trainer
   trainer.train_and_evaluate(load_config(name, seed, learning_rate), out)
@@ -143,7 +153,7 @@ def write_report(workdir: str, out: str, command: str) -> None:
   _write_csv(os.path.join(out, "authors.csv"), authors_logs.AUTHORS_COLUMNS, authors_logs.authors_rows())
   with open(os.path.join(out, "README.md"), "w") as f:
     f.write(authors_logs.render(_read_csv(os.path.join(out, "runs.csv")), command))
-  commands = os.path.join(workdir, "commands.txt")  # how the runs were launched, at which commit (written by hand)
+  commands = os.path.join(workdir, "commands.txt")  # how the runs were launched, at which commit (record_command)
   manifest = dict(kind=KIND, code=code, report_command=command,
                   run_commands=open(commands).read().splitlines() if os.path.exists(commands) else [],
                   machine=provenance.machine(), runs=len(collect(workdir)),
@@ -200,6 +210,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       print(f"error: unknown configuration(s) {sorted(unknown)}; known: {', '.join(paper.AUTHORS)}.", file=sys.stderr)
       return 2
     seeds = [int(s) for s in a.seeds.split(",")]
+    record_command(a.workdir, " ".join(["python -m lamb_lars.study.running.paper_logs"] + list(argv or sys.argv[1:])))
     failed = run(a.workdir, a.configs.split(","), seeds, workers=a.workers)
     if a.slice_lrs:
       failed += run(a.workdir, [paper.SLICE_CONFIG], seeds, [float(x) for x in a.slice_lrs.split(",")],
