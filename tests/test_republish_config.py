@@ -37,3 +37,38 @@ def test_republish_trials_validate():
     if t.optimizer == "lars":
       assert t.config.optimizer.schedule.decay == "poly" and math.isclose(t.config.optimizer.schedule.poly_power, 2.0)
 
+
+def _published_chosen(folder: str, cell: str) -> dict:
+  """The row of ``cell``'s chosen trial in a published runs.csv: the trial its replicates repeat."""
+  import csv
+  import os
+  rows = list(csv.DictReader(open(os.path.join(folder, "runs.csv"), encoding="utf-8")))
+  chosen = {r["replicate_of"] for r in rows if r["cell"] == cell and r["phase"] == "replicate"}
+  assert len(chosen) == 1, f"{cell}: replicates of {sorted(chosen)}"
+  want = chosen.pop()
+  row, = [r for r in rows if r["run_id"] == want]
+  return row
+
+
+def test_ladder_republish_baseline_is_the_table3_b0_choice():
+  """The republished ladder's baseline is the bs256-momentum configuration the Table 3 republish chose on the
+  validation split (the baseline tuned once at B0), and every arm scales that baseline."""
+  import os
+  from lamb_lars.configs.studies import mnist_batch_ladder as ladder
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  row = _published_chosen(os.path.join(repo, "docs", "studies", "mnist_table3_replicated"), "bs256-momentum")
+  assert ladder.B0_TUNED["run_id"] == row["run_id"]
+  assert math.isclose(ladder.B0_TUNED["learning_rate"], float(row["learning_rate"]), rel_tol=1e-9)
+  assert math.isclose(ladder.B0_TUNED["warmup_epochs"], float(row["warmup_epochs"]), rel_tol=1e-9)
+  study = ladder.get_config("republish")
+  eta = study.base.optimizer.learning_rate
+  assert eta == ladder.B0_TUNED["learning_rate"] and study.base.optimizer.lr_scaling == "linear"
+  trials = sweep.expand(study)
+  for t in trials:
+    if t.role == "linear" and t.config.optimizer.lr_scaling == "linear":
+      assert t.config.optimizer.learning_rate == eta  # scaled by B/B0 in the optimizer (lr_scaling 'linear')
+      assert t.config.optimizer.schedule.warmup_epochs == ladder.B0_TUNED["warmup_epochs"]
+  tuned = [s for s in study.sweeps if s.get("technique") == "tuned_momentum"]
+  assert tuned and all(tuple(s["search"]["optimizer.learning_rate"]) == ("log", eta / 100, 2 * eta) for s in tuned)
+  for t in trials:
+    run_plan.make_plan(t.config, num_train=int(study.analysis.num_train), num_devices=1)
