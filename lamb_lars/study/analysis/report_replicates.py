@@ -100,12 +100,15 @@ def table3_section(trials: Sequence[Trial], batch: int, baseline_batch: Optional
                    workload: str) -> list[str]:
   if workload != "mnist_lenet" or not any(t.role == "table3" and t.phase == "replicate" for t in trials):
     return []
-  cells = table3.build_table3(trials, batch, baseline_batch=baseline_batch, num_classes=num_classes)
+  # The batch-B0 column as the Table 3 section above has it (report.py): the baseline's batch, else the paper's B0,
+  # so a Table 3 study without a 'baseline' trial still compares its B0 cells with the paper.
+  b0 = baseline_batch or paper.TABLE2.get(workload, {}).get("b0")
+  cells = table3.build_table3(trials, batch, baseline_batch=b0, num_classes=num_classes)
   rows = []
   for opt in cells.rows:
     for i, col in enumerate(cells.columns):
       c = cells.cells[(opt, col)]
-      ref = _paper_value(opt, i if baseline_batch else i + 1)
+      ref = _paper_value(opt, i if b0 else i + 1)
       if c.replicates is None:
         continue
       rows.append([opt, col, c.replicates.text(), pct(ref, 1),
