@@ -21,7 +21,7 @@ import ml_collections
 
 from lamb_lars.common import io_utils, run_files
 from lamb_lars.common.io_utils import write_text_atomic
-from lamb_lars.study.running import provenance, store
+from lamb_lars.study.running import store
 
 STORE_FILE = "study.sqlite"
 STUDY_CONFIG_FILE = "study_config.json"
@@ -66,6 +66,7 @@ def save_study_config(study: ml_collections.ConfigDict, workdir: str, command: O
   io_utils.makedirs(workdir)
   write_text_atomic(os.path.join(workdir, STUDY_CONFIG_FILE), study.to_json_best_effort(indent=1, sort_keys=True))
   if command:
+    from lamb_lars.study.running import provenance  # here, not at the top: it loads the report (≈ 1.4 s)
     line = command_line(command, provenance.code_state())
     io_utils.append_text(os.path.join(workdir, COMMANDS_FILE), f"{time.strftime('%Y-%m-%d %H:%M:%S')}  {line}\n")
 
