@@ -96,8 +96,8 @@ def test_full_report_from_the_csv_files(tmp_path):
   # reported with its bracket (last passing batch 2048) and the evidence at both ends.
   assert "| B_L | 4096 | last pass 2048: Def. 2.1 pass " in text and "first fail 4096: Def. 2.1 fail " in text
   assert text.split("| B_L |")[1].split("\n")[0].endswith("| 2048 |")
-  assert "| B_H | 8192 | best technique run at B_H: pass: " in text
-  assert "; first huge batch above: 32768, its best technique run: fail: 0.96 ∈ [0.958, 0.962] vs 0.99" in text
+  assert "| B_H | 8192 | Def. 2.2 at B_H: tuned `tuned-b8192` pass: " in text
+  assert "; first huge batch above: 32768, Def. 2.2 there: lars `lars-b32768` fail: 0.96 ∈ [0.958, 0.962] vs 0.99" in text
   assert "| 32768 | huge |" in text and "| 4096 | large with tuned |" in text
   assert "| 2048 | linear scaling works | `linear-b2048` done 99.50% | pass |" in text
   assert "B_crit = " in text and "out of memory" in text
@@ -121,6 +121,26 @@ def test_regimes_report_sqrt_scaling_beside_linear(tmp_path):
   assert "| B_L | 1024 | last pass 256 (B0); first fail 1024: Def. 2.1 fail " in text
   assert "Square-root scaling (η·√(B/B0)" in text and "first failing tested batch —, last passing below it 1024" in text
   assert "| 1024 | large or huge: undetermined (no technique tried) | `lin-1024` done 50.00% | fail | pass |" in text
+
+
+def test_def22_verdict_reads_the_validation_choice_and_its_seeds_not_the_best_test_run(tmp_path):
+  """Issue 22: a cell's best trial on the *test* set reaching 0.995·A is one lucky draw; Def. 2.2's verdict reads the
+  configuration chosen on validation with its replicate seeds. Here the lucky trial (test 99.3%, validation worse)
+  reached, the chosen one's three seeds did not (98.0–98.2% < 98.5%): the verdict is fail, with 3 seeds. Before
+  the fix the report read the lucky trial alone and printed pass."""
+  from lamb_lars.study.records import Trial
+  row = lambda acc, val=0.99, loss=0.02: [{"step": 10, "epoch": 30.0, "eval_accuracy": acc,
+                                           "validation_accuracy": val, "validation_loss": loss}]
+  tech = lambda rid, acc, val, **kw: Trial(rid, 8192, "lars", role="technique", technique="lars", cell="lars-b8192",
+                                          budget_epochs=30.0, curve=row(acc, val), **kw)
+  trials = [Trial("base", 256, "momentum", role="baseline", curve=row(0.99)),
+            tech("lucky", 0.993, 0.975), tech("chosen", 0.981, 0.985),
+            *[tech(f"chosen-seed{k}", acc, 0.985, phase="replicate", replicate_of="chosen", seed=k)
+              for k, acc in ((1, 0.980), (2, 0.982))]]
+  spec = report.ReportSpec(baseline_epochs=30.0, num_train=N, techniques=("lars",))
+  text = open(report.write_report(trials, str(tmp_path), spec)).read()
+  assert "| 8192 | large with lars (linear scaling not run) |" in text  # the label reads every trial
+  assert "| fail (lars, 3 seeds) |" in text and "| pass (lars" not in text
 
 
 def _sections(text: str) -> dict[str, str]:

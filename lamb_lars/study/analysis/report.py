@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 from lamb_lars.common import io_utils
 from lamb_lars.study import paper
 from lamb_lars.study.analysis import (batch_warmup, plots, regimes, report_branching, report_curves, report_replicates,
-                                      report_scaling, table3)
+                                      report_scaling, selection, table3)
 from lamb_lars.study.analysis.markdown import fmt, pct, table
 from lamb_lars.study.records import STATUSES, Baseline, Target, Trial
 
@@ -134,18 +134,16 @@ def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec
   d21 = {b: regimes.linear_verdict(ts, baseline, loss_key=loss_key) for b, ts in lin.items() if ts}
   d21v = {b: v.verdict for b, v in d21.items()}
   sqrt_v = {b: regimes.linear_verdict(ts, baseline, loss_key=loss_key).verdict for b, ts in sqrt.items() if ts}
-  best_tech = {b: max((t for t in trials if t.technique in spec.techniques and t.batch_size == b),
-                      key=lambda t: regimes.best_accuracy_within_budget(t, baseline), default=None) for b in r.labels}
-  d22 = {b: regimes.reach_verdict(_with_seeds(trials, reps, t), baseline) for b, t in best_tech.items() if t}
+  d22 = {b: v for b in r.labels if (v := _reach_evidence(trials, reps, spec.techniques, b, baseline))}
   ev = lambda b: (f"{b}: Def. 2.1 {d21v[b]} (acc {d21[b].accuracy.text()}; loss {d21[b].loss.text()})"
                   if b in d21 else f"{b} (B0)" if b == baseline.batch_size else f"{b}: no linear run")
   lines += table(["quantity", "measured", "bracket and evidence", "paper"], [
       ["B_L", fmt(r.b_l) if r.b_l is not None else f"> {fmt(r.b_l_last_pass)} (no tested batch fails)",
        f"last pass {ev(r.b_l_last_pass)}; first fail " + (ev(r.b_l) if r.b_l is not None else "none"),
        fmt(ref.get("b_l"))],
-      ["B_H", fmt(r.b_h), "best technique run at B_H: " + (d22[r.b_h].text() if r.b_h in d22 else "—")
+      ["B_H", fmt(r.b_h), "Def. 2.2 at B_H: " + (d22[r.b_h].text() if r.b_h in d22 else "—")
        + f"; first huge batch above: {fmt(r.b_h_next_huge)}" + (
-           f", its best technique run: {d22[r.b_h_next_huge].text()}" if r.b_h_next_huge in d22 else ""),
+           f", Def. 2.2 there: {d22[r.b_h_next_huge].text()}" if r.b_h_next_huge in d22 else ""),
        fmt(ref.get("b_h"))],
       ["B_F", fmt(r.b_f), "—", fmt(ref.get("b_f"))]])
   if sqrt_v:  # the paper's Optimization 0 (§3.1) takes linear or square-root scaling, whichever is better
@@ -160,15 +158,60 @@ def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec
             "loss) is on one side of the threshold, `borderline` when it straddles it.", ""]
   rows = [[b, label, ", ".join(f"`{t.run_id}` {t.status} {pct(t.best(ACC_KEY))}%" for t in lin[b]) or "not run",
            d21v.get(b, "—")] + ([sqrt_v.get(b, "—")] if sqrt_v else [])
-          + [_techniques_cell(trials, spec.techniques, b), d22[b].verdict if b in d22 else "—"]
+          + [_techniques_cell(trials, spec.techniques, b), d22[b].short() if b in d22 else "—"]
           for b, label in r.labels.items()]
   lines += table(["batch", "regime", "linear scaling (best test acc)", "Def. 2.1"]
                  + (["√ scaling, same test"] if sqrt_v else []) + ["techniques (best test acc within ρ)",
-                                                                  "Def. 2.2 reach (best run)"], rows)
+                                                                  "Def. 2.2 reach (chosen, its seeds)"], rows)
   lines += ["Best = the highest test accuracy at any evaluation of a trial (Def. 2.1 asks whether a run reaches "
-            "99.5%·A within ρ epochs), and for a technique the trial with the highest such value.", ""]
+            "99.5%·A within ρ epochs), and for a technique the trial with the highest such value. The regime "
+            "label reads every trial: one reaching run of a technique is evidence that it reaches (Def. 2.2). The "
+            "Def. 2.2 verdict reads, per technique, the configuration its cell chose on the validation split with "
+            "all its seeds (replicates), so that the best of many trials on the test set does not decide it; the "
+            "technique with the strongest verdict is shown.", ""]
   lines += [f"- anomaly: {a}" for a in r.anomalies]
   return lines + ([""] if r.anomalies else [])
+
+
+@dataclasses.dataclass(frozen=True)
+class ReachEvidence:
+  """Def. 2.2 at one batch: the technique with the strongest verdict, its chosen run and that run's seeds."""
+  technique: str
+  run_id: str
+  verdict: regimes.vd.Verdict
+
+  def text(self) -> str:
+    return f"{self.technique} `{self.run_id}` {self.verdict.text()}"
+
+  def short(self) -> str:
+    n = self.verdict.num_values
+    return f"{self.verdict.verdict} ({self.technique}, {n} seed{'s' if n > 1 else ''})"
+
+
+_STRENGTH = {"pass": 2, "borderline": 1, "fail": 0}
+
+
+def _reach_evidence(trials: Sequence[Trial], reps: Sequence[Trial], techniques: Sequence[str], batch: int,
+                    baseline: Baseline) -> Optional[ReachEvidence]:
+  """Def. 2.2 at ``batch`` (verdict.py): per declared technique and cell, the configuration the cell chose on the
+  validation split (selection.chosen_of_cell) with its replicate seeds; a cell without a chosen trial (none ran its
+  full budget, or no validation split) is read from its trial with the best test accuracy, one run. The strongest
+  verdict wins (pass > borderline > fail, then the larger mean)."""
+  best = None
+  for name in techniques:
+    cells: dict[str, list[Trial]] = {}
+    for t in trials:
+      if t.technique == name and t.batch_size == batch:
+        cells.setdefault(t.cell or t.run_id, []).append(t)
+    for key, group in cells.items():
+      pick = selection.chosen_of_cell(group + [r for r in reps if r.cell and r.cell == key])
+      if pick is None:
+        pick = max(group, key=lambda t: regimes.best_accuracy_within_budget(t, baseline))
+      v = regimes.reach_verdict(_with_seeds(trials, reps, pick), baseline)
+      rank = (_STRENGTH[v.verdict], v.value)
+      if best is None or rank > best[0]:
+        best = (rank, ReachEvidence(name, pick.run_id, v))
+  return best[1] if best else None
 
 
 def _techniques_cell(trials: Sequence[Trial], techniques: Sequence[str], batch: int) -> str:

@@ -20,7 +20,7 @@ from lamb_lars.study import paper
 from lamb_lars.study.analysis import replicates, scaling_fit, search_adequacy, table3
 from lamb_lars.study.analysis.markdown import fmt, pct, table
 from lamb_lars.study.records import Target, Trial
-from lamb_lars.study.analysis.selection import choose
+from lamb_lars.study.analysis.selection import chosen_of_cell
 
 ACC = "eval_accuracy"
 # ± 0.3 percentage points: Table 3 of You et al. 2020 prints one decimal, and runs of the same recipe differ by
@@ -35,23 +35,13 @@ def _cells(trials: Sequence[Trial]) -> dict[str, list[Trial]]:
   return out
 
 
-def _chosen(group: Sequence[Trial]) -> Optional[Trial]:
-  """The chosen trial: the one the cell's replicates repeat, else the choice on validation."""
-  ids = {t.replicate_of for t in group if t.replicate_of}
-  by_id = {t.run_id: t for t in group}
-  if ids:
-    return by_id.get(sorted(ids)[0])
-  own = [t for t in group if t.phase != "replicate"]
-  return choose(own) if len(own) > 1 else (own[0] if own else None)
-
-
 def adequacy_section(trials: Sequence[Trial], edge_fraction: float) -> list[str]:
   searched = {c: g for c, g in _cells(trials).items() if any(t.space for t in g if t.phase != "replicate")}
   if not searched:
     return []
   rows = []
   for c, group in searched.items():
-    a = search_adequacy.adequacy(c, group, _chosen(group), edge_fraction)
+    a = search_adequacy.adequacy(c, group, chosen_of_cell(group), edge_fraction)
     ranges = ", ".join(f"[{lo:.3g}, {hi:.3g}]" for lo, hi in a.ranges) or "—"
     rows.append([c, a.num_trials, a.num_full_budget, sum(t.promoted for t in group),
                  f"`{a.chosen}`" if a.chosen else "—", fmt(a.chosen_lr), a.where, ranges])

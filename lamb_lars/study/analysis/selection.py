@@ -55,3 +55,14 @@ def choose(trials: Sequence[Trial], metric: str = "validation_accuracy", mode: s
       if v is not None:
         ranked.append(((0, sign * v, t.run_id), t))
   return min(ranked, key=lambda kt: kt[0])[1] if ranked else None
+
+
+def chosen_of_cell(group: Sequence[Trial]) -> Optional[Trial]:
+  """A cell's chosen trial as the study made it: the one its replicates repeat (the runner chose it on validation,
+  phases.py), else ``choose`` over its own trials; a cell of one trial chooses that trial."""
+  ids = sorted({t.replicate_of for t in group if t.replicate_of})
+  by_id = {t.run_id: t for t in group}
+  if ids:
+    return by_id.get(ids[0])
+  own = [t for t in group if t.phase != "replicate"]
+  return choose(own) if len(own) > 1 else (own[0] if own else None)
