@@ -67,6 +67,39 @@ def test_log_fit_minimises_log_residual():
   assert fits["log"].rms_log_residual <= fits["none"].rms_log_residual + 1e-12
 
 
+def _log_loss_reference(batches, steps):
+  """The minimum of Σ (log S_i − log(a + b/B_i))² over a, b ≥ 0, written independently: scipy's least squares on
+  (log a, log b) from a grid of starts, and the two boundaries a = 0 (b = geometric mean of S·B) and b = 0."""
+  from scipy import optimize
+  x, ly = 1.0 / np.asarray(batches, float), np.log(np.asarray(steps, float))
+  loss = lambda a, b: float(np.sum((ly - np.log(a + b * x)) ** 2))
+  best = (loss(0.0, math.exp(np.mean(ly + np.log(np.asarray(batches, float))))), math.inf)
+  best = min(best, (loss(math.exp(np.mean(ly)), 0.0), 0.0))
+  for la in np.linspace(0, 12, 7):
+    for lb in np.linspace(4, 20, 9):
+      r = optimize.least_squares(lambda p: ly - np.log(np.exp(p[0]) + np.exp(p[1]) * x), [la, lb],
+                                 xtol=1e-14, ftol=1e-14, gtol=1e-14)
+      best = min(best, (loss(math.exp(r.x[0]), math.exp(r.x[1])), math.exp(r.x[1] - r.x[0])))
+  return best
+
+
+def test_log_fit_is_the_global_minimum_even_when_the_relative_start_has_no_intercept():
+  """Noisy steps where the 'relative' WLS solution has a < 0: the old Gauss–Newton start gave up there and returned
+  B_crit = ∞ (log loss 2.03), while the log loss has an interior minimum near B_crit ≈ 5,300 (loss 1.68)."""
+  batches = np.array([256, 512, 1024, 2048, 4096, 8192.0])
+  steps = np.array([3729.0, 3204.4, 1029.2, 723.7, 152.1, 585.3])
+  assert cb._wls(1.0 / batches, steps, 1.0 / steps ** 2)[0] < 0
+  ref_loss, ref_bcrit = _log_loss_reference(batches, steps)
+  f = cb.fit_inverse_law(batches, steps)
+  assert math.isfinite(f.b_crit) and f.b_crit == pytest.approx(ref_bcrit, rel=1e-3)
+  assert len(batches) * f.rms_log_residual ** 2 == pytest.approx(ref_loss, rel=1e-6)
+  rng = np.random.default_rng(3)
+  for _ in range(20):  # and on random noisy ladders, never above the reference's loss
+    s = 400.0 * (1 + 2000.0 / batches) * np.exp(rng.normal(0.0, 0.35, batches.size))
+    ref_loss, _ = _log_loss_reference(batches, s)
+    assert len(batches) * cb.fit_inverse_law(batches, s).rms_log_residual ** 2 <= ref_loss * (1 + 1e-6) + 1e-12
+
+
 def test_boundaries_perfect_scaling_and_no_speedup():
   perfect = cb.fit_inverse_law(BATCHES, 1e6 / BATCHES)
   assert perfect.s_min == 0.0 and math.isinf(perfect.b_crit) and perfect.e_min == pytest.approx(1e6)

@@ -8,7 +8,10 @@ S(B) is linear in x = 1/B: S = a + b·x with a = S_min, b = S_min·B_crit = E_mi
 that linear form. ``weighting`` chooses the residual:
 
   'log'      (default) minimise Σ (log S_i − log Ŝ(B_i))² — steps-to-target spans decades, and a search's error
-             is multiplicative. Solved by Gauss–Newton on (a, b), started from the 'relative' solution.
+             is multiplicative. Its global minimum, the limits B_crit = 0 and ∞ included, is scaling_fit.fit's
+             profile over log B_crit (uncensored). Gauss–Newton started from the 'relative' solution was used
+             before; it was skipped whenever that start had a ≤ 0 and then returned B_crit = ∞ for data whose
+             log-loss minimum is finite (tests/test_critical_batch.py).
   'relative' weighted linear least squares with weights 1/S_i², i.e. minimise Σ ((S_i − Ŝ_i)/S_i)², the
              first-order approximation of the log residual (closed form).
   'none'     ordinary linear least squares on S (dominated by the small-batch points).
@@ -33,6 +36,8 @@ import math
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
+
+from lamb_lars.study.analysis import scaling_fit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,37 +66,9 @@ def _wls(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float]:
   return float(a), float(b)
 
 
-def _gauss_newton_log(x: np.ndarray, y: np.ndarray, a: float, b: float, iters: int = 50) -> tuple[float, float]:
-  """Minimise Σ (log y − log(a + b·x))² from (a, b); steps halve until the loss falls and the model stays > 0."""
-  def loss(a_, b_):
-    f = a_ + b_ * x
-    return np.inf if np.any(f <= 0) else float(np.sum((np.log(y) - np.log(f)) ** 2))
-  cur = loss(a, b)
-  for _ in range(iters):
-    f = a + b * x
-    jac = np.stack([1.0 / f, x / f], axis=1)
-    step, *_ = np.linalg.lstsq(jac, np.log(y) - np.log(f), rcond=None)
-    t = 1.0
-    while t > 1e-6 and loss(a + t * step[0], b + t * step[1]) > cur:
-      t *= 0.5
-    new = loss(a + t * step[0], b + t * step[1])
-    if new > cur or t <= 1e-6:
-      break
-    a, b = a + t * step[0], b + t * step[1]
-    if cur - new <= 1e-15 * max(1.0, cur):
-      cur = new
-      break
-    cur = new
-  return float(a), float(b)
-
-
 def _fit_ab(x: np.ndarray, y: np.ndarray, weighting: str) -> tuple[float, float]:
-  if weighting == "none":
-    return _wls(x, y, np.ones_like(y))
-  a, b = _wls(x, y, 1.0 / y ** 2)
-  if weighting == "relative" or a <= 0 or b < 0:
-    return a, b
-  return _gauss_newton_log(x, y, a, b)
+  """'none' or 'relative': the closed-form weighted linear least squares."""
+  return _wls(x, y, np.ones_like(y) if weighting == "none" else 1.0 / y ** 2)
 
 
 def _one_param(x: np.ndarray, y: np.ndarray, weighting: str, which: str) -> float:
@@ -115,7 +92,11 @@ def fit_inverse_law(batches: Sequence[float], steps: Sequence[float], *, weighti
   if np.any(bs <= 0) or np.any(y <= 0) or not np.all(np.isfinite(y)):
     raise ValueError("batch sizes and steps must be positive and finite")
   x = 1.0 / bs
-  a, b = _fit_ab(x, y, weighting)
+  if weighting == "log":  # the global minimum of the log loss (scaling_fit's profile), boundaries included
+    f = scaling_fit.fit(bs, y)
+    a, b = f.s_min, f.e_min
+  else:
+    a, b = _fit_ab(x, y, weighting)
   if b < 0:
     a, b = _one_param(x, y, weighting, "a"), 0.0
   elif a <= 0:
