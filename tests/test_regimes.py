@@ -168,12 +168,26 @@ def test_sqrt_scaling_is_reported_beside_linear_and_never_sets_b_l():
 
 
 def test_untested_batches_below_b_l_are_not_large():
-  """Large = [B_L, B_H] (You et al. 2020 Table 2): a batch below B_L is not large, even where linear scaling was not
-  run and a tuned technique reaches."""
+  """Large = [B_L, B_H] (You et al. 2020 Table 2): a batch below the last passing linear batch is not large, even
+  where linear scaling was not run and a tuned technique reaches. One inside B_L's bracket (last pass 512, first
+  fail 2048) is undetermined: the true B_L may lie below or above 768 (the old label called it 'below B_L')."""
   trials = [_t("l512", 512, PASS), _t("l2048", 2048, FAIL),
+            _t("t384", 384, PASS, role="technique", technique="tuned"),
             _t("t768", 768, PASS, role="technique", technique="tuned"),
             _t("t4096", 4096, PASS, role="technique", technique="tuned")]
   r = classify_trials(BASE, trials, TECH)
-  assert r.b_l == 2048
-  assert r.labels[768] == "below B_L (linear scaling not run here); reached by tuned"
+  assert (r.b_l, r.b_l_last_pass) == (2048, 512)
+  assert r.labels[384] == "below B_L (linear scaling not run here); reached by tuned"
+  assert r.labels[768] == "in B_L's bracket, large or not: undetermined (linear scaling not run here); reached by tuned"
   assert r.labels[4096] == "large with tuned (linear scaling not run)"
+
+
+def test_untested_batch_above_every_passing_linear_batch_is_not_called_large():
+  """No tested batch fails, so B_L lies above every tested one (Def. 2.1): a tuned run at a larger, untested batch
+  says nothing about whether that batch is large (the old label was 'large with tuned')."""
+  trials = [_t("l512", 512, PASS), _t("l1024", 1024, PASS),
+            _t("t4096", 4096, PASS, role="technique", technique="tuned")]
+  r = classify_trials(BASE, trials, TECH)
+  assert r.b_l is None and r.b_l_last_pass == 1024
+  assert r.labels[4096] == ("above every tested linear batch, large or not: undetermined (linear scaling not run "
+                            "here); reached by tuned")

@@ -126,8 +126,9 @@ def test_regimes_report_sqrt_scaling_beside_linear(tmp_path):
 def test_def22_verdict_reads_the_validation_choice_and_its_seeds_not_the_best_test_run(tmp_path):
   """Issue 22: a cell's best trial on the *test* set reaching 0.995·A is one lucky draw; Def. 2.2's verdict reads the
   configuration chosen on validation with its replicate seeds. Here the lucky trial (test 99.3%, validation worse)
-  reached, the chosen one's three seeds did not (98.0–98.2% < 98.5%): the verdict is fail, with 3 seeds. Before
-  the fix the report read the lucky trial alone and printed pass."""
+  reached, the chosen one's three replicate seeds did not (98.0–98.2% < 98.5%): the verdict is fail, with 3 seeds
+  (the chosen run itself is not one: it was selected). Before the fix the report read the lucky trial alone and
+  printed pass."""
   from lamb_lars.study.records import Trial
   row = lambda acc, val=0.99, loss=0.02: [{"step": 10, "epoch": 30.0, "eval_accuracy": acc,
                                            "validation_accuracy": val, "validation_loss": loss}]
@@ -136,11 +137,27 @@ def test_def22_verdict_reads_the_validation_choice_and_its_seeds_not_the_best_te
   trials = [Trial("base", 256, "momentum", role="baseline", curve=row(0.99)),
             tech("lucky", 0.993, 0.975), tech("chosen", 0.981, 0.985),
             *[tech(f"chosen-seed{k}", acc, 0.985, phase="replicate", replicate_of="chosen", seed=k)
-              for k, acc in ((1, 0.980), (2, 0.982))]]
+              for k, acc in ((1, 0.980), (2, 0.981), (3, 0.982))]]
   spec = report.ReportSpec(baseline_epochs=30.0, num_train=N, techniques=("lars",))
   text = open(report.write_report(trials, str(tmp_path), spec)).read()
   assert "| 8192 | large with lars (linear scaling not run) |" in text  # the label reads every trial
-  assert "| fail (lars, 3 seeds) |" in text and "| pass (lars" not in text
+  assert "| fail (lars, 3 seeds) |" in text and "| pass (lars" not in text  # the chosen run itself is not a seed
+  assert ("- caution: batch 8192: a trial of lars reaches 99.5%·A, but no technique's chosen configuration does over "
+          "its seeds (Def. 2.2 fail (lars, 3 seeds)); B_H rests on that trial") in text
+
+
+def test_baseline_a_and_xi_are_means_over_its_seeds(tmp_path):
+  """With replicates of the baseline, A and ξ of Def. 2.1 are the means over its seeds, not one seed's values."""
+  from lamb_lars.study.records import Trial
+  row = lambda acc, loss: [{"step": 10, "epoch": 30.0, "eval_accuracy": acc, "validation_accuracy": acc,
+                            "validation_loss": loss}]
+  trials = [Trial("base", 256, "momentum", role="baseline", curve=row(0.990, 0.030)),
+            *[Trial(f"base-s{k}", 256, "momentum", role="baseline", phase="replicate", replicate_of="base", seed=k,
+                    curve=row(acc, loss)) for k, acc, loss in ((1, 0.992, 0.032), (2, 0.994, 0.034))]]
+  text = open(report.write_report(trials, str(tmp_path), report.ReportSpec(baseline_epochs=30.0,
+                                                                             num_train=N))).read()
+  assert "| A (test accuracy, %) | 99.20 (seeds: 99.00, 99.20, 99.40) |" in text
+  assert "| ξ (validation loss) | 0.0320 (seeds: 0.0300, 0.0320, 0.0340) |" in text
 
 
 def _sections(text: str) -> dict[str, str]:

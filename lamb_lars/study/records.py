@@ -116,13 +116,16 @@ class Target:
 @dataclasses.dataclass(frozen=True)
 class Baseline:
   """A workload's baseline (You et al. 2020 Table 2): batch B0, test accuracy A, validation loss ξ, budget ρ
-  epochs, and the number of training examples N (the full batch B_F)."""
+  epochs, and the number of training examples N (the full batch B_F); A and ξ are means over its seeds when it
+  was replicated."""
   batch_size: int
   accuracy: float
   val_loss: float
   epochs: float
   num_train: int
   run_id: str = ""
+  seed_accuracies: tuple = ()   # each seed's A when the baseline was replicated (A is their mean)
+  seed_val_losses: tuple = ()
 
 
 def select(trials: Sequence[Trial], **fields: Any) -> list[Trial]:

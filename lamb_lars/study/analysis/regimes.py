@@ -26,8 +26,11 @@ Which trials count (the caller tags them: ``Trial.role`` and ``Trial.technique``
   its trials there are finished and none reached. Linear runs that pass count as reaching (they reach A too).
 
 Labels per tested batch: 'small' (B < B0), 'baseline' (B0), 'linear scaling works' (its linear run passes; below
-B_L unless listed as an anomaly), 'below B_L (linear scaling not run here)' (untested between B0 and B_L, with the
-techniques that reach there), 'large with <techniques>' (B ≥ B_L, or B_L not found, where linear scaling fails or
+B_L unless listed as an anomaly), 'below B_L (linear scaling not run here)' (untested, below the last passing
+tested batch: not large, with the techniques that reach there), 'in B_L's bracket, large or not: undetermined'
+(untested, between the last passing and the first failing tested batch: the true B_L may lie on either side),
+'above every tested linear batch, large or not: undetermined' (untested, above them all, none failing),
+'large with <techniques>' (B ≥ B_L, or B_L not found, where linear scaling fails or
 was not run and these techniques reach), 'huge' (every declared technique failed), 'large or huge: undetermined
 (no technique tried)' and 'large or huge: undetermined (untried: …)' (B ≥ B_L, or B_L not found, where linear
 scaling fails and no declared technique was run, or those run failed and the others were not: Defs 2.1–2.2 cannot
@@ -37,6 +40,8 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Iterable, Mapping, Optional, Sequence
+
+import numpy as np
 
 from lamb_lars.study.analysis import verdict as vd
 from lamb_lars.study.records import Baseline, Trial
@@ -192,7 +197,7 @@ def technique_evidence(trials: Iterable[Trial], baseline: Baseline, techniques: 
 
 
 def _label(b: int, baseline: Baseline, linear: Mapping[int, bool], tech: Mapping[str, bool],
-           techniques: Sequence[str], b_l: Optional[int] = None) -> str:
+           techniques: Sequence[str], b_l: Optional[int] = None, last_pass: Optional[int] = None) -> str:
   if b == baseline.batch_size:
     return "baseline"
   if b < baseline.batch_size:
@@ -200,8 +205,17 @@ def _label(b: int, baseline: Baseline, linear: Mapping[int, bool], tech: Mapping
   if linear.get(b):
     return "linear scaling works"
   reached = sorted(name for name, ok in tech.items() if ok)
-  if b not in linear and b_l is not None and b < b_l:  # between tested linear batches that pass: not large
-    return "below B_L (linear scaling not run here)" + (f"; reached by {', '.join(reached)}" if reached else "")
+  by = f"; reached by {', '.join(reached)}" if reached else ""
+  if b not in linear:
+    # Def. 2.1 at an untested batch: below the last passing tested batch it is below B_L (not large); between that
+    # and the first failing one the true B_L may lie on either side of it; above every tested batch (no failure)
+    # nothing is known either.
+    if last_pass is not None and b < last_pass:
+      return "below B_L (linear scaling not run here)" + by
+    if b_l is not None and b < b_l:
+      return "in B_L's bracket, large or not: undetermined (linear scaling not run here)" + by
+    if b_l is None and any(x > baseline.batch_size for x in linear):
+      return "above every tested linear batch, large or not: undetermined (linear scaling not run here)" + by
   if reached:
     return "large with " + ", ".join(reached) + ("" if b in linear else " (linear scaling not run)")
   tried = [name for name in techniques if name in tech]
@@ -229,7 +243,7 @@ def classify(baseline: Baseline, linear: Mapping[int, bool], tech: Mapping[int, 
   above = sorted(b for b in linear if b > b0)
   b_l, b_l_last_pass = first_failure(linear, b0)
   batches = sorted(set(linear) | set(tech))
-  labels = {b: _label(b, baseline, linear, tech.get(b, {}), techniques, b_l) for b in batches}
+  labels = {b: _label(b, baseline, linear, tech.get(b, {}), techniques, b_l, b_l_last_pass) for b in batches}
   reached_by = {b: tuple(sorted(n for n, ok in tech.get(b, {}).items() if ok)) + (("linear",) if linear.get(b)
                                                                                  else ()) for b in batches}
   reaching = [b for b in batches if b > b0 and reached_by[b]]
@@ -255,20 +269,28 @@ def classify_trials(baseline: Baseline, trials: Sequence[Trial], techniques: Seq
 
 
 def baseline_from_trials(trials: Sequence[Trial], num_train: int, epochs: float, *, acc_key: str = TEST_ACC,
-                         loss_key: str = VAL_LOSS) -> Baseline:
+                         loss_key: str = VAL_LOSS, replicates: Sequence[Trial] = ()) -> Baseline:
   """The baseline from the study's one ``role='baseline'`` trial: A = its test accuracy and ξ its validation
-  loss at its last eval within ρ epochs. Raises ValueError with one sentence when that is not possible."""
-  base = [t for t in trials if t.role == "baseline"]
+  loss at its last eval within ρ epochs. With replicates of it (fresh seeds, ``replicate_of`` = its run id), A and
+  ξ are the means over all its finished seeds: one seed's A carries its seed noise (sd ≈ 0.1 pp on MNIST) into
+  every Def. 2.1/2.2 threshold. Raises ValueError with one sentence when that is not possible."""
+  base = [t for t in trials if t.role == "baseline" and t.phase != "replicate"]
   if len(base) != 1:
     raise ValueError(f"a study needs exactly one baseline trial (role 'baseline'); found {len(base)}.")
   t = base[0]
   if t.status != "done":
     raise ValueError(f"the baseline run {t.run_id} is {t.status}, not done.")
-  rows = [r for r in t.curve if row_epoch(r, t.batch_size, num_train) <= epochs * (1 + _EPS)
-          and r.get(acc_key) is not None and r.get(loss_key) is not None]
-  if not rows:
-    raise ValueError(f"the baseline run {t.run_id} has no eval with {acc_key} and {loss_key} within {epochs:g} "
-                     "epochs.")
-  last = rows[-1]
-  return Baseline(batch_size=int(t.batch_size), accuracy=float(last[acc_key]), val_loss=float(last[loss_key]),
-                  epochs=float(epochs), num_train=int(num_train), run_id=t.run_id)
+  seeds = [t] + [r for r in replicates if r.replicate_of == t.run_id and r.status == "done"]
+  values = []
+  for s in seeds:
+    rows = [r for r in s.curve if row_epoch(r, s.batch_size, num_train) <= epochs * (1 + _EPS)
+            and r.get(acc_key) is not None and r.get(loss_key) is not None]
+    if rows:
+      values.append((float(rows[-1][acc_key]), float(rows[-1][loss_key])))
+    elif s is t:
+      raise ValueError(f"the baseline run {t.run_id} has no eval with {acc_key} and {loss_key} within {epochs:g} "
+                       "epochs.")
+  accs, losses = zip(*values)
+  return Baseline(batch_size=int(t.batch_size), accuracy=float(np.mean(accs)), val_loss=float(np.mean(losses)),
+                  epochs=float(epochs), num_train=int(num_train), run_id=t.run_id,
+                  seed_accuracies=tuple(accs), seed_val_losses=tuple(losses))

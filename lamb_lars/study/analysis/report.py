@@ -82,13 +82,15 @@ def _roles_section(trials: Sequence[Trial], omitted: Sequence[str] = ()) -> list
   return lines + ([""] if failed or omitted else [])
 
 
-def _baseline(trials: Sequence[Trial], spec: ReportSpec) -> tuple[Optional[Baseline], str]:
+def _baseline(trials: Sequence[Trial], spec: ReportSpec,
+              reps: Sequence[Trial] = ()) -> tuple[Optional[Baseline], str]:
   if not any(t.role == "baseline" for t in trials):
     return None, "no baseline trial (role 'baseline') in this study"
   key = "validation_loss" if any(r.get("validation_loss") is not None for t in trials if t.role == "baseline"
                                  for r in t.curve) else "eval_loss"
   try:
-    return regimes.baseline_from_trials(trials, spec.num_train, spec.baseline_epochs, loss_key=key), key
+    return regimes.baseline_from_trials(trials, spec.num_train, spec.baseline_epochs, loss_key=key,
+                                        replicates=reps), key
   except ValueError as e:
     return None, str(e)
 
@@ -98,18 +100,27 @@ def _baseline_section(baseline: Optional[Baseline], note: str, spec: ReportSpec)
   if baseline is None:
     return lines + [f"No baseline: {note}.", ""]
   ref = paper.TABLE2.get(spec.workload, {})
+  k = len(baseline.seed_accuracies)
   lines += [f"One recipe at B0 = {baseline.batch_size}, ρ = {baseline.epochs:g} epochs, N = {baseline.num_train} "
             f"training examples (run `{baseline.run_id}`). A is its test accuracy and ξ its loss on the held-out "
-            f"split (`{note}`) at its last eval within ρ epochs (You et al. 2020 Def. 2.1).", ""]
+            f"split (`{note}`) at its last eval within ρ epochs (You et al. 2020 Def. 2.1)"
+            + (f"; both are means over its {k} seeds (the run and its replicates)." if k > 1 else "."), ""]
+  seeds = lambda vals, f: " (seeds: " + ", ".join(f(v) for v in vals) + ")" if k > 1 else ""
   lines += table(["quantity", "measured", "paper (You et al. 2020 Table 2)"],
-                  [["A (test accuracy, %)", pct(baseline.accuracy), pct(ref.get("accuracy"), 1)],
-                   ["ξ (validation loss)", f"{baseline.val_loss:.4f}", "—"]])
+                  [["A (test accuracy, %)", pct(baseline.accuracy) + seeds(baseline.seed_accuracies, pct),
+                    pct(ref.get("accuracy"), 1)],
+                   ["ξ (validation loss)", f"{baseline.val_loss:.4f}"
+                    + seeds(baseline.seed_val_losses, lambda v: f"{v:.4f}"), "—"]])
   return lines
 
 
-def _with_seeds(trials: Sequence[Trial], reps: Sequence[Trial], t: Trial) -> list[Trial]:
-  """A trial and its replicates (fresh seeds of the same configuration): the seeds a Def. 2.1/2.2 verdict reads."""
-  return [t] + [r for r in reps if r.replicate_of == t.run_id]
+def _with_seeds(trials: Sequence[Trial], reps: Sequence[Trial], t: Trial, *, selected: bool = False) -> list[Trial]:
+  """The seeds a Def. 2.1/2.2 verdict reads: a trial and its replicates (fresh seeds of the same configuration).
+  A ``selected`` trial (chosen among its cell's search on validation) is left out when it has replicates: its own
+  test accuracy shares the luck that got it chosen (replicates.py); an unsearched one (a linear-scaling run)
+  counts as one seed among them."""
+  own = [r for r in reps if r.replicate_of == t.run_id]
+  return own if (selected and own) else [t] + own
 
 
 def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec: ReportSpec,
@@ -169,8 +180,24 @@ def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec
             "Def. 2.2 verdict reads, per technique, the configuration its cell chose on the validation split with "
             "all its seeds (replicates), so that the best of many trials on the test set does not decide it; the "
             "technique with the strongest verdict is shown.", ""]
-  lines += [f"- anomaly: {a}" for a in r.anomalies]
-  return lines + ([""] if r.anomalies else [])
+  cautions = _disagreements(r, d21v, d22)
+  lines += [f"- anomaly: {a}" for a in r.anomalies] + [f"- caution: {c}" for c in cautions]
+  return lines + ([""] if r.anomalies or cautions else [])
+
+
+def _disagreements(r: regimes.Regimes, d21v: dict, d22: dict) -> list[str]:
+  """Where a label (one passing or reaching run suffices) and the verdict over seeds disagree: the label then rests
+  on a single run that the configuration's other seeds do not repeat."""
+  out = []
+  for b, label in r.labels.items():
+    if label.startswith("linear scaling works") and d21v.get(b) == "fail":
+      out.append(f"batch {b}: one linear-scaling run passes Def. 2.1 but its seeds fail it")
+    techs = [n for n in r.reached_by.get(b, ()) if n != "linear"]
+    if techs and b in d22 and d22[b].verdict.verdict == "fail":
+      out.append(f"batch {b}: a trial of {', '.join(techs)} reaches 99.5%·A, but no technique's chosen configuration "
+                 f"does over its seeds (Def. 2.2 {d22[b].short()})" + ("; B_H rests on that trial" if b == r.b_h
+                                                                        else ""))
+  return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,13 +206,16 @@ class ReachEvidence:
   technique: str
   run_id: str
   verdict: regimes.vd.Verdict
+  best_on_test: bool = False   # no chosen trial: the cell's best trial on the test set stands in (optimistic)
 
   def text(self) -> str:
-    return f"{self.technique} `{self.run_id}` {self.verdict.text()}"
+    return (f"{self.technique} `{self.run_id}`" + (" (best on test: nothing chosen)" if self.best_on_test else "")
+            + f" {self.verdict.text()}")
 
   def short(self) -> str:
     n = self.verdict.num_values
-    return f"{self.verdict.verdict} ({self.technique}, {n} seed{'s' if n > 1 else ''})"
+    how = "best on test, 1 run" if self.best_on_test else f"{n} seed{'s' if n > 1 else ''}"
+    return f"{self.verdict.verdict} ({self.technique}, {how})"
 
 
 _STRENGTH = {"pass": 2, "borderline": 1, "fail": 0}
@@ -205,12 +235,13 @@ def _reach_evidence(trials: Sequence[Trial], reps: Sequence[Trial], techniques: 
         cells.setdefault(t.cell or t.run_id, []).append(t)
     for key, group in cells.items():
       pick = selection.chosen_of_cell(group + [r for r in reps if r.cell and r.cell == key])
-      if pick is None:
+      on_test = pick is None
+      if on_test:
         pick = max(group, key=lambda t: regimes.best_accuracy_within_budget(t, baseline))
-      v = regimes.reach_verdict(_with_seeds(trials, reps, pick), baseline)
+      v = regimes.reach_verdict(_with_seeds(trials, reps, pick, selected=len(group) > 1), baseline)
       rank = (_STRENGTH[v.verdict], v.value)
       if best is None or rank > best[0]:
-        best = (rank, ReachEvidence(name, pick.run_id, v))
+        best = (rank, ReachEvidence(name, pick.run_id, v, on_test))
   return best[1] if best else None
 
 
@@ -283,7 +314,7 @@ def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = Repor
   # configuration with its replicates (fresh seeds), which report_replicates also summarises with intervals.
   own = [t for t in trials if t.phase != "replicate"]
   reps = [t for t in trials if t.phase == "replicate"]
-  baseline, note = _baseline(own, spec)
+  baseline, note = _baseline(own, spec, reps)
   target_trials = [t for t in own if not spec.target_technique or t.technique == spec.target_technique]
   steps_lines, fit = report_scaling.steps_section(target_trials, spec.target, out_dir)
   goal = spec.target.goal if spec.target and spec.target.metric == ACC_KEY else None
