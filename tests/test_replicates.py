@@ -111,3 +111,25 @@ def test_report_scaling_section_fits_seeds_at_the_headline_target():
   row = next(ln for ln in text.splitlines() if ln.startswith("| 98.50% (headline)"))
   assert row.split(" | ")[1] == "1000" and ">120" in row
   assert "| 99.00% |" in text and "two or more batch sizes" in text   # nobody reaches 99%
+
+
+def test_baseline_seeds_enter_the_steps_fit_once_when_there_is_no_target_technique():
+  """With ``target_technique = ''`` (e.g. the ImageNet ladder), the baseline is among the target trials already;
+  adding it again listed each baseline seed twice in S(B), doubling its weight in the fit and the bootstrap."""
+  from lamb_lars.study.analysis import report, report_replicates
+  from lamb_lars.study.records import Target
+
+  def run(rid, b, hit, seed, role, phase, of=""):
+    rows = [{"step": 1.0, "epoch": 0.1, "eval_accuracy": 0.5},
+            {"step": float(hit), "epoch": hit / 10.0, "eval_accuracy": 0.986},
+            {"step": 1000.0, "epoch": 100.0, "eval_accuracy": 0.986}]
+    return Trial(rid, b, role=role, phase=phase, seed=seed, budget_epochs=100.0, curve=rows, replicate_of=of,
+                 cell=f"{role}-b{b}")
+  trials = [run("base", 256, 111.0, 0, "baseline", "search"),
+            *[run(f"base-s{s}", 256, 100.0 + s, s, "baseline", "replicate", "base") for s in (1, 2)],
+            *[run(f"lin-b{b}-s{s}", b, 100.0 * (1 + 1000.0 / b) + s, s, "linear", "replicate", f"lin-b{b}")
+              for b in (512, 1024) for s in (1, 2)]]
+  spec = report.ReportSpec(target=Target("eval_accuracy", 0.985, "max"), targets=(0.985,), target_technique="")
+  text = "\n".join(report_replicates.sections(trials, spec, 256))
+  row = next(ln for ln in text.splitlines() if ln.startswith("| 98.50%"))
+  assert "256: 101, 102; 512:" in row

@@ -127,7 +127,11 @@ def scaling_section(trials: Sequence[Trial], target: Optional[Target], targets: 
             + (f"{100 * headline:.2f}%." if headline is not None else "none of them."), "",
             "S(B) = S_min·(1 + B_crit/B) (McCandlish et al. 2018 eq. 2.11) fitted to every seed in log steps; a "
             "seed that missed the target is a lower bound at its budget (censored). Beside B_crit: a bootstrap "
-            f"interval over seeds ({bootstrap_num} resamples) and B_crit refitted without each batch.", ""]
+            f"interval over seeds ({bootstrap_num} resamples; each batch's seeds resampled with replacement) and "
+            "B_crit refitted without each batch. With k = 3 seeds a batch has only 10 distinct resamples, so the "
+            "percentile interval is rough and tends to be too narrow; resamples left with reached points at fewer "
+            "than two batch sizes cannot be fitted and are counted, and the interval is conditional on the rest.",
+            ""]
   rows = []
   for goal in goals:
     pts: dict[int, list[tuple[float, bool]]] = {}
@@ -142,7 +146,9 @@ def scaling_section(trials: Sequence[Trial], target: Optional[Target], targets: 
     ci = scaling_fit.bootstrap(pts, num=bootstrap_num)
     lobo = scaling_fit.leave_one_batch_out(pts)
     ci_txt = "—" if ci is None else (f"[{fmt(ci.lo)}, {fmt(ci.hi)}]" + (f", ∞ in {100 * ci.infinite:.0f}%"
-                                                                         if ci.infinite else ""))
+                                                                         if ci.infinite else "")
+                                     + (f"; {ci.failed} of {ci.num + ci.failed} resamples had no fit (left out)"
+                                        if ci.failed else ""))
     rows.append([f"{100 * goal:.2f}%" + (" (headline)" if goal == headline else ""), fmt(f.b_crit), ci_txt,
                  fmt(f.s_min), ", ".join(f"−{b}: {fmt(v)}" for b, v in lobo.items()), seeds])
   return lines + table(["target", "B_crit", "95% bootstrap", "S_min", "leave one batch out", "steps per seed "
@@ -157,5 +163,6 @@ def sections(trials: Sequence[Trial], spec, baseline_batch: Optional[int]) -> li
     batch = spec.table3_batch or max(t.batch_size for t in trials if t.role == "table3")
     out += table3_section(trials, batch, baseline_batch, spec.num_classes, spec.workload)
   target_trials = [t for t in trials if not spec.target_technique or t.technique == spec.target_technique]
-  return out + scaling_section(target_trials + [t for t in trials if t.role == "baseline"], spec.target,
-                               spec.targets, spec.target_technique)
+  ids = {t.run_id for t in target_trials}  # with no target technique the baseline is among them already
+  return out + scaling_section(target_trials + [t for t in trials if t.role == "baseline" and t.run_id not in ids],
+                               spec.target, spec.targets, spec.target_technique)
