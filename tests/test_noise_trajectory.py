@@ -76,3 +76,16 @@ def test_report_counts_nonfinite_evaluations(tmp_path):
   assert f"B_simple = {np.median(second_half):.4g} (second-half median; 2 of 20 evaluations were non-finite" in lines
   assert "| 90–100% | " in lines and "1 non-finite" in lines
   assert not math.isnan(np.median(second_half))
+
+
+def test_a_run_stopped_early_fills_only_its_early_phases():
+  """Phases are fractions of the run's *budget* (budget_epochs × steps per epoch), not of its last step: a run
+  pruned at 20% of a 1,000-step budget has its evals in phases 0–1 of 10. Phased by its own last step (the old
+  rule) its step-200 value sat in the 90–100% phase beside the full runs' late values."""
+  rows = lambda steps, vals: [{"step": s, "epoch": s / 100.0, "noise_scale": v} for s, v in zip(steps, vals)]
+  full = Trial("full", 256, budget_epochs=10.0, curve=rows([100, 500, 1000], [10.0, 50.0, 100.0]))
+  pruned = Trial("pruned", 256, budget_epochs=10.0, status="pruned", curve=rows([100, 200], [11.0, 12.0]))
+  assert nt.budget_steps(pruned) == pytest.approx(1000.0)
+  phases = nt.trajectory([full, pruned], num_phases=10)
+  assert [p.num_finite for p in phases] == [2, 1, 0, 0, 1, 0, 0, 0, 0, 1]
+  assert phases[9].median == 100.0 and phases[1].median == 12.0

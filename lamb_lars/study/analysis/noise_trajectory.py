@@ -4,7 +4,10 @@ B_simple = tr Σ / |G|² (McCandlish et al. 2018 §2.2, eq. 2.8) is not a consta
 proceeds |G|² falls and B_simple grows, often by orders of magnitude (their §3.3 and Fig. 5; in our MNIST ladder
 the baseline's logged value rises from about 40 to about 90,000 over 30 epochs). One number hides that, so the
 report gives B_simple per *phase* of training: phase k of n holds the evals with step in (k·S/n, (k+1)·S/n],
-S = the run's last eval step (the first phase also holds step 0). Per phase, over the runs of one batch size:
+S = the run's *budget* in steps (its ``budget_epochs`` times its steps per epoch, read from its evals), so that a
+run pruned or stopped at the target early fills only the early phases; a run without a budget is phased by its
+last step that logged the noise scale (the first phase also holds step 0). Per phase, over the runs of one batch
+size:
 
 * the median and the quartiles (numpy's linear-interpolation percentiles) of the finite values;
 * the count of finite values, of non-finite ones (NaN / ±inf: the estimator's |G|² can vanish or the EMA can
@@ -45,6 +48,14 @@ def phase_of(step: float, last_step: float, num_phases: int) -> int:
   return min(num_phases - 1, max(0, math.ceil(num_phases * float(step) / float(last_step)) - 1))
 
 
+def budget_steps(t: Trial) -> Optional[float]:
+  """The run's budget in steps: ``budget_epochs`` × steps per epoch of its last eval with both (None if unknown)."""
+  rows = [r for r in t.curve if r.get("step") and r.get("epoch")]
+  if not t.budget_epochs or not rows:
+    return None
+  return float(t.budget_epochs) * float(rows[-1]["step"]) / float(rows[-1]["epoch"])
+
+
 def _values(curve: Sequence[Mapping], key: str) -> list[tuple[float, float]]:
   """(step, value) of every eval that logged ``key``, non-finite ones included (as float NaN / inf)."""
   return [(float(r["step"]), float(r[key])) for r in curve if r.get(key) is not None and r.get("step") is not None]
@@ -59,7 +70,7 @@ def trajectory(trials: Sequence[Trial], *, num_phases: int = 10, key: str = KEY)
     pts = _values(t.curve, key)
     if not pts:
       continue
-    last = max(s for s, _ in pts)
+    last = budget_steps(t) or max(s for s, _ in pts)
     for s, v in pts:
       pools[phase_of(s, last, num_phases)].append(v)
   out = []
