@@ -191,3 +191,10 @@ def test_untested_batch_above_every_passing_linear_batch_is_not_called_large():
   assert r.b_l is None and r.b_l_last_pass == 1024
   assert r.labels[4096] == ("above every tested linear batch, large or not: undetermined (linear scaling not run "
                             "here); reached by tuned")
+
+
+def test_a_nan_eval_does_not_hide_the_best_accuracy():
+  """max() over a list with NaN depends on the order (max([nan, 0.99]) is nan): a NaN eval is skipped."""
+  from lamb_lars.study.analysis.regimes import best_accuracy_within_budget
+  t = _t("x", 1024, [(10, float("nan"), 0.5), (30, 0.99, 0.03)], role="technique", technique="tuned")
+  assert best_accuracy_within_budget(t, BASE) == 0.99

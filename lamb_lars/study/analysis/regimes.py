@@ -127,6 +127,7 @@ def def21_values(trial: Trial, baseline: Baseline, *, acc_key: str = TEST_ACC,
 def best_accuracy_within_budget(trial: Trial, baseline: Baseline, *, acc_key: str = TEST_ACC) -> float:
   """Def. 2.2's value for one run: its best test accuracy within ρ epochs (−inf: diverged, failed or none)."""
   vals = [float(r[acc_key]) for r in _within_budget(trial, baseline) if r.get(acc_key) is not None]
+  vals = [v for v in vals if v == v]  # a NaN eval is no accuracy (max() over NaN depends on the order)
   return -float("inf") if trial.status in ("diverged", "failed") or not vals else max(vals)
 
 
