@@ -237,3 +237,17 @@ def test_a_manifest_from_before_select_on_keeps_the_test_rule():
   from lamb_lars.study.running import provenance
   spec = provenance.spec_from_json({"title": "old"})
   assert spec.select_on == "test" and report.ReportSpec().select_on == "validation"
+
+
+def test_seeds_not_yet_run_are_not_counted_as_failures(tmp_path):
+  """A study reported while its replicates are pending: those seeds are no evidence (they printed as 'no finite
+  value … 4 seeds' and turned a passing linear run into 'borderline')."""
+  from lamb_lars.study.records import Trial
+  row = lambda acc: [{"step": 10, "epoch": 30.0, "eval_accuracy": acc, "validation_loss": 0.02}]
+  trials = [Trial("base", 256, "momentum", role="baseline", curve=row(0.99)),
+            Trial("lin", 512, "momentum", role="linear", params={"lr_scaling": "linear"}, curve=row(0.99)),
+            *[Trial(f"lin-s{k}", 512, "momentum", role="linear", phase="replicate", replicate_of="lin", seed=k,
+                    status="pending", params={"lr_scaling": "linear"}) for k in (1, 2)]]
+  text = open(report.write_report(trials, str(tmp_path), report.ReportSpec(baseline_epochs=30.0,
+                                                                             num_train=N))).read()
+  assert "last pass 512: Def. 2.1 pass (acc pass: 0.99 ∈ [0.988, 0.992] vs 0.985, 1 run;" in text

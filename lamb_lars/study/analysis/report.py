@@ -119,8 +119,11 @@ def _with_seeds(trials: Sequence[Trial], reps: Sequence[Trial], t: Trial, *, sel
   A ``selected`` trial (chosen among its cell's search on validation) is left out when it has replicates: its own
   test accuracy shares the luck that got it chosen (replicates.py); an unsearched one (a linear-scaling run)
   counts as one seed among them."""
-  own = [r for r in reps if r.replicate_of == t.run_id]
+  own = [r for r in reps if r.replicate_of == t.run_id and r.status not in _NOT_EVIDENCE]
   return own if (selected and own) else [t] + own
+
+
+_NOT_EVIDENCE = ("pending", "running", "failed")   # a seed not yet run, or crashed, says nothing about the recipe
 
 
 def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec: ReportSpec,
