@@ -65,7 +65,7 @@ def test_ladder_with_edges():
                for n in TECH]
   r = classify_trials(BASE, trials, TECH)
   assert (r.b_l, r.b_l_last_pass, r.b_h, r.b_h_next_huge, r.b_f) == (4096, 2048, 8192, 32768, 55000)
-  assert r.labels[4096] == "large or huge: undetermined (no technique tried)" and r.labels[8192] == "large with lars"
+  assert r.labels[4096] == "large: below B_H (no technique tried)" and r.labels[8192] == "large with lars"
   assert r.labels[32768] == "huge" and r.reached_by[8192] == ("lars",) and r.anomalies == ()
 
 
@@ -111,7 +111,7 @@ def test_b_l_is_the_smallest_failing_batch_with_its_bracket():
   trials = [_t(f"l{b}", b, PASS if ok else FAIL) for b, ok in passing.items()]
   r = classify_trials(BASE, trials, TECH)
   assert (r.b_l, r.b_l_last_pass) == (1024, 512)
-  assert r.labels[512] == "linear scaling works" and r.labels[1024] == "large or huge: undetermined (no technique tried)"
+  assert r.labels[512] == "linear scaling works" and r.labels[1024] == "large: below B_H (no technique tried)"
   assert r.anomalies == ("batch 4096: linear scaling passes above B_L = 1024 (its first failure)",)
   none_fail = classify_trials(BASE, [_t("a", 512, PASS), _t("b", 2048, PASS)], TECH)
   assert (none_fail.b_l, none_fail.b_l_last_pass) == (None, 2048)
@@ -198,3 +198,15 @@ def test_a_nan_eval_does_not_hide_the_best_accuracy():
   from lamb_lars.study.analysis.regimes import best_accuracy_within_budget
   t = _t("x", 1024, [(10, float("nan"), 0.5), (30, 0.99, 0.03)], role="technique", technique="tuned")
   assert best_accuracy_within_budget(t, BASE) == 0.99
+
+
+def test_an_undetermined_batch_below_b_h_is_large():
+  """Def. 2.2: huge means B > B_H. At 4096 only the tuned technique ran and failed (LARS and LAMB untried), but LARS
+  reached at 8192, so B_H = 8192 and 4096 is large, not 'large or huge: undetermined'."""
+  trials = [_t("l1024", 1024, FAIL), _t("l4096", 4096, FAIL), _t("l8192", 8192, FAIL),
+            _t("t4096", 4096, FAIL, role="technique", technique="tuned"),
+            _t("x8192", 8192, PASS, role="technique", technique="lars", optimizer="lars")]
+  r = classify_trials(BASE, trials, TECH)
+  assert r.b_h == 8192
+  assert r.labels[4096] == "large: below B_H (untried: lars, lamb)"
+  assert r.labels[8192] == "large with lars"

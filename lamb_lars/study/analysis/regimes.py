@@ -34,7 +34,8 @@ tested batch: not large, with the techniques that reach there), 'in B_L's bracke
 was not run and these techniques reach), 'huge' (every declared technique failed), 'large or huge: undetermined
 (no technique tried)' and 'large or huge: undetermined (untried: …)' (B ≥ B_L, or B_L not found, where linear
 scaling fails and no declared technique was run, or those run failed and the others were not: Defs 2.1–2.2 cannot
-tell large from huge there), 'untested' (nothing finished yet). A batch ≥ B_F is also marked full.
+tell large from huge there), 'large: below B_H (…)' (the same, but below a batch that a technique reached: only
+B > B_H is huge, Def. 2.2), 'untested' (nothing finished yet). A batch ≥ B_F is also marked full.
 """
 from __future__ import annotations
 
@@ -249,6 +250,9 @@ def classify(baseline: Baseline, linear: Mapping[int, bool], tech: Mapping[int, 
                                                                                  else ()) for b in batches}
   reaching = [b for b in batches if b > b0 and reached_by[b]]
   b_h = max(reaching) if reaching else (b0 if any(b > b0 for b in batches) else None)
+  for b in batches:  # Def. 2.2: only B > B_H is huge, so an undetermined batch below a reached one is large
+    if b_h is not None and b < b_h and labels[b].startswith("large or huge: undetermined"):
+      labels[b] = "large: below B_H" + labels[b][len("large or huge: undetermined"):]
   huge = [b for b in batches if labels[b] == "huge"]
   b_h_next = min((b for b in huge if b_h is not None and b > b_h), default=None)
   anomalies = [f"batch {b}: linear scaling passes above B_L = {b_l} (its first failure)"
