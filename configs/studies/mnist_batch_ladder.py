@@ -107,10 +107,10 @@ def republish_config() -> ml_collections.ConfigDict:
                 --workdir=studies/mnist_batch_ladder_v2
             python -m lamb_lars.study report --workdir=studies/mnist_batch_ladder_v2 \\
                 --out=docs/studies/mnist_batch_ladder_replicated
-  Cost estimate (not run; quiet 2-core CPU, two single-threaded trials at once): the 2026-11-24 ladder's 135
-  searched trials took ≈ 110 min (docs/BENCHMARKS.md §9); the replicates add 3 seeds × 38 cells = 114 full runs
-  (≈ 2 min each on average, ≈ 2 h at two at once), extensions and promotions ≈ 0.5 h: ≈ 4 h in all, so it spans
-  sessions (carry/README.md).
+  Measured (2026-11-26/27, 2-core CPU, two single-threaded trials at once, partly under load; published in
+  docs/studies/mnist_batch_ladder_replicated): 293 trials, 340 min of training summed over trials (search with
+  promotions and extensions 204 min, the 114 replicates 136 min: 0.67× the search), 216 min of wall time. It
+  spans sessions: snapshot it into carry/ and resume (carry/README.md).
   """
   c = ladder_config()
   opt = c.base.optimizer
