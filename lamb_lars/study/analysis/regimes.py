@@ -127,8 +127,8 @@ def def21_values(trial: Trial, baseline: Baseline, *, acc_key: str = TEST_ACC,
 
 def best_accuracy_within_budget(trial: Trial, baseline: Baseline, *, acc_key: str = TEST_ACC) -> float:
   """Def. 2.2's value for one run: its best test accuracy within ρ epochs (−inf: diverged, failed or none)."""
-  vals = [float(r[acc_key]) for r in _within_budget(trial, baseline) if r.get(acc_key) is not None]
-  vals = [v for v in vals if v == v]  # a NaN eval is no accuracy (max() over NaN depends on the order)
+  vals = [float(r[acc_key]) for r in _within_budget(trial, baseline) if r.get(acc_key) is not None
+          and r[acc_key] == r[acc_key]]  # a NaN eval is no accuracy (max() over NaN depends on the order)
   return -float("inf") if trial.status in ("diverged", "failed") or not vals else max(vals)
 
 
@@ -209,9 +209,8 @@ def _label(b: int, baseline: Baseline, linear: Mapping[int, bool], tech: Mapping
   reached = sorted(name for name, ok in tech.items() if ok)
   by = f"; reached by {', '.join(reached)}" if reached else ""
   if b not in linear:
-    # Def. 2.1 at an untested batch: below the last passing tested batch it is below B_L (not large); between that
-    # and the first failing one the true B_L may lie on either side of it; above every tested batch (no failure)
-    # nothing is known either.
+    # Def. 2.1 untested: below the last passing tested batch it is below B_L; between that and the first failing
+    # one the true B_L may lie on either side of it; above every tested batch (no failure) nothing is known.
     if last_pass is not None and b < last_pass:
       return "below B_L (linear scaling not run here)" + by
     if b_l is not None and b < b_l:

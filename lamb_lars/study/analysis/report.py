@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 from lamb_lars.common import io_utils
 from lamb_lars.study import paper
 from lamb_lars.study.analysis import (batch_warmup, plots, regimes, report_branching, report_curves, report_replicates,
-                                      report_scaling, selection, table3)
+                                      reach, report_scaling, table3)
 from lamb_lars.study.analysis.markdown import fmt, pct, table
 from lamb_lars.study.records import STATUSES, Baseline, Target, Trial
 
@@ -148,7 +148,7 @@ def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec
   d21 = {b: regimes.linear_verdict(ts, baseline, loss_key=loss_key) for b, ts in lin.items() if ts}
   d21v = {b: v.verdict for b, v in d21.items()}
   sqrt_v = {b: regimes.linear_verdict(ts, baseline, loss_key=loss_key).verdict for b, ts in sqrt.items() if ts}
-  d22 = {b: v for b in r.labels if (v := _reach_evidence(trials, reps, spec.techniques, b, baseline))}
+  d22 = {b: v for b in r.labels if (v := reach.reach_evidence(trials, reps, spec.techniques, b, baseline, _with_seeds))}
   ev = lambda b: (f"{b}: Def. 2.1 {d21v[b]} (acc {d21[b].accuracy.text()}; loss {d21[b].loss.text()})"
                   if b in d21 else f"{b} (B0)" if b == baseline.batch_size else f"{b}: no linear run")
   lines += table(["quantity", "measured", "bracket and evidence", "paper"], [
@@ -183,69 +183,9 @@ def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec
             "Def. 2.2 verdict reads, per technique, the configuration its cell chose on the validation split with "
             "all its seeds (replicates), so that the best of many trials on the test set does not decide it; the "
             "technique with the strongest verdict is shown.", ""]
-  cautions = _disagreements(r, d21v, d22)
+  cautions = reach.disagreements(r, d21v, d22)
   lines += [f"- anomaly: {a}" for a in r.anomalies] + [f"- caution: {c}" for c in cautions]
   return lines + ([""] if r.anomalies or cautions else [])
-
-
-def _disagreements(r: regimes.Regimes, d21v: dict, d22: dict) -> list[str]:
-  """Where a label (one passing or reaching run suffices) and the verdict over seeds disagree: the label then rests
-  on a single run that the configuration's other seeds do not repeat."""
-  out = []
-  for b, label in r.labels.items():
-    if label.startswith("linear scaling works") and d21v.get(b) == "fail":
-      out.append(f"batch {b}: one linear-scaling run passes Def. 2.1 but its seeds fail it")
-    techs = [n for n in r.reached_by.get(b, ()) if n != "linear"]
-    if techs and b in d22 and d22[b].verdict.verdict == "fail":
-      out.append(f"batch {b}: a trial of {', '.join(techs)} reaches 99.5%·A, but no technique's chosen configuration "
-                 f"does over its seeds (Def. 2.2 {d22[b].short()})" + ("; B_H rests on that trial" if b == r.b_h
-                                                                        else ""))
-  return out
-
-
-@dataclasses.dataclass(frozen=True)
-class ReachEvidence:
-  """Def. 2.2 at one batch: the technique with the strongest verdict, its chosen run and that run's seeds."""
-  technique: str
-  run_id: str
-  verdict: regimes.vd.Verdict
-  best_on_test: bool = False   # no chosen trial: the cell's best trial on the test set stands in (optimistic)
-
-  def text(self) -> str:
-    return (f"{self.technique} `{self.run_id}`" + (" (best on test: nothing chosen)" if self.best_on_test else "")
-            + f" {self.verdict.text()}")
-
-  def short(self) -> str:
-    n = self.verdict.num_values
-    how = "best on test, 1 run" if self.best_on_test else f"{n} seed{'s' if n > 1 else ''}"
-    return f"{self.verdict.verdict} ({self.technique}, {how})"
-
-
-_STRENGTH = {"pass": 2, "borderline": 1, "fail": 0}
-
-
-def _reach_evidence(trials: Sequence[Trial], reps: Sequence[Trial], techniques: Sequence[str], batch: int,
-                    baseline: Baseline) -> Optional[ReachEvidence]:
-  """Def. 2.2 at ``batch`` (verdict.py): per declared technique and cell, the configuration the cell chose on the
-  validation split (selection.chosen_of_cell) with its replicate seeds; a cell without a chosen trial (none ran its
-  full budget, or no validation split) is read from its trial with the best test accuracy, one run. The strongest
-  verdict wins (pass > borderline > fail, then the larger mean)."""
-  best = None
-  for name in techniques:
-    cells: dict[str, list[Trial]] = {}
-    for t in trials:
-      if t.technique == name and t.batch_size == batch:
-        cells.setdefault(t.cell or t.run_id, []).append(t)
-    for key, group in cells.items():
-      pick = selection.chosen_of_cell(group + [r for r in reps if r.cell and r.cell == key])
-      on_test = pick is None
-      if on_test:
-        pick = max(group, key=lambda t: regimes.best_accuracy_within_budget(t, baseline))
-      v = regimes.reach_verdict(_with_seeds(trials, reps, pick, selected=len(group) > 1), baseline)
-      rank = (_STRENGTH[v.verdict], v.value)
-      if best is None or rank > best[0]:
-        best = (rank, ReachEvidence(name, pick.run_id, v, on_test))
-  return best[1] if best else None
 
 
 def _techniques_cell(trials: Sequence[Trial], techniques: Sequence[str], batch: int) -> str:
