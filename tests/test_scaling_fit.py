@@ -115,3 +115,23 @@ def test_leave_one_batch_out_exposes_a_point_the_fit_rests_on():
   assert lobo[8192] == pytest.approx(2000.0, rel=1e-6)
   assert all(abs(v - 2000.0) > 100.0 for b, v in lobo.items() if b != 8192)
   assert F.leave_one_batch_out({256: [(100.0, False)], 512: [(60.0, False)]}) == {256: None, 512: None}
+
+
+def test_closed_form_c_equals_a_numerical_minimisation_of_the_loss():
+  """_best_c's closed form (censored breakpoints) against scipy's bounded scalar minimiser of the loss in c,
+  written from its definition, on random rows with 0 to all-but-two censored points."""
+  from scipy import optimize
+  rng = np.random.default_rng(3)
+  for trial in range(40):
+    n = int(rng.integers(3, 12))
+    cens = np.zeros(n, bool)
+    cens[rng.choice(n, int(rng.integers(0, n - 1)), replace=False)] = True
+    g, ly = rng.normal(0.0, 1.0, (3, n)), rng.normal(5.0, 1.0, n)
+    c, loss = F._best_c(g, ly, cens)
+    for row in range(3):
+      r = ly - g[row]
+      f = lambda x: float(np.sum(np.where(cens, np.minimum(0.0, x - r), x - r) ** 2))
+      ref = optimize.minimize_scalar(f, bounds=(r.min() - 1, r.max() + 1), method="bounded",
+                                     options=dict(xatol=1e-12))
+      assert c[row] == pytest.approx(ref.x, abs=1e-7), (trial, row)
+      assert loss[row] == pytest.approx(f(c[row]), rel=1e-12) and loss[row] <= ref.fun + 1e-12

@@ -10,7 +10,7 @@ to a target fall as 1/B up to about B_crit and level off at S_min beyond it. Eac
 
 so a censored point costs nothing while the model predicts at least its bound, and pulls the fit up only when
 the model predicts fewer steps than the budget that was not enough. With log Ŝ = c + log(1 + β/B), c = log S_min
-and β = B_crit, the loss is convex in c for fixed β: c is found by bisection on the derivative, and β by a profile
+and β = B_crit, the loss is convex in c for fixed β: c is found in closed form (``_best_c``), and β by a profile
 over a log grid (10⁻³·min B … 10³·max B) refined by successively finer grids around its best point, with the
 limits β = 0 (no speed-up: Ŝ = S_min) and β = ∞ (perfect scaling across the data: Ŝ = E_min/B, E_min =
 S_min·B_crit) compared explicitly.
@@ -30,7 +30,6 @@ import numpy as np
 
 _GRID = 200     # points per stage of the profile over log β
 _STAGES = 5     # grid stages: the last spacing is ~1e-9 in log β
-_BISECT = 80    # bisection steps for c: the bracket (a few units wide) shrinks to ~1e-23
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,19 +57,23 @@ def _arrays(batches, steps, censored):
 
 
 def _best_c(g: np.ndarray, ly: np.ndarray, cens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  """For each row of ``g`` ([K, n]: log Ŝ_i = c + g_i): argmin over c of the loss and its value. The derivative in c
-  is continuous and nondecreasing, so bisection (vectorised over rows) finds the minimiser."""
+  """For each row of ``g`` ([K, n]: log Ŝ_i = c + g_i): argmin over c of the loss and its value, in closed form.
+
+  With r_i = log y_i − g_i the derivative in c is Σ_reached (c − r_i) + Σ_censored, r_i > c (c − r_i): continuous,
+  piecewise linear and increasing (two or more reached points). With the censored r sorted in decreasing order
+  (r_(0) ≥ r_(1) ≥ …) and P_j = Σ_{i<j} r_(i), it is n_u·r_(j) − S_u + j·r_(j) − P_j at the breakpoint r_(j); the
+  censored points active at the minimum are the k breakpoints where it is positive (the minimiser lies below
+  them), and c = (S_u + P_k)/(n_u + k), S_u = Σ_reached r_i, n_u their count."""
   r = ly[None, :] - g
-  unc = ~cens[None, :]
-  lo, hi = r.min(axis=1) - 1.0, r.max(axis=1) + 1.0
-  for _ in range(_BISECT):
-    mid = 0.5 * (lo + hi)
-    d = mid[:, None] - r
-    grad = np.where(unc, d, np.minimum(0.0, d)).sum(axis=1)
-    hi, lo = np.where(grad > 0, mid, hi), np.where(grad > 0, lo, mid)
-  c = 0.5 * (lo + hi)
+  unc = ~cens
+  n_u, s_u = float(unc.sum()), r[:, unc].sum(axis=1)
+  rc = -np.sort(-r[:, cens], axis=1)                                   # censored r, decreasing
+  prefix = np.concatenate([np.zeros((r.shape[0], 1)), np.cumsum(rc, axis=1)], axis=1)  # P_0 … P_m
+  j = np.arange(rc.shape[1], dtype=np.float64)[None, :]
+  k = ((n_u + j) * rc - s_u[:, None] - prefix[:, :-1] > 0).sum(axis=1)
+  c = (s_u + np.take_along_axis(prefix, k[:, None], axis=1)[:, 0]) / (n_u + k)
   d = c[:, None] - r
-  return c, np.where(unc, d * d, np.minimum(0.0, d) ** 2).sum(axis=1)
+  return c, np.where(unc[None, :], d * d, np.minimum(0.0, d) ** 2).sum(axis=1)
 
 
 def _profile(log_betas: np.ndarray, b, ly, cens) -> tuple[np.ndarray, np.ndarray]:
