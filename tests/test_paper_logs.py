@@ -128,3 +128,14 @@ def test_run_records_its_command_and_commit(tmp_path, monkeypatch):
   commit = provenance.code_state()["commit"]
   assert len(lines) == 2 and all(
       f"  python -m lamb_lars.study.running.paper_logs {' '.join(argv)}   # commit {commit}" in ln for ln in lines)
+
+
+def test_a_run_killed_by_the_oom_killer_is_reported_and_counted(tmp_path, monkeypatch, capsys):
+  """A child killed by SIGKILL (what the out-of-memory killer sends) is counted as failed and named in one line
+  with the likely cause, instead of vanishing from the log while the queue moves on."""
+  import sys
+  monkeypatch.setattr(paper_logs, "_command", lambda name, seed, out, lr: [
+      sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
+  assert paper_logs.run(str(tmp_path / "w"), ["lars_b60000"], [0], workers=1) == 1
+  out = capsys.readouterr().out
+  assert "lars_b60000 lr as logged seed 0 FAILED: killed by SIGKILL" in out and "out-of-memory" in out

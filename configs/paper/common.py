@@ -27,6 +27,9 @@ def base(*, batch_size: int, steps: int, learning_rate: float) -> ml_collections
   config.num_train_steps = steps
   # Accumulate over micro-batches of ≤ 2000 images (the same gradient, less memory: the full batch needs it), as
   # straight-line code: XLA:CPU runs a rolled loop over this CNN's convolutions ~20× slower (docs/BENCHMARKS.md).
+  # Unrolled, XLA:CPU keeps many micro-batches' buffers alive at once: a full-batch run (30 micro-batches) peaks
+  # at ≈ 12.5 GB of host memory, a batch-1024 run at 1.2 GB (RSS, 2026-11-27), so two full-batch runs do not fit
+  # in 24 GiB together (`paper_logs run` names an out-of-memory kill).
   config.microbatch_size = 2000
   config.unroll_microbatches = True
   config.eval_every_steps = max(steps // 10, 1)

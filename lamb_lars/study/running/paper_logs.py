@@ -60,6 +60,17 @@ def _pinned(cpus: Optional[set]):
   return (lambda: os.sched_setaffinity(0, cpus)) if cpus and hasattr(os, "sched_setaffinity") else None
 
 
+def _exit_reason(returncode: int) -> str:
+  """One sentence on why a run's process ended badly (a negative code is the signal that killed it)."""
+  if returncode == -9:
+    return ("killed by SIGKILL, on Linux most often the out-of-memory killer: a full-batch run of the CNN holds "
+            "≈ 12.5 GB (30 unrolled micro-batches), so two at once do not fit in 24 GiB; run it with fewer workers. "
+            "It resumes from its last checkpoint when run again.")
+  if returncode < 0:
+    return f"killed by signal {-returncode}; it resumes from its last checkpoint when run again."
+  return f"exit status {returncode} (its error is printed above)."
+
+
 def run(workdir: str, configs: Sequence[str], seeds: Sequence[int],
         learning_rates: Sequence[Optional[float]] = (None,), workers: int = 1) -> int:
   """Trains every configuration × LR × seed not finished yet, one process each, ``workers`` at a time; returns how
@@ -74,20 +85,23 @@ def run(workdir: str, configs: Sequence[str], seeds: Sequence[int],
   if share:
     env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false "
                         f"intra_op_parallelism_threads={share}").strip()
-  running: dict[int, subprocess.Popen] = {}  # slot → process
+  running: dict[int, tuple[str, subprocess.Popen]] = {}  # slot → (what runs, its process)
   failed = 0
   while todo or running:
-    for slot in [s for s, p in running.items() if p.poll() is not None]:
-      failed += running.pop(slot).returncode != 0
+    for slot in [s for s, (_, p) in running.items() if p.poll() is not None]:
+      what, proc = running.pop(slot)
+      if proc.returncode != 0:
+        failed += 1
+        print(f"{time.strftime('%H:%M:%S')} {what} FAILED: {_exit_reason(proc.returncode)}", flush=True)
     free = [s for s in range(max(1, workers)) if s not in running]
     while todo and free:
       (name, lr, seed), slot = todo.pop(0), free.pop(0)
       out = run_dir(workdir, name, seed, lr)
       os.makedirs(out, exist_ok=True)
       cpus = set(range(slot * share, (slot + 1) * share)) if share and ncpu >= workers else None
-      print(f"{time.strftime('%H:%M:%S')} {name} lr {lr or 'as logged'} seed {seed} → {out}"
-            + (f" (CPUs {sorted(cpus)})" if cpus else ""), flush=True)
-      running[slot] = subprocess.Popen(_command(name, seed, out, lr), env=env, preexec_fn=_pinned(cpus))
+      what = f"{name} lr {lr or 'as logged'} seed {seed}"
+      print(f"{time.strftime('%H:%M:%S')} {what} → {out}" + (f" (CPUs {sorted(cpus)})" if cpus else ""), flush=True)
+      running[slot] = (what, subprocess.Popen(_command(name, seed, out, lr), env=env, preexec_fn=_pinned(cpus)))
     if running:
       time.sleep(1.0)
   return failed
