@@ -149,3 +149,34 @@ def test_each_study_command_is_stamped_with_the_commit_that_ran_it(tmp_path):
   with open(os.path.join(out, "manifest.json")) as f:
     assert json.load(f)["commands"][0] == line
   assert provenance.verify(out) == []
+
+
+def test_rereport_recomputes_the_readme_from_the_published_csvs(tmp_path, monkeypatch):
+  """After the analysis changes (here: a README written by an older report, simulated by editing it and
+  re-hashing), ``rereport`` recomputes README.md from the folder's own CSVs at the current clean commit and records
+  that in the manifest; it refuses a folder whose CSVs are not the manifest's, and a dirty checkout."""
+  work, out = _workdir(tmp_path), str(tmp_path / "out")
+  publish.publish(work, out, command="python -m lamb_lars.study report --workdir=w --out=o")
+  readme = os.path.join(out, "README.md")
+  fresh = open(readme).read()
+  open(readme, "w").write(fresh.replace("## Regimes", "## Regimes\n\nan older analysis said B_L = 512.", 1))
+  m = json.load(open(os.path.join(out, "manifest.json")))
+  m["files"]["README.md"] = provenance.sha256(readme)
+  m["not_recomputed"] = {"## Trials": "an older report"}
+  provenance.write_manifest(out, m)
+  assert any("## Regimes" in p for p in provenance.verify(out))
+  monkeypatch.setattr(provenance, "code_state", lambda: {"commit": "f" * 40, "dirty": False})
+  provenance.rereport(out, "python -m lamb_lars.study rereport o")
+  assert open(readme).read() == fresh and provenance.verify(out) == []
+  m = json.load(open(os.path.join(out, "manifest.json")))
+  assert m["code"]["commit"] == "f" * 40 and "not_recomputed" not in m
+  assert [r["command"] for r in m["rereports"]] == ["python -m lamb_lars.study rereport o"]
+  assert m["commands"][-1] == "python -m lamb_lars.study report --workdir=w --out=o"   # the runs' record is kept
+  monkeypatch.setattr(provenance, "code_state", lambda: {"commit": "f" * 40, "dirty": True})
+  with pytest.raises(ValueError, match="uncommitted changes"):
+    provenance.rereport(out, "x")
+  monkeypatch.setattr(provenance, "code_state", lambda: {"commit": "f" * 40, "dirty": False})
+  with open(os.path.join(out, "runs.csv"), "a") as f:
+    f.write("\n")
+  with pytest.raises(ValueError, match="runs.csv is not the file its manifest records"):
+    provenance.rereport(out, "x")

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from lamb_lars.study.records import Baseline, Trial
-from lamb_lars.study.analysis.regimes import (baseline_from_trials, classify_trials, first_failure, linear_evidence,
+from lamb_lars.study.analysis.baseline import baseline_from_trials
+from lamb_lars.study.analysis.regimes import (classify_trials, first_failure, linear_evidence,
                                      linear_verdict,
                                      passes_large_batch, reach_verdict, reaches_accuracy, row_epoch,
                                      technique_evidence)
@@ -210,3 +211,34 @@ def test_an_undetermined_batch_below_b_h_is_large():
   assert r.b_h == 8192
   assert r.labels[4096] == "large: below B_H (untried: lars, lamb)"
   assert r.labels[8192] == "large with lars"
+
+
+def test_the_eval_at_a_runs_last_step_is_within_its_budget():
+  """A run of ρ epochs trains ⌈ρ·N/B⌉ steps (durations.to_steps), so its last eval logs slightly more than ρ
+  epochs: 403 steps × 4096 / 55,000 = 30.0125 at B = 4096. That eval is the run's final one and counts for Defs
+  2.1/2.2 and for the baseline's A and ξ; an eval past the last step does not. (The old rule, epoch ≤ ρ, dropped
+  the final eval of 107 of the ladder's 123 full-budget runs.)"""
+  final = _t("f", 4096, [(15.0, 0.95, 0.1), (403 * 4096 / 55000, 0.99, 0.03)])
+  assert passes_large_batch(final, BASE) and reaches_accuracy(final, BASE)
+  past = _t("p", 4096, [(15.0, 0.95, 0.1), (404 * 4096 / 55000, 0.99, 0.03)])
+  assert not passes_large_batch(past, BASE) and not reaches_accuracy(past, BASE)
+  base = _t("base", 256, [(29.9962, 0.98, 0.05), (6446 * 256 / 55000, 0.991, 0.031)], role="baseline")
+  b = baseline_from_trials([base], num_train=55000, epochs=30)
+  assert (b.accuracy, b.val_loss) == (0.991, 0.031)
+
+
+def test_budget_steps_rounds_up_like_the_trainer():
+  """Trial.budget_steps: ⌈budget_epochs · N/B⌉ from the logged (step, epoch) of its evals, epochs rounded to 6
+  decimals as the trainer logs them."""
+  row = lambda step, b: {"step": step, "epoch": round(step * b / 55000, 6)}
+  assert Trial("a", 1024, budget_epochs=30.0, curve=[row(800, 1024)]).budget_steps() == 1612   # 1611.33 → 1612
+  assert Trial("b", 1000, budget_epochs=30.0, curve=[row(1650, 1000)]).budget_steps() == 1650   # exact
+  assert Trial("c", 4096, budget_epochs=30.0, curve=[row(403, 4096)]).budget_steps() == 403
+  assert Trial("d", 4096, budget_epochs=None, curve=[row(403, 4096)]).budget_steps() is None
+
+
+def test_no_linear_run_above_b0_leaves_every_batch_large_or_not_undetermined():
+  """Without any linear-scaling run above B0, B_L is unknown (Def. 2.1), so a batch a technique reaches is not
+  known to be large (the old label was 'large with tuned (linear scaling not run)')."""
+  r = classify_trials(BASE, [_t("t4096", 4096, PASS, role="technique", technique="tuned")], TECH)
+  assert r.b_l is None and r.labels[4096] == "large or not: undetermined (linear scaling not run); reached by tuned"

@@ -140,7 +140,7 @@ def test_def22_verdict_reads_the_validation_choice_and_its_seeds_not_the_best_te
               for k, acc in ((1, 0.980), (2, 0.981), (3, 0.982))]]
   spec = report.ReportSpec(baseline_epochs=30.0, num_train=N, techniques=("lars",))
   text = open(report.write_report(trials, str(tmp_path), spec)).read()
-  assert "| 8192 | large with lars (linear scaling not run) |" in text  # the label reads every trial
+  assert "| 8192 | large or not: undetermined (linear scaling not run); reached by lars |" in text  # no linear runs
   assert "| fail (lars, 3 seeds) |" in text and "| pass (lars" not in text  # the chosen run itself is not a seed
   assert ("- caution: batch 8192: a trial of lars reaches 99.5%·A, but no technique's chosen configuration does over "
           "its seeds (Def. 2.2 fail (lars, 3 seeds)); B_H rests on that trial") in text

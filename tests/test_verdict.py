@@ -41,3 +41,15 @@ def test_combine():
   assert combine("pass", "pass") == "pass"
   assert combine("pass", "borderline") == "borderline"
   assert combine("borderline", "fail") == "fail"
+
+
+def test_text_names_the_diverged_seeds_and_the_best_other():
+  """One of 4 seeds diverged: the text says so and gives the best finite seed, not 'no finite value' (which is
+  what the published ladder's B_L row said of a batch where 3 seeds finished)."""
+  acc = threshold_verdict([-math.inf, 0.9749, 0.9865, 0.9862], 0.98704, tolerance=0.002)
+  assert acc.verdict == "fail" and acc.num_finite == 3
+  assert acc.text() == "fail: 1 of 4 seeds diverged or had no eval, the best other 0.9865 vs 0.987"
+  loss = threshold_verdict([math.inf, 0.05, 0.04], 0.036, mode="min", tolerance=0.05, relative=True)
+  assert loss.text() == "fail: 1 of 3 seeds diverged or had no eval, the best other 0.04 vs 0.036"
+  none = threshold_verdict([-math.inf, -math.inf], 0.98, tolerance=0.002)
+  assert none.text() == "fail: no finite value (diverged or no eval) vs 0.98, 2 seeds"

@@ -7,6 +7,8 @@ analysis/ (pure functions of records; notebook-friendly)
   steps_to_target  Shallue et al. 2018: fewest steps to a goal per batch size
   critical_batch   S(B) = S_min·(1 + B_crit/B), T(B) = S(B)·t(B), B*, Golmant et al. 2018 breakdown point
   regimes          You et al. 2020 Definitions 2.1–2.3: B_L, B_H, B_F from tagged trials
+  baseline         the baseline's A and ξ (Defs 2.1–2.2's references), over its seeds
+  reach            Def. 2.2 at one batch from the chosen configuration's seeds; label/verdict cautions
   verdict          pass / fail / borderline of per-seed values (or one run ± a tolerance) against a threshold
   table3           You et al. 2020 Table 3 verdicts and cells
   noise_trajectory McCandlish et al. 2018 B_simple per phase of training, non-finite evaluations counted
@@ -32,7 +34,8 @@ running/ (processes, files, the search)
   ray_executor     trials as Ray tasks (ray_cluster: connecting and sizing)
   run_one          one trial in its own process
   publish          runs.csv / evals.csv and the report recomputed from them
-  provenance       manifest.json of a published folder, and ``verify`` (hashes, counts, the README recomputed)
+  provenance       manifest.json of a published folder, ``verify`` (hashes, counts, the README recomputed) and
+                   ``rereport`` (the README recomputed from the folder's CSVs after the analysis changed)
   paper_logs       the faithful runs of configs/paper/ and their published comparison
 A run dir's files (the trainer ↔ runner contract) are named and read in lamb_lars/common/run_files.py.
 Definitions: docs/studies.md.

@@ -6,6 +6,7 @@
       [--num_workers=2] [--executor=local|ray] [--ray_address=auto|HOST:PORT]
   python -m lamb_lars.study report --workdir=/tmp/studies/table3 [--out=docs/studies/mnist_table3]
   python -m lamb_lars.study verify docs/studies/mnist_table3 [DIR ...]
+  python -m lamb_lars.study rereport docs/studies/mnist_table3 [DIR ...]
   python -m lamb_lars.study status --workdir=/tmp/studies/table3
   python -m lamb_lars.study snapshot --workdir=/tmp/studies/table3 --out=studies_carry/table3
 
@@ -14,7 +15,9 @@ everything in ``<workdir>/study.sqlite``; re-running the same command skips fini
 ``branch`` runs a branching study (lamb_lars/study/running/branches.py): its reference run, then the branches from the
 reference's checkpoints, through the same runner and store (re-running it resumes). ``report`` needs only the workdir: it writes runs.csv, evals.csv and README.md + PNGs computed from the CSVs, and
 manifest.json (provenance). ``verify`` checks a published folder against its manifest and recomputes its README from
-the CSVs; it exits 1 with one sentence per mismatch.
+the CSVs; it exits 1 with one sentence per mismatch. ``rereport`` recomputes a published folder's README and
+figures from its own CSVs at the current (clean) commit, after the analysis changed, and records that in its
+manifest (``rereports``); the runs, the CSVs and their hashes stay as they were.
 The study config is locked: a misspelled ``--config.`` override is an error. Every trial config is validated (by
 the validator ``train.py`` uses) before any trial runs; a mistake is one sentence and exit status 2
 (``--verbose`` shows the traceback). ``run`` exits 1 when trials failed, listing each failure's line.
@@ -107,6 +110,9 @@ def main() -> None:
   if sys.argv[1:2] == ["verify"]:  # no flags: folders only
     from lamb_lars.study.running import provenance
     sys.exit(provenance.main(sys.argv[2:]))
+  if sys.argv[1:2] == ["rereport"]:
+    from lamb_lars.study.running import provenance
+    sys.exit(provenance.rereport_main(sys.argv[2:]))
   from absl import app
 
   from lamb_lars.common import cli_errors
@@ -117,7 +123,7 @@ def main() -> None:
     logging.set_verbosity(logging.WARNING)
     if len(argv) != 2 or argv[1] not in ("run", "branch", "report", "status", "snapshot"):
       raise app.UsageError("usage: python -m lamb_lars.study {run|branch|report|status|snapshot} --workdir=DIR "
-                           "[--config=STUDY.py] | verify DIR")
+                           "[--config=STUDY.py] | verify DIR | rereport DIR")
     try:
       if argv[1] == "status":
         from lamb_lars.study.running import status

@@ -79,6 +79,16 @@ class Trial:
   promoted: bool = False
   space: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
+  def budget_steps(self) -> Optional[int]:
+    """The steps of its full budget: ⌈budget_epochs × steps per epoch⌉ (the trainer's rounding, durations.py), the
+    steps per epoch read from its last eval with both (epochs are logged to 6 decimals, hence the tolerance).
+    None when it has no budget or no such eval."""
+    rows = [r for r in self.curve if r.get("epoch") and r.get("step")]
+    if not self.budget_epochs or not rows:
+      return None
+    exact = float(self.budget_epochs) * float(rows[-1]["step"]) / float(rows[-1]["epoch"])
+    return int(math.ceil(exact * (1 - 1e-6)))
+
   def last(self, key: str) -> Optional[float]:
     """The metric at the last eval that logged it."""
     vals = [r[key] for r in self.curve if r.get(key) is not None]

@@ -72,10 +72,8 @@ def _fit_ab(x: np.ndarray, y: np.ndarray, weighting: str) -> tuple[float, float]
 
 
 def _one_param(x: np.ndarray, y: np.ndarray, weighting: str, which: str) -> float:
-  """Best a (model y = a) or b (model y = b·x) under the chosen residual."""
+  """Best a (model y = a) or b (model y = b·x) under the 'none' or 'relative' residual."""
   z = np.ones_like(x) if which == "a" else x
-  if weighting == "log":
-    return float(np.exp(np.mean(np.log(y) - np.log(z))))
   w = np.ones_like(y) if weighting == "none" else 1.0 / y ** 2
   return float(np.sum(w * z * y) / np.sum(w * z * z))
 
@@ -92,19 +90,18 @@ def fit_inverse_law(batches: Sequence[float], steps: Sequence[float], *, weighti
   if np.any(bs <= 0) or np.any(y <= 0) or not np.all(np.isfinite(y)):
     raise ValueError("batch sizes and steps must be positive and finite")
   x = 1.0 / bs
+  rms = lambda a, b: float(np.sqrt(np.mean((np.log(y) - np.log(a + b * x)) ** 2)))
   if weighting == "log":  # the global minimum of the log loss (scaling_fit's profile), boundaries included
     f = scaling_fit.fit(bs, y)
-    a, b = f.s_min, f.e_min
-  else:
-    a, b = _fit_ab(x, y, weighting)
+    return InverseLawFit(s_min=f.s_min, b_crit=f.b_crit, e_min=f.e_min, rms_log_residual=rms(f.s_min, f.e_min),
+                         num_points=len(y), weighting=weighting)
+  a, b = _fit_ab(x, y, weighting)
   if b < 0:
     a, b = _one_param(x, y, weighting, "a"), 0.0
   elif a <= 0:
     a, b = 0.0, _one_param(x, y, weighting, "b")
-  pred = a + b * x
-  rms = float(np.sqrt(np.mean((np.log(y) - np.log(pred)) ** 2)))
   b_crit = math.inf if a == 0 else b / a
-  return InverseLawFit(s_min=a, b_crit=b_crit, e_min=b if a == 0 else a * b_crit, rms_log_residual=rms,
+  return InverseLawFit(s_min=a, b_crit=b_crit, e_min=b if a == 0 else a * b_crit, rms_log_residual=rms(a, b),
                        num_points=len(y), weighting=weighting)
 
 

@@ -48,14 +48,6 @@ def phase_of(step: float, last_step: float, num_phases: int) -> int:
   return min(num_phases - 1, max(0, math.ceil(num_phases * float(step) / float(last_step)) - 1))
 
 
-def budget_steps(t: Trial) -> Optional[float]:
-  """The run's budget in steps: ``budget_epochs`` × steps per epoch of its last eval with both (None if unknown)."""
-  rows = [r for r in t.curve if r.get("step") and r.get("epoch")]
-  if not t.budget_epochs or not rows:
-    return None
-  return float(t.budget_epochs) * float(rows[-1]["step"]) / float(rows[-1]["epoch"])
-
-
 def _values(curve: Sequence[Mapping], key: str) -> list[tuple[float, float]]:
   """(step, value) of every eval that logged ``key``, non-finite ones included (as float NaN / inf)."""
   return [(float(r["step"]), float(r[key])) for r in curve if r.get(key) is not None and r.get("step") is not None]
@@ -70,7 +62,7 @@ def trajectory(trials: Sequence[Trial], *, num_phases: int = 10, key: str = KEY)
     pts = _values(t.curve, key)
     if not pts:
       continue
-    last = budget_steps(t) or max(s for s, _ in pts)
+    last = t.budget_steps() or max(s for s, _ in pts)
     for s, v in pts:
       pools[phase_of(s, last, num_phases)].append(v)
   out = []

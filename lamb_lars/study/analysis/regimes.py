@@ -30,11 +30,11 @@ B_L unless listed as an anomaly), 'below B_L (linear scaling not run here)' (unt
 tested batch: not large, with the techniques that reach there), 'in B_L's bracket, large or not: undetermined'
 (untested, between the last passing and the first failing tested batch: the true B_L may lie on either side),
 'above every tested linear batch, large or not: undetermined' (untested, above them all, none failing),
-'large with <techniques>' (B ≥ B_L, or B_L not found, where linear scaling fails or
-was not run and these techniques reach), 'huge' (every declared technique failed), 'large or huge: undetermined
-(no technique tried)' and 'large or huge: undetermined (untried: …)' (B ≥ B_L, or B_L not found, where linear
-scaling fails and no declared technique was run, or those run failed and the others were not: Defs 2.1–2.2 cannot
-tell large from huge there), 'large: below B_H (…)' (the same, but below a batch that a technique reached: only
+'large or not: undetermined (linear scaling not run)' (no linear run above B0 at all: B_L unknown),
+'large with <techniques>' (B ≥ B_L, where linear scaling fails or was not run and these techniques reach), 'huge'
+(every declared technique failed), 'large or huge: undetermined (no technique tried)' and 'large or huge:
+undetermined (untried: …)' (B ≥ B_L, or B_L not found, where linear scaling fails and no declared technique was
+run, or those run failed and the others were not: Defs 2.1–2.2 cannot tell large from huge there), 'large: below B_H (…)' (the same, but below a batch that a technique reached: only
 B > B_H is huge, Def. 2.2), 'untested' (nothing finished yet). A batch ≥ B_F is also marked full.
 """
 from __future__ import annotations
@@ -44,6 +44,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from lamb_lars.common import durations
 from lamb_lars.study.analysis import verdict as vd
 from lamb_lars.study.records import Baseline, Trial
 
@@ -78,9 +79,21 @@ def row_epoch(row: Mapping, batch_size: int, num_train: int) -> float:
   return float(row["step"]) * batch_size / num_train
 
 
+def budget_epochs(epochs: float, batch_size: int, num_train: int) -> float:
+  """The epochs a run of ρ = ``epochs`` at batch B actually trains: ⌈ρ·N/B⌉ steps (durations.to_steps, the rule
+  the trainer uses) of B/N epochs each, e.g. 30.0125 at B = 4096, N = 55,000. An eval at the run's last step is
+  within its ρ-epoch budget."""
+  return durations.to_steps(epochs, "epochs", num_train=num_train, batch_size=batch_size) * batch_size / num_train
+
+
+def rows_within(curve: Sequence[Mapping], batch_size: int, epochs: float, num_train: int) -> list[Mapping]:
+  """The eval rows of a run at ``batch_size`` within its ρ-epoch budget (``budget_epochs``)."""
+  limit = budget_epochs(epochs, batch_size, num_train) * (1 + _EPS)
+  return [r for r in curve if row_epoch(r, batch_size, num_train) <= limit]
+
+
 def _within_budget(trial: Trial, baseline: Baseline) -> list[Mapping]:
-  limit = baseline.epochs * (1 + _EPS)
-  return [r for r in trial.curve if row_epoch(r, trial.batch_size, baseline.num_train) <= limit]
+  return rows_within(trial.curve, int(trial.batch_size), baseline.epochs, baseline.num_train)
 
 
 def passes_large_batch(trial: Trial, baseline: Baseline, *, acc_key: str = TEST_ACC,
@@ -217,6 +230,8 @@ def _label(b: int, baseline: Baseline, linear: Mapping[int, bool], tech: Mapping
       return "in B_L's bracket, large or not: undetermined (linear scaling not run here)" + by
     if b_l is None and any(x > baseline.batch_size for x in linear):
       return "above every tested linear batch, large or not: undetermined (linear scaling not run here)" + by
+    if b_l is None:  # Def. 2.1 tested nowhere above B0: B_L is unknown, so no batch is known to be large
+      return "large or not: undetermined (linear scaling not run)" + by
   if reached:
     return "large with " + ", ".join(reached) + ("" if b in linear else " (linear scaling not run)")
   tried = [name for name in techniques if name in tech]
@@ -270,31 +285,3 @@ def classify_trials(baseline: Baseline, trials: Sequence[Trial], techniques: Seq
   """Regimes of a study from its tagged trials and its declared technique set."""
   return classify(baseline, linear_evidence(trials, baseline, acc_key=acc_key, loss_key=loss_key),
                   technique_evidence(trials, baseline, techniques, acc_key=acc_key), techniques)
-
-
-def baseline_from_trials(trials: Sequence[Trial], num_train: int, epochs: float, *, acc_key: str = TEST_ACC,
-                         loss_key: str = VAL_LOSS, replicates: Sequence[Trial] = ()) -> Baseline:
-  """The baseline from the study's one ``role='baseline'`` trial: A = its test accuracy and ξ its validation
-  loss at its last eval within ρ epochs. With replicates of it (fresh seeds, ``replicate_of`` = its run id), A and
-  ξ are the means over all its finished seeds: one seed's A carries its seed noise (sd ≈ 0.1 pp on MNIST) into
-  every Def. 2.1/2.2 threshold. Raises ValueError with one sentence when that is not possible."""
-  base = [t for t in trials if t.role == "baseline" and t.phase != "replicate"]
-  if len(base) != 1:
-    raise ValueError(f"a study needs exactly one baseline trial (role 'baseline'); found {len(base)}.")
-  t = base[0]
-  if t.status != "done":
-    raise ValueError(f"the baseline run {t.run_id} is {t.status}, not done.")
-  seeds = [t] + [r for r in replicates if r.replicate_of == t.run_id and r.status == "done"]
-  values = []
-  for s in seeds:
-    rows = [r for r in s.curve if row_epoch(r, s.batch_size, num_train) <= epochs * (1 + _EPS)
-            and r.get(acc_key) is not None and r.get(loss_key) is not None]
-    if rows:
-      values.append((float(rows[-1][acc_key]), float(rows[-1][loss_key])))
-    elif s is t:
-      raise ValueError(f"the baseline run {t.run_id} has no eval with {acc_key} and {loss_key} within {epochs:g} "
-                       "epochs.")
-  accs, losses = zip(*values)
-  return Baseline(batch_size=int(t.batch_size), accuracy=float(np.mean(accs)), val_loss=float(np.mean(losses)),
-                  epochs=float(epochs), num_train=int(num_train), run_id=t.run_id,
-                  seed_accuracies=tuple(accs), seed_val_losses=tuple(losses))

@@ -130,15 +130,6 @@ class SeedSteps:
   censored: bool
 
 
-def budget_steps(t: Trial) -> Optional[float]:
-  """The steps of the trial's full budget: budget epochs × steps per epoch (from its eval rows)."""
-  rows = [r for r in t.curve if r.get("epoch") and r.get("step")]
-  if not rows or t.budget_epochs is None:
-    return None
-  per_epoch = float(rows[-1]["step"]) / float(rows[-1]["epoch"])
-  return float(round(t.budget_epochs * per_epoch))
-
-
 def steps_per_seed(trials: Sequence[Trial], metric: str, goal: float, mode: str = "max",
                    within: float = 1.0) -> list[SeedSteps]:
   """Each finished trial's steps to ``goal``: its first hit within ``within`` × its budget, else censored at that
@@ -149,7 +140,7 @@ def steps_per_seed(trials: Sequence[Trial], metric: str, goal: float, mode: str 
   for t in trials:
     if t.status not in ("done", "diverged"):
       continue
-    budget = budget_steps(t)
+    budget = t.budget_steps()
     if budget is None:
       continue
     limit = within * budget

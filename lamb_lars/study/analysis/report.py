@@ -20,6 +20,7 @@ from lamb_lars.common import io_utils
 from lamb_lars.study import paper
 from lamb_lars.study.analysis import (batch_warmup, plots, regimes, report_branching, report_curves, report_replicates,
                                       reach, report_scaling, table3)
+from lamb_lars.study.analysis.baseline import baseline_from_trials
 from lamb_lars.study.analysis.markdown import fmt, pct, table
 from lamb_lars.study.records import STATUSES, Baseline, Target, Trial
 
@@ -89,7 +90,7 @@ def _baseline(trials: Sequence[Trial], spec: ReportSpec,
   key = "validation_loss" if any(r.get("validation_loss") is not None for t in trials if t.role == "baseline"
                                  for r in t.curve) else "eval_loss"
   try:
-    return regimes.baseline_from_trials(trials, spec.num_train, spec.baseline_epochs, loss_key=key,
+    return baseline_from_trials(trials, spec.num_train, spec.baseline_epochs, loss_key=key,
                                         replicates=reps), key
   except ValueError as e:
     return None, str(e)
@@ -114,18 +115,6 @@ def _baseline_section(baseline: Optional[Baseline], note: str, spec: ReportSpec)
   return lines
 
 
-def _with_seeds(trials: Sequence[Trial], reps: Sequence[Trial], t: Trial, *, selected: bool = False) -> list[Trial]:
-  """The seeds a Def. 2.1/2.2 verdict reads: a trial and its replicates (fresh seeds of the same configuration).
-  A ``selected`` trial (chosen among its cell's search on validation) is left out when it has replicates: its own
-  test accuracy shares the luck that got it chosen (replicates.py); an unsearched one (a linear-scaling run)
-  counts as one seed among them."""
-  own = [r for r in reps if r.replicate_of == t.run_id and r.status not in _NOT_EVIDENCE]
-  return own if (selected and own) else [t] + own
-
-
-_NOT_EVIDENCE = ("pending", "running", "failed")   # a seed not yet run, or crashed, says nothing about the recipe
-
-
 def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec: ReportSpec,
                      reps: Sequence[Trial] = ()) -> list[str]:
   """Def. 2.1–2.3 with their brackets; a verdict reads every seed of a configuration (its replicates too)."""
@@ -143,12 +132,12 @@ def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec
             "2020 Table 2).", ""]
   ref = paper.TABLE2.get(spec.workload, {})
   rule = lambda b, name: [s for t in trials if t.role == "linear" and t.batch_size == b
-                          and regimes.scaling_rule(t) == name for s in _with_seeds(trials, reps, t)]
+                          and regimes.scaling_rule(t) == name for s in reach.seeds_of(reps, t)]
   lin, sqrt = {b: rule(b, "linear") for b in r.labels}, {b: rule(b, "sqrt") for b in r.labels}
   d21 = {b: regimes.linear_verdict(ts, baseline, loss_key=loss_key) for b, ts in lin.items() if ts}
   d21v = {b: v.verdict for b, v in d21.items()}
   sqrt_v = {b: regimes.linear_verdict(ts, baseline, loss_key=loss_key).verdict for b, ts in sqrt.items() if ts}
-  d22 = {b: v for b in r.labels if (v := reach.reach_evidence(trials, reps, spec.techniques, b, baseline, _with_seeds))}
+  d22 = {b: v for b in r.labels if (v := reach.reach_evidence(trials, reps, spec.techniques, b, baseline))}
   ev = lambda b: (f"{b}: Def. 2.1 {d21v[b]} (acc {d21[b].accuracy.text()}; loss {d21[b].loss.text()})"
                   if b in d21 else f"{b} (B0)" if b == baseline.batch_size else f"{b}: no linear run")
   lines += table(["quantity", "measured", "bracket and evidence", "paper"], [

@@ -115,10 +115,15 @@ def goal_sentence(target: Target) -> str:
 
 
 def late_median(t: Trial, key: str) -> Optional[float]:
-  """The median of the finite values of ``key`` over the second half of the run's evals (non-positive ones
-  included; the non-finite ones are counted in the report, noise_trajectory.count_nonfinite)."""
-  _, v = series(t, key)
-  v = [x for x in v[len(v) // 2:] if x is not None and math.isfinite(x)]
+  """The median of the finite values of ``key`` logged in the second half of the run's *budget* (its
+  budget_steps, else its last eval step), non-positive ones included; the non-finite ones are counted in the
+  report (noise_trajectory.count_nonfinite). A run stopped before half its budget has none: its early values
+  are not late ones (the same phasing as noise_trajectory.trajectory)."""
+  steps, v = series(t, key)
+  if not steps:
+    return None
+  half = (t.budget_steps() or max(steps)) / 2.0
+  v = [x for s, x in zip(steps, v) if s > half and x is not None and math.isfinite(x)]
   return float(np.median(v)) if v else None
 
 
@@ -160,6 +165,6 @@ def trajectory_lines(per_batch: dict[int, list[Trial]], num_phases: int = 10) ->
       f", {p.num_nonpositive} ≤ 0" if p.num_nonpositive else "")
   rows = [[f"{10 * k}–{10 * (k + 1)}%" if num_phases == 10 else f"{k + 1}/{num_phases}"]
           + [cell(traj[b][k]) for b in traj] for k in range(num_phases)]
-  return (["B_simple over training: per phase of each run's steps, the median [quartiles] of the finite "
+  return (["B_simple over training: per phase of each run's budget in steps, the median [quartiles] of the finite "
            "evaluations, their number n, and the non-finite ones (counted, never used).", ""]
           + table(["phase of training"] + [f"B = {b}" for b in traj], rows))

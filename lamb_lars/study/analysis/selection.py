@@ -58,8 +58,9 @@ def choose(trials: Sequence[Trial], metric: str = "validation_accuracy", mode: s
 
 
 def chosen_of_cell(group: Sequence[Trial]) -> Optional[Trial]:
-  """A cell's chosen trial as the study made it: the one its replicates repeat (the runner chose it on validation,
-  phases.py), else ``choose`` over its own trials; a cell of one trial chooses that trial."""
+  """A cell's chosen trial: the one its replicates repeat (the runner chose it on validation, phases.py), else
+  (an interim report, before any replicate ran) ``choose`` over its own trials on validation accuracy, which can
+  differ from the runner's pick in a steps-to-target search; a cell of one trial chooses that trial."""
   ids = sorted({t.replicate_of for t in group if t.replicate_of})
   by_id = {t.run_id: t for t in group}
   if ids:

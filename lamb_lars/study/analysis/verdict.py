@@ -40,10 +40,15 @@ class Verdict:
   high: float
   threshold: float
   num_values: int
+  num_finite: int = -1   # values that are finite (−1: all of them)
 
   def text(self, digits: int = 4) -> str:
     how = f"{self.num_values} seeds" if self.num_values > 1 else "1 run"
     if not math.isfinite(self.value):
+      finite = [b for b in (self.low, self.high) if math.isfinite(b)]
+      if self.num_finite > 0 and finite:  # some seeds diverged: the best of the others bounds the cell
+        return (f"{self.verdict}: {self.num_values - self.num_finite} of {self.num_values} seeds diverged or had no "
+                f"eval, the best other {finite[0]:.{digits}g} vs {self.threshold:.{digits}g}")
       return f"{self.verdict}: no finite value (diverged or no eval) vs {self.threshold:.{digits}g}, {how}"
     return (f"{self.verdict}: {self.value:.{digits}g} ∈ [{self.low:.{digits}g}, {self.high:.{digits}g}] vs "
             f"{self.threshold:.{digits}g}, {how}")
@@ -83,7 +88,7 @@ def threshold_verdict(values: Sequence[float], threshold: float, *, mode: str = 
     value, low, high = mean_interval(vals)
   passes, fails = (low >= threshold, high < threshold) if mode == "max" else (high <= threshold, low > threshold)
   verdict = PASS if passes else FAIL if fails else BORDERLINE
-  return Verdict(verdict, value, low, high, float(threshold), len(vals))
+  return Verdict(verdict, value, low, high, float(threshold), len(vals), len(finite))
 
 
 def combine(*verdicts: str) -> str:

@@ -63,9 +63,9 @@ def _pinned(cpus: Optional[set]):
 def _exit_reason(returncode: int) -> str:
   """One sentence on why a run's process ended badly (a negative code is the signal that killed it)."""
   if returncode == -9:
-    return ("killed by SIGKILL, on Linux most often the out-of-memory killer: a full-batch run of the CNN holds "
-            "≈ 12.5 GB (30 unrolled micro-batches), so two at once do not fit in 24 GiB; run it with fewer workers. "
-            "It resumes from its last checkpoint when run again.")
+    return ("killed by SIGKILL: on Linux most often the out-of-memory killer (`dmesg` says), e.g. two full-batch "
+            "runs of the CNN at once, ≈ 12.5 GB each (30 unrolled micro-batches), on a 24 GiB machine; then run "
+            "fewer at once. It resumes from its last checkpoint when run again.")
   if returncode < 0:
     return f"killed by signal {-returncode}; it resumes from its last checkpoint when run again."
   return f"exit status {returncode} (its error is printed above)."

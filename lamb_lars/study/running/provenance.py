@@ -205,6 +205,34 @@ def _recomputed(out_dir: str, m: dict) -> dict[str, str]:
     plots._save = save
 
 
+def rereport(out_dir: str, command: str) -> str:
+  """Recomputes a published folder's README and figures from its own CSVs at the current commit (the analysis
+  changed; the runs did not), for a folder whose study workdir is gone. The CSVs must be the manifest's; the
+  checkout must be clean, so that the commit recorded says exactly what computed the README. The manifest keeps
+  the runs' commands and gains ``rereports`` (when, the commit, the command); its ``code`` becomes this commit.
+  Returns the README path; raises ValueError (one sentence) when it cannot."""
+  from lamb_lars.study.running import publish  # running layer: loads the CSVs
+  m = json.loads(io_utils.read_text(os.path.join(out_dir, MANIFEST)))
+  if m.get("kind") == "paper_logs":
+    raise ValueError(f"{out_dir} is a paper_logs folder: re-report it with `python -m "
+                     "lamb_lars.study.running.paper_logs report`.")
+  for name in ("runs.csv", "evals.csv"):
+    if sha256(os.path.join(out_dir, name)) != m.get("files", {}).get(name):
+      raise ValueError(f"{out_dir}/{name} is not the file its manifest records; a re-report recomputes from the "
+                       "published CSVs only.")
+  code = code_state()
+  if code.get("dirty") or not code.get("commit"):
+    raise ValueError("the checkout has uncommitted changes (or is no git checkout); commit first, so that the "
+                     "re-report's commit says what computed it.")
+  readme = report.write_report(publish.load_csvs(out_dir), out_dir, spec_from_json(m["report_spec"]))
+  m["files"]["README.md"] = sha256(readme)
+  m["code"] = code
+  m.pop("not_recomputed", None)  # every section is now the current computation
+  m.setdefault("rereports", []).append({"at": iso(time.time()), "commit": code["commit"], "command": command})
+  write_manifest(out_dir, m)
+  return readme
+
+
 def _compare(old: dict[str, str], new: dict[str, str], skipped: Mapping) -> list[str]:
   """One sentence per README section that differs from its recomputed version (``skipped``: not recomputed)."""
   problems = []
@@ -240,3 +268,17 @@ def main(argv: Sequence[str]) -> int:
     print(f"{d}: {'verified' if not problems else f'{len(problems)} mismatch(es)'}")
     status = status or (1 if problems else 0)
   return status
+
+
+def rereport_main(argv: Sequence[str]) -> int:
+  """``python -m lamb_lars.study rereport DIR [DIR …]``: each folder re-reported (``rereport``) and verified."""
+  if not argv:
+    print("usage: python -m lamb_lars.study rereport DIR [DIR ...]", file=sys.stderr)
+    return 2
+  for d in argv:
+    try:
+      rereport(d, f"python -m lamb_lars.study rereport {d}")
+    except ValueError as e:
+      print(f"error: {e}", file=sys.stderr)
+      return 2
+  return main(argv)
