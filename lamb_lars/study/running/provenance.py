@@ -205,11 +205,12 @@ def _recomputed(out_dir: str, m: dict) -> dict[str, str]:
     plots._save = save
 
 
-def rereport(out_dir: str, command: str) -> str:
+def rereport(out_dir: str, command: str, code: Optional[Mapping] = None) -> str:
   """Recomputes a published folder's README and figures from its own CSVs at the current commit (the analysis
   changed; the runs did not), for a folder whose study workdir is gone. The CSVs must be the manifest's; the
   checkout must be clean, so that the commit recorded says exactly what computed the README. The manifest keeps
   the runs' commands and gains ``rereports`` (when, the commit, the command); its ``code`` becomes this commit.
+  ``code``: the checkout's state read before any folder was written (several re-reported in one command).
   Returns the README path; raises ValueError (one sentence) when it cannot."""
   from lamb_lars.study.running import publish  # running layer: loads the CSVs
   m = json.loads(io_utils.read_text(os.path.join(out_dir, MANIFEST)))
@@ -220,7 +221,7 @@ def rereport(out_dir: str, command: str) -> str:
     if sha256(os.path.join(out_dir, name)) != m.get("files", {}).get(name):
       raise ValueError(f"{out_dir}/{name} is not the file its manifest records; a re-report recomputes from the "
                        "published CSVs only.")
-  code = code_state()
+  code = dict(code) if code is not None else code_state()
   if code.get("dirty") or not code.get("commit"):
     raise ValueError("the checkout has uncommitted changes (or is no git checkout); commit first, so that the "
                      "re-report's commit says what computed it.")
@@ -275,9 +276,10 @@ def rereport_main(argv: Sequence[str]) -> int:
   if not argv:
     print("usage: python -m lamb_lars.study rereport DIR [DIR ...]", file=sys.stderr)
     return 2
+  code = code_state()  # before writing: the first folder's new README would make the checkout look edited
   for d in argv:
     try:
-      rereport(d, f"python -m lamb_lars.study rereport {d}")
+      rereport(d, f"python -m lamb_lars.study rereport {' '.join(argv)}", code)
     except ValueError as e:
       print(f"error: {e}", file=sys.stderr)
       return 2
