@@ -194,9 +194,7 @@ def _table3_section(trials: Sequence[Trial], spec: ReportSpec, baseline_batch: O
   if not any(t.role == "table3" for t in trials):
     return []
   lines = ["## Table 3: optimizer × layer-wise variants", ""]
-  batch = spec.table3_batch or max(t.batch_size for t in trials if t.role == "table3")
-  b0 = baseline_batch or paper.TABLE2.get(spec.workload, {}).get("b0")
-  cells = table3.build_table3(trials, batch, baseline_batch=b0, num_classes=spec.num_classes)
+  batch, _, cells = table3.study_table3(trials, spec.table3_batch, baseline_batch, spec.workload, spec.num_classes)
   ref = paper.TABLE3 if spec.workload == "mnist_lenet" else None
   lines += [table3.render_markdown(cells, ref), "Each cell: measured / paper. Measured = the mean final test accuracy "
             "(%) of the replicates of the cell's chosen trial (the full-budget trial, neither 'diverge' nor "

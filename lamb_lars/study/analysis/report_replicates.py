@@ -86,14 +86,11 @@ def replicates_section(trials: Sequence[Trial]) -> list[str]:
           + table(["cell", "chosen", "chosen's own test acc", "replicates: mean ± sd [95% CI]", "per seed"], rows))
 
 
-def table3_section(trials: Sequence[Trial], batch: int, baseline_batch: Optional[int], num_classes: int,
+def table3_section(trials: Sequence[Trial], batch: Optional[int], baseline_batch: Optional[int], num_classes: int,
                    workload: str) -> list[str]:
   if workload != "mnist_lenet" or not any(t.role == "table3" and t.phase == "replicate" for t in trials):
     return []
-  # The batch-B0 column as the Table 3 section above has it (report.py): the baseline's batch, else the paper's B0,
-  # so a Table 3 study without a 'baseline' trial still compares its B0 cells with the paper.
-  b0 = baseline_batch or paper.TABLE2.get(workload, {}).get("b0")
-  cells = table3.build_table3(trials, batch, baseline_batch=b0, num_classes=num_classes)
+  _, b0, cells = table3.study_table3(trials, batch, baseline_batch, workload, num_classes)  # as report.py's section
   rows = []
   for opt in cells.rows:
     for i, col in enumerate(cells.columns):
@@ -160,8 +157,7 @@ def sections(trials: Sequence[Trial], spec, baseline_batch: Optional[int]) -> li
   trials = list(trials)
   out = adequacy_section(trials, spec.edge_fraction) + replicates_section(trials)
   if any(t.role == "table3" for t in trials):
-    batch = spec.table3_batch or max(t.batch_size for t in trials if t.role == "table3")
-    out += table3_section(trials, batch, baseline_batch, spec.num_classes, spec.workload)
+    out += table3_section(trials, spec.table3_batch, baseline_batch, spec.num_classes, spec.workload)
   target_trials = [t for t in trials if not spec.target_technique or t.technique == spec.target_technique]
   ids = {t.run_id for t in target_trials}  # with no target technique the baseline is among them already
   return out + scaling_section(target_trials + [t for t in trials if t.role == "baseline" and t.run_id not in ids],

@@ -130,6 +130,17 @@ def batch_label(batch: int) -> str:
   return f"{batch // 1024}K" if batch >= 1024 and batch % 1024 == 0 else str(batch)
 
 
+def study_table3(trials: Sequence[Trial], batch: Optional[int], baseline_batch: Optional[int], workload: str,
+                 num_classes: int) -> tuple[int, Optional[int], Table3]:
+  """(the Table 3 batch, its B0 column's batch or None, the table) of a study, as both report sections read it: at ``batch`` (else the largest
+  ``role='table3'`` batch), with a B0 column at the baseline's batch, else the paper's B0 (so a Table 3 study
+  without a 'baseline' trial still compares its B0 cells with the paper)."""
+  from lamb_lars.study import paper
+  batch = batch or max(t.batch_size for t in trials if t.role == "table3")
+  b0 = baseline_batch or paper.TABLE2.get(workload, {}).get("b0")
+  return batch, b0, build_table3(trials, batch, baseline_batch=b0, num_classes=num_classes)
+
+
 def build_table3(trials: Sequence[Trial], batch_size: int, *, baseline_batch: Optional[int] = None,
                  optimizers: Optional[Sequence[str]] = None, **verdict_kw) -> Table3:
   """Table 3 at ``batch_size`` from the ``role='table3'`` trials; with ``baseline_batch``, a first column
