@@ -158,6 +158,14 @@ def test_baseline_a_and_xi_are_means_over_its_seeds(tmp_path):
                                                                              num_train=N))).read()
   assert "| A (test accuracy, %) | 99.20 (seeds: 99.00, 99.20, 99.40) |" in text
   assert "| ξ (validation loss) | 0.0320 (seeds: 0.0300, 0.0320, 0.0340) |" in text
+  assert "Left out of them" not in text
+  # a replicate that diverged is not in A (it has no final accuracy), and the report says so
+  trials.append(Trial("base-s3", 256, "momentum", role="baseline", phase="replicate", replicate_of="base", seed=3,
+                      status="diverged", curve=row(0.1, 2.3)))
+  text = open(report.write_report(trials, str(tmp_path), report.ReportSpec(baseline_epochs=30.0,
+                                                                             num_train=N))).read()
+  assert "| A (test accuracy, %) | 99.20 (seeds: 99.00, 99.20, 99.40) |" in text
+  assert "Left out of them, as they ended without a result: base-s3 (diverged)" in text
 
 
 def _sections(text: str) -> dict[str, str]:

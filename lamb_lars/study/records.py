@@ -136,6 +136,7 @@ class Baseline:
   run_id: str = ""
   seed_accuracies: tuple = ()   # each seed's A when the baseline was replicated (A is their mean)
   seed_val_losses: tuple = ()
+  seeds_left_out: tuple = ()    # "<run id> (<status>)" of replicates that ended without a result (diverged, failed)
 
 
 def select(trials: Sequence[Trial], **fields: Any) -> list[Trial]:

@@ -14,7 +14,8 @@ def baseline_from_trials(trials: Sequence[Trial], num_train: int, epochs: float,
                          loss_key: str = VAL_LOSS, replicates: Sequence[Trial] = ()) -> Baseline:
   """The baseline from the study's one ``role='baseline'`` trial: A = its test accuracy and ξ its validation
   loss at its last eval within ρ epochs. With replicates of it (fresh seeds, ``replicate_of`` = its run id), A and
-  ξ are the means over all its finished seeds: one seed's A carries its seed noise (sd ≈ 0.1 pp on MNIST) into
+  ξ are the means over all its seeds that finished (status done; the replicates that diverged or failed are listed in
+``seeds_left_out``, and the report names them): one seed's A carries its seed noise (sd ≈ 0.1 pp on MNIST) into
   every Def. 2.1/2.2 threshold. Raises ValueError with one sentence when that is not possible."""
   base = [t for t in trials if t.role == "baseline" and t.phase != "replicate"]
   if len(base) != 1:
@@ -22,7 +23,9 @@ def baseline_from_trials(trials: Sequence[Trial], num_train: int, epochs: float,
   t = base[0]
   if t.status != "done":
     raise ValueError(f"the baseline run {t.run_id} is {t.status}, not done.")
-  seeds = [t] + [r for r in replicates if r.replicate_of == t.run_id and r.status == "done"]
+  mine = [r for r in replicates if r.replicate_of == t.run_id]
+  seeds = [t] + [r for r in mine if r.status == "done"]
+  left_out = tuple(f"{r.run_id} ({r.status})" for r in mine if r.status in ("diverged", "failed"))
   values = []
   for s in seeds:
     rows = [r for r in rows_within(s.curve, int(s.batch_size), epochs, num_train)
@@ -35,4 +38,4 @@ def baseline_from_trials(trials: Sequence[Trial], num_train: int, epochs: float,
   accs, losses = zip(*values)
   return Baseline(batch_size=int(t.batch_size), accuracy=float(np.mean(accs)), val_loss=float(np.mean(losses)),
                   epochs=float(epochs), num_train=int(num_train), run_id=t.run_id,
-                  seed_accuracies=tuple(accs), seed_val_losses=tuple(losses))
+                  seed_accuracies=tuple(accs), seed_val_losses=tuple(losses), seeds_left_out=left_out)

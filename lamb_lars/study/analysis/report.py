@@ -105,7 +105,10 @@ def _baseline_section(baseline: Optional[Baseline], note: str, spec: ReportSpec)
   lines += [f"One recipe at B0 = {baseline.batch_size}, ρ = {baseline.epochs:g} epochs, N = {baseline.num_train} "
             f"training examples (run `{baseline.run_id}`). A is its test accuracy and ξ its loss on the held-out "
             f"split (`{note}`) at its last eval within ρ epochs (You et al. 2020 Def. 2.1)"
-            + (f"; both are means over its {k} seeds (the run and its replicates)." if k > 1 else "."), ""]
+            + (f"; both are means over its {k} seeds (the run and its replicates)." if k > 1 else ".")
+            + (f" Left out of them, as they ended without a result: {', '.join(baseline.seeds_left_out)}; a recipe "
+               "that diverges in some seeds is itself less reliable than A suggests." if baseline.seeds_left_out
+               else ""), ""]
   seeds = lambda vals, f: " (seeds: " + ", ".join(f(v) for v in vals) + ")" if k > 1 else ""
   lines += table(["quantity", "measured", "paper (You et al. 2020 Table 2)"],
                   [["A (test accuracy, %)", pct(baseline.accuracy) + seeds(baseline.seed_accuracies, pct),
