@@ -121,6 +121,7 @@ def test_run_records_its_command_and_commit(tmp_path, monkeypatch):
   import os
   from lamb_lars.study.running import provenance
   monkeypatch.setattr(paper_logs, "run", lambda *a, **k: 0)
+  monkeypatch.delenv("XLA_FLAGS", raising=False)
   w = str(tmp_path / "w")
   argv = ["run", f"--workdir={w}", "--configs=lars_b8192", "--seeds=3"]
   assert paper_logs.main(argv) == 0 and paper_logs.main(argv) == 0
@@ -139,3 +140,21 @@ def test_a_run_killed_by_the_oom_killer_is_reported_and_counted(tmp_path, monkey
   assert paper_logs.run(str(tmp_path / "w"), ["lars_b60000"], [0], workers=1) == 1
   out = capsys.readouterr().out
   assert "lars_b60000 lr as logged seed 0 FAILED: killed by SIGKILL" in out and "out-of-memory" in out
+
+
+def test_run_records_its_cpus_and_xla_flags_when_placed(tmp_path, monkeypatch):
+  """A run launched under taskset with XLA_FLAGS (two queues side by side, one per core) says so in its line."""
+  import os
+  if not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2:
+    import pytest
+    pytest.skip("needs CPU pinning and 2 CPUs")
+  monkeypatch.setattr(paper_logs, "run", lambda *a, **k: 0)
+  monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
+  before = os.sched_getaffinity(0)
+  os.sched_setaffinity(0, {0})
+  try:
+    paper_logs.main(["run", f"--workdir={tmp_path}", "--configs=lars_b8192", "--seeds=0"])
+  finally:
+    os.sched_setaffinity(0, before)
+  line = open(os.path.join(tmp_path, "commands.txt")).read()
+  assert line.rstrip().endswith("; CPUs [0]; XLA_FLAGS='--xla_cpu_multi_thread_eigen=false'")

@@ -114,7 +114,19 @@ def record_command(workdir: str, command: str) -> None:
   from lamb_lars.study.running import workdir as wd
   os.makedirs(workdir, exist_ok=True)
   with open(os.path.join(workdir, "commands.txt"), "a") as f:
-    f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')}  {wd.command_line(command, provenance.code_state())}\n")
+    f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')}  {wd.command_line(command, provenance.code_state())}"
+            f"{_placement()}\n")
+
+
+def _placement() -> str:
+  """How the process was placed, when not the machine's default: its CPUs (taskset) and XLA_FLAGS, so that the
+  record says which runs shared a machine how (``; CPUs [1]; XLA_FLAGS=…``)."""
+  out = ""
+  if hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) < (os.cpu_count() or 1):
+    out += f"; CPUs {sorted(os.sched_getaffinity(0))}"
+  if os.environ.get("XLA_FLAGS"):
+    out += f"; XLA_FLAGS={os.environ['XLA_FLAGS']!r}"
+  return out
 
 
 def _one(name: str, seed: int, out: str, learning_rate: Optional[float]) -> None:
