@@ -85,3 +85,4 @@ LARS_FULL_BATCH_SLICE = {
     17.0: 0.9259, 18.0: 0.9528, 19.0: 0.9488, 20.0: 0.9648, 21.0: 0.9165, 22.0: 0.9727, 23.0: 0.9022, 24.0: 0.9713,
     25.0: 0.9077, 26.0: 0.9231, 27.0: 0.8917}
 SLICE_CONFIG = "lars_b60000"
+SLICE_CONFIG_LR = 22.0   # the LR of SLICE_CONFIG itself: its own runs are the slice's points at this LR

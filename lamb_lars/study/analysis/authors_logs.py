@@ -77,10 +77,12 @@ def render(runs: Sequence[Mapping[str, str]], command: str) -> str:
                  f"{summary} | {diff} | ±{r['tolerance']:.1f} | {r['verdict']} |")
   ours_slice: dict[float, list] = {}
   for r in runs:
-    if r["config"] == paper.SLICE_CONFIG and r["learning_rate"]:
-      ours_slice.setdefault(float(r["learning_rate"]), []).append(_accuracy(r))
+    if r["config"] == paper.SLICE_CONFIG:  # the configuration's own runs are its points at its own LR
+      lr = float(r["learning_rate"]) if r["learning_rate"] else paper.SLICE_CONFIG_LR
+      ours_slice.setdefault(lr, []).append(_accuracy(r))
   lines += ["", f"## A slice of their response surface: {paper.SLICE_CONFIG} (LARS, full batch, warmup 9) against "
-            "the LR", "", "Theirs: one run per LR. Ours: each seed's final test accuracy (a diverged run shows as —).",
+            "the LR", "", "Theirs: one run per LR. Ours: each seed's final test accuracy (a diverged run shows as —); "
+            f"at LR {paper.SLICE_CONFIG_LR:g} they are the runs of {paper.SLICE_CONFIG} in the table above.",
             "", "| LR | theirs | ours |", "|---|---|---|"]
   for lr in sorted(set(paper.LARS_FULL_BATCH_SLICE) | set(ours_slice)):
     mine = ", ".join(_pct(a) for a in ours_slice.get(lr, [])) or "not run"
