@@ -158,3 +158,32 @@ def test_run_records_its_cpus_and_xla_flags_when_placed(tmp_path, monkeypatch):
     os.sched_setaffinity(0, before)
   line = open(os.path.join(tmp_path, "commands.txt")).read()
   assert line.rstrip().endswith("; CPUs [0]; XLA_FLAGS='--xla_cpu_multi_thread_eigen=false'")
+
+
+def test_two_runs_that_do_not_fit_in_memory_together_never_overlap(tmp_path, monkeypatch):
+  """With two workers and a 20 GB budget, two full-batch runs (≈ 14 GB each, as estimated) never run at once, while
+  a small run takes the other slot beside each; nothing is skipped. Two full-batch runs at once were killed by the
+  out-of-memory killer on the 24 GiB machine (docs/BENCHMARKS.md §22)."""
+  import os
+  import sys
+  probe = ("import json, os, sys, time; out = sys.argv[1]; t0 = time.time(); time.sleep(1.0); "
+           "json.dump({'span': [t0, time.time()]}, open(os.path.join(out, 'probe.json'), 'w')); "
+           "json.dump({'status': 'done', 'step': 1, 'final': {}}, open(os.path.join(out, 'result.json'), 'w'))")
+  monkeypatch.setattr(paper_logs, "_command", lambda name, seed, out, lr: [sys.executable, "-c", probe, out])
+  w = str(tmp_path / "w")
+  gb = {"lamb_b60000": 14.0, "momentum_b1024": 1.2}.get
+  assert paper_logs.run(w, ["lamb_b60000", "momentum_b1024"], [0, 1], workers=2, memory_gb=20.0, gb=gb) == 0
+  span = lambda name, s: json.load(open(os.path.join(paper_logs.run_dir(w, name, s), "probe.json")))["span"]
+  (a0, a1), (b0, b1) = span("lamb_b60000", 0), span("lamb_b60000", 1)
+  assert a1 <= b0 or b1 <= a0                      # the two big ones one after the other
+  (m0, m1) = span("momentum_b1024", 0)
+  assert m0 < a1 and a0 < m1                       # a small one beside the first big one
+
+
+def test_memory_estimate_from_the_unrolled_microbatches():
+  """estimated_gb: 1.2 GB + 0.46 GB per extra unrolled micro-batch of the paper config (30 at the full batch, 8 of
+  1,024 at 8K, 1 at 1K), the RSS measured in docs/BENCHMARKS.md §22."""
+  import pytest
+  assert paper_logs.estimated_gb("momentum_b1024") == pytest.approx(1.2)
+  assert paper_logs.estimated_gb("lars_b8192") == pytest.approx(1.2 + 0.46 * 7)
+  assert paper_logs.estimated_gb("lamb_b60000") == pytest.approx(1.2 + 0.46 * 29)

@@ -71,12 +71,45 @@ def _exit_reason(returncode: int) -> str:
   return f"exit status {returncode} (its error is printed above)."
 
 
+# Peak host memory of one run of the authors' CNN on XLA:CPU (RSS, docs/BENCHMARKS.md §22): 1.2 GB with one
+# micro-batch, 14.6 GB with 30 unrolled micro-batches of 2,000, i.e. ≈ 0.46 GB more per micro-batch.
+BASE_GB, PER_MICROBATCH_GB = 1.2, 0.46
+
+
+def estimated_gb(name: str) -> float:
+  """A run's peak host memory, estimated from its number of unrolled micro-batches (the constants above)."""
+  from lamb_lars.train import run_plan
+  config = load_config(name, 0)
+  k = run_plan.num_microbatches(config, 1) if config.unroll_microbatches else 1
+  return BASE_GB + PER_MICROBATCH_GB * (k - 1)
+
+
+def machine_gb() -> float:
+  """The machine's physical memory in GB (inf where the OS does not say)."""
+  try:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+  except (ValueError, OSError, AttributeError):
+    return float("inf")
+
+
+def _next_fitting(todo: list, running_gb: float, budget_gb: float, gb) -> Optional[int]:
+  """The index of the first run in ``todo`` whose memory fits beside the running ones (any run when none runs)."""
+  for i, (name, _, _) in enumerate(todo):
+    if running_gb == 0 or running_gb + gb(name) <= budget_gb:
+      return i
+  return None
+
+
 def run(workdir: str, configs: Sequence[str], seeds: Sequence[int],
-        learning_rates: Sequence[Optional[float]] = (None,), workers: int = 1) -> int:
+        learning_rates: Sequence[Optional[float]] = (None,), workers: int = 1,
+        memory_gb: Optional[float] = None, gb=estimated_gb) -> int:
   """Trains every configuration × LR × seed not finished yet, one process each, ``workers`` at a time; returns how
   many failed. With ``workers`` > 1 each process gets its own share of the CPUs (pinned) and a single-threaded XLA
   (one intra-op thread per CPU of its share): on the 2-core CPU two such runs of the authors' CNN train at 819 + 771
-  img/s together against 929–1,055 img/s for one run on both cores (docs/BENCHMARKS.md §18)."""
+  img/s together against 929–1,055 img/s for one run on both cores (docs/BENCHMARKS.md §18). A free slot takes
+  the first waiting run whose estimated memory (``gb``) fits beside the running ones within ``memory_gb`` (default
+  90% of the machine's memory): two full-batch runs (≈ 14 GB each) do not run together on a 24 GiB machine, a
+  full-batch run and a batch-1024 run do."""
   todo = [(name, lr, seed) for name in configs for lr in learning_rates for seed in seeds
           if not os.path.exists(os.path.join(run_dir(workdir, name, seed, lr), run_files.RESULT_FILE))]
   ncpu = os.cpu_count() or 1
@@ -85,23 +118,29 @@ def run(workdir: str, configs: Sequence[str], seeds: Sequence[int],
   if share:
     env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false "
                         f"intra_op_parallelism_threads={share}").strip()
-  running: dict[int, tuple[str, subprocess.Popen]] = {}  # slot → (what runs, its process)
+  running: dict[int, tuple[str, subprocess.Popen, float]] = {}  # slot → (what runs, its process, its memory)
+  budget = 0.9 * machine_gb() if memory_gb is None else memory_gb
+  est = {name: gb(name) for name in {n for n, _, _ in todo}}  # once, before any run starts
   failed = 0
   while todo or running:
-    for slot in [s for s, (_, p) in running.items() if p.poll() is not None]:
-      what, proc = running.pop(slot)
+    for slot in [s for s, (_, p, _) in running.items() if p.poll() is not None]:
+      what, proc, _ = running.pop(slot)
       if proc.returncode != 0:
         failed += 1
         print(f"{time.strftime('%H:%M:%S')} {what} FAILED: {_exit_reason(proc.returncode)}", flush=True)
     free = [s for s in range(max(1, workers)) if s not in running]
     while todo and free:
-      (name, lr, seed), slot = todo.pop(0), free.pop(0)
+      i = _next_fitting(todo, sum(m for _, _, m in running.values()), budget, est.get)
+      if i is None:  # nothing waiting fits beside what runs: wait for a slot to end
+        break
+      (name, lr, seed), slot = todo.pop(i), free.pop(0)
       out = run_dir(workdir, name, seed, lr)
       os.makedirs(out, exist_ok=True)
       cpus = set(range(slot * share, (slot + 1) * share)) if share and ncpu >= workers else None
       what = f"{name} lr {lr or 'as logged'} seed {seed}"
       print(f"{time.strftime('%H:%M:%S')} {what} → {out}" + (f" (CPUs {sorted(cpus)})" if cpus else ""), flush=True)
-      running[slot] = (what, subprocess.Popen(_command(name, seed, out, lr), env=env, preexec_fn=_pinned(cpus)))
+      running[slot] = (what, subprocess.Popen(_command(name, seed, out, lr), env=env, preexec_fn=_pinned(cpus)),
+                       est[name])
     if running:
       time.sleep(1.0)
   return failed
@@ -217,6 +256,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   r.add_argument("--seeds", default="0,1")
   r.add_argument("--configs", default=",".join(paper.AUTHORS))
   r.add_argument("--workers", type=int, default=1, help="runs at once, each pinned to its share of the CPUs")
+  r.add_argument("--memory_gb", type=float, default=None,
+                 help="host memory the runs at once may use (default: 90%% of the machine's); see estimated_gb")
   r.add_argument("--slice_lrs", default="", help=f"also run {paper.SLICE_CONFIG} at these LRs (the response-surface slice)")
   p = sub.add_parser("report")
   p.add_argument("--workdir", required=True)
@@ -237,10 +278,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       return 2
     seeds = [int(s) for s in a.seeds.split(",")]
     record_command(a.workdir, " ".join(["python -m lamb_lars.study.running.paper_logs"] + list(argv or sys.argv[1:])))
-    failed = run(a.workdir, a.configs.split(","), seeds, workers=a.workers)
+    failed = run(a.workdir, a.configs.split(","), seeds, workers=a.workers, memory_gb=a.memory_gb)
     if a.slice_lrs:
       failed += run(a.workdir, [paper.SLICE_CONFIG], seeds, [float(x) for x in a.slice_lrs.split(",")],
-                    workers=a.workers)
+                    workers=a.workers, memory_gb=a.memory_gb)
     print(f"finished: {failed} run(s) failed")
     return 1 if failed else 0
   write_report(a.workdir, a.out, " ".join(["python -m lamb_lars.study.running.paper_logs"] + list(argv or sys.argv[1:])))
