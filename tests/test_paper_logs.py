@@ -187,3 +187,22 @@ def test_memory_estimate_from_the_unrolled_microbatches():
   assert paper_logs.estimated_gb("momentum_b1024") == pytest.approx(1.2)
   assert paper_logs.estimated_gb("lars_b8192") == pytest.approx(1.2 + 0.46 * 7)
   assert paper_logs.estimated_gb("lamb_b60000") == pytest.approx(1.2 + 0.46 * 29)
+
+
+def test_their_full_batch_result_among_their_neighbouring_runs():
+  """The authors' logged full-batch runs are each one of their LR × warmup sweep's runs (the transcription holds
+  them), ranked among those by accuracy; each of our seeds gets the share of their runs below it (numpy reference)."""
+  from lamb_lars.study import paper
+  runs = [{"config": "lamb_b60000", "learning_rate": "", "seed": "0", "status": "done", "eval_accuracy": "0.9856"},
+          {"config": "lamb_b60000", "learning_rate": "", "seed": "1", "status": "diverged", "eval_accuracy": ""}]
+  rows = {r["config"]: r for r in authors_logs.neighbours(runs)}
+  for name, near in paper.AUTHORS_NEIGHBOURS.items():
+    theirs = np.array(list(near.runs.values()))
+    assert paper.AUTHORS[name].mean in near.runs.values()           # their logged run is one of the sweep's
+    r = rows[name]
+    assert r["n"] == theirs.size and math.isclose(r["sd"], theirs.std(ddof=1))
+    assert r["rank"] == 1 + int(np.sum(theirs > paper.AUTHORS[name].mean))
+  lamb = np.array(list(paper.AUTHORS_NEIGHBOURS["lamb_b60000"].runs.values()))
+  assert rows["lamb_b60000"]["ours"] == [(0.9856, float(np.mean(lamb < 0.9856)))]   # the diverged seed has no share
+  assert rows["lamb_b60000"]["where"] == "LR 0.1–0.12, warmup 5–25" and rows["lars_b60000"]["rank"] == 1
+  assert len(paper.AUTHORS_NEIGHBOURS["lamb_b60000"].runs) == 45 and max(lamb) == 0.9887

@@ -9,10 +9,15 @@ The verdict per configuration (:func:`lamb_lars.study.analysis.replicates.agreem
 over seeds with their mean ± a tolerance: 0.3 percentage points at batches up to 8K (the resolution of the paper's
 tables) and 1.0 point at the full batch, where their own repeats spread by about that much. A configuration with a
 diverged or unfinished seed, or fewer than two seeds, is ``inconclusive``.
+
+At the full batch each logged result is one run of an LR × warmup sweep with one run per point, so ``neighbours``
+also places it, and our seeds, among the authors' other runs near it (:data:`~lamb_lars.study.paper.AUTHORS_NEIGHBOURS`).
 """
 from __future__ import annotations
 
 from typing import Mapping, Optional, Sequence
+
+import numpy as np
 
 from lamb_lars.study import paper
 from lamb_lars.study.analysis import replicates
@@ -58,6 +63,39 @@ def _ours_cell(rows: Sequence[Mapping[str, str]]) -> str:
                    for r in rows) or "not run yet"
 
 
+def neighbours(runs: Sequence[Mapping[str, str]]) -> list[dict]:
+  """Per full-batch configuration: the authors' other runs of its optimizer near it (paper.AUTHORS_NEIGHBOURS), the
+  rank of their logged run among them (1 = the best), and each of our seeds' share of their runs below it."""
+  out = []
+  for name, near in paper.AUTHORS_NEIGHBOURS.items():
+    theirs = sorted(near.runs.values(), reverse=True)
+    logged = paper.AUTHORS[name].mean
+    ours = [a for a in (_accuracy(r) for r in runs if r["config"] == name and not r["learning_rate"]) if a is not None]
+    lrs, warmups = sorted({lr for lr, _ in near.runs}), sorted({w for _, w in near.runs})
+    where = (f"LR {lrs[0]:g}" + (f"–{lrs[-1]:g}" if len(lrs) > 1 else "") + f", warmup {warmups[0]}–{warmups[-1]}")
+    out.append(dict(config=name, logs=near.logs, where=where, runs=theirs, n=len(theirs), mean=float(np.mean(theirs)),
+                    sd=float(np.std(theirs, ddof=1)), logged=logged, rank=1 + sum(a > logged for a in theirs),
+                    ours=[(a, float(np.mean([t < a for t in theirs]))) for a in ours]))
+  return out
+
+
+def neighbours_lines(runs: Sequence[Mapping[str, str]]) -> list[str]:
+  lines = ["", "## Their logged full-batch runs among their other runs near them", "",
+           "At the full batch the authors swept LR × warmup with one run each, and the configuration they logged as "
+           "the result is one of those runs. Here: their runs of the same optimizer at batch 60,000 near it "
+           "(`lamb_lars/study/paper.py` AUTHORS_NEIGHBOURS, transcribed in docs/authors_full_batch_logs.md), the "
+           "rank of their logged run among them (1 = the best), and where each of our seeds falls (the share of "
+           "their runs below it).", "",
+           "| configuration | their runs near it | n | mean ± sd | range | their logged run: accuracy, rank | "
+           "ours: accuracy (share of theirs below) |", "|---|---|---|---|---|---|---|"]
+  for r in neighbours(runs):
+    ours = ", ".join(f"{_pct(a)} ({100 * q:.0f}%)" for a, q in r["ours"]) or "not run yet"
+    lines.append(f"| {r['config']} | {r['where']}: `{r['logs']}` | {r['n']} | {_pct(r['mean'])} ± {100 * r['sd']:.2f} | "
+                 f"{_pct(min(r['runs']))}–{_pct(max(r['runs']))} | {_pct(r['logged'])}, {r['rank']} of {r['n']} | "
+                 f"{ours} |")
+  return lines
+
+
 def render(runs: Sequence[Mapping[str, str]], command: str) -> str:
   """The README of the published comparison, from runs.csv's rows and the report command alone."""
   lines = ["# The authors' MNIST configurations, run by us, against their training logs", "",
@@ -75,6 +113,7 @@ def render(runs: Sequence[Mapping[str, str]], command: str) -> str:
     lines.append(f"| [{r['config']}](../../../configs/paper/{r['config']}.py) | "
                  f"{', '.join(_pct(a) for a in r['theirs'])} | {_pct(r['their_mean'])} | {_ours_cell(r['ours'])} | "
                  f"{summary} | {diff} | ±{r['tolerance']:.1f} | {r['verdict']} |")
+  lines += neighbours_lines(runs)
   ours_slice: dict[float, list] = {}
   for r in runs:
     if r["config"] == paper.SLICE_CONFIG:  # the configuration's own runs are its points at its own LR
