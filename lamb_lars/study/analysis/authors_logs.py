@@ -39,11 +39,16 @@ def _accuracy(row: Mapping[str, str]) -> Optional[float]:
   return float(row["eval_accuracy"]) if row["status"] == "done" and row["eval_accuracy"] else None
 
 
+def _own_runs(runs: Sequence[Mapping[str, str]], name: str) -> list[Mapping[str, str]]:
+  """The runs of configuration ``name`` at its own LR (not the slice's)."""
+  return [r for r in runs if r["config"] == name and not r["learning_rate"]]
+
+
 def comparison(runs: Sequence[Mapping[str, str]]) -> list[dict]:
   """One row per configuration: theirs, ours per seed, our summary, the difference of means, the verdict."""
   out = []
   for name, logged in paper.AUTHORS.items():
-    mine = [r for r in runs if r["config"] == name and not r["learning_rate"]]
+    mine = _own_runs(runs, name)
     accs = [a for a in map(_accuracy, mine) if a is not None]
     s = replicates.summarise(accs)
     complete = bool(mine) and len(accs) == len(mine)
@@ -70,7 +75,7 @@ def neighbours(runs: Sequence[Mapping[str, str]]) -> list[dict]:
   for name, near in paper.AUTHORS_NEIGHBOURS.items():
     theirs = sorted(near.runs.values(), reverse=True)
     logged = paper.AUTHORS[name].mean
-    ours = [a for a in (_accuracy(r) for r in runs if r["config"] == name and not r["learning_rate"]) if a is not None]
+    ours = [a for a in map(_accuracy, _own_runs(runs, name)) if a is not None]
     lrs, warmups = sorted({lr for lr, _ in near.runs}), sorted({w for _, w in near.runs})
     where = (f"LR {lrs[0]:g}" + (f"–{lrs[-1]:g}" if len(lrs) > 1 else "") + f", warmup {warmups[0]}–{warmups[-1]}")
     out.append(dict(config=name, logs=near.logs, where=where, runs=theirs, n=len(theirs), mean=float(np.mean(theirs)),
