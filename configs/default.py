@@ -54,9 +54,11 @@ def batch_and_duration(config: ml_collections.ConfigDict) -> None:
                                       # divisor of the per-device batch ≤ this (and > half of it). Same gradient for
                                       # models without BN; on CPU, 256 runs LeNet-5 batches ≥ 512 fastest
                                       # (docs/performance.md). With BN the micro-batch is also the BN batch.
-  config.unroll_microbatches = False  # unroll the micro-batch loop into straight-line code: on XLA:CPU a rolled loop
-                                      # over convolutions runs ~20× slower (mnist_cnn, docs/BENCHMARKS.md), but the
-                                      # compile time grows with the number of micro-batches (keep it ≲ 32)
+  config.microbatch_loop = "scan"     # how a step loops over its micro-batches (the same sums): scan (one rolled
+                                      # loop: compact; XLA:CPU runs it over convolutions ~20× slower) | unrolled
+                                      # (straight-line code: fast, but compile time and, on XLA:CPU, memory grow
+                                      # with the micro-batches) | host (one compiled call per micro-batch from Python:
+                                      # fast, one micro-batch's memory; parallelism='jit'). docs/BENCHMARKS.md §22, §24
   config.eval_batch_size = 1000       # global; the last batch is padded and masked, never dropped
   config.data_order = "batches"       # batches: data epoch e is a permutation cut into N // B whole batches (the rest
                                       # dropped) | examples: one stream of epoch permutations, a step takes the next

@@ -75,6 +75,8 @@ VALIDATOR_CASES = [
     ({"model": "resnet9000"}, "config.model='resnet9000' is not one of lenet5"),
     ({"synthetic.image_shape": (8, 8, 1)}, "needs images of at least 12×12"),
     ({"eval_batch_size": 0}, "config.eval_batch_size=0 must be an integer ≥ 1"),
+    ({"microbatch_loop": "rolled"}, "config.microbatch_loop='rolled' is not one of 'scan', 'unrolled', 'host'"),
+    ({"microbatch_loop": "host", "parallelism": "pmap"}, "microbatch_loop='host' drives the micro-batches of the jit"),
 ]
 
 

@@ -340,3 +340,23 @@ def test_a_paper_config_trains_through_the_trainer(data_dir, tmp_path):
   result = trainer.train_and_evaluate(cfg, str(tmp_path / "run"))
   assert result["status"] == "done" and result["step"] == 2, result
   assert math.isfinite(result["final"]["train_loss"]) and 0.0 <= result["final"]["eval_accuracy"] <= 1.0
+
+
+def test_host_micro_batch_loop_equals_the_unrolled_one_through_the_trainer(data_dir, tmp_path):
+  """The paper configs' ``microbatch_loop='host'`` (one compiled call per micro-batch: the full batch in ≈ one
+  micro-batch's memory) against the unrolled loop, the authors' CNN with dropout on 2 devices × 2 micro-batches:
+  the same dropout keys and sums, so the same run (tests/test_host_accumulation.py checks the step itself)."""
+  from lamb_lars.train import trainer
+  results = {}
+  for loop in ("unrolled", "host"):
+    cfg = paper_config("lamb_b60000")
+    cfg.data_dir, cfg.progress, cfg.num_devices = data_dir, False, 2
+    cfg.batch_size, cfg.microbatch_size, cfg.num_train_steps = 64, 16, 2
+    cfg.eval_every_steps = cfg.checkpoint_every_steps = 2
+    cfg.eval_batch_size = 2000
+    cfg.microbatch_loop = loop
+    cfg.optimizer.schedule.allow_long_warmup = True
+    results[loop] = trainer.train_and_evaluate(cfg, str(tmp_path / loop))
+  a, h = results["unrolled"]["final"], results["host"]["final"]
+  for key in ("train_loss", "eval_loss", "eval_accuracy"):
+    np.testing.assert_allclose(h[key], a[key], rtol=1e-5, err_msg=key)

@@ -40,8 +40,8 @@ TX = optax.sgd(0.1, momentum=0.9)
 def _compiled(ndev, group, ghost, k, resident, opts):
   mesh = mesh_lib.make_mesh(group, jax.devices()[:ndev])
   model = model_for(group, ghost)
-  return mesh, model, ts.make_train_chunk(model, TX, ts.StepOptions(10, k, **dict(opts)), pre, mesh,
-                                          resident=resident)
+  return mesh, model, parallel.Jit(mesh).train_chunk(model, TX, ts.StepOptions(10, k, **dict(opts)), pre,
+                                                      resident=resident)
 
 
 @functools.lru_cache(maxsize=None)

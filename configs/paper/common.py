@@ -25,13 +25,12 @@ def base(*, batch_size: int, steps: int, learning_rate: float) -> ml_collections
   config.validation_split = 0
   config.batch_size = batch_size
   config.num_train_steps = steps
-  # Accumulate over micro-batches of ≤ 2000 images (the same gradient, less memory: the full batch needs it), as
-  # straight-line code: XLA:CPU runs a rolled loop over this CNN's convolutions ~20× slower (docs/BENCHMARKS.md).
-  # Unrolled, XLA:CPU keeps many micro-batches' buffers alive at once: a full-batch run (30 micro-batches) peaks
-  # at ≈ 12.5 GB of host memory, a batch-1024 run at 1.2 GB (RSS, 2026-11-27), so two full-batch runs do not fit
-  # in 24 GiB together (`paper_logs run` names an out-of-memory kill).
+  # Accumulate over micro-batches of ≤ 2000 images (the same gradient, less memory: the full batch needs it), one
+  # compiled call per micro-batch from the host (lamb_lars/train/host_accumulation.py): XLA:CPU runs a rolled loop
+  # over this CNN's convolutions ~20× slower, and an unrolled one keeps many micro-batches' buffers alive at once (a
+  # full-batch run of 30 micro-batches peaked at 14.6 GB RSS; docs/BENCHMARKS.md §22, §24).
   config.microbatch_size = 2000
-  config.unroll_microbatches = True
+  config.microbatch_loop = "host"
   config.eval_every_steps = max(steps // 10, 1)
   config.checkpoint_every_steps = max(steps // 10, 1)
   config.diagnostics.noise_scale = False

@@ -17,7 +17,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from lamb_lars.models import bn_groups
 from lamb_lars.train import mesh as mesh_lib
-from lamb_lars.train import train_step as ts
+from lamb_lars.train import host_accumulation, train_step as ts
 
 PMAP_AXIS = "batch"
 
@@ -35,7 +35,8 @@ class Jit:
                 stats_axis_name="group" if g > 1 else mesh_lib.DATA_AXES)
 
   def train_chunk(self, model, tx, opts: ts.StepOptions, preprocess: ts.Preprocess, *, resident: bool):
-    return ts.make_train_chunk(model, tx, opts, preprocess, self.mesh, resident=resident)
+    make = host_accumulation.make_host_chunk if opts.microbatch_loop == "host" else ts.make_train_chunk
+    return make(model, tx, opts, preprocess, self.mesh, resident=resident)
 
   def to_training(self, state: Any) -> Any:
     return state

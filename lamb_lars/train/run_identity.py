@@ -7,7 +7,9 @@ would otherwise splice two runs into one record (its epochs and example counts w
 run re-run with another optimizer would return the old result as if it were the new one.
 
 :data:`ALLOWED` holds what changes how a run is watched or stored, never what it computes: progress bar, evaluation
-and checkpoint cadence, how many checkpoints are kept, host round-trips, data location. A key missing from the
+and checkpoint cadence, how many checkpoints are kept, host round-trips, data location, and how a step's micro-batch
+loop is compiled (``microbatch_loop``, formerly ``unroll_microbatches``: the same keys and the same sums in the same
+order, tests/test_host_accumulation.py), so that a run started unrolled may resume with the host loop. A key missing from the
 record is ignored: configs are locked, so only a code upgrade adds keys.
 """
 from __future__ import annotations
@@ -21,7 +23,8 @@ from lamb_lars.train.run_plan import ConfigError
 
 CONFIG_FILE = run_files.CONFIG_FILE
 ALLOWED = ("progress", "eval_every_epochs", "eval_every_steps", "checkpoint_every_epochs", "checkpoint_every_steps",
-           "keep_checkpoints", "steps_per_fetch", "data_dir", "grain_workers", "data_on_device", "distributed.")
+           "keep_checkpoints", "steps_per_fetch", "data_dir", "grain_workers", "data_on_device", "distributed.",
+           "microbatch_loop", "unroll_microbatches")
 
 
 def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:

@@ -25,6 +25,7 @@ _CHOICES = {
     "parallelism": ("jit", "pmap"),
     "input_scaling": ("standardize", "unit"),
     "data_order": ("batches", "examples"),
+    "microbatch_loop": ("scan", "unrolled", "host"),
 }
 
 
@@ -232,6 +233,9 @@ def make_plan(config: Any, *, num_train: int, num_devices: int) -> RunPlan:
   ``branch`` are set by :func:`lamb_lars.train.validate.validate` (:mod:`lamb_lars.train.init_from`)."""
   for key in _CHOICES:
     _check_choice(config, key)
+  if config.microbatch_loop == "host" and config.parallelism == "pmap":
+    raise ConfigError("config.microbatch_loop='host' drives the micro-batches of the jit-compiled step; use "
+                      "parallelism='jit', or microbatch_loop='unrolled' with pmap.")
   if not 0.0 <= config.label_smoothing < 1.0:
     raise ConfigError(f"config.label_smoothing={config.label_smoothing} must be in [0, 1).")
   if config.eval_batch_size < 1 or config.eval_batch_size % num_devices:

@@ -50,7 +50,7 @@ class StepOptions:
   """
   num_classes: int
   num_microbatches: int = 1
-  unroll_microbatches: bool = False   # XLA:CPU runs a rolled loop over convolutions ~20× slower (docs/BENCHMARKS.md)
+  microbatch_loop: str = "scan"       # scan | unrolled | host (:mod:`lamb_lars.train.host_accumulation`)
   label_smoothing: float = 0.0
   signal_to_noise: bool = False
   activation_noise: float = 0.0
@@ -116,24 +116,70 @@ def _perturb(x: jax.Array, labels: jax.Array, r_act, r_lab, r_lab2, opts: StepOp
   return x, labels
 
 
+def micro_sums(grad_fn, params_v, batch_stats, x, y, r_drop):
+  """One micro-batch's (gradient, loss, new BN statistics, correct predictions, |g|²)."""
+  (loss, (new_bs, correct)), grads = grad_fn(params_v, batch_stats, x, y, r_drop)
+  return grads, loss, new_bs, correct, tree_sq_norm(grads)
+
+
 def _accumulate(grad_fn, state: TrainState, params_v, xs, ys, r_drop, opts: StepOptions, vary):
   """(loss, new BN statistics, correct, g_d, mean |g_dj|²) over this device's k micro-batches (g_d = mean g_dj)."""
   k, batch_stats = opts.num_microbatches, state.batch_stats
   if k == 1:
-    (loss, (new_bs, correct)), grads = grad_fn(params_v, batch_stats, xs[0], ys[0], r_drop[0])
-    return loss, new_bs, correct, grads, tree_sq_norm(grads)
+    grads, loss, new_bs, correct, sq = micro_sums(grad_fn, params_v, batch_stats, xs[0], ys[0], r_drop[0])
+    return loss, new_bs, correct, grads, sq
 
   def micro(carry, xy):
     g_acc, l_acc, c_acc, sq_acc = carry
-    (l, (bs, c)), g = grad_fn(params_v, batch_stats, *xy)
-    return (jax.tree.map(jnp.add, g_acc, g), l_acc + l, c_acc + c, sq_acc + tree_sq_norm(g)), bs
+    g, l, bs, c, sq = micro_sums(grad_fn, params_v, batch_stats, *xy)
+    return (jax.tree.map(jnp.add, g_acc, g), l_acc + l, c_acc + c, sq_acc + sq), bs
   zeros = vary(jax.tree.map(jnp.zeros_like, state.params))
   scalar = lambda dtype: vary(jnp.zeros((), dtype))
   init = (zeros, scalar(jnp.float32), scalar(jnp.int32), scalar(jnp.float32))
   (g_sum, l_sum, correct, sq_sum), bs_stack = jax.lax.scan(micro, init, (xs, ys, r_drop),
-                                                            unroll=opts.unroll_microbatches)
+                                                            unroll=opts.microbatch_loop == "unrolled")
   return (l_sum / k, jax.tree.map(lambda s: s.mean(0), bs_stack), correct, jax.tree.map(lambda g: g / k, g_sum),
           sq_sum / k)
+
+
+def prepare(state: TrainState, images: jax.Array, labels: jax.Array, rng: jax.Array, opts: StepOptions,
+            preprocess: Preprocess, vary):
+  """This device's step inputs: (weights the forward pass sees, micro-batches [k, b/k, ...], labels [k, b/k], one
+  dropout key per micro-batch). ``rng`` differs per device (augmentation, input/label/weight noise)."""
+  k = opts.num_microbatches
+  r_pre, r_act, r_lab, r_lab2, r_w = jax.random.split(rng, 5)
+  # Dropout: one key per micro-batch, from a stream of its own (fold_in keeps the five keys above unchanged).
+  r_drop = jax.random.split(jax.random.fold_in(rng, _DROPOUT_STREAM), k)
+  x, labels = _perturb(preprocess(images, labels, r_pre), labels, r_act, r_lab, r_lab2, opts)
+  xs = x.reshape((k, x.shape[0] // k) + x.shape[1:])
+  ys = labels.reshape((k, -1))
+  params_v = vary(state.params)
+  if opts.weight_noise:
+    params_v = _add_noise(params_v, r_w, opts.weight_noise)
+  return params_v, xs, ys, r_drop
+
+
+def finish(tx: optax.GradientTransformation, opts: StepOptions, axes: Any, state: TrainState, sums: tuple,
+           step_rng: jax.Array, batch: int):
+  """The optimizer update from this device's ``sums`` = (loss, new BN statistics, correct, g_d, mean |g_dj|²) of
+  its ``batch`` examples: g = mean over devices of g_d; (new state, the step's metrics)."""
+  loss, new_bs, correct, local_grads, small_sq = sums
+  grads = jax.lax.pmean(local_grads, axes)
+  if opts.gradient_noise:
+    grads = _add_noise(grads, step_rng, opts.gradient_noise)
+  updates, opt_state = tx.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  metrics = {
+      "train_loss": jax.lax.pmean(loss, axes),
+      "train_accuracy": jax.lax.pmean(correct / batch, axes),
+      "grad_norm": jnp.sqrt(tree_sq_norm(grads)),
+      "grad_sq_norm_small": jax.lax.pmean(small_sq, axes),   # mean over devices and micro-batches of |g_dj|²
+  }
+  if opts.signal_to_noise:
+    par, perp = noise_scale.snr_components(local_grads, jax.lax.pmean(local_grads, axes))
+    metrics["signal_to_noise"] = jax.lax.pmean(par, axes) / jax.lax.pmean(perp, axes)
+  new_state = state.replace(step=state.step + 1, params=params, batch_stats=new_bs, opt_state=opt_state)
+  return new_state, metrics
 
 
 def make_local_step(model: nn.Module, tx: optax.GradientTransformation, opts: StepOptions,
@@ -143,36 +189,17 @@ def make_local_step(model: nn.Module, tx: optax.GradientTransformation, opts: St
 
   def local_step(state: TrainState, images: jax.Array, labels: jax.Array, rng: jax.Array, step_rng: jax.Array):
     """``rng`` differs per device (augmentation, input/label/weight noise); ``step_rng`` is shared (gradient noise)."""
-    k = opts.num_microbatches
-    r_pre, r_act, r_lab, r_lab2, r_w = jax.random.split(rng, 5)
-    # Dropout: one key per micro-batch, from a stream of its own (fold_in keeps the five keys above unchanged).
-    r_drop = jax.random.split(jax.random.fold_in(rng, _DROPOUT_STREAM), k)
-    x, labels = _perturb(preprocess(images, labels, r_pre), labels, r_act, r_lab, r_lab2, opts)
-    xs = x.reshape((k, x.shape[0] // k) + x.shape[1:])
-    ys = labels.reshape((k, -1))
-    params_v = vary(state.params)
-    if opts.weight_noise:
-      params_v = _add_noise(params_v, r_w, opts.weight_noise)
-    loss, new_bs, correct, local_grads, small_sq = _accumulate(grad_fn, state, params_v, xs, ys, r_drop,
-                                                               opts, vary)
-    grads = jax.lax.pmean(local_grads, axes)
-    if opts.gradient_noise:
-      grads = _add_noise(grads, step_rng, opts.gradient_noise)
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    metrics = {
-        "train_loss": jax.lax.pmean(loss, axes),
-        "train_accuracy": jax.lax.pmean(correct / labels.shape[0], axes),
-        "grad_norm": jnp.sqrt(tree_sq_norm(grads)),
-        "grad_sq_norm_small": jax.lax.pmean(small_sq, axes),   # mean over devices and micro-batches of |g_dj|²
-    }
-    if opts.signal_to_noise:
-      par, perp = noise_scale.snr_components(local_grads, jax.lax.pmean(local_grads, axes))
-      metrics["signal_to_noise"] = jax.lax.pmean(par, axes) / jax.lax.pmean(perp, axes)
-    new_state = state.replace(step=state.step + 1, params=params, batch_stats=new_bs, opt_state=opt_state)
-    return new_state, metrics
+    params_v, xs, ys, r_drop = prepare(state, images, labels, rng, opts, preprocess, vary)
+    sums = _accumulate(grad_fn, state, params_v, xs, ys, r_drop, opts, vary)
+    return finish(tx, opts, axes, state, sums, step_rng, labels.shape[0])
 
   return local_step
+
+
+def device_rngs(key: jax.Array, step: jax.Array, axes: Any) -> tuple[jax.Array, jax.Array]:
+  """(this device's key, the step's shared key) of optimizer step ``step``."""
+  step_rng = jax.random.fold_in(key, step)
+  return jax.random.fold_in(step_rng, jax.lax.axis_index(axes)), step_rng
 
 
 def scan_steps(local_step, state, fetch, xs, key, axes):
@@ -183,8 +210,7 @@ def scan_steps(local_step, state, fetch, xs, key, axes):
   asynchronously instead.
   """
   def body(state, x):
-    step_rng = jax.random.fold_in(key, state.step)
-    return local_step(state, *fetch(x), jax.random.fold_in(step_rng, jax.lax.axis_index(axes)), step_rng)
+    return local_step(state, *fetch(x), *device_rngs(key, state.step, axes))
   if jax.tree.leaves(xs)[0].shape[0] == 1:  # one step: straight-line code, no loop construct at all
     state, metrics = body(state, jax.tree.map(lambda x: x[0], xs))
     return state, jax.tree.map(lambda m: m[None], metrics)

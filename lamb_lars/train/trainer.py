@@ -64,7 +64,7 @@ def build_model(config: ml_collections.ConfigDict, plan: run_plan.RunPlan, strat
 def step_options(config: ml_collections.ConfigDict, plan: run_plan.RunPlan, stage: int = 0) -> ts.StepOptions:
   noise = config.diagnostics.noise_injection
   return ts.StepOptions(num_classes=config.num_classes, num_microbatches=plan.stages[stage].num_microbatches,
-                        unroll_microbatches=config.unroll_microbatches,
+                        microbatch_loop=config.microbatch_loop,
                         label_smoothing=config.label_smoothing,
                         signal_to_noise=plan.diagnostics.signal_to_noise,
                         activation_noise=noise.activations, weight_noise=noise.weights,

@@ -64,24 +64,27 @@ def _exit_reason(returncode: int) -> str:
   """One sentence on why a run's process ended badly (a negative code is the signal that killed it)."""
   if returncode == -9:
     return ("killed by SIGKILL: on Linux most often the out-of-memory killer (`dmesg` says), e.g. two full-batch "
-            "runs of the CNN at once, ≈ 12.5 GB each (30 unrolled micro-batches), on a 24 GiB machine; then run "
-            "fewer at once. It resumes from its last checkpoint when run again.")
+            "runs of the CNN at once with the unrolled micro-batch loop, ≈ 14 GB each, on a 24 GiB machine; then "
+            "run fewer at once or use config.microbatch_loop='host'. It resumes from its last checkpoint when run again.")
   if returncode < 0:
     return f"killed by signal {-returncode}; it resumes from its last checkpoint when run again."
   return f"exit status {returncode} (its error is printed above)."
 
 
-# Peak host memory of one run of the authors' CNN on XLA:CPU (RSS, docs/BENCHMARKS.md §22): 1.2 GB with one
-# micro-batch, 14.6 GB with 30 unrolled micro-batches of 2,000, i.e. ≈ 0.46 GB more per micro-batch.
-BASE_GB, PER_MICROBATCH_GB = 1.2, 0.46
+# Peak host memory of one run of the authors' CNN on XLA:CPU (peak RSS, docs/BENCHMARKS.md §22, §24): with the
+# micro-batch loop unrolled, 1.2 GB with one micro-batch and 14.6 GB with 30 of 2,000, i.e. ≈ 0.46 GB more per
+# micro-batch; with the host loop (config.microbatch_loop='host', the paper configs' since §24) one micro-batch's
+# buffers at a time: ≤ 2.0 GB at the full batch.
+BASE_GB, PER_MICROBATCH_GB, HOST_LOOP_GB = 1.2, 0.46, 2.0
 
 
 def estimated_gb(name: str) -> float:
-  """A run's peak host memory, estimated from its number of unrolled micro-batches (the constants above)."""
+  """A run's peak host memory, estimated from its micro-batch loop and number of micro-batches (constants above)."""
   from lamb_lars.train import run_plan
   config = load_config(name, 0)
-  k = run_plan.num_microbatches(config, 1) if config.unroll_microbatches else 1
-  return BASE_GB + PER_MICROBATCH_GB * (k - 1)
+  if config.microbatch_loop != "unrolled":
+    return HOST_LOOP_GB if config.microbatch_loop == "host" else BASE_GB
+  return BASE_GB + PER_MICROBATCH_GB * (run_plan.num_microbatches(config, 1) - 1)
 
 
 def machine_gb() -> float:
@@ -108,8 +111,8 @@ def run(workdir: str, configs: Sequence[str], seeds: Sequence[int],
   (one intra-op thread per CPU of its share): on the 2-core CPU two such runs of the authors' CNN train at 819 + 771
   img/s together against 929–1,055 img/s for one run on both cores (docs/BENCHMARKS.md §18). A free slot takes
   the first waiting run whose estimated memory (``gb``) fits beside the running ones within ``memory_gb`` (default
-  90% of the machine's memory): two full-batch runs (≈ 14 GB each) do not run together on a 24 GiB machine, a
-  full-batch run and a batch-1024 run do."""
+  90% of the machine's memory): two full-batch runs with the unrolled micro-batch loop (≈ 14 GB each) do not run
+  together on a 24 GiB machine; with the host loop of the paper configs (≤ 2 GB each) they do."""
   todo = [(name, lr, seed) for name in configs for lr in learning_rates for seed in seeds
           if not os.path.exists(os.path.join(run_dir(workdir, name, seed, lr), run_files.RESULT_FILE))]
   ncpu = os.cpu_count() or 1
