@@ -9,8 +9,8 @@ run re-run with another optimizer would return the old result as if it were the 
 :data:`ALLOWED` holds what changes how a run is watched or stored, never what it computes: progress bar, evaluation
 and checkpoint cadence, how many checkpoints are kept, host round-trips, data location, and how a step's micro-batch
 loop is compiled (``microbatch_loop``, formerly ``unroll_microbatches``: the same keys and the same sums in the same
-order, tests/test_host_accumulation.py), so that a run started unrolled may resume with the host loop. A key missing from the
-record is ignored: configs are locked, so only a code upgrade adds keys.
+order, tests/test_host_accumulation.py), so that a run started unrolled may resume with the host loop. A key
+missing from the record is ignored: configs are locked, so only a code upgrade adds keys.
 """
 from __future__ import annotations
 

@@ -65,7 +65,8 @@ def _exit_reason(returncode: int) -> str:
   if returncode == -9:
     return ("killed by SIGKILL: on Linux most often the out-of-memory killer (`dmesg` says), e.g. two full-batch "
             "runs of the CNN at once with the unrolled micro-batch loop, ≈ 14 GB each, on a 24 GiB machine; then "
-            "run fewer at once or use config.microbatch_loop='host'. It resumes from its last checkpoint when run again.")
+            "run fewer at once or use config.microbatch_loop='host'. It resumes from its last checkpoint when run "
+            "again.")
   if returncode < 0:
     return f"killed by signal {-returncode}; it resumes from its last checkpoint when run again."
   return f"exit status {returncode} (its error is printed above)."
