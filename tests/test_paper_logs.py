@@ -223,3 +223,17 @@ def test_their_full_batch_result_among_their_neighbouring_runs():
   assert rows["lamb_b60000"]["ours"] == [(0.9856, float(np.mean(lamb < 0.9856)))]   # the diverged seed has no share
   assert rows["lamb_b60000"]["where"] == "LR 0.1–0.12, warmup 5–25" and rows["lars_b60000"]["rank"] == 1
   assert len(paper.AUTHORS_NEIGHBOURS["lamb_b60000"].runs) == 45 and max(lamb) == 0.9887
+
+
+def test_runs_csv_names_each_runs_micro_batch_loop(tmp_path):
+  """From the run's recorded config: microbatch_loop, or the older unroll_microbatches flag, or nothing recorded."""
+  w = str(tmp_path / "w")
+  recorded = [{"microbatch_loop": "host"}, {"unroll_microbatches": True}, {"unroll_microbatches": False}, None]
+  for seed, config in enumerate(recorded):
+    d = paper_logs.run_dir(w, "lamb_b60000", seed)
+    _result(d, 0.985)
+    if config is not None:
+      with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(config, f)
+  rows = paper_logs.collect(w)
+  assert [r[authors_logs.RUNS_COLUMNS.index("microbatch_loop")] for r in rows] == ["host", "unrolled", "scan", ""]

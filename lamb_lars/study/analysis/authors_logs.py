@@ -2,7 +2,8 @@
 of the published CSV rows: the comparison table and the README text (analysis layer).
 
 ``runs.csv`` has one row per run of ours (``config, learning_rate, seed, status, step, eval_accuracy,
-train_time_s``; ``learning_rate`` is empty for the configuration's own LR, else a run of the response-surface slice).
+train_time_s, microbatch_loop``; ``learning_rate`` is empty for the configuration's own LR, else a run of the
+response-surface slice; ``microbatch_loop`` is how the run looped over its micro-batches, the same sums either way).
 The authors' side is :data:`lamb_lars.study.paper.AUTHORS` and :data:`~lamb_lars.study.paper.LARS_FULL_BATCH_SLICE`.
 
 The verdict per configuration (:func:`lamb_lars.study.analysis.replicates.agreement`) compares our 95% t interval
@@ -22,7 +23,7 @@ import numpy as np
 from lamb_lars.study import paper
 from lamb_lars.study.analysis import replicates
 
-RUNS_COLUMNS = ["config", "learning_rate", "seed", "status", "step", "eval_accuracy", "train_time_s"]
+RUNS_COLUMNS = ["config", "learning_rate", "seed", "status", "step", "eval_accuracy", "train_time_s", "microbatch_loop"]
 AUTHORS_COLUMNS = ["config", "log_file", "eval_accuracy"]
 
 

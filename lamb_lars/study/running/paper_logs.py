@@ -177,12 +177,23 @@ def _one(name: str, seed: int, out: str, learning_rate: Optional[float]) -> None
   trainer.train_and_evaluate(load_config(name, seed, learning_rate), out)
 
 
+def _microbatch_loop(run_dir: str) -> str:
+  """How the run looped over its micro-batches, from its recorded config (runs before ``microbatch_loop`` existed
+  recorded ``unroll_microbatches``)."""
+  path = os.path.join(run_dir, run_files.CONFIG_FILE)
+  if not os.path.exists(path):
+    return ""
+  with open(path) as f:
+    c = json.load(f)
+  return c.get("microbatch_loop") or ("unrolled" if c.get("unroll_microbatches") else "scan")
+
+
 def _run_row(config: str, learning_rate: str, seed: int, path: str) -> list:
   with open(path) as f:
     r = json.load(f)
   acc = (r.get("final") or {}).get("eval_accuracy")
   return [config, learning_rate, seed, r["status"], int(r["step"]), "" if acc is None else f"{acc:.6f}",
-          "" if r.get("train_time") is None else f"{r['train_time']:.1f}"]
+          "" if r.get("train_time") is None else f"{r['train_time']:.1f}", _microbatch_loop(os.path.dirname(path))]
 
 
 def collect(workdir: str) -> list[list]:
