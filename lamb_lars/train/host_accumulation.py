@@ -44,7 +44,7 @@ def make_host_chunk(model, tx, opts: ts.StepOptions, preprocess: ts.Preprocess, 
   ``lower(*args).compile()``, which compiles its three programs ahead of the first call."""
   axes = mesh_lib.DATA_AXES
   vary = lambda t: jax.lax.pcast(t, axes, to="varying")
-  grad_fn = ts._grad_fn(model, opts)
+  grad_fn = ts.make_grad_fn(model, opts)
   k, dev, split = opts.num_microbatches, P(axes), P(None, axes)
 
   def begin(state, images, labels, key, i):

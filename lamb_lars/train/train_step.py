@@ -87,7 +87,7 @@ def init_state(model: nn.Module, tx: optax.GradientTransformation, rng: jax.Arra
                     batch_stats=variables.get("batch_stats", {}), opt_state=tx.init(params))
 
 
-def _grad_fn(model: nn.Module, opts: StepOptions):
+def make_grad_fn(model: nn.Module, opts: StepOptions):
   """∇ of the mean cross-entropy of one micro-batch, with aux (new BN statistics, correct predictions)."""
 
   def loss_fn(params, batch_stats, x, y, dropout_rng):
@@ -185,7 +185,7 @@ def finish(tx: optax.GradientTransformation, opts: StepOptions, axes: Any, state
 def make_local_step(model: nn.Module, tx: optax.GradientTransformation, opts: StepOptions,
                     preprocess: Preprocess, axes: Any, vary: Callable[[Any], Any]):
   """One optimizer step on this device's share of the global batch; collectives over ``axes``."""
-  grad_fn = _grad_fn(model, opts)
+  grad_fn = make_grad_fn(model, opts)
 
   def local_step(state: TrainState, images: jax.Array, labels: jax.Array, rng: jax.Array, step_rng: jax.Array):
     """``rng`` differs per device (augmentation, input/label/weight noise); ``step_rng`` is shared (gradient noise)."""
