@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Optional, Sequence
 
-from lamb_lars.common import run_files
+from lamb_lars.common import io_utils, run_files
 from lamb_lars.study import paper
 from lamb_lars.study.analysis import authors_logs
 
@@ -72,10 +72,9 @@ def _exit_reason(returncode: int) -> str:
   return f"exit status {returncode} (its error is printed above)."
 
 
-# Peak host memory of one run of the authors' CNN on XLA:CPU (peak RSS, docs/BENCHMARKS.md §22, §24): with the
-# micro-batch loop unrolled, 1.2 GB with one micro-batch and 14.6 GB with 30 of 2,000, i.e. ≈ 0.46 GB more per
-# micro-batch; with the host loop (config.microbatch_loop='host', the paper configs' since §24) one micro-batch's
-# buffers at a time: ≤ 2.0 GB at the full batch.
+# Peak host memory of one run of the authors' CNN on XLA:CPU (peak RSS, docs/BENCHMARKS.md §22, §24): unrolled,
+# 1.2 GB with one micro-batch and 14.6 GB with 30 of 2,000 (≈ 0.46 GB more per micro-batch); with the paper configs'
+# host loop (config.microbatch_loop='host') one micro-batch's buffers at a time: ≤ 2.0 GB at the full batch.
 BASE_GB, PER_MICROBATCH_GB, HOST_LOOP_GB = 1.2, 0.46, 2.0
 
 
@@ -83,9 +82,8 @@ def estimated_gb(name: str) -> float:
   """A run's peak host memory, estimated from its micro-batch loop and number of micro-batches (constants above)."""
   from lamb_lars.train import run_plan
   config = load_config(name, 0)
-  if config.microbatch_loop != "unrolled":
-    return HOST_LOOP_GB if config.microbatch_loop == "host" else BASE_GB
-  return BASE_GB + PER_MICROBATCH_GB * (run_plan.num_microbatches(config, 1) - 1)
+  k = run_plan.num_microbatches(config, 1) if config.microbatch_loop == "unrolled" else 1
+  return HOST_LOOP_GB if config.microbatch_loop == "host" else BASE_GB + PER_MICROBATCH_GB * (k - 1)
 
 
 def machine_gb() -> float:
@@ -178,14 +176,9 @@ def _one(name: str, seed: int, out: str, learning_rate: Optional[float]) -> None
 
 
 def _microbatch_loop(run_dir: str) -> str:
-  """How the run looped over its micro-batches, from its recorded config (runs before ``microbatch_loop`` existed
-  recorded ``unroll_microbatches``)."""
-  path = os.path.join(run_dir, run_files.CONFIG_FILE)
-  if not os.path.exists(path):
-    return ""
-  with open(path) as f:
-    c = json.load(f)
-  return c.get("microbatch_loop") or ("unrolled" if c.get("unroll_microbatches") else "scan")
+  """How the run looped over its micro-batches, from its recorded config (older runs: ``unroll_microbatches``)."""
+  c = io_utils.read_json(os.path.join(run_dir, run_files.CONFIG_FILE)) or {}
+  return c.get("microbatch_loop") or ("unrolled" if c.get("unroll_microbatches") else "scan" if c else "")
 
 
 def _run_row(config: str, learning_rate: str, seed: int, path: str) -> list:
