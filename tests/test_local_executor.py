@@ -66,3 +66,21 @@ def test_both_executors_start_trials_through_one_helper():
   assert "spawn_trial(" in source and "Popen(" not in source and '"-m"' not in source
   assert "exclusive" in executor.Executor.__dict__
   assert not LocalExecutor(slots=1).exclusive({})
+
+
+def test_pinning_counts_within_the_drivers_own_cpus(fake_python, tmp_path):
+  """A study started under ``taskset -c 1`` (beside another job on CPU 0) pins its one worker to CPU 1: slots
+  take their CPUs from the driver's affinity, not from CPU 0 of the machine."""
+  if not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2:
+    pytest.skip("needs CPU pinning and 2 CPUs")
+  before = os.sched_getaffinity(0)
+  last = max(before)
+  os.sched_setaffinity(0, {last})
+  try:
+    ex = LocalExecutor(slots=1, cpus_per_trial=1, python=fake_python)
+    assert ex.affinity(0, {}) == {last}
+    assert _run(ex, tmp_path / "pinned")["cpus"] == [last]
+    with pytest.raises(ValueError, match="need 2 CPUs; this machine has 1"):
+      LocalExecutor(slots=2, cpus_per_trial=1, python=fake_python)
+  finally:
+    os.sched_setaffinity(0, before)

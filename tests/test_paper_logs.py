@@ -106,9 +106,11 @@ def test_run_with_two_workers_runs_two_at_once_each_pinned_and_single_threaded(t
   w = str(tmp_path / "w")
   assert paper_logs.run(w, ["lars_b8192"], [0, 1], workers=2) == 0
   probes = [json.load(open(os.path.join(paper_logs.run_dir(w, "lars_b8192", s), "probe.json"))) for s in (0, 1)]
-  assert sorted(len(p["cpus"]) for p in probes) == [os.cpu_count() // 2] * 2
+  share = len(os.sched_getaffinity(0)) // 2
+  assert sorted(len(p["cpus"]) for p in probes) == [share] * 2
   assert not set(probes[0]["cpus"]) & set(probes[1]["cpus"])
-  assert all(f"intra_op_parallelism_threads={os.cpu_count() // 2}" in p["xla"] for p in probes)
+  assert set(probes[0]["cpus"] + probes[1]["cpus"]) <= os.sched_getaffinity(0)
+  assert all(f"intra_op_parallelism_threads={share}" in p["xla"] for p in probes)
   (a0, a1), (b0, b1) = probes[0]["span"], probes[1]["span"]
   assert a0 < b1 and b0 < a1  # they overlapped
   os.remove(os.path.join(paper_logs.run_dir(w, "lars_b8192", 0), "probe.json"))

@@ -23,6 +23,20 @@ from lamb_lars.study.running.trial_checks import forced_cpu_devices
 _PR_SET_PDEATHSIG = 1
 
 
+def usable_cpus() -> list[int]:
+  """The CPUs this process may run on, in order: its affinity (``taskset``), else all of the machine's."""
+  if hasattr(os, "sched_getaffinity"):
+    return sorted(os.sched_getaffinity(0))
+  return list(range(os.cpu_count() or 1))
+
+
+def slot_cpus(slot: int, per_slot: int) -> set[int]:
+  """Slot ``slot``'s share of :func:`usable_cpus`: its ``per_slot`` CPUs, counted within the process's own
+  affinity, so that a study started under ``taskset -c 1`` pins its one worker to CPU 1, not to CPU 0 beside
+  whatever else was placed there."""
+  return set(usable_cpus()[slot * per_slot:(slot + 1) * per_slot])
+
+
 class TrialHandle(Protocol):
   run_id: str
 
@@ -123,7 +137,7 @@ def _open_log(run_dir: str) -> tuple[IO, Callable[[], None]]:
 class LocalExecutor:
   """Up to ``slots`` trials at once as child processes on this machine.
 
-  ``cpus_per_trial`` > 0 pins slot i to CPUs [i·c, (i+1)·c) (``sched_setaffinity``; where the OS has none, as on
+  ``cpus_per_trial`` > 0 pins slot i to the i-th c of the CPUs the driver may use (:func:`slot_cpus`; ``sched_setaffinity``; where the OS has none, as on
   macOS, trials run unpinned), so two single-threaded
   trials do not share a core; XLA sizes its CPU thread pool by the CPUs it may run on. Children die with the driver
   (``PR_SET_PDEATHSIG``): a ``kill -9`` of the driver leaves no orphan trainer writing into the study. A trial
@@ -134,7 +148,7 @@ class LocalExecutor:
   def __init__(self, slots: int = 1, cpus_per_trial: int = 0, python: str = sys.executable):
     self.slots, self._cpus, self._python = max(1, int(slots)), int(cpus_per_trial), python
     self._free = list(range(self.slots))
-    ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    ncpu = len(usable_cpus())
     if self._cpus and self._cpus * self.slots > ncpu:
       raise ValueError(f"{self.slots} workers × {self._cpus} CPUs each need {self._cpus * self.slots} CPUs; this "
                        f"machine has {ncpu}.")
@@ -150,7 +164,7 @@ class LocalExecutor:
       return None
     if (forced_cpu_devices(env) or 0) > self._cpus:
       return None
-    return set(range(slot * self._cpus, (slot + 1) * self._cpus))
+    return slot_cpus(slot, self._cpus)
 
   def exclusive(self, env: Mapping[str, str]) -> bool:
     """Whether a trial with ``env`` must have the machine to itself: one that forces more CPU devices than its CPU

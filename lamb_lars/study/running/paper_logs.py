@@ -29,6 +29,7 @@ from typing import Optional, Sequence
 from lamb_lars.common import io_utils, run_files
 from lamb_lars.study import paper
 from lamb_lars.study.analysis import authors_logs
+from lamb_lars.study.running.executor import slot_cpus, usable_cpus
 
 KIND = "paper_logs"  # manifest.json's kind: verify dispatches on it
 FILES = ("runs.csv", "authors.csv", "README.md")
@@ -114,8 +115,7 @@ def run(workdir: str, configs: Sequence[str], seeds: Sequence[int],
   together on a 24 GiB machine; with the host loop of the paper configs (≤ 2 GB each) they do."""
   todo = [(name, lr, seed) for name in configs for lr in learning_rates for seed in seeds
           if not os.path.exists(os.path.join(run_dir(workdir, name, seed, lr), run_files.RESULT_FILE))]
-  ncpu = os.cpu_count() or 1
-  share = max(1, ncpu // workers) if workers > 1 else 0
+  share = max(1, len(usable_cpus()) // workers) if workers > 1 else 0
   env = dict(os.environ)
   if share:
     env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false "
@@ -138,7 +138,7 @@ def run(workdir: str, configs: Sequence[str], seeds: Sequence[int],
       (name, lr, seed), slot = todo.pop(i), free.pop(0)
       out = run_dir(workdir, name, seed, lr)
       os.makedirs(out, exist_ok=True)
-      cpus = set(range(slot * share, (slot + 1) * share)) if share and ncpu >= workers else None
+      cpus = slot_cpus(slot, share) if share and len(usable_cpus()) >= workers else None
       what = f"{name} lr {lr or 'as logged'} seed {seed}"
       print(f"{time.strftime('%H:%M:%S')} {what} → {out}" + (f" (CPUs {sorted(cpus)})" if cpus else ""), flush=True)
       running[slot] = (what, subprocess.Popen(_command(name, seed, out, lr), env=env, preexec_fn=_pinned(cpus)),
