@@ -267,6 +267,8 @@ def test_paper_configs_are_the_authors_workload(name):
   b, steps = int(re.search(r"_b(\d+)", name).group(1)), cfg.num_train_steps
   assert cfg.batch_size == b
   assert 1.7e6 < b * steps < 2.2e6   # the authors' budget: ≈ 2M images (35 steps at the full batch)
+  # Unrolled micro-batches up to 8K (faster on several cores); at the full batch the host loop, so it fits in ≈ 2 GB.
+  assert cfg.microbatch_loop == ("host" if b == 60000 else "unrolled")
   optimizer_config.validate_config(cfg.optimizer)
 
 

@@ -57,6 +57,9 @@ def base_config() -> ml_collections.ConfigDict:
   base.checkpoint_every_steps = -1
   base.checkpoint_every_epochs = 2.0
   base.stop.dead_after_fraction = 0.2
+  # Trials run one per core, single-threaded, where one compiled call per micro-batch is as fast as the unrolled
+  # loop and needs half the memory (docs/BENCHMARKS.md §26).
+  base.microbatch_loop = "host"
   return base
 
 

@@ -112,7 +112,7 @@ def run(workdir: str, configs: Sequence[str], seeds: Sequence[int],
   img/s together against 929–1,055 img/s for one run on both cores (docs/BENCHMARKS.md §18). A free slot takes
   the first waiting run whose estimated memory (``gb``) fits beside the running ones within ``memory_gb`` (default
   90% of the machine's memory): two full-batch runs with the unrolled micro-batch loop (≈ 14 GB each) do not run
-  together on a 24 GiB machine; with the host loop of the paper configs (≤ 2 GB each) they do."""
+  together on a 24 GiB machine; with the host loop of the full-batch paper configs (≤ 2 GB each) they do."""
   todo = [(name, lr, seed) for name in configs for lr in learning_rates for seed in seeds
           if not os.path.exists(os.path.join(run_dir(workdir, name, seed, lr), run_files.RESULT_FILE))]
   share = max(1, len(usable_cpus()) // workers) if workers > 1 else 0
