@@ -137,9 +137,9 @@ def _open_log(run_dir: str) -> tuple[IO, Callable[[], None]]:
 class LocalExecutor:
   """Up to ``slots`` trials at once as child processes on this machine.
 
-  ``cpus_per_trial`` > 0 pins slot i to the i-th c of the CPUs the driver may use (:func:`slot_cpus`; ``sched_setaffinity``; where the OS has none, as on
-  macOS, trials run unpinned), so two single-threaded
-  trials do not share a core; XLA sizes its CPU thread pool by the CPUs it may run on. Children die with the driver
+  ``cpus_per_trial`` > 0 pins slot i to the i-th c of the CPUs the driver may use (:func:`slot_cpus`,
+  ``sched_setaffinity``; where the OS has none, as on macOS, trials run unpinned), so two single-threaded trials do
+  not share a core; XLA sizes its CPU thread pool by the CPUs it may run on. Children die with the driver
   (``PR_SET_PDEATHSIG``): a ``kill -9`` of the driver leaves no orphan trainer writing into the study. A trial
   that forces more CPU devices than ``cpus_per_trial`` (e.g. 2 for the gradient noise scale) runs unpinned.
   """

@@ -73,9 +73,8 @@ def _exit_reason(returncode: int) -> str:
   return f"exit status {returncode} (its error is printed above)."
 
 
-# Peak host memory of one run of the authors' CNN on XLA:CPU (peak RSS, docs/BENCHMARKS.md §22, §24): unrolled,
-# 1.2 GB with one micro-batch and 14.6 GB with 30 of 2,000 (≈ 0.46 GB more per micro-batch); with the paper configs'
-# host loop (config.microbatch_loop='host') one micro-batch's buffers at a time: ≤ 2.0 GB at the full batch.
+# Peak RSS of one run of the authors' CNN on XLA:CPU (docs/BENCHMARKS.md §22, §24): unrolled, 1.2 GB + ≈ 0.46 GB per
+# extra micro-batch (14.6 GB with 30 of 2,000); the host loop, one micro-batch at a time: ≤ 2.0 GB at the full batch.
 BASE_GB, PER_MICROBATCH_GB, HOST_LOOP_GB = 1.2, 0.46, 2.0
 
 
@@ -115,7 +114,8 @@ def run(workdir: str, configs: Sequence[str], seeds: Sequence[int],
   together on a 24 GiB machine; with the host loop of the full-batch paper configs (≤ 2 GB each) they do."""
   todo = [(name, lr, seed) for name in configs for lr in learning_rates for seed in seeds
           if not os.path.exists(os.path.join(run_dir(workdir, name, seed, lr), run_files.RESULT_FILE))]
-  share = max(1, len(usable_cpus()) // workers) if workers > 1 else 0
+  ncpu = len(usable_cpus())
+  share = max(1, ncpu // workers) if workers > 1 else 0
   env = dict(os.environ)
   if share:
     env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false "
@@ -138,7 +138,7 @@ def run(workdir: str, configs: Sequence[str], seeds: Sequence[int],
       (name, lr, seed), slot = todo.pop(i), free.pop(0)
       out = run_dir(workdir, name, seed, lr)
       os.makedirs(out, exist_ok=True)
-      cpus = slot_cpus(slot, share) if share and len(usable_cpus()) >= workers else None
+      cpus = slot_cpus(slot, share) if share and ncpu >= workers else None
       what = f"{name} lr {lr or 'as logged'} seed {seed}"
       print(f"{time.strftime('%H:%M:%S')} {what} → {out}" + (f" (CPUs {sorted(cpus)})" if cpus else ""), flush=True)
       running[slot] = (what, subprocess.Popen(_command(name, seed, out, lr), env=env, preexec_fn=_pinned(cpus)),
