@@ -117,7 +117,7 @@ def test_the_verdicts_against_the_paper_include_the_b0_cells_of_a_study_without_
   from lamb_lars.study.analysis import report_replicates
 
   def reps(prefix, b, accs, opt="momentum"):
-    chosen = _tv(prefix, accs[0], 0.99, b=b, opt=opt)
+    chosen = Trial(**{**_tv(prefix, accs[0], 0.99, b=b, opt=opt).__dict__, "space": {"lr": ["log", 0.1, 10.0]}})
     return [chosen] + [Trial(**{**_tv(f"{prefix}-seed{s}", a, 0.99, b=b, opt=opt).__dict__, "phase": "replicate",
                                 "replicate_of": prefix, "seed": s}) for s, a in enumerate(accs, 1)]
   trials = reps("bs256", 256, [0.992, 0.993, 0.991]) + reps("b8k", 8192, [0.95, 0.96, 0.955])
@@ -127,3 +127,36 @@ def test_the_verdicts_against_the_paper_include_the_b0_cells_of_a_study_without_
   b0 = next(r for r in rows if "| bs 256 |" in r)
   assert "[98.95, 99.45]" in b0 and "| 99.2 |" in b0 and b0.endswith("| agrees |")
   assert any("| 8K original |" in r for r in rows)     # the paper's 'diverge': no number, no verdict
+
+
+def test_a_cell_with_fixed_settings_counts_its_first_run_as_a_seed():
+  """A cell of one trial drawn from no search space (e.g. a recipe pinned by the authors' log) selected nothing, so
+  its first run is an unbiased seed: the accuracy and its interval pool it with the replicates, and every seed's
+  verdict counts. A searched cell (a space, or several trials) keeps its chosen trial out."""
+  from lamb_lars.study.analysis import report_replicates
+
+  def seed(rid, acc, s, of=""):
+    t = _tv(rid, acc, acc, opt="lars")
+    return Trial(**{**t.__dict__, "seed": s, "phase": "replicate" if of else "search", "replicate_of": of,
+                    "cell": "fx"})
+  x = [0.9914, 0.9921, 0.9930]
+  trials = [seed("fx", x[0], 0), seed("fx-seed1", x[1], 1, "fx"), seed("fx-seed2", x[2], 2, "fx")]
+  c = cell(trials)
+  mean = sum(x) / 3
+  sd = math.sqrt(sum((v - mean) ** 2 for v in x) / 2)
+  assert (c.verdict, c.run_id, c.counts, c.replicates.n) == ("ok", "fx", {"ok": 3}, 3)
+  assert math.isclose(c.accuracy, mean) and math.isclose(c.replicates.sd, sd)
+  assert math.isclose(c.replicates.lo, mean - 4.30265273 * sd / math.sqrt(3))
+  row = next(ln for ln in report_replicates.replicates_section(trials) if ln.startswith("| fx |"))
+  assert "99.14 (fixed settings: a seed)" in row and "(n=3)" in row and "0: 99.14, 1: 99.21, 2: 99.30" in row
+  # the same runs with a search space behind the first: it was selected, so only its two replicates count
+  searched = [Trial(**{**trials[0].__dict__, "space": {"lr": ["log", 1.0, 30.0]}})] + trials[1:]
+  c = cell(searched)
+  assert (c.counts, c.replicates.n) == ({"ok": 1}, 2) and math.isclose(c.accuracy, (x[1] + x[2]) / 2)
+  row = next(ln for ln in report_replicates.replicates_section(searched) if ln.startswith("| fx |"))
+  assert "fixed settings" not in row and "(n=2)" in row
+  # a fixed cell whose seeds all sit at chance: 'diverge', over all three seeds
+  dead = [Trial(**{**_t(r, [0.11, 0.11], status="diverged", stopped="dead", budget=2).__dict__, "seed": s,
+                   "phase": p, "replicate_of": of})
+          for r, s, p, of in (("m", 0, "search", ""), ("m-seed1", 1, "replicate", "m"), ("m-seed2", 2, "replicate", "m"))]
+  assert (cell(dead).text(), cell(dead).counts) == ("diverge", {"diverge": 3})

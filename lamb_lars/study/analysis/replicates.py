@@ -7,7 +7,8 @@ k fresh seeds (phases.py); the cell's test accuracy is then the mean over those 
   sd = √(Σ (x_i − x̄)² / (k − 1)),   95% interval  x̄ ± t_{0.975, k−1} · sd / √k
 
 (Student's t interval for the mean of k independent runs). The chosen trial itself is not among the k: it was
-selected, so its test accuracy is biased upward.
+selected, so its test accuracy is biased upward. A cell with fixed settings (its one trial drawn from no search
+space, e.g. a recipe pinned by the authors' log) selected nothing: its first run is one more seed (``seeds_of``).
 
 Comparison with a published value p and a tolerance τ (e.g. ±0.3 percentage points, the resolution at which
 You et al. 2020 Table 3 print their numbers): with the interval [lo, hi] and the band [p − τ, p + τ],
@@ -111,6 +112,23 @@ def agreement(s: Summary, paper: float, tolerance: float) -> str:
 def replicates_of(trials: Sequence[Trial], chosen: str) -> list[Trial]:
   """The replicate trials of the chosen trial ``chosen`` (``replicate_of``), by seed."""
   return sorted((t for t in trials if t.replicate_of == chosen), key=lambda t: (t.seed or 0, t.run_id))
+
+
+def fixed_settings(cell_trials: Sequence[Trial]) -> Optional[Trial]:
+  """The cell's one trial when the cell selected nothing (a single non-replicate trial with no search space), else
+  None: its test accuracy is then a draw of the configuration like any replicate's, not the best of several."""
+  own = [t for t in cell_trials if t.phase != "replicate"]
+  return own[0] if len(own) == 1 and not own[0].space else None
+
+
+def seeds_of(cell_trials: Sequence[Trial], chosen: str) -> list[Trial]:
+  """The runs of the chosen configuration whose test accuracy carries no selection bias, by seed: its replicates,
+  and the chosen trial itself when its cell has fixed settings (``fixed_settings``)."""
+  reps = replicates_of(cell_trials, chosen)
+  first = fixed_settings(cell_trials)
+  if first is None or first.run_id != chosen:
+    return reps
+  return sorted([first, *reps], key=lambda t: (t.seed or 0, t.run_id))
 
 
 def accuracy_summary(reps: Sequence[Trial], key: str = "eval_accuracy") -> Summary:

@@ -70,19 +70,26 @@ def replicates_section(trials: Sequence[Trial]) -> list[str]:
     return ["## Replicates", "", "No replicates in this study: every number above is a single run (one seed) "
             "and carries no interval; run the study again with `--config.replicates.num_seeds=3`.", ""]
   by_id = {t.run_id: t for t in trials}
-  rows = []
+  rows, any_fixed = [], False
   for chosen_id in sorted({t.replicate_of for t in reps}, key=lambda r: (by_id[r].batch_size if r in by_id else 0, r)):
-    group = replicates.replicates_of(reps, chosen_id)
-    s = replicates.accuracy_summary(group, ACC)
     chosen = by_id.get(chosen_id)
+    # its cell's trials; without a cell name nothing says the chosen trial was alone, so it is not pooled
+    cell_trials = ([t for t in trials if t.cell == chosen.cell] if chosen is not None and chosen.cell
+                   else replicates.replicates_of(reps, chosen_id))
+    group = replicates.seeds_of(cell_trials, chosen_id)
+    pooled = any(t.run_id == chosen_id and t.phase != "replicate" for t in group)
+    any_fixed |= pooled
+    s = replicates.accuracy_summary(group, ACC)
     seeds = ", ".join(f"{t.seed}: {pct(t.last(ACC))}" + ("" if t.status == "done" else f" ({t.status})")
                       for t in group)
-    rows.append([chosen.cell if chosen else "—", f"`{chosen_id}`", pct(chosen.last(ACC)) if chosen else "—",
-                 s.text(), seeds])
+    own = (pct(chosen.last(ACC)) + (" (fixed settings: a seed)" if pooled else "")) if chosen else "—"
+    rows.append([chosen.cell if chosen else "—", f"`{chosen_id}`", own, s.text(), seeds])
+  fixed_note = (" In a cell with fixed settings (one trial, nothing searched) nothing was selected, so the chosen "
+                "trial is one seed more and is counted among them." if any_fixed else "")
   return (["## Replicates", "",
            "Each cell's chosen configuration re-run with fresh seeds (initialisation, data order, dropout). Test "
            "accuracy (%) over those seeds: mean ± sd [95% t interval] (n); the chosen trial itself is not among "
-           "them (it was selected, so its own test accuracy is biased upward).", ""]
+           "them (it was selected, so its own test accuracy is biased upward)." + fixed_note, ""]
           + table(["cell", "chosen", "chosen's own test acc", "replicates: mean ± sd [95% CI]", "per seed"], rows))
 
 

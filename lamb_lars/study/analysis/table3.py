@@ -19,7 +19,8 @@ A cell summarises the trials of one (optimizer, variant, batch) after a metapara
 the 'ok' trial that ran its full budget with the best final *validation* accuracy (selection.py: choosing on the
 test set would bias the cell upward); its accuracy is the mean final test accuracy of the chosen configuration's
 replicates (fresh seeds, replicates.py) when it has any, else the chosen trial's own final test accuracy (a single
-run, no interval). A study without a validation split selects on the test accuracy, and the cell says so
+run, no interval). A cell with fixed settings (one trial, no search: replicates.fixed_settings) selected nothing:
+its first run counts as one more seed, in the accuracy and in the verdict counts. A study without a validation split selects on the test accuracy, and the cell says so
 (``selected_on``). If no trial is 'ok' and full-budget: 'unstable' if any trial was unstable, else 'diverge' if any
 diverged, else 'n/a'. Failed (crashed) and unfinished trials are not results.
 """
@@ -101,19 +102,20 @@ def trial_verdict(trial: Trial, *, num_classes: int = 10, drop_tol: float = 0.01
 
 def cell(trials: Iterable[Trial], **verdict_kw) -> Cell:
   """Summarises the trials of one (optimizer, variant, batch) as one cell (module docstring)."""
-  trials = list(trials)
-  reps = [t for t in trials if t.phase == "replicate"]
-  trials = [t for t in trials if t.phase != "replicate"]
-  judged = [(t, v) for t in trials if (v := trial_verdict(t, **verdict_kw)) is not None]
+  everything = list(trials)
+  # A cell with fixed settings selected nothing, so each of its seeds is judged (replicates.fixed_settings).
+  fixed = replicates_lib.fixed_settings(everything) is not None
+  judged = [(t, v) for t in everything if (fixed or t.phase != "replicate")
+            and (v := trial_verdict(t, **verdict_kw)) is not None]
   counts: dict[str, int] = {}
   for _, v in judged:
     counts[v.verdict] = counts.get(v.verdict, 0) + 1
-  ok = [(t, v) for t, v in judged if v.verdict == "ok" and t.ran_full_budget]
+  ok = [(t, v) for t, v in judged if v.verdict == "ok" and t.ran_full_budget and t.phase != "replicate"]
   if ok:
     by_id = {t.run_id: v for t, v in ok}
     on = "validation_accuracy" if all(t.last("validation_accuracy") is not None for t, _ in ok) else ACC
     t = choose([t for t, _ in ok], on)
-    summary = replicates_lib.accuracy_summary(replicates_lib.replicates_of(reps, t.run_id), ACC)
+    summary = replicates_lib.accuracy_summary(replicates_lib.seeds_of(everything, t.run_id), ACC)
     acc = summary.mean if summary.n else by_id[t.run_id].final
     return Cell("ok", acc, t.run_id, len(judged), counts, on, summary if summary.n else None)
   verdict = "unstable" if counts.get("unstable") else "diverge" if counts.get("diverge") else "n/a"
