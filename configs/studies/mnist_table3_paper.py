@@ -11,8 +11,9 @@ Hardware: a GPU. Cost estimate: every trial trains ``EPOCHS`` = 34.1 epochs of 5
           one full trial takes ≈ 45–65 min. With ≈ 7.7 full-run equivalents per cell (8 searched points, ASHA, 3
           replicates; configs/studies/mnist_table3.py), the 18 cells are ≈ 139 full runs: ≈ 100–150 h on the CPU. So
           run it on a GPU, where PyTorch-class throughput would bring a trial to a few minutes.
-          ``:cpu`` is 2 cells × 3 seeds = 6 runs: ≈ 3.5 h of one core (measured 2026-11-27, one trial per core beside
-          another run: LARS 59 min; momentum "original" stopped as diverged at chance after 8.3 epochs, 15 min).
+          ``:cpu`` is 2 cells × 3 seeds = 6 runs: 3.3 h of one core (measured 2026-11-27, one trial per core beside
+          another run: LARS 47–59 min; momentum "original" stopped as diverged at chance after 8.3 epochs, 12–15 min;
+          published in docs/studies/mnist_table3_paper_cpu).
 Expected (paper, test accuracy %): momentum SGD 99.2 / diverge / 99.2 / 99.2; AdaGrad 99.2 / 98.3 / 99.3 / 99.3;
           RMSprop 99.2 / 98.6 / diverge / 99.0; Adam 99.3 / 99.1 / unstable / 99.4; LARS 99.3 / 99.4.
 
