@@ -234,6 +234,9 @@ def test_accuracy_tables_choose_on_validation_and_report_the_replicates(tmp_path
   assert (got.run_id, on_validation) == ("a", True) and np.isclose(value, np.mean([0.986, 0.988, 0.990]))
   got, value, on_validation = report_curves.representative([a, b] + reps, "test")
   assert (got.run_id, value, on_validation) == ("b", 0.995, False)
+  # 'a' alone, with fixed settings (no search space), selected nothing: its own run is one more seed
+  got, value, _ = report_curves.representative([a] + reps, "validation")
+  assert got.run_id == "a" and np.isclose(value, np.mean([0.985, 0.986, 0.988, 0.990]))
   no_val = [_t("c", 0.97, batch=8192), _t("d", 0.96, batch=8192)]
   lines = "\n".join(report_curves.accuracy_section([a, b] + reps + no_val, str(tmp_path), "validation"))
   assert "| momentum | 98.80 | 97.00† |" in lines, lines

@@ -32,11 +32,12 @@ def final(t: Trial, key: str = ACC_KEY) -> Optional[float]:
 
 def representative(group: Sequence[Trial], select_on: str = "test") -> Optional[tuple[Trial, float, bool]]:
   """``(trial, final test accuracy, chosen on validation)`` standing for ``group`` (module docstring), or None
-  when no trial of it finished with a test accuracy. The accuracy is the replicates' mean where they exist."""
+  when no trial of it finished with a test accuracy. The accuracy is the replicates' mean where they exist (with the
+  chosen run itself when the group is one fixed-settings trial: replicates.seeds_of)."""
   if select_on == "validation":
     chosen = choose([t for t in group if t.phase != "replicate"])
     if chosen is not None:
-      reps = replicates.replicates_of(group, chosen.run_id)
+      reps = replicates.seeds_of(group, chosen.run_id)  # its own run too when the group selected nothing
       s = replicates.accuracy_summary(reps) if reps else None
       value = s.mean if s is not None and s.n else final(chosen)
       if value is not None:
