@@ -158,5 +158,6 @@ def test_a_cell_with_fixed_settings_counts_its_first_run_as_a_seed():
   # a fixed cell whose seeds all sit at chance: 'diverge', over all three seeds
   dead = [Trial(**{**_t(r, [0.11, 0.11], status="diverged", stopped="dead", budget=2).__dict__, "seed": s,
                    "phase": p, "replicate_of": of})
-          for r, s, p, of in (("m", 0, "search", ""), ("m-seed1", 1, "replicate", "m"), ("m-seed2", 2, "replicate", "m"))]
+          for r, s, p, of in (("m", 0, "search", ""), ("m-seed1", 1, "replicate", "m"),
+                              ("m-seed2", 2, "replicate", "m"))]
   assert (cell(dead).text(), cell(dead).counts) == ("diverge", {"diverge": 3})

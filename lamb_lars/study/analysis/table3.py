@@ -20,9 +20,10 @@ the 'ok' trial that ran its full budget with the best final *validation* accurac
 test set would bias the cell upward); its accuracy is the mean final test accuracy of the chosen configuration's
 replicates (fresh seeds, replicates.py) when it has any, else the chosen trial's own final test accuracy (a single
 run, no interval). A cell with fixed settings (one trial, no search: replicates.fixed_settings) selected nothing:
-its first run counts as one more seed, in the accuracy and in the verdict counts. A study without a validation split selects on the test accuracy, and the cell says so
-(``selected_on``). If no trial is 'ok' and full-budget: 'unstable' if any trial was unstable, else 'diverge' if any
-diverged, else 'n/a'. Failed (crashed) and unfinished trials are not results.
+its first run counts as one more seed, in the accuracy and in the verdict counts. A study without a validation
+split selects on the test accuracy, and the cell says so (``selected_on``). If no trial is 'ok' and full-budget:
+'unstable' if any trial was unstable, else 'diverge' if any diverged, else 'n/a'. Failed (crashed) and unfinished
+trials are not results.
 """
 from __future__ import annotations
 
