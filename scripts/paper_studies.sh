@@ -4,7 +4,7 @@
 # (configs/studies/mnist_batch_ladder.py:republish, whose baseline is Table 3's batch-256 momentum choice), one
 # after the other, then their reports and raw CSVs into docs/studies/<name>_replicated. ≈ 1.6 h + ≈ 4 h on a quiet
 # 2-core CPU (the configs' docstrings). Resumable: run it again after an interruption and it picks up where it
-# stopped (and across machines: `python -m lamb_lars.study snapshot`, carry/README.md). In the background:
+# stopped (and across machines: `python -m lamb_lars.study snapshot`, docs/studies.md). In the background:
 #   nohup bash scripts/paper_studies.sh > /dev/null 2>&1 &  ;  tail -f studies/paper_studies.log
 # STUDIES_DIR (default studies/) holds the workdirs and the log (appended to, and also printed); extra arguments
 # go to every `study run`.

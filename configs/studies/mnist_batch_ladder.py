@@ -55,7 +55,7 @@ def _technique(name: str, lr: tuple, warmup: tuple, seed: int) -> dict:
 
 
 def ladder_config() -> ml_collections.ConfigDict:
-  """The ladder as published on 2026-11-24 (docs/studies/mnist_batch_ladder, superseded): baseline η = 0.05."""
+  """The ladder as published on 2026-11-24 (a4e5c88:docs/studies/mnist_batch_ladder): baseline η = 0.05."""
   base = mnist_table3.base_config()  # lr_scaling 'linear' from B0 = 256
   c = ml_collections.ConfigDict()
   c.name = "mnist_batch_ladder"
@@ -110,7 +110,7 @@ def republish_config() -> ml_collections.ConfigDict:
   Measured (2026-11-26/27, 2-core CPU, two single-threaded trials at once, partly under load; published in
   docs/studies/mnist_batch_ladder_replicated): 293 trials, 340 min of training summed over trials (search with
   promotions and extensions 204 min, the 114 replicates 136 min: 0.67× the search), 216 min of wall time. It
-  spans sessions: snapshot it into carry/ and resume (carry/README.md).
+  spans sessions: snapshot it and resume (docs/studies.md, snapshots).
   """
   c = ladder_config()
   opt = c.base.optimizer

@@ -21,7 +21,7 @@ Round 2 (``ROUND2``): the four 8K cells of round 1 whose best trial sat at the e
 long-warmup trials were all pruned at epoch 2, searched again with 6 more points each on a
 log-LR range re-centred on round 1's best trial (Shallue et al. 2018 widen or move a search space whose best point
 lies at its edge), warmup 0–5 epochs, and the first rung after the longest warmup of the cell (round 1's rung at
-epoch 2 pruned most long warmups; docs/studies/mnist_table3/discussion.md). A cell is the best over both rounds.
+epoch 2 pruned most long warmups; a4e5c88:docs/studies/mnist_table3/discussion.md). A cell is the best over both rounds.
 Round 1 ran with the first rung at epoch 2 for every cell (``rung_after_warmup=False``), which its search log
 must replay; round 2 sets its own rule per sub-sweep (``pruner``).
 """
@@ -40,7 +40,7 @@ LR_RANGES = dict(
     lars=dict(bs256=(0.1, 10.0), original=(1.0, 100.0)))
 WARMUP = {256: (0.0, 2.0), 8192: (0.0, 10.0)}
 # Round 2: (solver, variant) → log-LR range at 8K, re-centred on round 1's best trial (in brackets: its LR and
-# final test accuracy, docs/studies/mnist_table3/runs.csv).
+# final test accuracy, docs/studies/mnist_table3/runs.csv at commit a4e5c88).
 ROUND2 = {
     ("adagrad", "layerwise"): (0.002, 0.05),         # [0.0077: 94.8%, the two larger survivors pruned at epoch 2]
     ("rmsprop", "original"): (3e-5, 1e-3),           # [3.9e-4: 93.6%, the smallest LR of round 1]
@@ -102,8 +102,8 @@ def base_config() -> ml_collections.ConfigDict:
 
 # The republish (``:republish``): one search per cell on the hull of round 1's and round 2's log-LR ranges, so the two
 # rounds become one study; momentum original at 8K from 0.005, so the range holds the LRs at which the ladder's tuned
-# momentum trains at 8K (0.025–0.08, docs/studies/mnist_batch_ladder); 8 points per cell, and the runner's edge rule
-# extends a range whose best point lies at its edge (configs/studies/common.py ``search``).
+# momentum trains at 8K (0.025–0.08, a4e5c88:docs/studies/mnist_batch_ladder); 8 points per cell, and the runner's
+# edge rule extends a range whose best point lies at its edge (configs/studies/common.py ``search``).
 REPUBLISH_RANGES = {
     **{(solver, col): lrs[col] for solver, lrs in LR_RANGES.items() for col in lrs},
     ("momentum", "original"): (0.005, 5.0),

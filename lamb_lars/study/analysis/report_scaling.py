@@ -32,7 +32,7 @@ def b_crit_caveat(fit: critical_batch.InverseLawFit, batches: Sequence[int]) -> 
 
   Below B_crit, S(B) falls almost in proportion to 1/B (perfect scaling). A fit over such batches alone sees no
   bend, and its B_crit is set by noise: the data bound it from below only (Shallue et al. 2018 §4; McCandlish et al.
-  2018 eq. 2.11). Example: MNIST steps to 99.0%, docs/studies/rerun_2026-11-24, run 4."""
+  2018 eq. 2.11). Example: MNIST steps to 99.0%, docs/studies/rerun_2026-11-24 at a4e5c88, run 4."""
   largest = max(batches)
   if not fit.b_crit > largest:
     return None

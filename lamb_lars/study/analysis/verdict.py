@@ -23,7 +23,8 @@ PASS, FAIL, BORDERLINE = "pass", "fail", "borderline"
 
 # Single-run tolerances. Accuracy: identical configurations run under two code versions that differ only by
 # float32 rounding of the LR schedule ended a median 0.02–0.04 pp and at most 0.22 pp (Table 3) to 0.75 pp (the
-# ladder) apart (MNIST / LeNet-5, 30 epochs: the published folders against run 1 of docs/studies/rerun_2026-11-24);
+# ladder) apart (MNIST / LeNet-5, 30 epochs: the published folders against run 1 of docs/studies/rerun_2026-11-24,
+# in git at a4e5c88);
 # the authors' own MNIST logs show ≈ 0.05 pp sd across seeds at batch 1024. We take 0.2 pp: a single run within
 # 0.2 pp of a threshold is borderline. Loss: 5% of the value, our choice (no replicate data yet). Both give way to
 # the seed interval as soon as a cell has two or more seeds.

@@ -14,8 +14,8 @@ from lamb_lars.study.running.sweep import TrialSpec
 def cell_min_epochs(specs: Sequence[TrialSpec], cfg: Mapping[str, Any]) -> dict[str, int]:
   """The first rung of each searched cell: ``min_epochs``, or with ``rung_after_warmup`` the end of the longest
   warmup among the cell's trials if later — no trial is judged while its LR is still ramping up (a rung at epoch 2
-  pruned most long-warmup trials at batch 8K; docs/studies/mnist_table3/discussion.md). A sub-sweep's ``pruner``
-  field overrides both for its cells (a study's later round can use a rule its first round did not)."""
+  pruned most long-warmup trials at batch 8K; docs/studies/mnist_table3/discussion.md at a4e5c88). A sub-sweep's
+  ``pruner`` field overrides both for its cells (a study's later round can use a rule its first round did not)."""
   out: dict[str, int] = {}
   for t in specs:
     if not t.searched:
