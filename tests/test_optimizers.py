@@ -325,3 +325,11 @@ def test_import_lamb_lars_is_light():
           "assert not getattr(jax._src.xla_bridge, '_backends', {}), 'a device backend was initialised'\n"
           "assert all(hasattr(lamb_lars, n) for n in lamb_lars.__all__)\n")
   subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_docstring_examples_run():
+  """The optax-style examples in the aliases' docstrings run and show what they say (``python -m doctest``)."""
+  import doctest
+
+  result = doctest.testmod(O, optionflags=doctest.NORMALIZE_WHITESPACE)
+  assert result.attempted >= 20 and result.failed == 0, result
