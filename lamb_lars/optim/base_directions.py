@@ -42,6 +42,22 @@ def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_roo
   """Adam's direction d = m̂ / (sqrt(v̂ + ε_root) + ε) (Kingma & Ba 2015); m̂ = m, v̂ = v without bias correction.
 
   With bias correction this is ``optax.scale_by_adam`` itself (so LAMB equals ``optax.lamb`` bit for bit).
+
+  Args:
+    b1, b2: the decay rates of the first and second moments m and v.
+    eps: ε, added to sqrt(v̂ + ε_root).
+    eps_root: ε_root, added to v̂ inside the square root.
+    bias_correction: divide m and v by (1 − bᵗ).
+
+  Returns:
+    An ``optax.GradientTransformation`` giving the direction d (no learning rate, no sign).
+
+  Example:
+    >>> import jax.numpy as jnp, lamb_lars
+    >>> tx = lamb_lars.scale_by_adam(bias_correction=False)
+    >>> d, _ = tx.update({"w": jnp.ones(2)}, tx.init({"w": jnp.ones(2)}))
+    >>> round(float(d["w"][0]), 4)  # m/(sqrt(v) + ε) = 0.1/(sqrt(0.001) + 1e-8)
+    3.1623
   """
   if bias_correction:
     return optax.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=eps_root)
@@ -66,6 +82,24 @@ def base_direction(name: str, *, momentum: float = 0.9, b1: float = 0.9, b2: flo
   """The base optimizer's direction d (before the learning rate); formulas in the module docstring.
 
   ``eps=None`` takes the usual default for the base (adagrad 1e-7, rmsprop and adam 1e-8).
+
+  Args:
+    name: sgd, momentum, nesterov, adagrad, rmsprop or adam.
+    momentum: the momentum of 'momentum' and 'nesterov'.
+    b1, b2, eps_root, bias_correction: Adam's settings (:func:`scale_by_adam`).
+    eps: the adaptive bases' ε (None: their default).
+    initial_accumulator_value: AdaGrad's G₀.
+    rms_decay: RMSprop's ρ.
+
+  Returns:
+    An ``optax.GradientTransformation`` giving the direction d (no learning rate, no sign).
+
+  Example:
+    >>> import jax.numpy as jnp, lamb_lars
+    >>> tx = lamb_lars.base_direction("momentum", momentum=0.9)
+    >>> d, _ = tx.update({"w": jnp.ones(2)}, tx.init({"w": jnp.ones(2)}))
+    >>> d["w"].tolist()
+    [1.0, 1.0]
   """
   if name not in BASES:
     raise ValueError(f"base direction must be one of {BASES}; got {name!r}.")
@@ -88,6 +122,22 @@ def layerwise(base: optax.GradientTransformation, learning_rate: Optional[optax.
   w ← w − lr · r · (d + βw) with r = clip(η·φ(‖w‖)/(D + ε), r_min, r_max) per layer (You et al. 2020, "The Limit of
   the Batch Size", Table 3 "+ layer-wise" / "+ bound ratio"). ``learning_rate=None`` leaves the sign and scale to a
   later transformation (the output is then the descent direction r·u, not an update).
+
+  Args:
+    base: the base optimizer's direction d, e.g. :func:`base_direction` or :func:`scale_by_adam`.
+    learning_rate: lr, a scalar or an optax schedule of the step count; None leaves out the LR step.
+    trust: the trust-ratio settings (:class:`~lamb_lars.optim.trust_ratio.TrustRatio`).
+
+  Returns:
+    An ``optax.GradientTransformation`` whose ``update`` needs ``params``.
+
+  Example:
+    >>> import jax.numpy as jnp, lamb_lars
+    >>> tx = lamb_lars.layerwise(lamb_lars.base_direction("sgd"), 0.1, lamb_lars.TrustRatio(ratio_bounds=(0, 10)))
+    >>> params = {"w": 2 * jnp.ones(4)}
+    >>> u, _ = tx.update({"w": jnp.ones(4)}, tx.init(params), params)
+    >>> round(float(u["w"][0]), 6)  # −lr·(‖w‖/‖g‖)·g = −0.1·2·1
+    -0.2
   """
   parts = [base, trust.transform(learning_rate)]
   if learning_rate is not None:

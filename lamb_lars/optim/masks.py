@@ -66,7 +66,19 @@ def compile_patterns(patterns: Patterns) -> list[re.Pattern]:
 
 
 def include_mask(patterns: Patterns) -> MaskFn:
-  """Mask callable: True for leaves whose path matches any pattern."""
+  """Mask callable: True for leaves whose path matches any pattern.
+
+  Args:
+    patterns: one regular expression or several, searched in each leaf's '/'-joined path.
+
+  Returns:
+    A callable ``params -> bool tree`` (an optax-style mask).
+
+  Example:
+    >>> import lamb_lars
+    >>> lamb_lars.include_mask(r"kernel$")({"conv1": {"kernel": 0.0, "bias": 0.0}})
+    {'conv1': {'bias': False, 'kernel': True}}
+  """
   compiled = compile_patterns(patterns)
 
   def mask_fn(params: Any) -> Any:
@@ -76,7 +88,19 @@ def include_mask(patterns: Patterns) -> MaskFn:
 
 
 def exclude_mask(patterns: Patterns = DEFAULT_EXCLUDE) -> MaskFn:
-  """Mask callable: True for leaves whose path matches no pattern (the complement of :func:`include_mask`)."""
+  """Mask callable: True for leaves whose path matches no pattern (the complement of :func:`include_mask`).
+
+  Args:
+    patterns: one regular expression or several; the default excludes leaves named bias, scale or offset.
+
+  Returns:
+    A callable ``params -> bool tree`` (an optax-style mask).
+
+  Example:
+    >>> import lamb_lars
+    >>> lamb_lars.exclude_mask()({"conv1": {"kernel": 0.0, "bias": 0.0}, "bn1": {"scale": 0.0}})
+    {'bn1': {'scale': False}, 'conv1': {'bias': False, 'kernel': True}}
+  """
   compiled = compile_patterns(patterns)
 
   def mask_fn(params: Any) -> Any:
