@@ -56,6 +56,10 @@ class ReportSpec:
   # 'validation' (chosen on the validation split, replicate mean) or 'test' (the highest final test accuracy, the
   # rule of reports published before 2026-11-26; report_curves.py).
   select_on: str = "validation"
+  # Pre-registered thresholds (issue 41; the study config's analysis / branching sections): the batch-size warmup's
+  # non-inferiority margin (a fraction of accuracy), and the other ε values a branching report shows CBS(t) at.
+  noninferiority_margin: float = 0.002
+  branch_epsilons: tuple[float, ...] = ()
 
 
 def _settings_section(trials: Sequence[Trial], spec: ReportSpec) -> list[str]:
@@ -283,7 +287,8 @@ def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = Repor
   goal = spec.target.goal if spec.target and spec.target.metric == ACC_KEY else None
   sections = [("Critical batch over training", "", report_branching.section(
                   everything, out_dir, num_train=spec.num_train, epsilon=spec.branch_epsilon,
-                  relative=spec.branch_relative, loss_key=spec.branch_loss) if spec.branch_epsilon > 0 else []),
+                  relative=spec.branch_relative, loss_key=spec.branch_loss,
+                  other_epsilons=spec.branch_epsilons) if spec.branch_epsilon > 0 else []),
               ("Baseline and Regimes", "no baseline trial (role `baseline`), which You et al. 2020 Defs 2.1–2.3 need",
                [] if baseline is None and not any(t.role == "baseline" for t in trials)
                else _baseline_section(baseline, note, spec)
@@ -305,7 +310,7 @@ def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = Repor
               ("Distance from initialisation", "no run logged `dist_from_init`",
                report_curves.diffusion_section(trials, out_dir, spec.max_curves)),
               ("Trust ratios", "no run logged `trust_ratio/<layer>`", report_curves.trust_section(trials, out_dir)),
-              ("Batch-size warmup", "", batch_warmup.section(trials, out_dir))]
+              ("Batch-size warmup", "", batch_warmup.section(trials, out_dir, spec.noninferiority_margin))]
   if spec.branch_epsilon > 0:  # a branching study: a reference and its branches, no ladder to fit or replicate
     sections = [s for s in sections if s[0] in _BRANCHING_SECTIONS]
   elif trials and all(t.role == batch_warmup.ROLE for t in trials):

@@ -185,7 +185,8 @@ def report_spec(study: ml_collections.ConfigDict, workdir: str, con) -> report.R
       num_classes=int(base.num_classes), techniques=tuple(a["techniques"]),
       target_technique=str(a["target_technique"]), table3_batch=int(a["table3_batch"]),
       settings=tuple(settings), targets=tuple(float(g) for g in a["targets"]),
-      edge_fraction=float(sections.section(study, "search")["edge_fraction"]), **_branching_spec(study))
+      edge_fraction=float(sections.section(study, "search")["edge_fraction"]),
+      noninferiority_margin=float(a["noninferiority_margin"]), **_branching_spec(study))
 
 
 def _branching_spec(study: ml_collections.ConfigDict) -> dict[str, Any]:
@@ -194,7 +195,7 @@ def _branching_spec(study: ml_collections.ConfigDict) -> dict[str, Any]:
     return {}
   b = sections.section(study, "branching")
   return {"branch_epsilon": float(b["epsilon"]), "branch_relative": bool(b["relative"]),
-          "branch_loss": str(b["loss"])}
+          "branch_loss": str(b["loss"]), "branch_epsilons": tuple(float(e) for e in b["epsilon_sensitivity"])}
 
 
 def publish(workdir: str, out_dir: Optional[str] = None, command: Optional[str] = None) -> str:
