@@ -26,7 +26,7 @@ from typing import Any, Optional
 import ml_collections
 
 from lamb_lars.common import io_utils
-from lamb_lars.study.running import provenance, sections, store
+from lamb_lars.study.running import preregistration, provenance, sections, store
 from lamb_lars.study.analysis import report
 from lamb_lars.study.running import workdir as wd
 from lamb_lars.study.records import Target, Trial
@@ -227,5 +227,6 @@ def publish(workdir: str, out_dir: Optional[str] = None, command: Optional[str] 
   config_json = io_utils.read_text(os.path.join(workdir, wd.STUDY_CONFIG_FILE))
   provenance.write_manifest(out_dir, provenance.build_manifest(
       out_dir, spec, study=study.name, commands=wd.commands(workdir) + ([command] if command else []),
-      config_json=config_json, code=code, claims_checked=True))  # verify: every number discussion.md quotes
+      config_json=config_json, code=code, claims_checked=True,
+      preregistration=preregistration.load(workdir)))  # verify: every number discussion.md quotes
   return readme
