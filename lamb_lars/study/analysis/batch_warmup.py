@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence
 
-from lamb_lars.study.analysis import plots, verdict as verdict_lib
+from lamb_lars.study.analysis import plots, selection, verdict as verdict_lib
 from lamb_lars.study.analysis.markdown import pct, table
 from lamb_lars.study.analysis.replicates import summarise
 from lamb_lars.study.records import Trial
@@ -38,11 +38,21 @@ MAX_RATIO = 0.7          # the issue's goal: ≥ 30% fewer optimizer steps
 
 
 def arms(trials: Sequence[Trial]) -> dict[str, list[Trial]]:
-  """{arm: its finished trials by seed} over the trials of role ``warmup``."""
+  """{arm: its finished trials by seed} over the trials of role ``warmup``. A searched arm (its trials have a search
+  space, e.g. a fixed batch with a searched LR warmup) is its chosen configuration (on the validation
+  split, selection.chosen_of_cell) with that configuration's replicate seeds."""
   out: dict[str, list[Trial]] = {}
   for t in sorted(trials, key=lambda t: (t.technique, t.seed or 0)):
     if t.role == ROLE and t.status in ("done", "diverged"):
       out.setdefault(t.technique, []).append(t)
+  for name, group in list(out.items()):
+    if any(t.space for t in group if t.phase != "replicate"):
+      pick = selection.chosen_of_cell(group)
+      keep = [] if pick is None else [t for t in group if t.run_id == pick.run_id or t.replicate_of == pick.run_id]
+      if keep:
+        out[name] = keep
+      else:
+        del out[name]
   return out
 
 
