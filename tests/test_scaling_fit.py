@@ -163,3 +163,19 @@ def test_without_censored_points_the_fit_is_the_reference_fit_of_the_reached_one
   s_min, b_crit, _ = _reference(B, s, np.zeros(B.size, bool))
   assert f.s_min == pytest.approx(s_min, rel=2e-3) and f.b_crit == pytest.approx(b_crit, rel=4e-3)
   assert F.reached_only({256: [(10.0, True)], 512: [(5.0, False)]}) == {512: [(5.0, False)]}
+
+
+def test_cells_sharing_a_batch_are_pooled_as_in_the_fit():
+  """Two cells at each batch (keys (batch, cell)), each with one candidate: every resample refits all their points,
+  so with noise-free seeds the interval is the point fit; a cell's alternative pulls only its own points."""
+  s = 1000.0 * (1 + 2000.0 / B)
+  cells = {(int(b), c): [F.Candidate(-math.inf, ((y, False),) * 2)] for b, y in zip(B, s) for c in ("x", "y")}
+  ci = F.bootstrap_trials_and_seeds(cells, num=30)
+  assert ci.lo == pytest.approx(2000.0, rel=1e-6) and ci.hi == pytest.approx(2000.0, rel=1e-6)
+  cells[(1024, "y")].append(F.Candidate(0.0, ((3 * s[2], False),)))
+  ci = F.bootstrap_trials_and_seeds(cells, num=400)
+  bs = np.repeat(B, 4)
+  ys = np.repeat(s, 4)
+  ys[np.where(bs == 1024)[0][2:]] *= 3                      # cell y's two points at 1024 from the alternative
+  _, b_alt, _ = _reference(bs, ys, np.zeros(bs.size, bool))
+  assert sorted([ci.lo, ci.hi]) == pytest.approx(sorted([2000.0, b_alt]), rel=5e-3)

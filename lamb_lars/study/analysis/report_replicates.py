@@ -175,11 +175,11 @@ def _points(trials: Sequence[Trial], metric: str, goal: float, mode: str) -> dic
 
 
 def _candidates(trials: Sequence[Trial], reps: Sequence[Trial], metric: str, goal: float, mode: str
-                ) -> dict[int, list[scaling_fit.Candidate]]:
-  """Per batch, the configurations its search could have chosen: the chosen one (rank −∞) with its replicate seeds,
-  and every other candidate of selection.finished_full with its own single run, ranked by its best validation
-  accuracy (the search's fallback order)."""
-  out: dict[int, list[scaling_fit.Candidate]] = {}
+                ) -> dict[tuple[int, str], list[scaling_fit.Candidate]]:
+  """Per (batch, cell), the configurations its search could have chosen: the chosen one (rank −∞) with its
+  replicate seeds, and every other candidate of selection.finished_full in its cell with its own single run, ranked
+  by its best validation accuracy (the search's fallback order)."""
+  out: dict[tuple[int, str], list[scaling_fit.Candidate]] = {}
   for chosen_id in sorted({r.replicate_of for r in reps}):
     seeds = [r for r in reps if r.replicate_of == chosen_id]
     b = seeds[0].batch_size
@@ -195,7 +195,7 @@ def _candidates(trials: Sequence[Trial], reps: Sequence[Trial], metric: str, goa
         val = t.best("validation_accuracy")
         if own and val is not None:
           cands.append(scaling_fit.Candidate(-float(val), ((own[0].steps, own[0].censored),)))
-    out.setdefault(b, []).extend(cands)
+    out[(b, chosen.cell if chosen is not None and chosen.cell else chosen_id)] = cands
   return out
 
 

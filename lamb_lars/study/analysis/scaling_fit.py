@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -187,20 +187,23 @@ class Candidate:
   points: tuple[tuple[float, bool], ...]
 
 
-def bootstrap_trials_and_seeds(cells: Mapping[int, Sequence[Candidate]], num: int = 200, seed: int = 0,
+def bootstrap_trials_and_seeds(cells: Mapping[Any, Sequence[Candidate]], num: int = 200, seed: int = 0,
                                level: float = 0.95) -> Optional[Interval]:
-  """Percentile interval of B_crit over tuning noise and seed noise (issue 41). Per resample and batch: the
-  batch's candidates are drawn with replacement (as many as it has) and the search's choice among those drawn is
-  re-applied (the lowest ``rank``); then k points are drawn with replacement from that candidate's seeds, k = the
-  largest seed count at that batch (so each batch keeps its weight in the fit). With one candidate per batch this
-  is ``bootstrap``. None when no resample could be fitted."""
+  """Percentile interval of B_crit over tuning noise and seed noise (issue 41). ``cells``: per searched cell, keyed
+  by its batch or by (batch, cell name) when a batch has several cells (their points are pooled, as in ``fit``),
+  the configurations its search could have chosen. Per resample and cell: its candidates are drawn with
+  replacement (as many as it has) and the search's choice among those drawn is re-applied (the lowest ``rank``);
+  then k points are drawn with replacement from that candidate's seeds, k = the largest seed count in the cell (so
+  each cell keeps its weight in the fit). With one candidate per cell this is ``bootstrap``. None when no resample
+  could be fitted."""
   rng = np.random.default_rng(seed)
   keys = sorted(cells)
   vals, failed = [], 0
   for _ in range(num):
     bs, ys, cs = [], [], []
-    for b in keys:
-      cands = list(cells[b])
+    for key in keys:
+      b = key[0] if isinstance(key, tuple) else key
+      cands = list(cells[key])
       drawn = [cands[i] for i in rng.integers(0, len(cands), len(cands))]
       pick = min(drawn, key=lambda c: c.rank)
       k = max(len(c.points) for c in cands)
