@@ -98,6 +98,12 @@ def _run(FLAGS, command: str) -> None:  # noqa: N803
       print(t.run_id, t.role, t.technique or "-", dict(t.overrides))
     return
   from lamb_lars.study.running import preregistration
+  if preregistration.load(FLAGS.workdir) is None:  # a new study: its trials checked first, so a mistake writes nothing
+    if command == "branch":
+      branches.prepare(study)
+    else:
+      sweep.expand(study)
+      runner.checked_settings(study)
   preregistration.register(FLAGS.workdir, FLAGS["config"].config_filename, FLAGS.allow_dirty,
                            [a for a in sys.argv[1:] if a.startswith("--config.")])
   signal.signal(signal.SIGTERM, _raise_interrupt)
