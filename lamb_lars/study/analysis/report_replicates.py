@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import collections
+import functools
 from typing import Optional, Sequence
 
 from lamb_lars.study import paper
@@ -210,26 +211,26 @@ def sensitivity_section(trials: Sequence[Trial], target: Target, goals: Sequence
   base = [t for t in trials if t.role == "baseline"]
   b0 = base[0].batch_size if base else None
   rows, spans = [], []
+
+  def add_row(name: str, values: list, label: str, p: dict, interval=None) -> None:
+    """One row: the fit of ``p`` with ``interval`` (default: over seeds); its B_crit and ends join ``values``."""
+    try:
+      f = scaling_fit.fit_points(p)
+    except ValueError as e:
+      rows.append([name, label, "—", "—", str(e)])
+      return
+    ci = interval if interval is not None else scaling_fit.bootstrap(p, num=bootstrap_num)
+    n, nc = sum(len(v) for v in p.values()), sum(c for v in p.values() for _, c in v)
+    rows.append([name, label, fmt(f.b_crit), _interval_text(ci), f"{n} ({nc} censored)"])
+    values.append(f.b_crit)
+    if ci is not None:
+      values.extend([ci.lo, ci.hi])
+
   for goal in goals:
     name = f"{100 * goal:.2f}%" + (" (headline)" if goal == headline else "")
     pts = _points(reps, target.metric, goal, target.mode)
-    variants: list[tuple[str, dict, Optional[scaling_fit.Interval]]] = []
-    values = []
-
-    def add(label: str, p: dict, interval=None, *, seeds_interval: bool = True) -> None:
-      try:
-        f = scaling_fit.fit_points(p)
-      except ValueError as e:
-        rows.append([name, label, "—", "—", str(e)])
-        return
-      ci = interval if interval is not None else (scaling_fit.bootstrap(p, num=bootstrap_num) if seeds_interval
-                                                   else None)
-      n, nc = sum(len(v) for v in p.values()), sum(c for v in p.values() for _, c in v)
-      rows.append([name, label, fmt(f.b_crit), _interval_text(ci), f"{n} ({nc} censored)"])
-      values.append(f.b_crit)
-      if ci is not None:
-        values.extend([ci.lo, ci.hi])
-
+    values: list[float] = []
+    add = functools.partial(add_row, name, values)
     add("tuned B0, censored as bounds; interval over seeds", pts)
     cands = _candidates(trials, reps, target.metric, goal, target.mode)
     if cands and any(len(c) > 1 for c in cands.values()):
