@@ -63,3 +63,20 @@ def test_the_section_has_the_table_and_figure(tmp_path):
   assert lines[0] == "## Batch-size warmup against fixed batches"
   assert (tmp_path / "batch_warmup.png").exists()
   assert bw.section(WARM, str(tmp_path)) == []   # no fixed arm: no base, no section
+
+
+def test_a_searched_arm_is_its_chosen_configuration_with_its_replicates():
+  """Issue 41's control (fixed large batch, searched LR warmup): of its search trials only the one chosen on the
+  validation split (here the better final validation accuracy) and that one's replicate seeds form the arm."""
+  def searched(rid, val, seed=0, **kw):
+    curve = [{"step": s, "examples": s * 2048, "epoch": 30.0 * s / 40, "eval_accuracy": 0.99,
+              "validation_accuracy": val} for s in (20, 40)]
+    return Trial(rid, 2048, role="warmup", technique="ctl", seed=seed, status="done", curve=curve,
+                 budget_epochs=30.0, space={"optimizer.learning_rate": ["log", 0.01, 0.1]}, **kw)
+  good, bad = searched("ctl-a", 0.99), searched("ctl-b", 0.95)
+  reps = [searched(f"ctl-a-s{s}", 0.98, seed=s, phase="replicate", replicate_of="ctl-a") for s in (1, 2)]
+  by = bw.arms(BASE + [bad, good] + reps)
+  assert [t.run_id for t in by["ctl"]] == ["ctl-a", "ctl-a-s1", "ctl-a-s2"]
+  assert [t.run_id for t in bw.arms(BIG)["fixed_2048"]] == ["fixed_2048-0", "fixed_2048-1", "fixed_2048-2"]
+  v = bw.non_inferiority(WARM, BASE, margin=0.01)          # the pre-registered margin from the config
+  assert v.threshold == -0.01

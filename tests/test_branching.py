@@ -85,3 +85,28 @@ def test_the_doubling_rule_on_any_limit_such_as_the_noise_scale():
   limits = [(0.25, 13.7), (0.5, 22.3), (1.0, None), (2.0, float("nan")), (4.02, 843.0), (8.04, 1872.0)]
   assert branching.doubling_schedule(limits, 256) == [(0.0, 256), (4.02, 512), (8.04, 1024)]
   assert branching.doubling_schedule(limits, 256, max_batch=512) == [(0.0, 256), (4.02, 512)]
+
+
+def test_a_branch_that_blew_up_fails_its_batch_rather_than_straddling():
+  """Issue 41: a loss ≥ 1e10 (or non-finite) in one seed made the t-interval so wide that the verdict was
+  'borderline'; such a batch is 'fail', so the bracket's high end stops below it."""
+  diffs = {512: [0.004, 0.005, 0.006], 1024: [0.0, 2e10, 0.001], 2048: [0.0, math.nan, 0.0]}
+  c = branching.critical_batch(_branches(1.0, diffs), 1.0, 256, EPS)
+  assert [c.verdicts[b].verdict for b in (512, 1024, 2048)] == ["pass", "fail", "fail"]
+  assert (c.low, c.high) == (512, 512)
+  assert branching.blew_up(1e10) and branching.blew_up(math.inf) and not branching.blew_up(9.9e9)
+  below = branching.critical_batch(_branches(1.0, {512: [0.0, 9e9, 0.0]}), 1.0, 256, EPS)
+  assert below.verdicts[512].verdict == "borderline"   # large but finite and below 1e10: the interval decides
+
+
+def test_epsilon_sensitivity_lists_the_bracket_at_every_epsilon():
+  from lamb_lars.study.analysis import report_branching as rb
+  assert rb.other_epsilons(0.5, True) == [0.05, 0.1, 0.2, 0.5]
+  assert rb.other_epsilons(0.01, False) == pytest.approx([0.001, 0.002, 0.005, 0.01, 0.02])
+  assert rb.other_epsilons(0.1, True, (0.2,)) == [0.1, 0.2]
+  diffs = {512: [0.004, 0.005, 0.006], 1024: [0.02, 0.021, 0.019]}   # reference loss mean 0.5
+  lines = rb.sensitivity(_branches(1.0, diffs), 256, 0.02, True, (0.01, 0.02, 0.05))
+  # ε = 1% (0.005): 512's interval [0.0025, 0.0075] straddles it, 1024 fails; 2% (0.01): 512 passes, 1024 fails;
+  # 5% (0.025): both pass (censored).
+  row = next(l for l in lines if l.startswith("| 1 |"))
+  assert row == "| 1 | [—, 512] | [512, 512] | [1024, 1024] censored |", row

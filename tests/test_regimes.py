@@ -242,3 +242,23 @@ def test_no_linear_run_above_b0_leaves_every_batch_large_or_not_undetermined():
   known to be large (the old label was 'large with tuned (linear scaling not run)')."""
   r = classify_trials(BASE, [_t("t4096", 4096, PASS, role="technique", technique="tuned")], TECH)
   assert r.b_l is None and r.labels[4096] == "large or not: undetermined (linear scaling not run); reached by tuned"
+
+
+def test_one_reading_of_defs_21_and_22_any_evaluation_by_default_final_as_the_other():
+  """Issue 41: the reading is written down (docs/studies.md) and applied by one function. A run whose middle eval
+  meets both bars (0.99, 0.03) and whose last eval misses the loss bar (0.988, 0.05; bar 0.036) passes Def. 2.1
+  under 'any' and fails under 'final'; Def. 2.2's value is its best accuracy (0.99) or its last (0.988)."""
+  from lamb_lars.study.analysis import regimes
+  t = _t("x", 512, [(10, 0.9, 0.3), (20, 0.99, 0.03), (30, 0.988, 0.05)])
+  assert regimes.READING == "any" and regimes.READINGS == ("any", "final")
+  assert regimes.def_values(t, BASE, definition="2.1") == (0.99, 0.03)
+  assert regimes.def_values(t, BASE, definition="2.1", reading="final") == (0.988, 0.05)
+  assert regimes.def_values(t, BASE, definition="2.2") == (0.99, 0.03)
+  assert regimes.def_values(t, BASE, definition="2.2", reading="final")[0] == 0.988
+  assert passes_large_batch(t, BASE) and not passes_large_batch(t, BASE, reading="final")
+  late = _t("y", 512, [(10, 0.99, 0.03), (30, 0.95, 0.03)])
+  assert reaches_accuracy(late, BASE) and not reaches_accuracy(late, BASE, reading="final")
+  assert classify_trials(BASE, [t], TECH).b_l is None
+  assert classify_trials(BASE, [t], TECH, reading="final").b_l == 512
+  with pytest.raises(ValueError, match="reading"):
+    regimes.def_values(t, BASE, definition="2.1", reading="best")

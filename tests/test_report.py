@@ -206,7 +206,7 @@ def test_regimes_verdicts_read_the_replicates(tmp_path):
   base = Trial("base", 256, "momentum", role="baseline", curve=rows(0.99))
   spec = report.ReportSpec(baseline_epochs=30.0, num_train=N)
   alone = open(report.write_report([base, lin("lin-1024", 0.986)], str(tmp_path / "a"), spec)).read()
-  assert "| 1024 | linear scaling works | `lin-1024` done 98.60% | borderline |" in alone
+  assert "| 1024 | linear scaling works | `lin-1024` done 98.60% | inconclusive (add seeds) |" in alone
   reps = [lin(f"rep{s}", acc, seed=s, phase="replicate", replicate_of="lin-1024")
           for s, acc in ((1, 0.9862), (2, 0.9858))]
   both = open(report.write_report([base, lin("lin-1024", 0.986)] + reps, str(tmp_path / "b"), spec)).read()
@@ -262,3 +262,19 @@ def test_seeds_not_yet_run_are_not_counted_as_failures(tmp_path):
   text = open(report.write_report(trials, str(tmp_path), report.ReportSpec(baseline_epochs=30.0,
                                                                              num_train=N))).read()
   assert "last pass 512: Def. 2.1 pass (acc pass: 0.99 ∈ [0.988, 0.992] vs 0.985, 1 run;" in text
+
+
+def test_regimes_print_the_other_reading_of_the_definitions(tmp_path):
+  """Issue 41: a linear run at 1024 that meets both bars at its middle eval and misses the loss bar at its last
+  passes Def. 2.1 under the stated reading (any evaluation) and fails under the other (final), which the report
+  prints as a sensitivity line."""
+  from lamb_lars.study.records import Trial
+  rows = lambda *evs: [{"step": 10 * (i + 1), "epoch": e, "eval_accuracy": a, "validation_loss": l}
+                       for i, (e, a, l) in enumerate(evs)]
+  base = Trial("base", 256, "momentum", role="baseline", curve=rows((30.0, 0.99, 0.02)))
+  lin = Trial("lin-1024", 1024, "momentum", role="linear", params={"lr_scaling": "linear"},
+              curve=rows((15.0, 0.99, 0.02), (30.0, 0.99, 0.03)))
+  text = open(report.write_report([base, lin], str(tmp_path / "a"),
+                                  report.ReportSpec(baseline_epochs=30.0, num_train=N))).read()
+  line = next(l for l in text.splitlines() if l.startswith("Sensitivity to the reading"))
+  assert "B_L = 1024 (here" in line and "1024: Def. 2.1 pass → fail" in line, line

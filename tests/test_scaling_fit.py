@@ -135,3 +135,47 @@ def test_closed_form_c_equals_a_numerical_minimisation_of_the_loss():
                                      options=dict(xatol=1e-12))
       assert c[row] == pytest.approx(ref.x, abs=1e-7), (trial, row)
       assert loss[row] == pytest.approx(f(c[row]), rel=1e-12) and loss[row] <= ref.fun + 1e-12
+
+
+def test_bootstrap_over_trials_and_seeds_spans_the_fits_of_either_choice():
+  """No seed noise (identical seeds), two candidates at 1024: each resample's fit is one of two brute-force
+  reference fits (the chosen candidate drawn, or only the other one), so the interval runs from one to the other."""
+  s = 1000.0 * (1 + 2000.0 / B)
+  cells = {int(b): [F.Candidate(-math.inf, ((y, False),) * 3)] for b, y in zip(B, s)}
+  cells[1024].append(F.Candidate(0.0, ((3 * s[2], False),)))
+  ci = F.bootstrap_trials_and_seeds(cells, num=400)
+  alt = s.copy()
+  alt[2] *= 3
+  _, b_alt, _ = _reference(B, alt, np.zeros(B.size, bool))
+  lo, hi = sorted([2000.0, b_alt])
+  assert ci.lo == pytest.approx(lo, rel=5e-3) and ci.hi == pytest.approx(hi, rel=5e-3) and ci.failed == 0
+  one = F.bootstrap_trials_and_seeds({b: c[:1] for b, c in cells.items()}, num=50)   # no tuning noise left
+  assert one.lo == pytest.approx(2000.0, rel=1e-6) and one.hi == pytest.approx(2000.0, rel=1e-6)
+
+
+def test_without_censored_points_the_fit_is_the_reference_fit_of_the_reached_ones():
+  rng = np.random.default_rng(3)
+  s = 800.0 * (1 + 1500.0 / B) * np.exp(rng.normal(0.0, 0.1, B.size))
+  pts = {int(b): [(y, False), (5.0 * y, True)] for b, y in zip(B, s)}
+  only = F.reached_only(pts)
+  assert only == {int(b): [(y, False)] for b, y in zip(B, s)}
+  f = F.fit_points(only)
+  s_min, b_crit, _ = _reference(B, s, np.zeros(B.size, bool))
+  assert f.s_min == pytest.approx(s_min, rel=2e-3) and f.b_crit == pytest.approx(b_crit, rel=4e-3)
+  assert F.reached_only({256: [(10.0, True)], 512: [(5.0, False)]}) == {512: [(5.0, False)]}
+
+
+def test_cells_sharing_a_batch_are_pooled_as_in_the_fit():
+  """Two cells at each batch (keys (batch, cell)), each with one candidate: every resample refits all their points,
+  so with noise-free seeds the interval is the point fit; a cell's alternative pulls only its own points."""
+  s = 1000.0 * (1 + 2000.0 / B)
+  cells = {(int(b), c): [F.Candidate(-math.inf, ((y, False),) * 2)] for b, y in zip(B, s) for c in ("x", "y")}
+  ci = F.bootstrap_trials_and_seeds(cells, num=30)
+  assert ci.lo == pytest.approx(2000.0, rel=1e-6) and ci.hi == pytest.approx(2000.0, rel=1e-6)
+  cells[(1024, "y")].append(F.Candidate(0.0, ((3 * s[2], False),)))
+  ci = F.bootstrap_trials_and_seeds(cells, num=400)
+  bs = np.repeat(B, 4)
+  ys = np.repeat(s, 4)
+  ys[np.where(bs == 1024)[0][2:]] *= 3                      # cell y's two points at 1024 from the alternative
+  _, b_alt, _ = _reference(bs, ys, np.zeros(bs.size, bool))
+  assert sorted([ci.lo, ci.hi]) == pytest.approx(sorted([2000.0, b_alt]), rel=5e-3)

@@ -22,10 +22,14 @@ VARIANT_KEYS = {
 def analysis(**overrides: Any) -> ml_collections.ConfigDict:
   """The report's settings: the target of steps-to-target (and ``targets``, further goals below it, each with its
   own S(B) fit; lamb_lars/study/analysis/report_replicates.py), ρ, N, the declared technique set, the paper's
-  workload key (lamb_lars/study/paper.py), Table 3's batch, a title and notes."""
+  workload key (lamb_lars/study/paper.py), Table 3's batch, a title and notes; ``noninferiority_margin``: the
+  pre-registered margin of a batch-size warmup arm's non-inferiority (accuracy fraction; 0.002 = 0.2 pp;
+  lamb_lars/study/analysis/batch_warmup.py). Thresholds live here and are committed before the first trial (the
+  manifest records that commit, issue 41)."""
   a = ml_collections.ConfigDict(dict(
       title="", notes="", paper="", target_metric="eval_accuracy", target_goal=0.99, target_mode="max",
-      baseline_epochs=0.0, num_train=60000, techniques=(), target_technique="", table3_batch=0, targets=()))
+      baseline_epochs=0.0, num_train=60000, techniques=(), target_technique="", table3_batch=0, targets=(),
+      noninferiority_margin=0.002))
   a.update(overrides)
   return a
 
@@ -36,9 +40,11 @@ def branching(**overrides: Any) -> ml_collections.ConfigDict:
   Δ (the examples every branch trains; a multiple of every branch batch, so each sees exactly Δ), the LR rule
   ('linear' | 'sqrt' | 'none': η = multiplier·rule(B/B0)·η_ref(t), constant over the branch) and multiplier, and
   the analysis (lamb_lars/study/analysis/branching.py): ε, absolute or ``relative`` to the reference loss, on
-  ``loss`` at the branch's end."""
+  ``loss`` at the branch's end; ``epsilon_sensitivity``: the other ε values (same unit as ``epsilon``) the report
+  shows CBS(t) at, beside the pre-registered ``epsilon``."""
   b = ml_collections.ConfigDict(dict(points_epochs=(), delta_examples=0, lr_rule="linear", lr_multiplier=1.0,
-                                     epsilon=0.01, relative=False, loss="validation_loss"))
+                                     epsilon=0.01, relative=False, loss="validation_loss",
+                                     epsilon_sensitivity=()))
   b.update(overrides)
   return b
 

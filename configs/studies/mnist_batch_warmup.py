@@ -20,6 +20,17 @@ seeds 0, 1, 2 (the seed-0 trial and two replicates):
   scale B_simple(t) instead of CBS(t) (McCandlish et al. 2018's proxy, which Merrill et al. find unreliable):
   B_simple is 14, 22, 44, 180, 843 and 1,872 at the branch points, so 512 from 4.02 epochs and 1024 from 8.04;
 * ``fixed_2048``: the final CBS (its bracket at 8 epochs is [2048, 2048]) throughout, η·2048/256.
+
+``:lr_warmup_control`` (issue 41; not run yet) is a new study ``mnist_batch_warmup_control``, the published four arms
+plus the obvious control the published comparison lacks: ``fixed_2048_lrwarmup``, a fixed batch of 2048 with its
+LR warmup and its LR searched (:data:`CONTROL_TRIALS` quasi-random points of base LR η ∈ [0.0125, 0.1], scaled
+×2048/256 to [0.1, 0.8], and linear LR warmup 0–8 epochs; ASHA on validation accuracy), its chosen configuration
+(on validation) replicated with seeds 1 and 2, so that the arm is compared seed by seed like the others. Its
+pre-registered non-inferiority margin is ``analysis.noninferiority_margin`` = 0.2 pp, as published. Expected cost,
+from the published folder's recorded trial times (runs.csv ``wall_time``, 2-core CPU beside other work): fixed_256
+179 s, warmup 99 s, warmup_bsimple 117 s, fixed_2048 84 s per run; the control ≈ 84 s per full run, 8 search points
+(some pruned) + 2 replicates ≈ 10 × 84 s ≈ 14 min; the whole variant (12 + 10 runs) ≈ 24 + 14 = 38 min of training,
+≈ 20 min of wall time on 2 workers.
 """
 import ml_collections
 
@@ -49,9 +60,25 @@ def base_config() -> ml_collections.ConfigDict:
   return base
 
 
-def get_config() -> ml_collections.ConfigDict:
+CONTROL_TRIALS = 8
+CONTROL_LR = (0.0125, 0.1)       # the base LR at 256, scaled linearly to the arm's batch (×8 at 2048)
+CONTROL_WARMUP = (0.0, 8.0)      # epochs of linear LR warmup
+
+
+def control_arm() -> dict:
+  """The fixed-large-batch arm with a searched LR and LR warmup (``:lr_warmup_control``)."""
+  return dict(name=f"fixed_{FINAL_CBS}_lrwarmup", role="warmup", technique=f"fixed_{FINAL_CBS}_lrwarmup",
+              fixed={"batch_size": FINAL_CBS},
+              search={"optimizer.learning_rate": ("log",) + CONTROL_LR,
+                      "optimizer.schedule.warmup_epochs": ("linear",) + CONTROL_WARMUP},
+              num_trials=CONTROL_TRIALS, seed=41)
+
+
+def get_config(variant: str = "") -> ml_collections.ConfigDict:
+  if variant not in ("", "lr_warmup_control"):
+    raise ValueError(f"unknown variant {variant!r} of mnist_batch_warmup; use '' or 'lr_warmup_control'.")
   c = ml_collections.ConfigDict()
-  c.name = "mnist_batch_warmup"
+  c.name = "mnist_batch_warmup" + ("_control" if variant else "")
   c.base = base_config()
   c.sweeps = (
       dict(name="fixed_256", role="warmup", technique="fixed_256", fixed={}),
@@ -59,7 +86,7 @@ def get_config() -> ml_collections.ConfigDict:
       dict(name="warmup_bsimple", role="warmup", technique="warmup_bsimple",
            fixed={"batch_schedule": BSIMPLE_SCHEDULE}),
       dict(name=f"fixed_{FINAL_CBS}", role="warmup", technique=f"fixed_{FINAL_CBS}", fixed={"batch_size": FINAL_CBS}),
-  )
+  ) + ((control_arm(),) if variant else ())
   c.search = common.search()
   c.runner = common.runner()
   c.replicates = common.replicates(num_seeds=2, roles=("warmup",))

@@ -165,6 +165,36 @@ def republish_config() -> ml_collections.ConfigDict:
   return c
 
 
+# ':adagrad_eps' (issue 41; not run yet): AdaGrad's four cells (batch 256; 8K original, layer-wise, layer-wise +
+# bound) searched again with ε and the initial accumulator G₀ in the space beside the LR and warmup (the republish
+# fixed them at optax's 1e-7 and 0.1, and both 8K "differs" cells had their best point next to a divergence cliff),
+# on the republish's LR ranges; more points per cell for the larger space. Expected cost, from
+# docs/studies/mnist_table3_replicated (runs.csv ``wall_time``): an AdaGrad trial 100 s on average (52 trials, 86.5
+# min); 4 cells × 16 points + ≈ 16 in extensions + 4 × 3 replicates ≈ 92 trials ≈ 150 min of training, ≈ 80 min of
+# wall time on 2 workers (pruned trials cost less).
+ADAGRAD_EPS = ("log", 1e-10, 1e-2)
+ADAGRAD_G0 = ("log", 1e-4, 1.0)
+ADAGRAD_TRIALS = 16
+
+
+def adagrad_config() -> ml_collections.ConfigDict:
+  """``:adagrad_eps``: the republish's AdaGrad cells with ε and G₀ searched (a study of its own,
+  ``mnist_table3_adagrad``)."""
+  c = republish_config()
+  c.name = "mnist_table3_adagrad"
+  cells = []
+  for cell in republish_sweeps():
+    if cell["fixed"]["optimizer.name"] == "adagrad":
+      cell = dict(cell, search={**cell["search"], "optimizer.eps": ADAGRAD_EPS,
+                                "optimizer.initial_accumulator_value": ADAGRAD_G0},
+                  num_trials=ADAGRAD_TRIALS, seed=cell["seed"] + 1000)
+      cells.append(cell)
+  c.sweeps = tuple(cells)
+  c.analysis.title = ("MNIST / LeNet-5: You et al. 2020 Table 3, AdaGrad cells with ε and the initial accumulator "
+                      "searched")
+  return c
+
+
 def get_config(part: str = "") -> ml_collections.ConfigDict:
   """Both rounds (default), or ``configs/studies/mnist_table3.py:round2`` for round 2 alone as its own study
   ``mnist_table3_round2``: the published round 1 predates the dead-run rule's ``stop.dead_evals``, so its
@@ -172,8 +202,10 @@ def get_config(part: str = "") -> ml_collections.ConfigDict:
   study of the republish (``republish_config``)."""
   if part == "republish":
     return republish_config()
+  if part == "adagrad_eps":
+    return adagrad_config()
   if part not in ("", "round2"):
-    raise ValueError(f"mnist_table3.py:{part}: the parts are 'round2' and 'republish'.")
+    raise ValueError(f"mnist_table3.py:{part}: the parts are 'round2', 'republish' and 'adagrad_eps'.")
   base = base_config()
   base.optimizer.lr_scaling = "none"  # the searched LR is the LR at the batch the trial runs at
   c = ml_collections.ConfigDict()

@@ -21,6 +21,8 @@ manifest (``rereports``); the runs, the CSVs and their hashes stay as they were.
 The study config is locked: a misspelled ``--config.`` override is an error. Every trial config is validated (by
 the validator ``train.py`` uses) before any trial runs; a mistake is one sentence and exit status 2
 (``--verbose`` shows the traceback). ``run`` exits 1 when trials failed, listing each failure's line.
+``run`` and ``branch`` refuse to start a study whose config file has uncommitted changes (``--allow_dirty``
+overrides); the commit that last changed it is recorded as its pre-registration (running/preregistration.py).
 ``status`` prints where the study stands (trials done/pruned/diverged/failed/running/pending, a rough ETA, the
 running trials' epochs), read from the store; ``run`` prints the same every minute.
 ``snapshot`` copies what the study needs to be resumed elsewhere (the store, its config and commands, each trial's
@@ -52,6 +54,8 @@ def _define_flags():
   flags.DEFINE_bool("dry_run", False, "run: list the trials and exit; branch: the reference and the branch points.")
   flags.DEFINE_enum("executor", "local", ["local", "ray"], "run: where trials run (local processes or a Ray cluster).")
   flags.DEFINE_string("ray_address", "auto", "run --executor=ray: the cluster ('auto' or HOST:PORT).")
+  flags.DEFINE_bool("allow_dirty", False, "run/branch: start a study whose config file has uncommitted changes "
+                    "(its thresholds are then not pre-registered; the manifest says so).")
   flags.DEFINE_bool("verbose", False, "Show the traceback of a config, store or workdir mistake too.")
   flags.mark_flags_as_required(["workdir"])
   return flags.FLAGS
@@ -93,6 +97,15 @@ def _run(FLAGS, command: str) -> None:  # noqa: N803
     for t in sweep.expand(study):
       print(t.run_id, t.role, t.technique or "-", dict(t.overrides))
     return
+  from lamb_lars.study.running import preregistration
+  if preregistration.load(FLAGS.workdir) is None:  # a new study: its trials checked first, so a mistake writes nothing
+    if command == "branch":
+      branches.prepare(study)
+    else:
+      sweep.expand(study)
+      runner.checked_settings(study)
+  preregistration.register(FLAGS.workdir, FLAGS["config"].config_filename, FLAGS.allow_dirty,
+                           [a for a in sys.argv[1:] if a.startswith("--config.")])
   signal.signal(signal.SIGTERM, _raise_interrupt)
   log = lambda s: print(s, flush=True)
   if command == "branch":

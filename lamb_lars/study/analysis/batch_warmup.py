@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence
 
-from lamb_lars.study.analysis import plots, verdict as verdict_lib
+from lamb_lars.study.analysis import plots, selection, verdict as verdict_lib
 from lamb_lars.study.analysis.markdown import pct, table
 from lamb_lars.study.analysis.replicates import summarise
 from lamb_lars.study.records import Trial
@@ -38,11 +38,21 @@ MAX_RATIO = 0.7          # the issue's goal: ≥ 30% fewer optimizer steps
 
 
 def arms(trials: Sequence[Trial]) -> dict[str, list[Trial]]:
-  """{arm: its finished trials by seed} over the trials of role ``warmup``."""
+  """{arm: its finished trials by seed} over the trials of role ``warmup``. A searched arm (its trials have a search
+  space, e.g. a fixed batch with a searched LR warmup) is its chosen configuration (on the validation
+  split, selection.chosen_of_cell) with that configuration's replicate seeds."""
   out: dict[str, list[Trial]] = {}
   for t in sorted(trials, key=lambda t: (t.technique, t.seed or 0)):
     if t.role == ROLE and t.status in ("done", "diverged"):
       out.setdefault(t.technique, []).append(t)
+  for name, group in list(out.items()):
+    if any(t.space for t in group if t.phase != "replicate"):
+      pick = selection.chosen_of_cell(group)
+      keep = [] if pick is None else [t for t in group if t.run_id == pick.run_id or t.replicate_of == pick.run_id]
+      if keep:
+        out[name] = keep
+      else:
+        del out[name]
   return out
 
 
@@ -77,13 +87,14 @@ def paired_differences(arm: Sequence[Trial], base: Sequence[Trial]) -> list[floa
   return [final(t) - by_seed[t.seed] for t in arm if t.seed in by_seed]
 
 
-def non_inferiority(arm: Sequence[Trial], base: Sequence[Trial]) -> Optional[verdict_lib.Verdict]:
-  """The verdict of the paired differences against −ACC_TOLERANCE (module docstring); None without a pair."""
+def non_inferiority(arm: Sequence[Trial], base: Sequence[Trial],
+                    margin: float = verdict_lib.ACC_TOLERANCE) -> Optional[verdict_lib.Verdict]:
+  """The verdict of the paired differences against −``margin`` (the study config's pre-registered
+  ``analysis.noninferiority_margin``; module docstring); None without a pair."""
   d = [x if math.isfinite(x) else -math.inf for x in paired_differences(arm, base)]
   if not d:
     return None
-  return verdict_lib.threshold_verdict(d, -verdict_lib.ACC_TOLERANCE, mode="max",
-                                       tolerance=verdict_lib.ACC_TOLERANCE)
+  return verdict_lib.threshold_verdict(d, -margin, mode="max", tolerance=verdict_lib.ACC_TOLERANCE)
 
 
 def total_steps(ts: Sequence[Trial]) -> Optional[int]:
@@ -103,7 +114,8 @@ def _pp(v: verdict_lib.Verdict) -> str:
   return f"{v.verdict}: {100 * v.value:+.2f} pp [{100 * v.low:+.2f}, {100 * v.high:+.2f}] (n={v.num_values})"
 
 
-def rows(by_arm: dict[str, list[Trial]], base: str, goal: float) -> list[list]:
+def rows(by_arm: dict[str, list[Trial]], base: str, goal: float,
+         margin: float = verdict_lib.ACC_TOLERANCE) -> list[list]:
   """One table row per arm: seeds, final accuracy with interval, non-inferiority, total steps and their ratio to
   the base's, and steps to a* per seed."""
   out, base_steps = [], total_steps(by_arm[base])
@@ -113,7 +125,7 @@ def rows(by_arm: dict[str, list[Trial]], base: str, goal: float) -> list[list]:
     diverged = sum(not math.isfinite(final(t)) for t in ts)
     acc += f" ({diverged} not finished)" if diverged else ""
     acc += "; per seed " + ", ".join(pct(final(t)) for t in ts)
-    v = None if name == base else non_inferiority(ts, by_arm[base])
+    v = None if name == base else non_inferiority(ts, by_arm[base], margin)
     steps = total_steps(ts)
     ratio = "—" if name == base or not steps or not base_steps else f"{steps / base_steps:.3f}"
     out.append([name, len(ts), acc, "—" if v is None else _pp(v), steps, ratio,
@@ -121,7 +133,7 @@ def rows(by_arm: dict[str, list[Trial]], base: str, goal: float) -> list[list]:
   return out
 
 
-def section(trials: Sequence[Trial], out_dir: str) -> list[str]:
+def section(trials: Sequence[Trial], out_dir: str, margin: float = verdict_lib.ACC_TOLERANCE) -> list[str]:
   """The report section (module docstring) with a figure of test accuracy against optimizer steps; [] when the
   study has no ``warmup`` trials or no base arm."""
   by_arm = arms(trials)
@@ -134,13 +146,13 @@ def section(trials: Sequence[Trial], out_dir: str) -> list[str]:
   lines = ["## Batch-size warmup against fixed batches", "",
            f"Arms of role `warmup`; the base arm is `{base}`. Non-inferiority: the 95% interval of the paired "
            f"per-seed differences of final test accuracy (arm − base, same seed, same example stream) against "
-           f"−{100 * verdict_lib.ACC_TOLERANCE:g} pp (`pass`: no worse by more than that). Steps: the whole "
+           f"−{100 * margin:g} pp (`pass`: no worse by more than that). Steps: the whole "
            f"budget's optimizer steps and their ratio to the base's (goal ≤ {MAX_RATIO}: ≥ 30% fewer). Steps "
            f"(examples) to a* = {pct(goal)}% test accuracy, the low end of `{base}`'s 95% interval of final "
            f"accuracy: the first evaluation at or above it, per seed. Definitions: "
            f"lamb_lars/study/analysis/batch_warmup.py.", ""]
   lines += table(["arm", "seeds", "final test accuracy, % (mean [95% CI])", "arm − base (non-inferiority)",
-                  "steps", "steps ÷ base", "steps to a* per seed"], rows(by_arm, base, goal))
+                  "steps", "steps ÷ base", "steps to a* per seed"], rows(by_arm, base, goal, margin))
   curves = {f"{name} seed {t.seed}": t.curve for name, ts in by_arm.items() for t in ts[:1]}
   png = plots.training_curves(out_dir, "batch_warmup.png", curves, title="Batch-size warmup against fixed batches "
                               "(first seed of each arm)", target=goal)

@@ -14,8 +14,9 @@ What this module computes, and the choices that are ours (named, not the paper's
   paired: d_s(t, B) = L_s(t, B) − L_s(t, B0), with L the loss after Δ examples (validation or training loss: the
   study says which).
 * A verdict per (t, B) from the interval of the d_s against ε (lamb_lars/study/analysis/verdict.py, ``mode='min'``):
-  ``pass`` when the whole 95% interval is ≤ ε, ``fail`` when it is wholly > ε, else ``borderline``. A diverged
-  branch (non-finite loss) loses.
+  ``pass`` when the whole 95% interval is ≤ ε, ``fail`` when it is wholly > ε, else ``borderline``. A branch
+  that blew up (its loss non-finite or ≥ ``BLOWUP`` = 1e10) loses, and a batch with such a branch is ``fail``
+  whatever its other seeds do (issue 41: the t-interval rule called it borderline).
 * ε is absolute (``relative=False``) or a fraction of the reference loss (``relative=True``).
 * Monotone closure (our choice): CBS(t) counts a batch only when every smaller tested batch also passes, so a lucky
   large batch above a losing one does not raise it.
@@ -34,6 +35,13 @@ import math
 from typing import Mapping, Optional, Sequence
 
 from lamb_lars.study.analysis import verdict as verdict_lib
+
+BLOWUP = 1e10   # a branch loss at or above this (or non-finite) blew up: that batch fails at that point
+
+
+def blew_up(loss: float) -> bool:
+  """Whether a branch's loss is non-finite or ≥ ``BLOWUP``."""
+  return not math.isfinite(loss) or loss >= BLOWUP
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +73,7 @@ def paired_differences(branches: Sequence[BranchLoss], point: float, base_batch:
   out: dict[int, list[float]] = {}
   for b in sorted(at, key=lambda b: (b.batch_size, b.seed)):
     if b.batch_size != base_batch and b.seed in ref:
-      diff = b.loss - ref[b.seed] if math.isfinite(b.loss) else math.inf
+      diff = math.inf if blew_up(b.loss) else b.loss - ref[b.seed]
       out.setdefault(b.batch_size, []).append(diff)
   return out
 
@@ -82,8 +90,10 @@ def critical_batch(branches: Sequence[BranchLoss], point: float, base_batch: int
     refs = [b.loss for b in branches if b.point == point and b.batch_size == base_batch]
     epsilon = epsilon * sum(refs) / len(refs)
   half = epsilon / 2 if tolerance is None else tolerance
-  verdicts = {batch: verdict_lib.threshold_verdict(d, epsilon, mode="min", tolerance=half)
-              for batch, d in sorted(diffs.items())}
+  verdicts = {}
+  for batch, d in sorted(diffs.items()):
+    v = verdict_lib.threshold_verdict(d, epsilon, mode="min", tolerance=half)
+    verdicts[batch] = dataclasses.replace(v, verdict=verdict_lib.FAIL) if any(math.isinf(x) for x in d) else v
   low = high = None
   still_pass, still_open = True, True
   for batch, v in verdicts.items():

@@ -23,12 +23,12 @@ class ReachEvidence:
 
   def text(self) -> str:
     return (f"{self.technique} `{self.run_id}`" + (" (best on test: nothing chosen)" if self.best_on_test else "")
-            + f" {self.verdict.text()}")
+            + f" {regimes.vd.shown_text(self.verdict)}")
 
   def short(self) -> str:
     n = self.verdict.num_values
     how = "best on test, 1 run" if self.best_on_test else f"{n} seed{'s' if n > 1 else ''}"
-    return f"{self.verdict.verdict} ({self.technique}, {how})"
+    return f"{regimes.vd.shown(self.verdict.verdict)} ({self.technique}, {how})"
 
 
 _STRENGTH = {"pass": 2, "borderline": 1, "fail": 0}
@@ -45,7 +45,7 @@ def seeds_of(reps: Sequence[Trial], t: Trial, *, selected: bool = False) -> list
 
 
 def reach_evidence(trials: Sequence[Trial], reps: Sequence[Trial], techniques: Sequence[str], batch: int,
-                   baseline: Baseline) -> Optional[ReachEvidence]:
+                   baseline: Baseline, reading: str = regimes.READING) -> Optional[ReachEvidence]:
   """Def. 2.2 at ``batch`` (verdict.py): per declared technique and cell, the configuration the cell chose on the
   validation split (selection.chosen_of_cell) with its replicate seeds; a cell without a chosen trial (none ran its
   full budget, or no validation split) is read from its trial with the best test accuracy, one run. A chosen
@@ -61,8 +61,8 @@ def reach_evidence(trials: Sequence[Trial], reps: Sequence[Trial], techniques: S
       pick = selection.chosen_of_cell(group + [r for r in reps if r.cell and r.cell == key])
       on_test = pick is None
       if on_test:
-        pick = max(group, key=lambda t: regimes.best_accuracy_within_budget(t, baseline))
-      v = regimes.reach_verdict(seeds_of(reps, pick, selected=len(group) > 1), baseline)
+        pick = max(group, key=lambda t: regimes.best_accuracy_within_budget(t, baseline, reading=reading))
+      v = regimes.reach_verdict(seeds_of(reps, pick, selected=len(group) > 1), baseline, reading=reading)
       rank = (not on_test, _STRENGTH[v.verdict], v.value)
       if best is None or rank > best[0]:
         best = (rank, ReachEvidence(name, pick.run_id, v, on_test))

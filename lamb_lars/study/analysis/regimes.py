@@ -96,25 +96,52 @@ def _within_budget(trial: Trial, baseline: Baseline) -> list[Mapping]:
   return rows_within(trial.curve, int(trial.batch_size), baseline.epochs, baseline.num_train)
 
 
+# How Defs 2.1 and 2.2 are read (docs/studies.md "Regimes"; issue 41), applied by every function below:
+# 'any': a run meets a definition when some single evaluation within its ρ-epoch budget meets its bars (the
+# paper's "reaches … within ρ epochs"); the value a run contributes to a verdict over seeds is that of its best
+# such evaluation (Def. 2.1: the most accurate eval that meets the loss bar, else the most accurate; Def. 2.2: the
+# best test accuracy). 'final': the values at the run's last evaluation within the budget (final accuracy), the
+# other reading, which the report prints as a sensitivity line.
+READINGS = ("any", "final")
+READING = "any"
+
+
+def def_values(trial: Trial, baseline: Baseline, *, definition: str, reading: str = READING,
+               acc_key: str = TEST_ACC, loss_key: str = VAL_LOSS) -> tuple[float, float]:
+  """(test accuracy, validation loss) that decide Def. ``definition`` ('2.1' or '2.2') for one run under
+  ``reading`` (``READINGS``): the evaluation within ρ epochs that the reading picks. A diverged or failed run, or one
+  without such an eval, gives (−inf, +inf): it reaches nothing. Def. 2.2 needs no loss (+inf when none logged)."""
+  if reading not in READINGS or definition not in ("2.1", "2.2"):
+    raise ValueError(f"reading must be one of {READINGS} and definition '2.1' or '2.2'; got {reading!r}, "
+                     f"{definition!r}.")
+  need = (acc_key, loss_key) if definition == "2.1" else (acc_key,)
+  rows = [r for r in _within_budget(trial, baseline)
+          if all(r.get(k) is not None and r[k] == r[k] for k in need)]  # a NaN eval is no value
+  if trial.status in ("diverged", "failed") or not rows:
+    return -float("inf"), float("inf")
+  if reading == "final":
+    pick = max(rows, key=lambda r: r["step"])
+  elif definition == "2.1":
+    ok = [r for r in rows if r[loss_key] <= LOSS_FACTOR * baseline.val_loss]
+    pick = max(ok or rows, key=lambda r: r[acc_key])
+  else:
+    pick = max(rows, key=lambda r: r[acc_key])
+  loss = pick.get(loss_key)
+  return float(pick[acc_key]), float(loss) if loss is not None else float("inf")
+
+
 def passes_large_batch(trial: Trial, baseline: Baseline, *, acc_key: str = TEST_ACC,
-                       loss_key: str = VAL_LOSS) -> bool:
-  """Def. 2.1 for one trial: one eval within ρ epochs with test acc ≥ 0.995·A and validation loss ≤ 1.2·ξ."""
-  if trial.status in ("diverged", "failed"):
-    return False
-  for r in _within_budget(trial, baseline):
-    acc, loss = r.get(acc_key), r.get(loss_key)
-    if acc is not None and loss is not None and acc >= ACC_FRACTION * baseline.accuracy \
-        and loss <= LOSS_FACTOR * baseline.val_loss:
-      return True
-  return False
+                       loss_key: str = VAL_LOSS, reading: str = READING) -> bool:
+  """Def. 2.1 for one trial under ``reading``: test acc ≥ 0.995·A and validation loss ≤ 1.2·ξ at the same eval
+  within ρ epochs (some eval: 'any'; the last: 'final')."""
+  acc, loss = def_values(trial, baseline, definition="2.1", reading=reading, acc_key=acc_key, loss_key=loss_key)
+  return acc >= ACC_FRACTION * baseline.accuracy and loss <= LOSS_FACTOR * baseline.val_loss
 
 
-def reaches_accuracy(trial: Trial, baseline: Baseline, *, acc_key: str = TEST_ACC) -> bool:
-  """Def. 2.2's test for one trial: one eval within ρ epochs with test acc ≥ 0.995·A."""
-  if trial.status in ("diverged", "failed"):
-    return False
-  return any(r.get(acc_key) is not None and r[acc_key] >= ACC_FRACTION * baseline.accuracy
-             for r in _within_budget(trial, baseline))
+def reaches_accuracy(trial: Trial, baseline: Baseline, *, acc_key: str = TEST_ACC, reading: str = READING) -> bool:
+  """Def. 2.2's test for one trial under ``reading``: test acc ≥ 0.995·A within ρ epochs."""
+  return def_values(trial, baseline, definition="2.2", reading=reading, acc_key=acc_key)[0] >= (
+      ACC_FRACTION * baseline.accuracy)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,34 +153,28 @@ class LinearVerdict:
 
 
 def def21_values(trial: Trial, baseline: Baseline, *, acc_key: str = TEST_ACC,
-                 loss_key: str = VAL_LOSS) -> tuple[float, float]:
-  """(test accuracy, validation loss) of the eval within ρ epochs that decides Def. 2.1 for one run: the most
-  accurate eval that meets the loss bar 1.2·ξ, else the most accurate eval. A diverged or failed run, or one
-  without such an eval, gives (−inf, +inf): it reaches nothing."""
-  rows = [r for r in _within_budget(trial, baseline) if r.get(acc_key) is not None and r.get(loss_key) is not None]
-  if trial.status in ("diverged", "failed") or not rows:
-    return -float("inf"), float("inf")
-  ok = [r for r in rows if r[loss_key] <= LOSS_FACTOR * baseline.val_loss]
-  best = max(ok or rows, key=lambda r: r[acc_key])
-  return float(best[acc_key]), float(best[loss_key])
+                 loss_key: str = VAL_LOSS, reading: str = READING) -> tuple[float, float]:
+  """(test accuracy, validation loss) of the eval within ρ epochs that decides Def. 2.1 for one run
+  (``def_values``): under 'any', the most accurate eval that meets the loss bar 1.2·ξ, else the most accurate eval."""
+  return def_values(trial, baseline, definition="2.1", reading=reading, acc_key=acc_key, loss_key=loss_key)
 
 
-def best_accuracy_within_budget(trial: Trial, baseline: Baseline, *, acc_key: str = TEST_ACC) -> float:
-  """Def. 2.2's value for one run: its best test accuracy within ρ epochs (−inf: diverged, failed or none)."""
-  vals = [float(r[acc_key]) for r in _within_budget(trial, baseline) if r.get(acc_key) is not None
-          and r[acc_key] == r[acc_key]]  # a NaN eval is no accuracy (max() over NaN depends on the order)
-  return -float("inf") if trial.status in ("diverged", "failed") or not vals else max(vals)
+def best_accuracy_within_budget(trial: Trial, baseline: Baseline, *, acc_key: str = TEST_ACC,
+                                reading: str = READING) -> float:
+  """Def. 2.2's value for one run (``def_values``): under 'any', its best test accuracy within ρ epochs (−inf:
+  diverged, failed or none)."""
+  return def_values(trial, baseline, definition="2.2", reading=reading, acc_key=acc_key)[0]
 
 
 def linear_verdict(seeds: Sequence[Trial], baseline: Baseline, *, acc_tolerance: float = vd.ACC_TOLERANCE,
                    loss_tolerance: float = vd.LOSS_TOLERANCE, acc_key: str = TEST_ACC,
-                   loss_key: str = VAL_LOSS) -> LinearVerdict:
+                   loss_key: str = VAL_LOSS, reading: str = READING) -> LinearVerdict:
   """Def. 2.1 at one batch from the runs of one configuration (its seeds): pass / fail / borderline.
 
-  Per seed, ``def21_values``; the accuracy values against 0.995·A and the loss values against 1.2·ξ, each by
-  ``verdict.threshold_verdict`` (a 95% interval over ≥ 2 seeds, else the single-run tolerance); fail if either
-  fails, pass if both pass, else borderline."""
-  vals = [def21_values(t, baseline, acc_key=acc_key, loss_key=loss_key) for t in seeds]
+  Per seed, ``def_values`` under ``reading``; the accuracy values against 0.995·A and the loss values against 1.2·ξ,
+  each by ``verdict.threshold_verdict`` (a 95% interval over ≥ 2 seeds, else the single-run tolerance); fail if
+  either fails, pass if both pass, else borderline (shown as ``verdict.shown``: inconclusive, add seeds)."""
+  vals = [def21_values(t, baseline, acc_key=acc_key, loss_key=loss_key, reading=reading) for t in seeds]
   acc = vd.threshold_verdict([a for a, _ in vals], ACC_FRACTION * baseline.accuracy, tolerance=acc_tolerance)
   loss = vd.threshold_verdict([l for _, l in vals], LOSS_FACTOR * baseline.val_loss, mode="min",
                               tolerance=loss_tolerance, relative=True)
@@ -161,11 +182,11 @@ def linear_verdict(seeds: Sequence[Trial], baseline: Baseline, *, acc_tolerance:
 
 
 def reach_verdict(seeds: Sequence[Trial], baseline: Baseline, *, acc_tolerance: float = vd.ACC_TOLERANCE,
-                  acc_key: str = TEST_ACC) -> vd.Verdict:
+                  acc_key: str = TEST_ACC, reading: str = READING) -> vd.Verdict:
   """Def. 2.2's test at one batch from the runs of one configuration (its seeds): does it reach 0.995·A within ρ
-  epochs — pass / fail / borderline (``verdict.threshold_verdict`` over the per-seed best accuracies)."""
-  return vd.threshold_verdict([best_accuracy_within_budget(t, baseline, acc_key=acc_key) for t in seeds],
-                              ACC_FRACTION * baseline.accuracy, tolerance=acc_tolerance)
+  epochs — pass / fail / borderline (``verdict.threshold_verdict`` over the per-seed ``def_values``)."""
+  return vd.threshold_verdict([best_accuracy_within_budget(t, baseline, acc_key=acc_key, reading=reading)
+                               for t in seeds], ACC_FRACTION * baseline.accuracy, tolerance=acc_tolerance)
 
 
 def _verdict(trials: Sequence[Trial], ok) -> Optional[bool]:
@@ -197,7 +218,7 @@ def linear_evidence(trials: Iterable[Trial], baseline: Baseline, *, rule: str = 
 
 
 def technique_evidence(trials: Iterable[Trial], baseline: Baseline, techniques: Sequence[str], *,
-                       acc_key: str = TEST_ACC) -> dict[int, dict[str, bool]]:
+                       acc_key: str = TEST_ACC, reading: str = READING) -> dict[int, dict[str, bool]]:
   """``{batch: {technique: reaches 0.995·A}}`` for the declared techniques (others are ignored)."""
   groups: dict[tuple[int, str], list[Trial]] = {}
   for t in trials:
@@ -205,7 +226,7 @@ def technique_evidence(trials: Iterable[Trial], baseline: Baseline, techniques: 
       groups.setdefault((int(t.batch_size), t.technique), []).append(t)
   out: dict[int, dict[str, bool]] = {}
   for (b, name), ts in sorted(groups.items()):
-    v = _verdict(ts, lambda t: reaches_accuracy(t, baseline, acc_key=acc_key))
+    v = _verdict(ts, lambda t: reaches_accuracy(t, baseline, acc_key=acc_key, reading=reading))
     if v is not None:
       out.setdefault(b, {})[name] = v
   return out
@@ -281,7 +302,7 @@ def classify(baseline: Baseline, linear: Mapping[int, bool], tech: Mapping[int, 
 
 
 def classify_trials(baseline: Baseline, trials: Sequence[Trial], techniques: Sequence[str], *,
-                    acc_key: str = TEST_ACC, loss_key: str = VAL_LOSS) -> Regimes:
-  """Regimes of a study from its tagged trials and its declared technique set."""
-  return classify(baseline, linear_evidence(trials, baseline, acc_key=acc_key, loss_key=loss_key),
-                  technique_evidence(trials, baseline, techniques, acc_key=acc_key), techniques)
+                    acc_key: str = TEST_ACC, loss_key: str = VAL_LOSS, reading: str = READING) -> Regimes:
+  """Regimes of a study from its tagged trials and its declared technique set, Defs 2.1–2.2 read as ``reading``."""
+  return classify(baseline, linear_evidence(trials, baseline, acc_key=acc_key, loss_key=loss_key, reading=reading),
+                  technique_evidence(trials, baseline, techniques, acc_key=acc_key, reading=reading), techniques)

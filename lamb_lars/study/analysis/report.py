@@ -13,6 +13,7 @@ caption which trial's number it shows ("best" is defined once per table). Defini
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from typing import Optional, Sequence
 
@@ -22,6 +23,7 @@ from lamb_lars.study.analysis import (batch_warmup, plots, regimes, report_branc
                                       reach, report_scaling, table3)
 from lamb_lars.study.analysis.baseline import baseline_from_trials
 from lamb_lars.study.analysis.markdown import fmt, pct, table
+from lamb_lars.study.analysis.verdict import shown, shown_text
 from lamb_lars.study.records import STATUSES, Baseline, Target, Trial
 
 ACC_KEY = "eval_accuracy"
@@ -54,6 +56,10 @@ class ReportSpec:
   # 'validation' (chosen on the validation split, replicate mean) or 'test' (the highest final test accuracy, the
   # rule of reports published before 2026-11-26; report_curves.py).
   select_on: str = "validation"
+  # Pre-registered thresholds (issue 41; the study config's analysis / branching sections): the batch-size warmup's
+  # non-inferiority margin (a fraction of accuracy), and the other ε values a branching report shows CBS(t) at.
+  noninferiority_margin: float = 0.002
+  branch_epsilons: tuple[float, ...] = ()
 
 
 def _settings_section(trials: Sequence[Trial], spec: ReportSpec) -> list[str]:
@@ -141,7 +147,8 @@ def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec
   d21v = {b: v.verdict for b, v in d21.items()}
   sqrt_v = {b: regimes.linear_verdict(ts, baseline, loss_key=loss_key).verdict for b, ts in sqrt.items() if ts}
   d22 = {b: v for b in r.labels if (v := reach.reach_evidence(trials, reps, spec.techniques, b, baseline))}
-  ev = lambda b: (f"{b}: Def. 2.1 {d21v[b]} (acc {d21[b].accuracy.text()}; loss {d21[b].loss.text()})"
+  ev = lambda b: (f"{b}: Def. 2.1 {shown(d21v[b])} (acc {shown_text(d21[b].accuracy)}; "
+                  f"loss {shown_text(d21[b].loss)})"
                   if b in d21 else f"{b} (B0)" if b == baseline.batch_size else f"{b}: no linear run")
   lines += table(["quantity", "measured", "bracket and evidence", "paper"], [
       ["B_L", fmt(r.b_l) if r.b_l is not None else f"> {fmt(r.b_l_last_pass)} (no tested batch fails)",
@@ -161,9 +168,12 @@ def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec
   lines += [f"Measured B_L is the smallest tested batch above B0 whose linear-scaling run fails Def. 2.1; the true "
             "B_L lies in (last pass, first fail]. Verdicts: `pass` / `fail` when the interval (95% over seeds, or "
             f"one run ± {100 * regimes.vd.ACC_TOLERANCE:g} pp accuracy / ± {100 * regimes.vd.LOSS_TOLERANCE:g}% "
-            "loss) is on one side of the threshold, `borderline` when it straddles it.", ""]
+            f"loss) is on one side of the threshold, `{regimes.vd.INCONCLUSIVE}` when it straddles it (the margin "
+            "is smaller than the interval's half-width). Defs 2.1–2.2 are read at any evaluation within ρ epochs: "
+            "a run meets them when some evaluation does, and contributes its best such evaluation to a verdict "
+            "(docs/studies.md, Regimes).", ""]
   rows = [[b, label, ", ".join(f"`{t.run_id}` {t.status} {pct(t.best(ACC_KEY))}%" for t in lin[b]) or "not run",
-           d21v.get(b, "—")] + ([sqrt_v.get(b, "—")] if sqrt_v else [])
+           shown(d21v.get(b, "—"))] + ([shown(sqrt_v.get(b, "—"))] if sqrt_v else [])
           + [_techniques_cell(trials, spec.techniques, b), d22[b].short() if b in d22 else "—"]
           for b, label in r.labels.items()]
   lines += table(["batch", "regime", "linear scaling (best test acc)", "Def. 2.1"]
@@ -175,9 +185,33 @@ def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec
             "Def. 2.2 verdict reads, per technique, the configuration its cell chose on the validation split with "
             "all its seeds (replicates), so that the best of many trials on the test set does not decide it; the "
             "technique with the strongest verdict is shown.", ""]
+  lines += _other_reading(own_trials=trials, reps=reps, baseline=baseline, spec=spec, loss_key=loss_key, r=r,
+                          lin=lin, d21v=d21v, d22=d22)
   cautions = reach.disagreements(r, d21v, d22)
   lines += [f"- anomaly: {a}" for a in r.anomalies] + [f"- caution: {c}" for c in cautions]
   return lines + ([""] if r.anomalies or cautions else [])
+
+
+def _other_reading(*, own_trials, reps, baseline, spec, loss_key, r, lin, d21v, d22) -> list[str]:
+  """The regimes under the other reading of Defs 2.1–2.2 (the values at each run's last evaluation within ρ
+  epochs, final accuracy), one sensitivity line: B_L, B_H and every verdict that changes."""
+  other = next(x for x in regimes.READINGS if x != regimes.READING)
+  ro = regimes.classify_trials(baseline, own_trials, spec.techniques, loss_key=loss_key, reading=other)
+  changed = []
+  for b, ts in lin.items():
+    if ts and b in d21v:
+      v = regimes.linear_verdict(ts, baseline, loss_key=loss_key, reading=other).verdict
+      if v != d21v[b]:
+        changed.append(f"{b}: Def. 2.1 {shown(d21v[b])} → {shown(v)}")
+  for b, ev in d22.items():
+    e = reach.reach_evidence(own_trials, reps, spec.techniques, b, baseline, reading=other)
+    if e is not None and (e.verdict.verdict, e.technique) != (ev.verdict.verdict, ev.technique):
+      changed.append(f"{b}: Def. 2.2 {ev.short()} → {e.short()} ({e.verdict.value * 100:.2f} "
+                     f"[{e.verdict.low * 100:.2f}, {e.verdict.high * 100:.2f}])" if math.isfinite(e.verdict.value)
+                     else f"{b}: Def. 2.2 {ev.short()} → {e.short()}")
+  return [f"Sensitivity to the reading: at each run's last evaluation within ρ epochs (final accuracy) instead, "
+          f"B_L = {fmt(ro.b_l)} (here {fmt(r.b_l)}) and B_H = {fmt(ro.b_h)} (here {fmt(r.b_h)}); "
+          + ("verdicts that change: " + "; ".join(changed) if changed else "no verdict changes") + ".", ""]
 
 
 def _techniques_cell(trials: Sequence[Trial], techniques: Sequence[str], batch: int) -> str:
@@ -253,7 +287,8 @@ def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = Repor
   goal = spec.target.goal if spec.target and spec.target.metric == ACC_KEY else None
   sections = [("Critical batch over training", "", report_branching.section(
                   everything, out_dir, num_train=spec.num_train, epsilon=spec.branch_epsilon,
-                  relative=spec.branch_relative, loss_key=spec.branch_loss) if spec.branch_epsilon > 0 else []),
+                  relative=spec.branch_relative, loss_key=spec.branch_loss,
+                  other_epsilons=spec.branch_epsilons) if spec.branch_epsilon > 0 else []),
               ("Baseline and Regimes", "no baseline trial (role `baseline`), which You et al. 2020 Defs 2.1–2.3 need",
                [] if baseline is None and not any(t.role == "baseline" for t in trials)
                else _baseline_section(baseline, note, spec)
@@ -275,7 +310,7 @@ def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = Repor
               ("Distance from initialisation", "no run logged `dist_from_init`",
                report_curves.diffusion_section(trials, out_dir, spec.max_curves)),
               ("Trust ratios", "no run logged `trust_ratio/<layer>`", report_curves.trust_section(trials, out_dir)),
-              ("Batch-size warmup", "", batch_warmup.section(trials, out_dir))]
+              ("Batch-size warmup", "", batch_warmup.section(trials, out_dir, spec.noninferiority_margin))]
   if spec.branch_epsilon > 0:  # a branching study: a reference and its branches, no ladder to fit or replicate
     sections = [s for s in sections if s[0] in _BRANCHING_SECTIONS]
   elif trials and all(t.role == batch_warmup.ROLE for t in trials):

@@ -83,8 +83,38 @@ def _tables(traj: Sequence[branching.CriticalBatch], batches: Sequence[int], ref
                        [[f"{c.point:.4g}"] + [_cell(c, b) for b in batches] for c in traj])
 
 
+DEFAULT_RELATIVE_EPSILONS = (0.05, 0.1, 0.2, 0.5)   # the other ε a relative study is shown at (issue 41)
+DEFAULT_ABSOLUTE_FACTORS = (0.1, 0.2, 0.5, 2.0)      # an absolute ε: these multiples of it
+
+
+def other_epsilons(epsilon: float, relative: bool, given: Sequence[float] = ()) -> list[float]:
+  """The ε values of the sensitivity table: ``given`` (the config's ``epsilon_sensitivity``), else the defaults
+  above; the pre-registered ``epsilon`` is always among them."""
+  vals = list(given) or (list(DEFAULT_RELATIVE_EPSILONS) if relative else [epsilon * f for f in DEFAULT_ABSOLUTE_FACTORS])
+  return sorted(set(vals) | {epsilon})
+
+
+def sensitivity(found: Sequence[branching.BranchLoss], b0: int, epsilon: float, relative: bool,
+                given: Sequence[float] = ()) -> list[str]:
+  """CBS(t) brackets at every ε of ``other_epsilons`` (the pre-registered one marked), one row per point."""
+  eps = other_epsilons(epsilon, relative, given)
+  trajs = {e: branching.trajectory(found, b0, e, relative=relative) for e in eps}
+  name = lambda e: (f"{100 * e:g}%" if relative else f"{e:g}") + (" (the study's)" if e == epsilon else "")
+  points = [c.point for c in trajs[epsilon]]
+  rows = [[f"{p:.4g}"] + [f"[{fmt(trajs[e][i].low)}, {fmt(trajs[e][i].high)}]" + (" censored" if trajs[e][i].censored
+                                                                                  else "") for e in eps]
+          for i, p in enumerate(points)]
+  undetermined = {e: sum(c.low is None for c in trajs[e]) for e in eps}
+  return (["Sensitivity to ε: the CBS bracket [low, high] at each point under other values of ε "
+           + ("(a fraction of the mean B0 branch loss)" if relative else "(absolute)")
+           + "; '—' = no batch above B0 passes (the lower end is undetermined). A statement about CBS(t) holds only if "
+           "it holds in every column. Points with an undetermined lower end: "
+           + ", ".join(f"ε = {name(e)}: {n} of {len(points)}" for e, n in undetermined.items()) + ".", ""]
+          + table(["point (epochs)"] + [f"ε = {name(e)}" for e in eps], rows))
+
+
 def section(trials: Sequence[Trial], out_dir: str, *, num_train: int, epsilon: float, relative: bool,
-            loss_key: str) -> list[str]:
+            loss_key: str, other_epsilons: Sequence[float] = ()) -> list[str]:
   """The section's markdown lines ([] when the study has no branches)."""
   found, missing = branch_losses(trials, num_train, loss_key)
   if not found:
@@ -102,12 +132,14 @@ def section(trials: Sequence[Trial], out_dir: str, *, num_train: int, epsilon: f
            f"{_recipe(trials, num_train)} at every batch, B0 included (the reference's own continuation, the pair "
            f"of each comparison). A batch does not lose when the paired difference of `{loss_key}` after Δ, "
            f"L(B) − L(B0), is within ε = {eps} (95% interval over the seeds: `pass` when wholly ≤ ε, `fail` when "
-           "wholly > ε, else `borderline`; a diverged branch loses). CBS(t) is a bracket: low = the largest "
+           f"wholly > ε, else `borderline`; a batch with a branch that blew up, loss non-finite or ≥ "
+           f"{branching.BLOWUP:g}, is `fail`). CBS(t) is a bracket: low = the largest "
            "batch with every tested batch up to it passing, high = the largest with none up to it failing; "
            "*censored* = every tested batch passes (CBS ≥ the largest tested: the ladder was too short). "
            "B_simple(t) beside it is the gradient noise scale of McCandlish et al. 2018 logged by the reference "
            "(the critical batch they predict from gradient statistics); Merrill et al. find it a poor proxy.", ""]
   lines += _tables(traj, batches, reference, num_train)
+  lines += sensitivity(found, b0, epsilon, relative, other_epsilons)
   if missing:
     lines += [f"- left out: {missing} branch(es) that did not finish (failed or not run).", ""]
   schedule = branching.warmup_schedule(traj, b0)

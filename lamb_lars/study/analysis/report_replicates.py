@@ -14,13 +14,14 @@
 from __future__ import annotations
 
 import collections
+import functools
 from typing import Optional, Sequence
 
 from lamb_lars.study import paper
 from lamb_lars.study.analysis import replicates, scaling_fit, search_adequacy, table3
 from lamb_lars.study.analysis.markdown import fmt, pct, table
 from lamb_lars.study.records import Target, Trial
-from lamb_lars.study.analysis.selection import chosen_of_cell
+from lamb_lars.study.analysis.selection import chosen_of_cell, finished_full
 
 ACC = "eval_accuracy"
 # ± 0.3 percentage points: Table 3 of You et al. 2020 prints one decimal, and runs of the same recipe differ by
@@ -155,8 +156,114 @@ def scaling_section(trials: Sequence[Trial], target: Optional[Target], targets: 
                                         if ci.failed else ""))
     rows.append([f"{100 * goal:.2f}%" + (" (headline)" if goal == headline else ""), fmt(f.b_crit), ci_txt,
                  fmt(f.s_min), ", ".join(f"−{b}: {fmt(v)}" for b, v in lobo.items()), seeds])
-  return lines + table(["target", "B_crit", "95% bootstrap", "S_min", "leave one batch out", "steps per seed "
-                        "(>: censored)"], rows)
+  lines += table(["target", "B_crit", "95% bootstrap", "S_min", "leave one batch out", "steps per seed "
+                  "(>: censored)"], rows)
+  return lines + sensitivity_section(trials, target, goals, headline, target_technique, bootstrap_num)
+
+
+def _interval_text(ci: Optional[scaling_fit.Interval]) -> str:
+  if ci is None:
+    return "—"
+  return (f"[{fmt(ci.lo)}, {fmt(ci.hi)}]" + (f", ∞ in {100 * ci.infinite:.0f}%" if ci.infinite else "")
+          + (f"; {ci.failed} of {ci.num + ci.failed} without a fit" if ci.failed else ""))
+
+
+def _points(trials: Sequence[Trial], metric: str, goal: float, mode: str) -> dict[int, list[tuple[float, bool]]]:
+  pts: dict[int, list[tuple[float, bool]]] = {}
+  for s in replicates.steps_per_seed(trials, metric, goal, mode):
+    pts.setdefault(s.batch_size, []).append((s.steps, s.censored))
+  return pts
+
+
+def _candidates(trials: Sequence[Trial], reps: Sequence[Trial], metric: str, goal: float, mode: str
+                ) -> dict[tuple[int, str], list[scaling_fit.Candidate]]:
+  """Per (batch, cell), the configurations its search could have chosen: the chosen one (rank −∞) with its
+  replicate seeds, and every other candidate of selection.finished_full in its cell with its own single run, ranked
+  by its best validation accuracy (the search's fallback order)."""
+  out: dict[tuple[int, str], list[scaling_fit.Candidate]] = {}
+  for chosen_id in sorted({r.replicate_of for r in reps}):
+    seeds = [r for r in reps if r.replicate_of == chosen_id]
+    b = seeds[0].batch_size
+    pts = tuple((s.steps, s.censored) for s in replicates.steps_per_seed(seeds, metric, goal, mode))
+    if not pts:
+      continue
+    chosen = next((t for t in trials if t.run_id == chosen_id), None)
+    cands = [scaling_fit.Candidate(-float("inf"), pts)]
+    for t in trials:
+      if (chosen is not None and t.cell == chosen.cell and t.run_id != chosen_id and t.phase != "replicate"
+              and finished_full(t)):
+        own = replicates.steps_per_seed([t], metric, goal, mode)
+        val = t.best("validation_accuracy")
+        if own and val is not None:
+          cands.append(scaling_fit.Candidate(-float(val), ((own[0].steps, own[0].censored),)))
+    out[(b, chosen.cell if chosen is not None and chosen.cell else chosen_id)] = cands
+  return out
+
+
+def sensitivity_section(trials: Sequence[Trial], target: Target, goals: Sequence[float], headline: Optional[float],
+                        target_technique: str, bootstrap_num: int = 200) -> list[str]:
+  """B_crit's sensitivity to the choices behind it (issue 41), per target: the published fit with its interval
+  over seeds; the same fit with an interval over trials and seeds (the search's choice re-applied to resampled
+  candidates, scaling_fit.bootstrap_trials_and_seeds); the fit without censored points (the seeds that missed the
+  target); the baseline recipe's seeds at B0 in place of the tuned B0 cell; and the range of B_crit with one
+  batch left out. A claim about B_crit holds only if it holds across the row group."""
+  reps = [t for t in trials if t.phase == "replicate" and (not target_technique or t.technique == target_technique)]
+  base = [t for t in trials if t.role == "baseline"]
+  b0 = base[0].batch_size if base else None
+  rows, spans = [], []
+
+  def add_row(name: str, values: list, label: str, p: dict, interval=None) -> None:
+    """One row: the fit of ``p`` with ``interval`` (default: over seeds); its B_crit and ends join ``values``."""
+    try:
+      f = scaling_fit.fit_points(p)
+    except ValueError as e:
+      rows.append([name, label, "—", "—", str(e)])
+      return
+    ci = interval if interval is not None else scaling_fit.bootstrap(p, num=bootstrap_num)
+    n, nc = sum(len(v) for v in p.values()), sum(c for v in p.values() for _, c in v)
+    rows.append([name, label, fmt(f.b_crit), _interval_text(ci), f"{n} ({nc} censored)"])
+    values.append(f.b_crit)
+    if ci is not None:
+      values.extend([ci.lo, ci.hi])
+
+  for goal in goals:
+    name = f"{100 * goal:.2f}%" + (" (headline)" if goal == headline else "")
+    pts = _points(reps, target.metric, goal, target.mode)
+    values: list[float] = []
+    add = functools.partial(add_row, name, values)
+    add("tuned B0, censored as bounds; interval over seeds", pts)
+    cands = _candidates(trials, reps, target.metric, goal, target.mode)
+    if cands and any(len(c) > 1 for c in cands.values()):
+      add("same fit; interval over trials and seeds", pts,
+          scaling_fit.bootstrap_trials_and_seeds(cands, num=bootstrap_num))
+    add("reached seeds only (censored left out)", scaling_fit.reached_only(pts))
+    if b0 is not None and b0 in pts and base:
+      swapped = dict(pts)
+      swapped[b0] = [(s.steps, s.censored) for s in replicates.steps_per_seed(base, target.metric, goal,
+                                                                               target.mode)]
+      if swapped[b0]:
+        add(f"baseline recipe at B0 = {b0} instead of the tuned cell", swapped)
+    try:
+      lobo = [v for v in scaling_fit.leave_one_batch_out(pts).values() if v is not None]
+    except ValueError:
+      lobo = []
+    if lobo:
+      rows.append([name, "leave one batch out (range over the batches)", f"{fmt(min(lobo))} … {fmt(max(lobo))}",
+                   "—", f"{len(lobo)} refits"])
+      values += lobo
+    if values:
+      spans.append(f"{name}: {fmt(min(values))} … {fmt(max(values))}")
+  if not rows:
+    return []
+  return (["### B_crit sensitivity", "",
+           "Each target's B_crit refitted under the choices behind it: the interval over trials and seeds re-applies "
+           "each batch's choice of configuration to its resampled candidates (the chosen configuration with its "
+           "replicate seeds, every other full-budget trial of the cell with its one run, ranked by validation "
+           "accuracy); 'reached seeds only' drops the seeds that missed the target (censored); 'baseline recipe at "
+           "B0' puts the baseline's seeds in place of the tuned B0 cell. A statement about B_crit at a target holds "
+           "only if it holds over its whole row group.", ""]
+          + table(["target", "variant", "B_crit", "95% interval", "points"], rows)
+          + ["B_crit over every variant, interval and left-out batch of the table: " + "; ".join(spans) + ".", ""])
 
 
 def sections(trials: Sequence[Trial], spec, baseline_batch: Optional[int]) -> list[str]:

@@ -19,12 +19,13 @@ The fit needs reached points at two or more batch sizes.
 Uncertainty: ``bootstrap`` resamples the seeds of each batch with replacement and refits (percentile interval of
 B_crit, with the share of resamples whose B_crit is ∞); ``leave_one_batch_out`` refits without each batch in turn.
 A B_crit that moves by a factor of ten when one batch is dropped rests on that batch alone.
+``bootstrap_trials_and_seeds`` adds the tuning noise: which configuration each batch's search chose (issue 41).
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -176,3 +177,52 @@ def fit_points(points: Mapping[int, Sequence[tuple[float, bool]]]) -> CensoredFi
   ys = [y for b in sorted(points) for y, _ in points[b]]
   cs = [c for b in sorted(points) for _, c in points[b]]
   return fit(bs, ys, cs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+  """One configuration a batch's search could have chosen: ``rank`` (lower is chosen first, the search's own
+  order) and the (steps, censored) points of its seeds (the chosen one's replicates; another's single run)."""
+  rank: float
+  points: tuple[tuple[float, bool], ...]
+
+
+def bootstrap_trials_and_seeds(cells: Mapping[Any, Sequence[Candidate]], num: int = 200, seed: int = 0,
+                               level: float = 0.95) -> Optional[Interval]:
+  """Percentile interval of B_crit over tuning noise and seed noise (issue 41). ``cells``: per searched cell, keyed
+  by its batch or by (batch, cell name) when a batch has several cells (their points are pooled, as in ``fit``),
+  the configurations its search could have chosen. Per resample and cell: its candidates are drawn with
+  replacement (as many as it has) and the search's choice among those drawn is re-applied (the lowest ``rank``);
+  then k points are drawn with replacement from that candidate's seeds, k = the largest seed count in the cell (so
+  each cell keeps its weight in the fit). With one candidate per cell this is ``bootstrap``. None when no resample
+  could be fitted."""
+  rng = np.random.default_rng(seed)
+  keys = sorted(cells)
+  vals, failed = [], 0
+  for _ in range(num):
+    bs, ys, cs = [], [], []
+    for key in keys:
+      b = key[0] if isinstance(key, tuple) else key
+      cands = list(cells[key])
+      drawn = [cands[i] for i in rng.integers(0, len(cands), len(cands))]
+      pick = min(drawn, key=lambda c: c.rank)
+      k = max(len(c.points) for c in cands)
+      for i in rng.integers(0, len(pick.points), k):
+        bs.append(b)
+        ys.append(pick.points[i][0])
+        cs.append(pick.points[i][1])
+    try:
+      vals.append(fit(bs, ys, cs).b_crit)
+    except ValueError:
+      failed += 1
+  if not vals:
+    return None
+  v = np.sort(np.asarray(vals, np.float64))
+  a = (1.0 - level) / 2.0
+  return Interval(_order_stat(v, a), _order_stat(v, 1.0 - a), len(vals), float(np.mean(np.isinf(v))), failed)
+
+
+def reached_only(points: Mapping[int, Sequence[tuple[float, bool]]]) -> dict[int, list[tuple[float, bool]]]:
+  """The points without the censored ones (the seeds that missed the target), batches left empty dropped."""
+  out = {b: [p for p in v if not p[1]] for b, v in points.items()}
+  return {b: v for b, v in out.items() if v}

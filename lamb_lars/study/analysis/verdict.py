@@ -8,7 +8,9 @@ threshold decides nothing. The verdict compares an *interval* with the threshold
 * one value: value ± ``tolerance``, a documented single-run tolerance (``ACC_TOLERANCE``, ``LOSS_TOLERANCE``).
 
 ``pass`` when the whole interval is on the good side of the threshold (≥ for ``mode='max'``, ≤ for ``'min'``),
-``fail`` when the whole interval is on the bad side, ``borderline`` when it straddles the threshold.
+``fail`` when the whole interval is on the bad side, ``borderline`` when it straddles the threshold, i.e. when the
+margin to the threshold is smaller than the interval's half-width; the regimes report shows it as "inconclusive
+(add seeds)" (``shown``).
 """
 from __future__ import annotations
 
@@ -97,3 +99,18 @@ def combine(*verdicts: str) -> str:
   if FAIL in verdicts:
     return FAIL
   return PASS if all(v == PASS for v in verdicts) else BORDERLINE
+
+
+INCONCLUSIVE = "inconclusive (add seeds)"
+
+
+def shown(verdict: str) -> str:
+  """A verdict as the regimes report prints it: ``borderline`` (the margin to the threshold is smaller than the
+  interval's half-width) is shown as "inconclusive (add seeds)" (issue 41)."""
+  return INCONCLUSIVE if verdict == BORDERLINE else verdict
+
+
+def shown_text(v: Verdict, digits: int = 4) -> str:
+  """``Verdict.text`` with the verdict ``shown``."""
+  t = v.text(digits)
+  return shown(v.verdict) + t[len(v.verdict):] if t.startswith(v.verdict) else t

@@ -150,9 +150,12 @@ def sections(markdown: str) -> dict[str, str]:
   return {p.split("\n", 1)[0]: p.rstrip("\n") for p in parts}
 
 
-def verify(out_dir: str) -> list[str]:
+def verify(out_dir: str, claims: Optional[list] = None) -> list[str]:
   """The mismatches between a published folder and its manifest, one sentence each ([] = verified).
 
+  A folder whose manifest has ``claims_checked: true`` also fails on a number its discussion.md or index row quotes
+  that the recomputed README and the manifest do not hold (claims.py). For another folder, pass a list as
+  ``claims``: those numbers are appended to it (warnings), and verify's answer is unchanged.
   Raises ValueError (one sentence) when the folder has no readable manifest."""
   path = os.path.join(out_dir, MANIFEST)
   text = io_utils.read_text(path) if io_utils.is_remote(path) or os.path.isfile(path) else None
@@ -164,7 +167,13 @@ def verify(out_dir: str) -> list[str]:
     raise ValueError(f"{path} is not valid JSON ({e.msg}, line {e.lineno}).") from None
   if m.get("kind") == "paper_logs":  # our runs against the authors' logs: their own files and recomputation
     from lamb_lars.study.running import paper_logs
-    return paper_logs.verify(out_dir, m)
+    problems = paper_logs.verify(out_dir, m)
+    if not problems and (m.get("claims_checked") or claims is not None):  # its README is the recomputed one
+      found = claim_problems(out_dir, m, io_utils.read_text(os.path.join(out_dir, "README.md")))
+      problems += found if m.get("claims_checked") else []
+      if claims is not None and not m.get("claims_checked"):
+        claims.extend(found)
+    return problems
   problems = []
   for name in HASHED:
     p = os.path.join(out_dir, name)
@@ -182,7 +191,26 @@ def verify(out_dir: str) -> list[str]:
     problems.append(f"runs.csv has {counts['total']} trials {counts['by_status']}, the manifest says "
                     f"{m.get('trials')}.")
   old = sections(io_utils.read_text(os.path.join(out_dir, "README.md")))
-  return problems + _compare(old, _recomputed(out_dir, m), m.get("not_recomputed") or {})
+  new = _recomputed(out_dir, m)
+  problems += _compare(old, new, m.get("not_recomputed") or {})
+  if m.get("claims_checked") or claims is not None:
+    found = claim_problems(out_dir, m, "\n".join(new.values()))
+    problems += found if m.get("claims_checked") else []
+    if claims is not None and not m.get("claims_checked"):
+      claims.extend(found)
+  return problems
+
+
+def claim_problems(out_dir: str, m: dict, recomputed: str) -> list[str]:
+  """The numbers the folder's discussion.md and index row quote that its data do not produce (claims.py); a
+  number quoted from another folder (a paragraph linking ``../<folder>/``) is looked up in that folder's README."""
+  from lamb_lars.study.running import claims as claims_lib
+  parent = os.path.dirname(os.path.normpath(out_dir))
+
+  def readme_of(name: str) -> Optional[str]:
+    p = os.path.join(parent, name, "README.md")
+    return io_utils.read_text(p) if os.path.isfile(p) else None
+  return claims_lib.check_folder(out_dir, recomputed, m, readme_of)
 
 
 def _recomputed(out_dir: str, m: dict) -> dict[str, str]:
@@ -252,21 +280,29 @@ def _compare(old: dict[str, str], new: dict[str, str], skipped: Mapping) -> list
 
 
 def main(argv: Sequence[str]) -> int:
-  """``python -m lamb_lars.study verify DIR [DIR …]``: 0 when every folder verifies, 1 on a mismatch, 2 on bad
-  input."""
-  if not argv:
-    print("usage: python -m lamb_lars.study verify DIR [DIR ...]", file=sys.stderr)
+  """``python -m lamb_lars.study verify [--claims] DIR [DIR …]``: 0 when every folder verifies, 1 on a mismatch, 2
+  on bad input. ``--claims`` also prints, as warnings, the numbers quoted in the discussion and index row of a
+  folder that does not opt in to the strict claim check (``claims_checked``)."""
+  argv = list(argv)
+  warn = "--claims" in argv
+  argv = [a for a in argv if a != "--claims"]
+  if not argv or any(a.startswith("-") for a in argv):
+    print("usage: python -m lamb_lars.study verify [--claims] DIR [DIR ...]", file=sys.stderr)
     return 2
   status = 0
   for d in argv:
+    found: Optional[list] = [] if warn else None
     try:
-      problems = verify(d)
+      problems = verify(d, found)
     except ValueError as e:
       print(f"error: {e}", file=sys.stderr)
       return 2
     for p in problems:
       print(f"{d}: {p}")
-    print(f"{d}: {'verified' if not problems else f'{len(problems)} mismatch(es)'}")
+    for w in found or ():
+      print(f"{d}: warning: {w}")
+    print(f"{d}: {'verified' if not problems else f'{len(problems)} mismatch(es)'}"
+          + (f" ({len(found)} quoted number(s) not in the data: warnings)" if found else ""))
     status = status or (1 if problems else 0)
   return status
 

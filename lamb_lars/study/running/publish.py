@@ -26,7 +26,7 @@ from typing import Any, Optional
 import ml_collections
 
 from lamb_lars.common import io_utils
-from lamb_lars.study.running import provenance, sections, store
+from lamb_lars.study.running import preregistration, provenance, sections, store
 from lamb_lars.study.analysis import report
 from lamb_lars.study.running import workdir as wd
 from lamb_lars.study.records import Target, Trial
@@ -185,7 +185,8 @@ def report_spec(study: ml_collections.ConfigDict, workdir: str, con) -> report.R
       num_classes=int(base.num_classes), techniques=tuple(a["techniques"]),
       target_technique=str(a["target_technique"]), table3_batch=int(a["table3_batch"]),
       settings=tuple(settings), targets=tuple(float(g) for g in a["targets"]),
-      edge_fraction=float(sections.section(study, "search")["edge_fraction"]), **_branching_spec(study))
+      edge_fraction=float(sections.section(study, "search")["edge_fraction"]),
+      noninferiority_margin=float(a["noninferiority_margin"]), **_branching_spec(study))
 
 
 def _branching_spec(study: ml_collections.ConfigDict) -> dict[str, Any]:
@@ -194,7 +195,7 @@ def _branching_spec(study: ml_collections.ConfigDict) -> dict[str, Any]:
     return {}
   b = sections.section(study, "branching")
   return {"branch_epsilon": float(b["epsilon"]), "branch_relative": bool(b["relative"]),
-          "branch_loss": str(b["loss"])}
+          "branch_loss": str(b["loss"]), "branch_epsilons": tuple(float(e) for e in b["epsilon_sensitivity"])}
 
 
 def publish(workdir: str, out_dir: Optional[str] = None, command: Optional[str] = None) -> str:
@@ -226,5 +227,6 @@ def publish(workdir: str, out_dir: Optional[str] = None, command: Optional[str] 
   config_json = io_utils.read_text(os.path.join(workdir, wd.STUDY_CONFIG_FILE))
   provenance.write_manifest(out_dir, provenance.build_manifest(
       out_dir, spec, study=study.name, commands=wd.commands(workdir) + ([command] if command else []),
-      config_json=config_json, code=code))
+      config_json=config_json, code=code, claims_checked=True,
+      preregistration=preregistration.load(workdir)))  # verify: every number discussion.md quotes
   return readme
