@@ -78,3 +78,14 @@ def test_resnet_bf16_train_step_finite_on_gpu():
   _, _, loss = _time_steps(compiled, state, args, warmup=0, steps=1)
   assert math.isfinite(loss)
   assert abs(loss - math.log(10)) < 0.2, loss
+
+
+def test_mnist_cnn_uses_xla_weight_gradient_on_gpu():
+  """The chunked CPU weight gradient (lamb_lars/models/conv_wgrad.py: a rolled loop of small GEMMs) is off on a
+  GPU: the CNN's gradient has no loop."""
+  from lamb_lars.models import create_model
+  model = create_model("mnist_cnn", num_classes=10)
+  x = jnp.zeros((16, 28, 28, 1))
+  params = model.init(jax.random.PRNGKey(0), x, train=False)["params"]
+  jaxpr = str(jax.make_jaxpr(jax.grad(lambda p: model.apply({"params": p}, x, train=False).sum()))(params))
+  assert "scan" not in jaxpr   # on the CPU backend the same jaxpr has the scan
