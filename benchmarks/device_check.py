@@ -34,9 +34,9 @@ import os
 import platform
 import re
 import shutil
-import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from typing import Any, Dict, List, Optional, Sequence
@@ -157,8 +157,8 @@ def _flops(compiled: Any) -> tuple:
 
 
 def _time_steps(compiled: Any, state: Any, args: tuple, warmup: int, steps: int, min_time_s: float = 0.0):
-  """(seconds per step in steady state, steps timed, last loss): ``warmup`` untimed calls, then calls dispatched back to back
-  (as the trainer does) until ``steps`` calls and ``min_time_s`` have passed, blocked once at the end."""
+  """(seconds per step in steady state, steps timed, last loss): ``warmup`` untimed calls, then calls dispatched
+  back to back (as the trainer does) until ``steps`` calls and ``min_time_s`` have passed, blocked once at the end."""
   import jax  # pylint: disable=import-outside-toplevel
   for _ in range(warmup):
     state, metrics = compiled(state, *args)
@@ -332,11 +332,15 @@ def check_flags(env: Dict[str, str], flags: Sequence[str], log_dir: str) -> tupl
   def ok(fl):
     e = dict(env)
     e["XLA_FLAGS"] = " ".join([env.get("XLA_FLAGS", "")] + list(fl)).strip()
-    return _run(probe, e, 120, os.path.join(log_dir, "flag_probe.log"))[0] == 0
-  if ok(flags):
-    return list(flags), []
-  good = [f for f in flags if ok([f])]
-  return good, [f for f in flags if f not in good]
+    return _run(probe, e, 120, os.path.join(log_dir, ".flag_probe.log"))[0] == 0
+  try:
+    if ok(flags):
+      return list(flags), []
+    good = [f for f in flags if ok([f])]
+    return good, [f for f in flags if f not in good]
+  finally:
+    if os.path.exists(os.path.join(log_dir, ".flag_probe.log")):
+      os.remove(os.path.join(log_dir, ".flag_probe.log"))
 
 
 def stage_worker(name: str, a: Any, ctx: Dict[str, Any], timeout: float) -> Dict[str, Any]:
@@ -408,8 +412,9 @@ def stage_gpu_tests(a: Any, ctx: Dict[str, Any], timeout: float) -> Dict[str, An
 
 
 def stage_faithful(a: Any, ctx: Dict[str, Any], timeout: float) -> Dict[str, Any]:
-  workdir = os.path.join(a.out, "faithful_lars_b8192")
-  shutil.rmtree(workdir, ignore_errors=True)   # a finished workdir would only return its recorded result
+  # A fresh workdir outside <out> (a finished one would only return its recorded result; and the device tool brings
+  # back at most 8 files from $OUT): its result.json and last metrics row are copied into the report.
+  workdir = os.path.join(tempfile.mkdtemp(prefix="device_check_"), "faithful_lars_b8192")
   cmd = [sys.executable, "train.py", "--config=configs/paper/lars_b8192.py", f"--workdir={workdir}",
          "--config.seed=0", "--config.progress=False", *ctx["sizes"]["faithful_args"]]
   rc, secs = _run(cmd, _env(ctx.get("platform"), ctx.get("flags", [])), timeout, os.path.join(a.out, "faithful.log"))
@@ -429,7 +434,8 @@ def stage_faithful(a: Any, ctx: Dict[str, Any], timeout: float) -> Dict[str, Any
     out.update(status="error", error=f"exit status {rc}: {_tail(os.path.join(a.out, 'faithful.log'), 600)}")
   else:
     out["status"] = "ok"
-  shutil.rmtree(os.path.join(workdir, "checkpoints"), ignore_errors=True)  # keep $OUT small (files come back)
+  out["result"] = res
+  shutil.rmtree(os.path.dirname(workdir), ignore_errors=True)
   return out
 
 
@@ -476,7 +482,8 @@ def markdown(report: Dict[str, Any]) -> str:
   s = st.get("step_time", {})
   if s.get("rows"):
     lines += ["", "## Step time vs batch, float32, full batch (the product's train step, batch on device)", "",
-              "| model | batch | step ms | img/s | TFLOP/s (XLA) | compile s | status |", "|---|---|---|---|---|---|---|"]
+              "| model | batch | step ms | img/s | TFLOP/s (XLA) | compile s | status |",
+              "|---|---|---|---|---|---|---|"]
     for row in s["rows"]:
       lines.append(f"| {row['model']} | {row['batch']} | {_fmt(row.get('step_ms'), '{:.2f}')} | "
                    f"{_fmt(row.get('img_s'), '{:.0f}')} | {_fmt(row.get('tflop_s'), '{:.2f}')} | "

@@ -302,7 +302,8 @@ def table(rows: Sequence[Dict[str, Any]], a: Any, stats: Dict[str, Any], load: t
            "| pipeline | cores | img/s | img/s per core | decoder |", "|---|---|---|---|---|"]
   for r in rows:
     if "img_s" in r:
-      lines.append(f"| {r['pipeline']} | {r['cores']} | {r['img_s']:.0f} | {r['img_s_core']:.0f} | {r.get('decoder', '')} |")
+      lines.append(f"| {r['pipeline']} | {r['cores']} | {r['img_s']:.0f} | {r['img_s_core']:.0f} | "
+                   f"{r.get('decoder', '')} |")
     else:
       lines.append(f"| {r['pipeline']} | {r['cores']} | error | | {str(r.get('error'))[:80]} |")
   lines += ["", "| cores | best ours per core | peer (uint8) per core | ours ÷ peer | "
