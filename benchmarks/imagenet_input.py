@@ -17,7 +17,8 @@ same cores, one run.
      with ``opencv-python-headless`` installed (``pip install --target DIR``), put first on the child's path;
    * the peer (``--peer_python``, a Python with torch + torchvision): ``ImageFolder`` + ``RandomResizedCrop(224,
      bicubic)`` + ``RandomHorizontalFlip`` through a ``DataLoader(num_workers=k)``, as uint8 (``PILToTensor``, the
-     same work as ours) and as the standard float ``ToTensor`` + ``Normalize`` recipe. Without torch, a PIL + numpy
+     same work as ours) and as the standard float ``ToTensor`` + ``Normalize`` recipe; at 1 core also in-process
+     (``num_workers=0``: the transforms' own cost without worker IPC). Without torch, a PIL + numpy
      multiprocessing pool of k processes doing the same crops stands in (said so in the table).
 3. Prints img/s, img/s per core, ours ÷ peer per core, and the host cores one accelerator needs at 7,000 img/s
    (MLPerf ResNet-50 on an H100) and 2,000 img/s (a TPU v3 chip).
@@ -152,7 +153,8 @@ def child_peer_torch(a: Any) -> Dict[str, Any]:
   else:
     tail = [transforms.PILToTensor()]
   ds = datasets.ImageFolder(os.path.join(a.data_dir, "jpeg", "train"), transform=transforms.Compose(crop + tail))
-  loader = torch.utils.data.DataLoader(ds, batch_size=a.batch, shuffle=True, num_workers=a.cores, drop_last=False)
+  workers = 0 if a.peer_in_process else a.cores
+  loader = torch.utils.data.DataLoader(ds, batch_size=a.batch, shuffle=True, num_workers=workers, drop_last=False)
   t0 = time.perf_counter()
   times, sizes = [], []
   for images, labels in loader:
@@ -246,6 +248,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   p.add_argument("--grain_workers", type=int, default=0, help=argparse.SUPPRESS)
   p.add_argument("--grain_threads", type=int, default=0, help=argparse.SUPPRESS)
   p.add_argument("--peer_float", action="store_true", help=argparse.SUPPRESS)
+  p.add_argument("--peer_in_process", action="store_true", help=argparse.SUPPRESS)
+  p.add_argument("--only", default="", help="run only the pipelines whose name contains this text")
   a = p.parse_args(argv)
   if a.child:
     a.cores = int(a.cores)
@@ -273,7 +277,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         f"{'torch ' + a.peer_python if torch_ok else 'PIL + numpy pool (no torch)'}", file=sys.stderr, flush=True)
   rows: List[Dict[str, Any]] = []
 
-  def add(name: str, k: int, res: Dict[str, Any]) -> None:
+  def add(name: str, k: int, res: Any) -> None:
+    if a.only not in name:
+      return
+    res = res()
     row = dict(pipeline=name, cores=k, **res)
     if "img_s" in res:
       row["img_s_core"] = res["img_s"] / k
@@ -282,15 +289,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"  {name:<40} {k} core(s): {msg}", file=sys.stderr, flush=True)
 
   for k in cores:
-    add("ours: grain threads, 1 process", k, spawn(sys.executable, "ours", k, a))
-    add(f"ours: grain_workers={k}", k, spawn(sys.executable, "ours", k, a, [f"--grain_workers={k}"]))
+    add("ours: grain threads, 1 process", k, lambda: spawn(sys.executable, "ours", k, a))
+    add(f"ours: grain_workers={k}", k, lambda: spawn(sys.executable, "ours", k, a, [f"--grain_workers={k}"]))
     if cv2_ok:
-      add("ours: grain threads, OpenCV decode", k, spawn(sys.executable, "ours", k, a, path_first=a.cv2_path))
+      add("ours: grain threads, OpenCV decode", k,
+          lambda: spawn(sys.executable, "ours", k, a, path_first=a.cv2_path))
     if torch_ok:
-      add("peer: torchvision uint8 (PILToTensor)", k, spawn(a.peer_python, "peer_torch", k, a))
-      add("peer: torchvision float (ToTensor+Normalize)", k, spawn(a.peer_python, "peer_torch", k, a, ["--peer_float"]))
+      add("peer: torchvision uint8 (PILToTensor)", k, lambda: spawn(a.peer_python, "peer_torch", k, a))
+      add("peer: torchvision float (ToTensor+Normalize)", k,
+          lambda: spawn(a.peer_python, "peer_torch", k, a, ["--peer_float"]))
+      if k == 1:   # the peer's own work without DataLoader worker processes (no IPC): its per-core ceiling
+        add("peer: torchvision uint8, num_workers=0", k,
+            lambda: spawn(a.peer_python, "peer_torch", k, a, ["--peer_in_process"]))
     else:
-      add("peer: PIL + numpy pool", k, spawn(sys.executable, "peer_pil", k, a))
+      add("peer: PIL + numpy pool", k, lambda: spawn(sys.executable, "peer_pil", k, a))
   print(table(rows, a, stats, load))
   return 0
 
@@ -312,7 +324,8 @@ def table(rows: Sequence[Dict[str, Any]], a: Any, stats: Dict[str, Any], load: t
   for k in sorted({r["cores"] for r in rows}):
     ok = [r for r in rows if r["cores"] == k and "img_s" in r]
     ours = max((r for r in ok if r["pipeline"].startswith("ours")), key=lambda r: r["img_s"], default=None)
-    peers = [r for r in ok if r["pipeline"].startswith("peer") and "float" not in r["pipeline"]]
+    peers = [r for r in ok if r["pipeline"].startswith("peer") and "float" not in r["pipeline"]
+             and "num_workers=0" not in r["pipeline"]]
     if not ours:
       continue
     peer = peers[0]["img_s_core"] if peers else float("nan")
