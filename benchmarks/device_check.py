@@ -64,6 +64,10 @@ PEAK_BF16_TFLOPS = (
     ("TPU v5p", 459.0), ("TPU v6", 918.0),
 )
 
+# Memory bandwidth per chip (TB/s, datasheets) for the roofline bound max(FLOPs / peak, bytes / bandwidth).
+HBM_TBPS = (("H100 PCIe", 2.0), ("H100 NVL", 3.9), ("H100", 3.35), ("H200", 4.8), ("H800", 3.35), ("GH200", 4.0),
+            ("B200", 8.0), ("A100", 2.0), ("L40S", 0.864), ("L4", 0.3), ("A10G", 0.6), ("V100", 0.9))
+
 STAGES = ("env", "resnet50", "step_time", "gpu_tests", "faithful")
 FULL = dict(budget_s=450.0, resnet_batches=(128, 256, 512), resnet_image=224, resnet_steps=20,
             cnn_batches=(256, 1024, 4096, 8192, 16384, 32768, 60000), cnn_min_time_s=1.0, faithful_args=(),
@@ -81,9 +85,10 @@ DRY = dict(budget_s=420.0, resnet_batches=(2,), resnet_image=32, resnet_steps=2,
 MIN_STAGE_S = {"env": 10, "resnet50": 60, "step_time": 40, "gpu_tests": 20, "faithful": 45}
 
 
-def peak_tflops(device_kind: str) -> Optional[float]:
-  """Dense bf16 peak of one chip of ``device_kind`` (TFLOP/s), None when unknown (a CPU, say)."""
-  for name, peak in PEAK_BF16_TFLOPS:
+def peak_tflops(device_kind: str, table: Sequence[tuple] = PEAK_BF16_TFLOPS) -> Optional[float]:
+  """Dense bf16 peak of one chip of ``device_kind`` (TFLOP/s; with ``table=HBM_TBPS`` its memory bandwidth in
+  TB/s), None when unknown (a CPU, say)."""
+  for name, peak in table:
     if name.lower() in device_kind.lower():
       return peak
   return None
@@ -111,6 +116,7 @@ def worker_env(p: Dict[str, Any], out: Dict[str, Any], result: str) -> None:
              xla_flags=os.environ.get("XLA_FLAGS", ""), jax_platforms=os.environ.get("JAX_PLATFORMS", ""))
   peak = p.get("peak_tflops") or peak_tflops(kind)
   out["peak_bf16_tflops"] = peak
+  out["hbm_tb_s"] = peak_tflops(kind, HBM_TBPS)
   out["peak_source"] = "--peak_tflops" if p.get("peak_tflops") else ("datasheet table" if peak else "unknown")
   try:
     stats = devs[0].memory_stats() or {}
@@ -157,7 +163,7 @@ def _flops(compiled: Any) -> tuple:
 
 
 def _time_steps(compiled: Any, state: Any, args: tuple, warmup: int, steps: int, min_time_s: float = 0.0):
-  """(seconds per step in steady state, steps timed, last loss): ``warmup`` untimed calls, then calls dispatched
+  """(seconds per step in steady state, steps timed, last loss, state): ``warmup`` untimed calls, then calls dispatched
   back to back (as the trainer does) until ``steps`` calls and ``min_time_s`` have passed, blocked once at the end."""
   import jax  # pylint: disable=import-outside-toplevel
   for _ in range(warmup):
@@ -171,7 +177,24 @@ def _time_steps(compiled: Any, state: Any, args: tuple, warmup: int, steps: int,
       jax.block_until_ready(metrics)
   jax.block_until_ready(metrics)
   dt = (time.perf_counter() - t0) / n
-  return dt, n, float(jax.device_get(metrics["train_loss"])[-1])
+  return dt, n, float(jax.device_get(metrics["train_loss"])[-1]), state
+
+
+def _profile(compiled: Any, state: Any, args: tuple, out_dir: str) -> str:
+  """A ``jax.profiler`` trace of 3 steps, packed into one file ``<out>/resnet50_trace.tar.gz`` (open the
+  ``.xplane.pb`` inside with TensorBoard's profile plugin or xprof); returns its path."""
+  import tarfile  # pylint: disable=import-outside-toplevel
+  import jax  # pylint: disable=import-outside-toplevel
+  tmp = tempfile.mkdtemp(prefix="device_check_trace_")
+  with jax.profiler.trace(tmp):
+    for _ in range(3):
+      state, metrics = compiled(state, *args)
+    jax.block_until_ready(metrics)
+  path = os.path.join(out_dir, "resnet50_trace.tar.gz")
+  with tarfile.open(path, "w:gz") as tar:
+    tar.add(tmp, arcname="resnet50_trace")
+  shutil.rmtree(tmp, ignore_errors=True)
+  return path
 
 
 def _is_oom(e: Exception) -> bool:
@@ -209,13 +232,21 @@ def worker_resnet50(p: Dict[str, Any], out: Dict[str, Any], result: str) -> None
     try:
       compiled, state, args, compile_s = _product_step(config, batch, compile_options=p["compile_options"])
       flops, nbytes = _flops(compiled)
-      dt, n, loss = _time_steps(compiled, state, args, warmup=3, steps=p["resnet_steps"])
+      dt, n, loss, state = _time_steps(compiled, state, args, warmup=3, steps=p["resnet_steps"])
       row.update(status="ok", compile_s=compile_s, step_ms=1e3 * dt, steps_timed=n, img_s=batch / dt,
                  xla_gflop_step=flops / 1e9, xla_gflop_img=flops / batch / 1e9, xla_gbytes_step=nbytes / 1e9,
                  loss=loss, finite=bool(loss == loss and abs(loss) < 1e30))
       if peak:
         row["mfu_xla"] = flops / dt / (peak * 1e12)
         row["mfu_analytic"] = out["analytic_gflop_img"] * 1e9 * batch / dt / (peak * 1e12)
+        if p.get("hbm"):   # roofline: the step can take no less than its FLOPs at peak or its bytes at bandwidth
+          row["roofline_ms"] = 1e3 * max(flops / (peak * 1e12), nbytes / (p["hbm"] * 1e12))
+          row["bound"] = "memory" if nbytes / (p["hbm"] * 1e12) > flops / (peak * 1e12) else "compute"
+      if p.get("profile") and batch == p["resnet_batches"][-1]:
+        try:
+          row["profile"] = _profile(compiled, state, args, p["out"])
+        except Exception as e:  # pylint: disable=broad-except
+          row["profile_error"] = f"{type(e).__name__}: {str(e)[:300]}"
       del state, args, compiled
     except Exception as e:  # pylint: disable=broad-except
       row.update(status="OOM" if _is_oom(e) else "error", error=f"{type(e).__name__}: {str(e)[:300]}")
@@ -258,7 +289,7 @@ def worker_step_time(p: Dict[str, Any], out: Dict[str, Any], result: str) -> Non
       try:
         compiled, state, args, compile_s = _product_step(config, batch, compile_options=p["compile_options"])
         flops, _ = _flops(compiled)
-        dt, n, loss = _time_steps(compiled, state, args, warmup=2, steps=3, min_time_s=p["cnn_min_time_s"])
+        dt, n, loss, state = _time_steps(compiled, state, args, warmup=2, steps=3, min_time_s=p["cnn_min_time_s"])
         row.update(status="ok", compile_s=compile_s, step_ms=1e3 * dt, steps_timed=n, img_s=batch / dt,
                    xla_gflop_step=flops / 1e9, tflop_s=flops / dt / 1e12, loss=loss)
         del state, args, compiled
@@ -347,7 +378,8 @@ def stage_worker(name: str, a: Any, ctx: Dict[str, Any], timeout: float) -> Dict
   result = os.path.join(a.out, f".{name}.json")
   if os.path.exists(result):
     os.remove(result)
-  params = dict(ctx["sizes"], peak=ctx.get("peak"), peak_tflops=a.peak_tflops, time_left_s=timeout - 15)
+  params = dict(ctx["sizes"], peak=ctx.get("peak"), hbm=ctx.get("hbm"), peak_tflops=a.peak_tflops,
+                time_left_s=timeout - 15, profile=a.profile, out=a.out)
   cmd = [sys.executable, os.path.abspath(__file__), f"--worker={name}", f"--params={json.dumps(params)}",
          f"--result={result}"]
   log = os.path.join(a.out, f"{name}.log")
@@ -370,6 +402,7 @@ def stage_env(a: Any, ctx: Dict[str, Any], timeout: float) -> Dict[str, Any]:
   out = stage_worker("env", a, ctx, timeout)
   ctx["platform"] = out.get("platform")
   ctx["peak"] = out.get("peak_bf16_tflops")
+  ctx["hbm"] = out.get("hbm_tb_s")
   if ctx["platform"] == "gpu":
     wanted = [f"{k}={v}" for k, v in GPU_XLA_FLAGS.items()]
     good, bad = check_flags(_env(None, []), wanted, a.out)
@@ -461,22 +494,25 @@ def markdown(report: Dict[str, Any]) -> str:
             f"Command: `{report['command']}`  ", f"Device: {env.get('device_kind')} × {env.get('device_count')} "
             f"({env.get('platform')}), jax {env.get('jax')}, host CPUs {env.get('host_cpus')}  ",
             f"XLA flags: `{' '.join(env.get('gpu_xla_flags') or []) or env.get('gpu_xla_flags_note', '')}`  ",
-            f"Peak for MFU: {env.get('peak_bf16_tflops')} TFLOP/s bf16 dense ({env.get('peak_source')})  ",
+            f"Peak for MFU: {env.get('peak_bf16_tflops')} TFLOP/s bf16 dense ({env.get('peak_source')}); memory "
+            f"bandwidth for the roofline: {env.get('hbm_tb_s')} TB/s  ",
             f"Total: {report['total_s']:.0f} s of budget {report['budget_s']:.0f} s", "",
             "| stage | status | seconds | note |", "|---|---|---|---|"]
-  for name in STAGES:
-    s = st.get(name, {})
+  for name in [n for n in STAGES if n in st]:
+    s = st[name]
     lines.append(f"| {name} | {s.get('status', '')} | {_fmt(s.get('seconds'), '{:.0f}')} | "
                  f"{str(s.get('error', ''))[:120].replace('|', '/').replace(chr(10), ' ')} |")
   r = st.get("resnet50", {})
   if r.get("rows"):
     lines += ["", f"## ResNet-50 v1.5 training, bf16, {r.get('image')}², synthetic (the product's train step)", "",
-              "| batch | step ms | img/s | XLA GFLOP/img | MFU (XLA) | MFU (analytic) | compile s | status |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| batch | step ms | img/s | XLA GFLOP/img | XLA GB/step | MFU (XLA) | MFU (analytic) | roofline ms "
+              "(bound) | compile s | status |", "|---|---|---|---|---|---|---|---|---|---|"]
     for row in r["rows"]:
       lines.append(f"| {row['batch']} | {_fmt(row.get('step_ms'))} | {_fmt(row.get('img_s'), '{:.0f}')} | "
-                   f"{_fmt(row.get('xla_gflop_img'), '{:.2f}')} | {_fmt(row.get('mfu_xla'), '{:.1%}')} | "
-                   f"{_fmt(row.get('mfu_analytic'), '{:.1%}')} | {_fmt(row.get('compile_s'))} | {row.get('status')} |")
+                   f"{_fmt(row.get('xla_gflop_img'), '{:.2f}')} | {_fmt(row.get('xla_gbytes_step'), '{:.1f}')} | "
+                   f"{_fmt(row.get('mfu_xla'), '{:.1%}')} | {_fmt(row.get('mfu_analytic'), '{:.1%}')} | "
+                   f"{_fmt(row.get('roofline_ms'))} {('(' + row['bound'] + ')') if row.get('bound') else ''} | "
+                   f"{_fmt(row.get('compile_s'))} | {row.get('status')} |")
     lines.append(f"\nAnalytic: {r.get('analytic_gflop_img', 0):.2f} GFLOP/img (3 × 2 × conv/dense MACs). "
                  f"Aim: ≥ 5,000 img/s on one H100.")
   s = st.get("step_time", {})
@@ -508,6 +544,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   p.add_argument("--budget_s", type=float, default=None, help="global time budget (default 450; dry run 420)")
   p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {','.join(STAGES)}")
   p.add_argument("--peak_tflops", type=float, default=None, help="override the device's bf16 peak for MFU")
+  p.add_argument("--profile", action="store_true",
+                 help="also trace 3 ResNet-50 steps at the largest batch into <out>/resnet50_trace.tar.gz")
   p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
   p.add_argument("--params", default=None, help=argparse.SUPPRESS)
   p.add_argument("--result", default=None, help=argparse.SUPPRESS)

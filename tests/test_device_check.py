@@ -64,6 +64,12 @@ def test_peak_by_device_kind_from_datasheets(kind, peak):
   assert device_check.peak_tflops(kind) == peak
 
 
+@pytest.mark.parametrize("kind,tbps", [("NVIDIA H100 80GB HBM3", 3.35), ("NVIDIA H100 PCIe", 2.0),
+                                       ("NVIDIA H200", 4.8), ("cpu", None)])
+def test_memory_bandwidth_by_device_kind_from_datasheets(kind, tbps):
+  assert device_check.peak_tflops(kind, device_check.HBM_TBPS) == tbps
+
+
 def test_imagenet_input_dataset_is_the_same_jpegs_in_both_layouts(tmp_path):
   """Our pipeline reads the tfds ArrayRecord; the peer reads the ImageFolder copy: the same pixels, label by
   label, and ImageNet-sized compressible JPEGs."""

@@ -75,7 +75,7 @@ def test_resnet_bf16_train_step_finite_on_gpu():
   config.bn.mode, config.bn.examples_per_group = "ghost", 0
   config.num_devices = 1
   compiled, state, args, _ = _product_step(config, config.batch_size)
-  _, _, loss = _time_steps(compiled, state, args, warmup=0, steps=1)
+  _, _, loss, _ = _time_steps(compiled, state, args, warmup=0, steps=1)
   assert math.isfinite(loss)
   assert abs(loss - math.log(10)) < 0.2, loss
 
