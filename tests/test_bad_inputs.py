@@ -14,7 +14,6 @@ import sys
 import numpy as np
 import pytest
 
-from lamb_lars import input_pipeline
 from lamb_lars.configs import mnist_lenet
 from lamb_lars.configs.studies import smoke
 from lamb_lars.train import checkpoint, metric_writers, run_identity, validate

@@ -98,7 +98,8 @@ def _cmd(workdir):
 
 def _rows(workdir):
   drop = ("wall_time", "compile_time", "examples_per_sec", "step_time")
-  return [{k: v for k, v in json.loads(l).items() if k not in drop} for l in open(os.path.join(workdir, "metrics.jsonl"))]
+  lines = open(os.path.join(workdir, "metrics.jsonl"))
+  return [{k: v for k, v in json.loads(line).items() if k not in drop} for line in lines]
 
 
 def test_kill_and_resume_across_a_stage_boundary_is_bit_exact(data_dir, tmp_path):

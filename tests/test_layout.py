@@ -2,7 +2,7 @@
 
 - No import cycle between lamb_lars modules (module-level imports, the ones that run at import time).
 - No module-level ``__getattr__`` (compatibility shims hide where a name lives).
-- No function over 60 lines and no module over 300 lines under lamb_lars/ (configs are data: exempt).
+- No function over 60 lines under lamb_lars/ (configs are data: exempt); no module size cap (one concept per module).
 - Every lamb_lars module is used by the product (the package, configs, train.py, benchmarks, scripts, notebooks)
   or is an entry point: nothing in the package exists only for the tests.
 - The README's layout table names every package under lamb_lars/, and every path it names exists.
@@ -17,7 +17,7 @@ import re
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MAX_FUNCTION_LINES, MAX_MODULE_LINES = 60, 300
+MAX_FUNCTION_LINES = 60
 
 
 def _modules() -> dict[str, str]:
@@ -90,11 +90,12 @@ def _library(module: str) -> bool:
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if _library(m)))
-def test_sizes(module):
+def test_function_sizes(module):
+  """No function over 60 lines. Modules have no size cap: one concept per module, however long (issue 39)."""
   src = open(MODULES[module], encoding="utf-8").read()
-  assert src.count("\n") <= MAX_MODULE_LINES, f"{module}: {src.count(chr(10))} lines > {MAX_MODULE_LINES}"
   long = [(n.name, n.end_lineno - n.lineno + 1) for n in ast.walk(ast.parse(src))
-          if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > MAX_FUNCTION_LINES]
+          if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+          and n.end_lineno - n.lineno + 1 > MAX_FUNCTION_LINES]
   assert not long, f"{module}: functions over {MAX_FUNCTION_LINES} lines: {long}"
 
 

@@ -13,7 +13,8 @@ FAKE_PYTHON = f"""#!{sys.executable}
 import json, os, sys
 run_dir = sys.argv[-1]
 with open(os.path.join(run_dir, "env.json"), "w") as f:
-  json.dump({{"env": dict(os.environ), "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None}}, f)
+  cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+  json.dump({{"env": dict(os.environ), "cpus": cpus}}, f)
 """
 
 
@@ -42,7 +43,8 @@ def test_several_workers_do_not_preallocate_the_gpu(fake_python, tmp_path):
   XLA_PYTHON_CLIENT_PREALLOCATE=false; one slot keeps JAX's default; a study's own setting wins."""
   got = _run(LocalExecutor(slots=2, python=fake_python), tmp_path / "two")["env"]
   assert got["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
-  assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in _run(LocalExecutor(slots=1, python=fake_python), tmp_path / "one")["env"]
+  one = _run(LocalExecutor(slots=1, python=fake_python), tmp_path / "one")
+  assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in one["env"]
   own = _run(LocalExecutor(slots=2, python=fake_python), tmp_path / "own", {"XLA_PYTHON_CLIENT_MEM_FRACTION": ".4"})
   assert own["env"]["XLA_PYTHON_CLIENT_MEM_FRACTION"] == ".4" and "XLA_PYTHON_CLIENT_PREALLOCATE" not in own["env"]
 

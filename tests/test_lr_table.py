@@ -1,4 +1,5 @@
-"""The LR schedule as data (lamb_lars/optim/lr_table.py): same updates as the schedule, against numpy float64 references,
+"""The LR schedule as data (lamb_lars/optim/lr_table.py): same updates as the schedule, against numpy float64
+references,
 and a compiled update, init and train step that no longer depend on the learning rates."""
 from __future__ import annotations
 

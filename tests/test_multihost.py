@@ -8,7 +8,6 @@ import tempfile
 
 import numpy as np
 import orbax.checkpoint as ocp
-import pytest
 
 from lamb_lars import input_pipeline
 from lamb_lars.configs import mnist_lenet

@@ -185,7 +185,8 @@ def test_two_runs_that_do_not_fit_in_memory_together_never_overlap(tmp_path, mon
 
 def test_memory_estimate_from_the_micro_batch_loop():
   """estimated_gb: with the unrolled loop 1.2 GB + 0.46 GB per extra micro-batch (30 at the full batch, 8 of 1,024 at
-  8K, 1 at 1K); with the host loop (the full-batch paper configs) 2.0 GB whatever the batch (peak RSS, docs/BENCHMARKS.md §22, §24)."""
+  8K, 1 at 1K); with the host loop (the full-batch paper configs) 2.0 GB whatever the batch (peak RSS,
+  docs/BENCHMARKS.md §22, §24)."""
   import pytest
   unrolled = lambda name: mock.patch.object(paper_logs, "load_config", _with_loop(name, "unrolled"))
   with unrolled("momentum_b1024"):

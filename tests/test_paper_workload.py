@@ -174,7 +174,8 @@ def _run_ours(cfg, total_steps, batch_size, params, grads):
 
 def _schedule(cfg, total_steps, batch_size):
   opt = cfg.optimizer
-  warm = opt.schedule.warmup_steps if opt.schedule.warmup_steps >= 0 else 60000 * opt.schedule.warmup_epochs / batch_size
+  warm = (opt.schedule.warmup_steps if opt.schedule.warmup_steps >= 0
+          else 60000 * opt.schedule.warmup_epochs / batch_size)
   end = opt.schedule.end_lr
   return lambda t: tf_schedule_reference(float(t), lr=opt.learning_rate, warm=float(warm), train_steps=total_steps,
                                          end=end, power=0.5)

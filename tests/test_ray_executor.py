@@ -273,7 +273,8 @@ def test_bad_input_is_one_sentence(cluster, study_file, tmp_module, hidden_dir):
   env = _env()
   workdir = str(tmp_module / "bad_input")
   # An address where nothing listens.
-  out = subprocess.run(_cmd(study_file, workdir, "--executor=ray", f"--ray_address=127.0.0.1:{ray_testing.free_port()}"),
+  nowhere = f"--ray_address=127.0.0.1:{ray_testing.free_port()}"
+  out = subprocess.run(_cmd(study_file, workdir, "--executor=ray", nowhere),
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
   _one_sentence_error(out, "cannot reach the Ray cluster at 127.0.0.1:")
   # An address where something else listens (ray.init alone would retry for ever).
@@ -292,7 +293,8 @@ def test_bad_input_is_one_sentence(cluster, study_file, tmp_module, hidden_dir):
   out = subprocess.run(_cmd(study_file, workdir, "--executor=ray"), cwd=REPO,
                        env={**env, "PYTHONPATH": f"{fake}{os.pathsep}{env['PYTHONPATH']}"}, capture_output=True,
                        text=True, timeout=120)
-  assert _one_sentence_error(out, "--executor=ray needs Ray") == "error: --executor=ray needs Ray: pip install -e .[ray]"
+  assert (_one_sentence_error(out, "--executor=ray needs Ray")
+          == "error: --executor=ray needs Ray: pip install -e .[ray]")
   # A resource request that no node can satisfy: detected up front, not a task pending forever.
   t0 = time.monotonic()
   out = subprocess.run(_ray_cmd(study_file, workdir, cluster, "--config.runner.resources.GPU=1"), cwd=REPO, env=env,
@@ -410,7 +412,8 @@ def test_handle_kill_stops_the_trainer(cluster, study_file, tmp_module):
       f"h = ex.submit({trial.run_id!r}, {rdir!r}, json.loads(sys.argv[1]))\n"
       "t0 = time.monotonic()\n"
       f"log = os.path.join({rdir!r}, 'log.txt')\n"
-      f"while time.monotonic() - t0 < {PATIENCE_S} and 'step ' not in (open(log).read() if os.path.exists(log) else ''):\n"
+      f"while (time.monotonic() - t0 < {PATIENCE_S}\n"
+      "       and 'step ' not in (open(log).read() if os.path.exists(log) else '')):\n"
       "  time.sleep(0.1)\n"
       "assert h.poll() is None\n"
       "h.kill(); print('code', h.poll()); ex.close()\n")

@@ -97,7 +97,8 @@ def test_full_report_from_the_csv_files(tmp_path):
   assert "| B_L | 4096 | last pass 2048: Def. 2.1 pass " in text and "first fail 4096: Def. 2.1 fail " in text
   assert text.split("| B_L |")[1].split("\n")[0].endswith("| 2048 |")
   assert "| B_H | 8192 | Def. 2.2 at B_H: tuned `tuned-b8192` pass: " in text
-  assert "; first huge batch above: 32768, Def. 2.2 there: lars `lars-b32768` fail: 0.96 ∈ [0.958, 0.962] vs 0.99" in text
+  assert ("; first huge batch above: 32768, Def. 2.2 there: lars `lars-b32768` fail: 0.96 ∈ [0.958, 0.962] vs 0.99"
+          in text)
   assert "| 32768 | huge |" in text and "| 4096 | large with tuned |" in text
   assert "| 2048 | linear scaling works | `linear-b2048` done 99.50% | pass |" in text
   assert "B_crit = " in text and "out of memory" in text

@@ -15,8 +15,7 @@ from two batch sizes for free: on several devices, or on one device with ``num_m
 from __future__ import annotations
 
 import dataclasses
-import functools
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import flax
 import flax.linen as nn

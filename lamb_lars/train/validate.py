@@ -3,7 +3,8 @@
 ``train.py`` (the trainer) and the study runner (every trial, before the first is launched) call :func:`validate`,
 so a config a study would launch is exactly a config ``train.py`` would accept.
 Each failure is a :class:`~lamb_lars.train.run_plan.ConfigError` whose message is one sentence naming the key, the value
-and the fix. On top of :func:`lamb_lars.train.run_plan.make_plan` and :func:`lamb_lars.optim.optimizer_config.validate_config`
+and the fix. On top of :func:`lamb_lars.train.run_plan.make_plan` and
+:func:`lamb_lars.optim.optimizer_config.validate_config`
 it checks:
 
 * **the data** — ``num_classes`` equals the dataset's class count (a smaller one one-hot encodes the missing labels

@@ -5,7 +5,8 @@ Sections: settings; runs; baseline; regimes (You et al. 2020 Defs 2.1–2.3) wit
 huge-batch points; Table 3 (You et al. 2020); steps to target (Shallue et al. 2018) with the S(B) fit, t(B), B*
 and the Golmant et al. 2018 breakdown point; predicted (gradient noise scale, McCandlish et al. 2018) vs fitted
 B_crit; accuracy vs batch; training curves; distance from init; trust ratios. A branching study (trials of role
-``branch``) gets the critical batch over training (Merrill et al. 2025; report_branching.py) instead of the ladder's. Every measured number stands next
+``branch``) gets the critical batch over training (Merrill et al. 2025; report_branching.py) instead of the ladder's.
+Every measured number stands next
 to the paper's where the paper has one. A section whose data the study did not log is left out (the Trials section
 says which); a section that has data but cannot conclude says why. Accuracies are in %, and every table says in its
 caption which trial's number it shows ("best" is defined once per table). Definitions: docs/studies.md.

@@ -5,7 +5,8 @@ The paper's MNIST code (GitHub ``fastalgo/mnist_tpu``) left about 1,900 log file
 :data:`lamb_lars.study.paper.AUTHORS` transcribes the logs of the configurations in ``configs/paper/``.
 
   python -m lamb_lars.study.running.paper_logs run --workdir=studies/mnist_paper_logs --seeds=0,1 --workers=2
-  python -m lamb_lars.study.running.paper_logs report --workdir=studies/mnist_paper_logs --out=docs/studies/mnist_paper_logs
+  python -m lamb_lars.study.running.paper_logs report --workdir=studies/mnist_paper_logs \\
+    --out=docs/studies/mnist_paper_logs
 
 ``run`` trains each configuration × seed in its own process (``WORKDIR/<config>/seed<k>``), ``--workers`` at a time;
 re-running it skips finished runs and resumes a killed one from its checkpoint. ``report`` writes ``runs.csv``
@@ -257,7 +258,8 @@ def verify(out: str, manifest: dict) -> list[str]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-  ap = argparse.ArgumentParser(prog="python -m lamb_lars.study.running.paper_logs", description=__doc__.split("\n\n")[0])
+  ap = argparse.ArgumentParser(prog="python -m lamb_lars.study.running.paper_logs",
+                               description=__doc__.split("\n\n")[0])
   sub = ap.add_subparsers(dest="cmd", required=True)
   r = sub.add_parser("run")
   r.add_argument("--workdir", required=True)
@@ -266,7 +268,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   r.add_argument("--workers", type=int, default=1, help="runs at once, each pinned to its share of the CPUs")
   r.add_argument("--memory_gb", type=float, default=None,
                  help="host memory the runs at once may use (default: 90%% of the machine's); see estimated_gb")
-  r.add_argument("--slice_lrs", default="", help=f"also run {paper.SLICE_CONFIG} at these LRs (the response-surface slice)")
+  r.add_argument("--slice_lrs", default="",
+                 help=f"also run {paper.SLICE_CONFIG} at these LRs (the response-surface slice)")
   p = sub.add_parser("report")
   p.add_argument("--workdir", required=True)
   p.add_argument("--out", required=True)
@@ -292,7 +295,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     workers=a.workers, memory_gb=a.memory_gb)
     print(f"finished: {failed} run(s) failed")
     return 1 if failed else 0
-  write_report(a.workdir, a.out, " ".join(["python -m lamb_lars.study.running.paper_logs"] + list(argv or sys.argv[1:])))
+  command = " ".join(["python -m lamb_lars.study.running.paper_logs"] + list(argv or sys.argv[1:]))
+  write_report(a.workdir, a.out, command)
   return 0
 
 

@@ -171,7 +171,8 @@ def verify(out_dir: str) -> list[str]:
     if not (io_utils.exists(p) if io_utils.is_remote(p) else os.path.isfile(p)):
       problems.append(f"{name} is missing.")
     elif sha256(p) != m.get("files", {}).get(name):
-      problems.append(f"{name} has sha256 {sha256(p)[:12]}…, the manifest says {str(m.get('files', {}).get(name))[:12]}….")
+      listed = str(m.get("files", {}).get(name))[:12]
+      problems.append(f"{name} has sha256 {sha256(p)[:12]}…, the manifest says {listed}….")
   if problems:  # the CSVs are not the manifest's: recomputing from them would check the wrong files
     return problems
   studies = sorted({r["study"] for r in _csv_rows(os.path.join(out_dir, "runs.csv"))})
