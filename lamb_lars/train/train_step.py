@@ -15,7 +15,7 @@ from two batch sizes for free: on several devices, or on one device with ``num_m
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import flax
 import flax.linen as nn
@@ -64,7 +64,7 @@ _DROPOUT_STREAM = 0x44524F50  # fold_in constant of the dropout keys ("DROP")
 def _add_noise(tree: Any, rng: jax.Array, std: float) -> Any:
   leaves, treedef = jax.tree.flatten(tree)
   keys = jax.random.split(rng, len(leaves))
-  return treedef.unflatten([x + std * jax.random.normal(k, x.shape, x.dtype) for x, k in zip(leaves, keys)])
+  return jax.tree.unflatten(treedef, [x + std * jax.random.normal(k, x.shape, x.dtype) for x, k in zip(leaves, keys)])
 
 
 def cross_entropy(logits: jax.Array, labels: jax.Array, num_classes: int, label_smoothing: float = 0.0) -> jax.Array:
@@ -76,7 +76,7 @@ def cross_entropy(logits: jax.Array, labels: jax.Array, num_classes: int, label_
 
 
 def tree_sq_norm(tree: Any) -> jax.Array:
-  return sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in jax.tree.leaves(tree))
+  return cast(jax.Array, sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in jax.tree.leaves(tree)))
 
 
 def init_state(model: nn.Module, tx: optax.GradientTransformation, rng: jax.Array, input_shape: tuple) -> TrainState:
@@ -177,7 +177,8 @@ def finish(tx: optax.GradientTransformation, opts: StepOptions, axes: Any, state
   if opts.signal_to_noise:
     par, perp = noise_scale.snr_components(local_grads, jax.lax.pmean(local_grads, axes))
     metrics["signal_to_noise"] = jax.lax.pmean(par, axes) / jax.lax.pmean(perp, axes)
-  new_state = state.replace(step=state.step + 1, params=params, batch_stats=new_bs, opt_state=opt_state)
+  new_state = state.replace(  # type: ignore[attr-defined]  # flax.struct.dataclass adds replace
+      step=state.step + 1, params=params, batch_stats=new_bs, opt_state=opt_state)
   return new_state, metrics
 
 
@@ -228,14 +229,14 @@ def make_train_chunk(model, tx, opts: StepOptions, preprocess: Preprocess, mesh:
   vary = lambda t: jax.lax.pcast(t, axes, to="varying")
   local_step = make_local_step(model, tx, opts, preprocess, axes, vary)
   split = P(None, axes)
-  if resident:
-    def chunk(state, images_all, labels_all, idx, key):
-      return scan_steps(local_step, state, lambda i: (images_all[i], labels_all[i]), idx, key, axes)
-    in_specs = (P(), P(), P(), split, P())
-  else:
-    def chunk(state, images, labels, key):
-      return scan_steps(local_step, state, lambda xy: xy, (images, labels), key, axes)
-    in_specs = (P(), split, split, P())
+  def resident_chunk(state, images_all, labels_all, idx, key):
+    return scan_steps(local_step, state, lambda i: (images_all[i], labels_all[i]), idx, key, axes)
+
+  def fed_chunk(state, images, labels, key):
+    return scan_steps(local_step, state, lambda xy: xy, (images, labels), key, axes)
+
+  chunk: Callable = resident_chunk if resident else fed_chunk
+  in_specs = (P(), P(), P(), split, P()) if resident else (P(), split, split, P())
   fn = jax.shard_map(chunk, mesh=mesh, in_specs=in_specs, out_specs=(P(), P()))
   return jax.jit(fn, donate_argnums=0)
 
