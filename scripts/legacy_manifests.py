@@ -22,6 +22,7 @@ from typing import Optional
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from lamb_lars.study.running import manifest as manifest_lib
 from lamb_lars.study.running import provenance, publish
 from lamb_lars.study.analysis import report# noqa: E402
 from lamb_lars.study.records import Target  # noqa: E402
@@ -121,7 +122,7 @@ def legacy_manifest(folder: str) -> dict:
   if unknown:
     raise SystemExit(f"{folder}: sections {unknown} differ for an unknown reason; not writing a manifest.")
   added = git("log", "--diff-filter=A", "--format=%H", "--", f"{folder}/runs.csv").splitlines()[-1]
-  return provenance.build_manifest(
+  return manifest_lib.build_manifest(
       path, spec, study=config.name, commands=commands, config_json=None,
       code={"commit": code_commit, "dirty": None,
             "note": ("the code commit named in docs/studies/rerun_2026-11-24/README.md" if code_commit else
@@ -138,7 +139,7 @@ def legacy_manifest(folder: str) -> dict:
 def main() -> None:
   for folder in FOLDERS:
     m = legacy_manifest(folder)
-    provenance.write_manifest(os.path.join(REPO, folder), m)
+    manifest_lib.write_manifest(os.path.join(REPO, folder), m)
     print(folder, "not recomputed:", list(m["not_recomputed"]) or "none")
 
 

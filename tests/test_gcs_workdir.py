@@ -197,9 +197,10 @@ def test_study_and_report_on_gcs(gcs, tmp_path, monkeypatch):
   assert "# GCS study" in io_utils.read_text(f"{workdir}/report/README.md")
   # The provenance (manifest.json with the study config's hash) is in the bucket and verifies; status reads the
   # store's copy, downloaded on this "machine" too.
-  from lamb_lars.study.running import provenance, status
+  from lamb_lars.study.running import code_state, provenance, status
   manifest = io_utils.read_json(f"{workdir}/report/manifest.json")
-  assert manifest["config_sha256"] == provenance.config_sha256(io_utils.read_text(f"{workdir}/study_config.json"))
+  config_json = io_utils.read_text(f"{workdir}/study_config.json")
+  assert manifest["config_sha256"] == code_state.config_sha256(config_json)
   assert provenance.verify(f"{workdir}/report") == []
   monkeypatch.setenv(io_utils.LOCAL_ROOT_ENV, str(tmp_path / "fourth"))
   assert "2/2 finished (done 2)" in status.report(workdir)

@@ -1,6 +1,7 @@
 """The house rules of the package layout (issue 23), checked on the source tree rather than promised in prose.
 
-- No import cycle between lamb_lars modules (module-level imports, the ones that run at import time).
+- No import cycle between lamb_lars modules, neither among module-level imports (the ones that run at import time)
+  nor counting imports inside functions; nothing in lamb_lars/common/ imports a layer above it.
 - No module-level ``__getattr__`` (compatibility shims hide where a name lives).
 - No function over 60 lines under lamb_lars/ (configs are data: exempt); no module size cap (one concept per module).
 - Every lamb_lars module is used by the product (the package, configs, train.py, benchmarks, scripts, notebooks)
@@ -57,11 +58,12 @@ def _imports(path: str, module: str, top_level_only: bool) -> set[str]:
   return out
 
 
-def test_no_import_cycle():
-  graph = {m: _imports(p, m, top_level_only=True) for m, p in MODULES.items()}
+def _cycles(top_level_only: bool) -> list[list[str]]:
+  graph = {m: _imports(p, m, top_level_only=top_level_only) for m, p in MODULES.items()}
   # A package's __init__ importing its own submodules is how re-exports work, not a cycle with them.
   graph = {m: {d for d in deps if not d.startswith(m + ".")} for m, deps in graph.items()}
-  state, cycles = {}, []
+  state: dict[str, str] = {}
+  cycles: list[list[str]] = []
 
   def visit(m, stack):
     state[m] = "open"
@@ -75,7 +77,30 @@ def test_no_import_cycle():
   for m in sorted(graph):
     if m not in state:
       visit(m, [m])
+  return cycles
+
+
+def test_no_import_cycle():
+  cycles = _cycles(top_level_only=True)
   assert not cycles, "import cycles: " + "; ".join(" → ".join(c) for c in cycles)
+
+
+def test_no_import_cycle_counting_function_imports():
+  """An import inside a function still ties two modules together; it only hides the circle from the import."""
+  cycles = _cycles(top_level_only=False)
+  assert not cycles, "import cycles (imports inside functions counted): " + "; ".join(" → ".join(c) for c in cycles)
+
+
+UPPER_LAYERS = ("lamb_lars.train", "lamb_lars.study", "lamb_lars.input_pipeline", "lamb_lars.models", "lamb_lars.optim")
+
+
+def test_common_imports_nothing_above_it():
+  """lamb_lars/common/ is the bottom layer: no module in it imports train, study, input_pipeline, models or optim,
+  at module level or inside a function."""
+  upward = {m: sorted(d for d in _imports(p, m, top_level_only=False) if d.startswith(UPPER_LAYERS))
+            for m, p in MODULES.items() if m.startswith("lamb_lars.common")}
+  upward = {m: deps for m, deps in upward.items() if deps}
+  assert not upward, f"lamb_lars/common imports upward: {upward}"
 
 
 def test_no_module_level_getattr():

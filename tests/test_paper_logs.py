@@ -16,6 +16,8 @@ import sys
 from lamb_lars.study import paper
 from lamb_lars.study.analysis import authors_logs
 from lamb_lars.study.running import paper_logs, provenance
+from lamb_lars.study.running import code_state
+from lamb_lars.study.running import manifest as manifest_lib
 
 
 def _result(path, acc, status="done"):
@@ -82,8 +84,8 @@ def test_published_folder_verifies_and_a_changed_number_is_caught(tmp_path):
   text = open(runs).read().replace("0.992900", "0.995000")
   open(runs, "w").write(text)
   m = json.load(open(os.path.join(out, "manifest.json")))
-  m["files"]["runs.csv"] = provenance.sha256(runs)
-  provenance.write_manifest(out, m)
+  m["files"]["runs.csv"] = code_state.sha256(runs)
+  manifest_lib.write_manifest(out, m)
   assert provenance.verify(out) == ["README.md differs from the one recomputed from runs.csv."]
   # without the hash update, the hash mismatch is named first
   open(runs, "w").write(text.replace("0.995000", "0.996000"))
@@ -122,14 +124,13 @@ def test_run_records_its_command_and_commit(tmp_path, monkeypatch):
   """``run`` appends its own command line, with the commit of the code that runs it, to WORKDIR/commands.txt (the
   manifest's ``run_commands``), so no record of how the runs were launched is written by hand."""
   import os
-  from lamb_lars.study.running import provenance
   monkeypatch.setattr(paper_logs, "run", lambda *a, **k: 0)
   monkeypatch.delenv("XLA_FLAGS", raising=False)
   w = str(tmp_path / "w")
   argv = ["run", f"--workdir={w}", "--configs=lars_b8192", "--seeds=3"]
   assert paper_logs.main(argv) == 0 and paper_logs.main(argv) == 0
   lines = open(os.path.join(w, "commands.txt")).read().splitlines()
-  commit = provenance.code_state()["commit"]
+  commit = code_state.code_state()["commit"]
   assert len(lines) == 2 and all(
       f"  python -m lamb_lars.study.running.paper_logs {' '.join(argv)}   # commit {commit}" in ln for ln in lines)
 

@@ -8,6 +8,7 @@ import dataclasses
 import numpy as np
 
 from lamb_lars.study.running import publish, store as st
+from lamb_lars.study.running import manifest as manifest_lib
 from lamb_lars.study.analysis import report
 from lamb_lars.study.records import Target
 
@@ -246,8 +247,7 @@ def test_accuracy_tables_choose_on_validation_and_report_the_replicates(tmp_path
 
 
 def test_a_manifest_from_before_select_on_keeps_the_test_rule():
-  from lamb_lars.study.running import provenance
-  spec = provenance.spec_from_json({"title": "old"})
+  spec = manifest_lib.spec_from_json({"title": "old"})
   assert spec.select_on == "test" and report.ReportSpec().select_on == "validation"
 
 

@@ -194,7 +194,7 @@ def _techniques_cell(trials: Sequence[Trial], techniques: Sequence[str], batch: 
 
 
 def _table3_section(trials: Sequence[Trial], spec: ReportSpec, baseline_batch: Optional[int],
-                    out_dir: str) -> list[str]:
+                    out_dir: Optional[str]) -> list[str]:
   if not any(t.role == "table3" for t in trials):
     return []
   lines = ["## Table 3: optimizer × layer-wise variants", ""]
@@ -239,9 +239,11 @@ def _table3_curves(trials: Sequence[Trial], cells: table3.Table3, batch: int) ->
   return out
 
 
-def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = ReportSpec()) -> str:
-  """Writes ``out_dir/README.md`` and its PNG plots; returns the README path."""
+def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = ReportSpec(), *,
+                 figures: bool = True) -> str:
+  """Writes ``out_dir/README.md`` and, with ``figures``, its PNG plots; returns the README path."""
   io_utils.makedirs(out_dir)
+  fig_dir = out_dir if figures else None  # where the sections' plots go (None: named, not drawn)
   everything = list(trials)   # the Trials table counts the branches; CBS(t) reads them; no other section does
   trials = [t for t in everything if t.role != "branch"]
   # The single-run sections read the study's own trials; the regimes' Def. 2.1/2.2 verdicts read each
@@ -250,10 +252,10 @@ def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = Repor
   reps = [t for t in trials if t.phase == "replicate"]
   baseline, note = _baseline(own, spec, reps)
   target_trials = [t for t in own if not spec.target_technique or t.technique == spec.target_technique]
-  steps_lines, fit = report_scaling.steps_section(target_trials, spec.target, out_dir)
+  steps_lines, fit = report_scaling.steps_section(target_trials, spec.target, fig_dir)
   goal = spec.target.goal if spec.target and spec.target.metric == ACC_KEY else None
   sections = [("Critical batch over training", "", report_branching.section(
-                  everything, out_dir, num_train=spec.num_train, epsilon=spec.branch_epsilon,
+                  everything, fig_dir, num_train=spec.num_train, epsilon=spec.branch_epsilon,
                   relative=spec.branch_relative, loss_key=spec.branch_loss) if spec.branch_epsilon > 0 else []),
               ("Baseline and Regimes", "no baseline trial (role `baseline`), which You et al. 2020 Defs 2.1–2.3 need",
                [] if baseline is None and not any(t.role == "baseline" for t in trials)
@@ -261,22 +263,22 @@ def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = Repor
                + ([] if spec.branch_epsilon > 0 else _regimes_section(own, baseline, spec, reps))),
               ("Huge-batch results next to the paper", "", report_curves.points_section(
                   trials, paper.POINTS.get(spec.workload, ()), spec.num_train, spec.select_on)),
-              ("Table 3", "", _table3_section(trials, spec, baseline.batch_size if baseline else None, out_dir)),
+              ("Table 3", "", _table3_section(trials, spec, baseline.batch_size if baseline else None, fig_dir)),
               ("Replicates and search adequacy", "",
                report_replicates.sections(trials, spec, baseline.batch_size if baseline else None)),
               ("Steps to target", f"no trial of technique `{spec.target_technique}`" if spec.target_technique
                else "", steps_lines),
               ("Predicted vs fitted critical batch", "no run logged `noise_scale` (McCandlish et al. 2018)",
-               report_scaling.noise_section(trials, out_dir, fit, spec.max_curves)),
+               report_scaling.noise_section(trials, fig_dir, fit, spec.max_curves)),
               ("Accuracy vs batch size", "no finished run logged `eval_accuracy`",
-               report_curves.accuracy_section(trials, out_dir, spec.select_on)),
+               report_curves.accuracy_section(trials, fig_dir, spec.select_on)),
               ("Training curves", "no run has evaluations",
-               report_curves.curves_section(trials, out_dir, spec.max_curves, target=goal,
+               report_curves.curves_section(trials, fig_dir, spec.max_curves, target=goal,
                                             select_on=spec.select_on)),
               ("Distance from initialisation", "no run logged `dist_from_init`",
-               report_curves.diffusion_section(trials, out_dir, spec.max_curves)),
-              ("Trust ratios", "no run logged `trust_ratio/<layer>`", report_curves.trust_section(trials, out_dir)),
-              ("Batch-size warmup", "", batch_warmup.section(trials, out_dir))]
+               report_curves.diffusion_section(trials, fig_dir, spec.max_curves)),
+              ("Trust ratios", "no run logged `trust_ratio/<layer>`", report_curves.trust_section(trials, fig_dir)),
+              ("Batch-size warmup", "", batch_warmup.section(trials, fig_dir))]
   if spec.branch_epsilon > 0:  # a branching study: a reference and its branches, no ladder to fit or replicate
     sections = [s for s in sections if s[0] in _BRANCHING_SECTIONS]
   elif trials and all(t.role == batch_warmup.ROLE for t in trials):

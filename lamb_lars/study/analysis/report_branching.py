@@ -83,7 +83,7 @@ def _tables(traj: Sequence[branching.CriticalBatch], batches: Sequence[int], ref
                        [[f"{c.point:.4g}"] + [_cell(c, b) for b in batches] for c in traj])
 
 
-def section(trials: Sequence[Trial], out_dir: str, *, num_train: int, epsilon: float, relative: bool,
+def section(trials: Sequence[Trial], out_dir: Optional[str], *, num_train: int, epsilon: float, relative: bool,
             loss_key: str) -> list[str]:
   """The section's markdown lines ([] when the study has no branches)."""
   found, missing = branch_losses(trials, num_train, loss_key)

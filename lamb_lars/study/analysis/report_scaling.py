@@ -41,7 +41,7 @@ def b_crit_caveat(fit: critical_batch.InverseLawFit, batches: Sequence[int]) -> 
 
 
 def steps_section(trials, target: Optional[Target],
-                  out_dir: str) -> tuple[list[str], Optional[critical_batch.InverseLawFit]]:
+                  out_dir: Optional[str]) -> tuple[list[str], Optional[critical_batch.InverseLawFit]]:
   lines = ["## Steps to target", ""]
   if target is None:
     return lines + ["No target given (`target=Target(metric, goal, mode)`): steps-to-target, the S(B) fit, "
@@ -129,7 +129,7 @@ def late_median(t: Trial, key: str) -> Optional[float]:
   return float(np.median(v)) if v else None
 
 
-def noise_section(trials, out_dir: str, fit: Optional[critical_batch.InverseLawFit], limit: int) -> list[str]:
+def noise_section(trials, out_dir: Optional[str], fit: Optional[critical_batch.InverseLawFit], limit: int) -> list[str]:
   lines = ["## Predicted vs fitted critical batch", ""]
   have = [t for t in trials if t.status != "failed" and late_median(t, "noise_scale") is not None]
   if not have:

@@ -30,6 +30,8 @@ from typing import Optional, Sequence
 from lamb_lars.common import io_utils, run_files
 from lamb_lars.study import paper
 from lamb_lars.study.analysis import authors_logs
+from lamb_lars.study.running import code_state
+from lamb_lars.study.running import manifest as manifest_lib
 from lamb_lars.study.running.executor import slot_cpus, usable_cpus
 
 KIND = "paper_logs"  # manifest.json's kind: verify dispatches on it
@@ -152,11 +154,10 @@ def run(workdir: str, configs: Sequence[str], seeds: Sequence[int],
 def record_command(workdir: str, command: str) -> None:
   """Appends ``command`` to WORKDIR/commands.txt, time-stamped, with the commit of the code that runs it
   (workdir.command_line); the published manifest's ``run_commands`` are these lines."""
-  from lamb_lars.study.running import provenance
   from lamb_lars.study.running import workdir as wd
   os.makedirs(workdir, exist_ok=True)
   with open(os.path.join(workdir, "commands.txt"), "a") as f:
-    f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')}  {wd.command_line(command, provenance.code_state())}"
+    f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')}  {wd.command_line(command, code_state.code_state())}"
             f"{_placement()}\n")
 
 
@@ -220,8 +221,7 @@ def _read_csv(path: str) -> list[dict]:
 
 def write_report(workdir: str, out: str, command: str) -> None:
   """runs.csv, authors.csv, README.md (computed from the CSVs) and manifest.json in ``out``."""
-  from lamb_lars.study.running import provenance
-  code = provenance.code_state()  # before writing: the report's own files would make the checkout look edited
+  code = code_state.code_state()  # before writing: the report's own files would make the checkout look edited
   os.makedirs(out, exist_ok=True)
   _write_csv(os.path.join(out, "runs.csv"), authors_logs.RUNS_COLUMNS, collect(workdir))
   _write_csv(os.path.join(out, "authors.csv"), authors_logs.AUTHORS_COLUMNS, authors_logs.authors_rows())
@@ -230,19 +230,18 @@ def write_report(workdir: str, out: str, command: str) -> None:
   commands = os.path.join(workdir, "commands.txt")  # how the runs were launched, at which commit (record_command)
   manifest = dict(kind=KIND, code=code, report_command=command,
                   run_commands=open(commands).read().splitlines() if os.path.exists(commands) else [],
-                  machine=provenance.machine(), runs=len(collect(workdir)),
-                  files={n: provenance.sha256(os.path.join(out, n)) for n in FILES})
-  provenance.write_manifest(out, manifest)
+                  machine=code_state.machine(), runs=len(collect(workdir)),
+                  files={n: code_state.sha256(os.path.join(out, n)) for n in FILES})
+  manifest_lib.write_manifest(out, manifest)
 
 
 def verify(out: str, manifest: dict) -> list[str]:
   """The mismatches of a published comparison with its manifest: file hashes, authors.csv against
   :data:`lamb_lars.study.paper.AUTHORS`, and the README recomputed from runs.csv (one sentence each)."""
-  from lamb_lars.study.running import provenance
-  problems = [f"{n} has sha256 {provenance.sha256(os.path.join(out, n))[:12]}…, the manifest says "
+  problems = [f"{n} has sha256 {code_state.sha256(os.path.join(out, n))[:12]}…, the manifest says "
               f"{str(manifest.get('files', {}).get(n))[:12]}…." for n in FILES
               if not os.path.isfile(os.path.join(out, n))
-              or provenance.sha256(os.path.join(out, n)) != manifest.get("files", {}).get(n)]
+              or code_state.sha256(os.path.join(out, n)) != manifest.get("files", {}).get(n)]
   if problems:
     return problems
   theirs = [list(r.values()) for r in _read_csv(os.path.join(out, "authors.csv"))]
