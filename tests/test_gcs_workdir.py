@@ -31,7 +31,8 @@ from lamb_lars.common import io_utils# noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUCKET = "bucket"
-pytestmark = pytest.mark.xdist_group("gcs")  # one emulator for the module's tests
+# one emulator for the module's tests; every test here starts it (a subprocess)
+pytestmark = [pytest.mark.xdist_group("gcs"), pytest.mark.slow, pytest.mark.gcs, pytest.mark.e2e]
 
 
 def _free_port() -> int:

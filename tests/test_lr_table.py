@@ -96,6 +96,8 @@ def test_set_lr_table_refuses_another_length():
     lr_table.set_lr_table(state, jnp.arange(7.0))
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_trials_differing_in_lr_and_warmup_share_every_compiled_program(tmp_path):
   from lamb_lars import input_pipeline
   from lamb_lars.configs import mnist_lenet

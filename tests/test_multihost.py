@@ -7,6 +7,7 @@ import sys
 import tempfile
 
 import numpy as np
+import pytest
 import orbax.checkpoint as ocp
 
 from lamb_lars import input_pipeline
@@ -44,6 +45,8 @@ def _params(workdir):
   return ckptr.restore(path, target)["params"]
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_two_processes_equal_one(tmp_path):
   cfg = mnist_lenet.get_config()
   cfg.data_dir = DATA_DIR

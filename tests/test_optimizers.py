@@ -314,6 +314,7 @@ def test_config_default_mask_matches_the_library():
   assert optimizer_defaults.DEFAULT_EXCLUDE == masks.DEFAULT_EXCLUDE
 
 
+@pytest.mark.slow
 def test_import_lamb_lars_is_light():
   """``import lamb_lars`` gives the optimizers (optax style) and nothing else: no trainer, input pipeline, models,
   TensorFlow or config library, and no device initialised, so a notebook can import it first."""

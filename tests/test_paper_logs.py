@@ -8,6 +8,7 @@ import math
 import os
 
 import numpy as np
+import pytest
 
 import subprocess
 from unittest import mock
@@ -71,6 +72,7 @@ def test_report_verdicts_follow_the_interval(tmp_path):
   assert readme.count("| differs |") == 1 and readme.count("| agrees |") == 1
 
 
+@pytest.mark.slow
 def test_published_folder_verifies_and_a_changed_number_is_caught(tmp_path):
   w, out = str(tmp_path / "w"), str(tmp_path / "out")
   for seed, acc in enumerate((0.9929, 0.9931)):
@@ -92,6 +94,8 @@ def test_published_folder_verifies_and_a_changed_number_is_caught(tmp_path):
   assert "runs.csv has sha256" in provenance.verify(out)[0]
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_run_with_two_workers_runs_two_at_once_each_pinned_and_single_threaded(tmp_path, monkeypatch):
   """``--workers=2``: two runs overlap in time, each pinned to its own CPU with one XLA intra-op thread; finished
   runs are skipped on a re-run."""
@@ -135,6 +139,8 @@ def test_run_records_its_command_and_commit(tmp_path, monkeypatch):
       f"  python -m lamb_lars.study.running.paper_logs {' '.join(argv)}   # commit {commit}" in ln for ln in lines)
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_run_killed_by_the_oom_killer_is_reported_and_counted(tmp_path, monkeypatch, capsys):
   """A child killed by SIGKILL (what the out-of-memory killer sends) is counted as failed and named in one line
   with the likely cause, instead of vanishing from the log while the queue moves on."""
@@ -164,6 +170,8 @@ def test_run_records_its_cpus_and_xla_flags_when_placed(tmp_path, monkeypatch):
   assert line.rstrip().endswith("; CPUs [0]; XLA_FLAGS='--xla_cpu_multi_thread_eigen=false'")
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_two_runs_that_do_not_fit_in_memory_together_never_overlap(tmp_path, monkeypatch):
   """With two workers and a 20 GB budget, two full-batch runs (≈ 14 GB each, as estimated) never run at once, while
   a small run takes the other slot beside each; nothing is skipped. Two full-batch runs at once were killed by the

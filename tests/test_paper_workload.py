@@ -329,6 +329,8 @@ def test_conv_weight_gradient_equals_xla_in_float64():
     assert y.shape == (8, 14, 14, 2)
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_paper_config_trains_through_the_trainer(data_dir, tmp_path):
   """The authors' CNN with its chunked weight gradient, micro-batches and TF LARS through the real trainer on 8
   devices (shard_map): a scan inside the custom VJP must keep the varying-axes type of its carry (it once did not,
@@ -345,6 +347,8 @@ def test_a_paper_config_trains_through_the_trainer(data_dir, tmp_path):
   assert math.isfinite(result["final"]["train_loss"]) and 0.0 <= result["final"]["eval_accuracy"] <= 1.0
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_host_micro_batch_loop_equals_the_unrolled_one_through_the_trainer(data_dir, tmp_path):
   """The paper configs' ``microbatch_loop='host'`` (one compiled call per micro-batch: the full batch in ≈ one
   micro-batch's memory) against the unrolled loop, the authors' CNN with dropout on 2 devices × 2 micro-batches:

@@ -99,6 +99,8 @@ def test_tampered_csv_or_readme_fails_verify(tmp_path):
       "runs.csv has 4 trials {'done': 4}, the manifest says {'by_status': {'done': 4}, 'total': 5}."]
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_cli_verify_exit_codes(tmp_path):
   work, out = _workdir(tmp_path), str(tmp_path / "out")
   publish.publish(work, out)

@@ -3,10 +3,12 @@ documented ``nohup bash scripts/paper_studies.sh > /dev/null 2>&1 &`` works befo
 import os
 import subprocess
 import time
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.slow
 def test_paper_studies_script_creates_its_log_folder(tmp_path):
   stub = tmp_path / "bin"
   stub.mkdir()

@@ -73,6 +73,7 @@ def test_mnist_branching_points_sit_on_reference_checkpoints():
   assert all(65536 % b == 0 for b in grid["batch_size"])
 
 
+@pytest.mark.slow
 def test_cli_refuses_before_anything_runs(tmp_path):
   work = tmp_path / "w"
   base = [sys.executable, "-m", "lamb_lars.study"]
@@ -156,6 +157,8 @@ def _params(run_dir: str, step: int):
   return state["params"]
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.skipif(not HAS_INIT_FROM, reason="the trainer has no init_from_* keys yet (issue 26, trainer side)")
 def test_branching_end_to_end_resumes_and_records_each_branch_once(tmp_path):
   work = str(tmp_path / "study")

@@ -31,6 +31,7 @@ def _evals(workdir: str) -> dict:
     con.close()
 
 
+@pytest.mark.slow
 def test_a_snapshot_without_checkpoints_resumes_to_the_same_results(tmp_path):
   assert 'name="bad"' not in STUDY and 'name="tuned"' in STUDY
   config = tmp_path / "study.py"
