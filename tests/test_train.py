@@ -7,6 +7,7 @@ import sys
 import tempfile
 import time
 
+import jax
 import numpy as np
 import pytest
 
@@ -58,6 +59,24 @@ def tensorboard_tags(logdir) -> dict:
       for v in event.summary.value:
         out.setdefault(v.tag, []).append((event.step, v.simple_value))
   return out
+
+
+def test_one_step_end_to_end_on_synthetic_data(tmp_path):
+  """The fast tier's end-to-end check (flax's train_test.py): the whole trainer for one step at batch 8 on synthetic
+  images, with most XLA optimisations off; the slow tier trains MNIST for real."""
+  cfg = mnist_lenet.get_config()
+  cfg.dataset, cfg.progress, cfg.num_train_steps = "synthetic", False, 1
+  cfg.synthetic.num_train, cfg.synthetic.num_eval = 64, 16
+  cfg.batch_size, cfg.eval_batch_size = 8, 8
+  old = jax.config.read("jax_disable_most_optimizations")
+  jax.config.update("jax_disable_most_optimizations", True)
+  try:
+    result = train_and_evaluate(cfg, str(tmp_path))
+  finally:
+    jax.config.update("jax_disable_most_optimizations", old)
+  assert result["status"] == "done" and result["step"] == 1
+  assert result["final"]["eval_examples"] == 16 and np.isfinite(result["final"]["eval_loss"])
+  assert [json.loads(line)["step"] for line in open(tmp_path / "metrics.jsonl")] == [1]
 
 
 @pytest.mark.slow
