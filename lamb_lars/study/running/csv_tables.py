@@ -91,7 +91,8 @@ def _num(text: str) -> Any:
   return int(v) if v.is_integer() and "." not in text and "e" not in text.lower() and "inf" not in text else v
 
 
-def _read_csv(path: str) -> list[dict]:
+def read_csv(path: str) -> list[dict]:
+  """The rows of a CSV file (local or remote) as dicts of strings."""
   text = io_utils.read_text(path)
   if text is None:
     raise FileNotFoundError(f"{path} does not exist")
@@ -101,11 +102,11 @@ def _read_csv(path: str) -> list[dict]:
 def load_csvs(out_dir: str) -> list[Trial]:
   """The trials as ``records.Trial`` from ``runs.csv`` + ``evals.csv`` alone."""
   curves: dict[str, list[dict]] = {}
-  for row in _read_csv(os.path.join(out_dir, "evals.csv")):
+  for row in read_csv(os.path.join(out_dir, "evals.csv")):
     rid = row.pop("run_id")
     curves.setdefault(rid, []).append({_BACK.get(k, k): _num(v) for k, v in row.items() if v != ""})
   out = []
-  for r in _read_csv(os.path.join(out_dir, "runs.csv")):
+  for r in read_csv(os.path.join(out_dir, "runs.csv")):
     v = {k: _num(x) for k, x in r.items()}
     params = {**json.loads(r["overrides"] or "{}"), **{k: v[k] for k in _PARAM_KEYS if v[k] is not None}}
     out.append(Trial(run_id=r["run_id"], batch_size=int(v["batch_size"]), optimizer=r["optimizer"],

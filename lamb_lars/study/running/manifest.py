@@ -16,9 +16,7 @@ files alone; ``manifest.json`` records how they were made:
 from __future__ import annotations
 
 import collections
-import csv
 import dataclasses
-import io
 import json
 import os
 from typing import Any, Mapping, Optional, Sequence
@@ -26,29 +24,22 @@ from typing import Any, Mapping, Optional, Sequence
 from lamb_lars.common import io_utils
 from lamb_lars.study.analysis import report
 from lamb_lars.study.records import Target
+from lamb_lars.study.running.csv_tables import read_csv
 from lamb_lars.study.running.code_state import code_state, config_sha256, iso, machine, sha256
 
 MANIFEST = "manifest.json"
 HASHED = ("runs.csv", "evals.csv", "README.md")
 
 
-def csv_rows(path: str) -> list[dict]:
-  """The rows of a CSV file (local or remote) as dicts of strings."""
-  text = io_utils.read_text(path)
-  if text is None:
-    raise FileNotFoundError(f"{path} does not exist")
-  return list(csv.DictReader(io.StringIO(text, newline="")))
-
-
 def trial_counts(out_dir: str) -> dict:
   """``{"total": n, "by_status": {status: n}}`` from runs.csv."""
-  statuses = [r["status"] for r in csv_rows(os.path.join(out_dir, "runs.csv"))]
+  statuses = [r["status"] for r in read_csv(os.path.join(out_dir, "runs.csv"))]
   return {"total": len(statuses), "by_status": dict(sorted(collections.Counter(statuses).items()))}
 
 
 def trial_window(out_dir: str) -> tuple[Optional[float], Optional[float]]:
   """(first start, last finish) over runs.csv, in seconds since the epoch."""
-  rows = csv_rows(os.path.join(out_dir, "runs.csv"))
+  rows = read_csv(os.path.join(out_dir, "runs.csv"))
   starts = [float(r["started"]) for r in rows if r.get("started")]
   ends = [float(r["finished"]) for r in rows if r.get("finished")]
   return (min(starts) if starts else None), (max(ends) if ends else None)

@@ -20,7 +20,8 @@ from lamb_lars.common import io_utils
 from lamb_lars.study.analysis import report
 from lamb_lars.study.running import code_state, csv_tables, paper_logs
 from lamb_lars.study.running.code_state import iso, sha256
-from lamb_lars.study.running.manifest import MANIFEST, HASHED, csv_rows, spec_from_json, trial_counts, write_manifest
+from lamb_lars.study.running.csv_tables import read_csv
+from lamb_lars.study.running.manifest import MANIFEST, HASHED, spec_from_json, trial_counts, write_manifest
 
 
 def sections(markdown: str) -> dict[str, str]:
@@ -53,7 +54,7 @@ def verify(out_dir: str) -> list[str]:
       problems.append(f"{name} has sha256 {sha256(p)[:12]}…, the manifest says {listed}….")
   if problems:  # the CSVs are not the manifest's: recomputing from them would check the wrong files
     return problems
-  studies = sorted({r["study"] for r in csv_rows(os.path.join(out_dir, "runs.csv"))})
+  studies = sorted({r["study"] for r in read_csv(os.path.join(out_dir, "runs.csv"))})
   if studies and studies != [m.get("study")]:
     problems.append(f"runs.csv holds the studies {studies}, the manifest names {m.get('study')!r}.")
   counts = trial_counts(out_dir)
