@@ -29,6 +29,7 @@ def paper_config(name):
 # ---------------------------------------------------------------- model
 
 
+@pytest.mark.slow  # over 4 CPU-seconds: compiles several programs
 def test_mnist_cnn_parameter_count_and_shapes():
   params = create_model("mnist_cnn", num_classes=10).init(jax.random.key(0), jnp.zeros((1, 28, 28, 1)))["params"]
   shapes = jax.tree.map(lambda a: a.shape, params)
@@ -67,6 +68,7 @@ def _pool(x):
   return np.stack([x[:, a::2, b::2, :] for a in (0, 1) for b in (0, 1)]).max(0)
 
 
+@pytest.mark.slow  # over 4 CPU-seconds: compiles several programs
 def test_mnist_cnn_forward_equals_float64_reference():
   with jax.enable_x64(True):
     model = mnist_cnn.MnistCNN(dtype=jnp.float64)

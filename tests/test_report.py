@@ -7,7 +7,7 @@ import dataclasses
 
 import numpy as np
 
-from lamb_lars.study.running import publish, store as st
+from lamb_lars.study.running import csv_tables, store as st
 from lamb_lars.study.running import manifest as manifest_lib
 from lamb_lars.study.analysis import report
 from lamb_lars.study.records import Target
@@ -68,8 +68,8 @@ SPEC = report.ReportSpec(title="T", workload="mnist_lenet", target=Target("eval_
 def test_full_report_from_the_csv_files(tmp_path):
   con = _store(tmp_path)
   out = tmp_path / "report"
-  publish.export_csvs(con, "mnist", str(out))
-  trials = publish.load_csvs(str(out))
+  csv_tables.export_csvs(con, "mnist", str(out))
+  trials = csv_tables.load_csvs(str(out))
   stored = {t.run_id: t for t in st.trials(con, study="mnist")}
   assert {t.run_id for t in trials} == set(stored)
   for t in trials:  # lossless for everything the analyses read
@@ -82,10 +82,10 @@ def test_full_report_from_the_csv_files(tmp_path):
       assert a.get("validation_loss") == b.get("validation_loss")
   with open(out / "runs.csv") as f:
     rows = list(csv.DictReader(f))
-  assert set(publish.RUN_COLUMNS) <= set(rows[0]) and {r["status"] for r in rows} == {"done", "diverged", "failed"}
+  assert set(csv_tables.RUN_COLUMNS) <= set(rows[0]) and {r["status"] for r in rows} == {"done", "diverged", "failed"}
   with open(out / "evals.csv") as f:
     head = next(csv.reader(f))
-  assert head[:9] == list(publish.EVAL_COLUMNS)
+  assert head[:9] == list(csv_tables.EVAL_COLUMNS)
   path = report.write_report(trials, str(out), SPEC)
   text = open(path).read()
   for heading in ("## Trials", "## Baseline", "## Regimes", "## Huge-batch results",

@@ -17,7 +17,7 @@ import pytest
 from lamb_lars.configs import default
 from lamb_lars.configs.studies import mnist_branching, smoke
 from lamb_lars.study.analysis import report_branching
-from lamb_lars.study.running import branches, provenance, publish, store as st
+from lamb_lars.study.running import branches, csv_tables, provenance, publish, store as st
 from lamb_lars.study.running import workdir as wd
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -130,7 +130,7 @@ def test_cbs_section_recomputes_from_the_csvs(tmp_path):
   assert "| 0.2 | [128, 128] | yes | 60 |" in section
   assert '`batch_schedule="100:64,200:128"`' in section
   assert os.path.exists(os.path.join(out, "critical_batch_over_training.png"))
-  runs = publish.load_csvs(out)
+  runs = csv_tables.load_csvs(out)
   found, missing = report_branching.branch_losses(runs, N, "validation_loss")
   assert len(found) == 12 and missing == 0 and {b.point for b in found} == {0.1, 0.2}
 

@@ -192,17 +192,17 @@ def test_second_run_does_nothing_and_more_seeds_run_only_the_new_ones(finished, 
 @pytest.mark.e2e
 def test_runs_csv_has_seed_phase_and_replicate_columns(finished, tmp_path):
   import csv
-  from lamb_lars.study.running import publish
+  from lamb_lars.study.running import csv_tables
   workdir = finished[0]
   con = st.open_store(wd.store_path(workdir))
   trials = {t.run_id: t for t in st.trials(con)}
-  runs_csv, _ = publish.export_csvs(con, "smoke", str(tmp_path))
+  runs_csv, _ = csv_tables.export_csvs(con, "smoke", str(tmp_path))
   con.close()
   rows = {r["run_id"]: r for r in csv.DictReader(open(runs_csv, encoding="utf-8"))}
   for rid, t in trials.items():
     assert rows[rid]["seed"] == str(t.seed) and rows[rid]["phase"] == t.phase
     assert rows[rid]["replicate_of"] == t.replicate_of
-  back = {t.run_id: t for t in publish.load_csvs(str(tmp_path))}
+  back = {t.run_id: t for t in csv_tables.load_csvs(str(tmp_path))}
   assert {rid: (t.seed, t.phase, t.replicate_of, t.promoted) for rid, t in back.items()} == \
       {rid: (t.seed, t.phase, t.replicate_of, t.promoted) for rid, t in trials.items()}
 
@@ -223,6 +223,7 @@ def test_report_shows_search_adequacy_and_replicates(finished, tmp_path):
   assert "No baseline" not in text and "run `base-ff2a`" in text
 
 
+@pytest.mark.slow  # over 4 CPU-seconds: compiles several programs
 def test_a_replicate_changes_only_the_seed_which_sets_init_data_order_and_step_key():
   """A replicate's config differs from its chosen trial's in ``seed`` alone; that seed keys the initialisation and
   the per-step key (dropout, augmentation) in the trainer and the training order in the input pipeline, while
