@@ -229,14 +229,15 @@ def make_train_chunk(model, tx, opts: StepOptions, preprocess: Preprocess, mesh:
   vary = lambda t: jax.lax.pcast(t, axes, to="varying")
   local_step = make_local_step(model, tx, opts, preprocess, axes, vary)
   split = P(None, axes)
-  def resident_chunk(state, images_all, labels_all, idx, key):
-    return scan_steps(local_step, state, lambda i: (images_all[i], labels_all[i]), idx, key, axes)
-
-  def fed_chunk(state, images, labels, key):
-    return scan_steps(local_step, state, lambda xy: xy, (images, labels), key, axes)
-
-  chunk: Callable = resident_chunk if resident else fed_chunk
-  in_specs = (P(), P(), P(), split, P()) if resident else (P(), split, split, P())
+  in_specs: tuple[P, ...]
+  if resident:  # both variants are named ``chunk``: the compiled program is ``jit_chunk`` (the cache's file names)
+    def chunk(state, images_all, labels_all, idx, key):
+      return scan_steps(local_step, state, lambda i: (images_all[i], labels_all[i]), idx, key, axes)
+    in_specs = (P(), P(), P(), split, P())
+  else:
+    def chunk(state, images, labels, key):  # type: ignore[misc]  # the other variant's signature
+      return scan_steps(local_step, state, lambda xy: xy, (images, labels), key, axes)
+    in_specs = (P(), split, split, P())
   fn = jax.shard_map(chunk, mesh=mesh, in_specs=in_specs, out_specs=(P(), P()))
   return jax.jit(fn, donate_argnums=0)
 
