@@ -59,6 +59,7 @@ def _ahead_of_time(k, ghost=4, ndev=2, batch=None):
   return compiled, compiled(state, *args)
 
 
+@pytest.mark.slow  # over 4 CPU-seconds: compiles several programs
 def test_ahead_of_time_compilation_equals_the_jitted_host_loop():
   _, (state, metrics) = _ahead_of_time(4)
   h, mh = run_jit(2, 1, 4, k=4, microbatch_loop="host")
