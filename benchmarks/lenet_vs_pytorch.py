@@ -49,7 +49,8 @@ VARIANTS = {
 
 
 def make_jax_optimizer(name: str):
-  """Optimizers by name: "sgd", "lamb" (optax.lamb) and "lamb-project" (lamb_lars.optim.optimizers.lamb with weight decay
+  """Optimizers by name: "sgd", "lamb" (optax.lamb) and "lamb-project" (lamb_lars.optim.optimizers.lamb with weight
+  decay
   and trust ratio on every tensor, which equals optax.lamb). The torch side runs the same formula for both LAMBs."""
   import optax
   factories = {
@@ -173,7 +174,7 @@ def torch_lenet(params) -> Any:
              a(params["fc3"]["kernel"]).T, a(params["fc3"]["bias"])]
   with torch.no_grad():
     for p, w in zip(net.parameters(), weights):
-      p.copy_(torch.from_numpy(np.ascontiguousarray(w)))  # noqa: the copy above is writable
+      p.copy_(torch.from_numpy(np.ascontiguousarray(w)))  # the copy above is writable
   return net
 
 

@@ -33,8 +33,10 @@ from lamb_lars.configs import default
 from lamb_lars.train import evaluation, feeders, trainer
 steps, fetch, new, workdir = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "new", sys.argv[4]
 c = default.get_config()
-c.dataset, c.batch_size, c.num_train_steps, c.eval_every_steps, c.checkpoint_every_epochs = "synthetic", 256, steps, 100, 0.0
-c.synthetic.num_train, c.synthetic.num_eval, c.data_on_device, c.progress, c.eval_batch_size = 60000, 512, "no", False, 512
+c.dataset, c.batch_size, c.num_train_steps = "synthetic", 256, steps
+c.eval_every_steps, c.checkpoint_every_epochs = 100, 0.0
+c.synthetic.num_train, c.synthetic.num_eval = 60000, 512
+c.data_on_device, c.progress, c.eval_batch_size = "no", False, 512
 if new:
   c.steps_per_fetch = fetch
 else:
@@ -60,7 +62,8 @@ out = {"t_loop": loop_s / (steps - 100)}
 if new:
   f, n = captured["feeder"], 100
   batches = [next(f._stream) for _ in range(1)]
-  args = f.strategy.put_batch(np.stack([b["image"] for b in batches]), np.stack([b["label"] for b in batches]), captured["key"])
+  args = f.strategy.put_batch(np.stack([b["image"] for b in batches]), np.stack([b["label"] for b in batches]),
+                              captured["key"])
   state = captured["state"]
   state, m = f._call(1, state, *args); jax.block_until_ready(m)
   t0 = time.perf_counter()

@@ -7,7 +7,8 @@ runs through ``runner.run_study`` one trial at a time, with local child processe
 one-node, one-CPU localhost cluster started here (or the cluster at ``--ray_address``). Each mode runs in a fresh
 workdir, ``--repeats`` times, alternating; the table has the best wall time per trial of each mode, the overhead
 of Ray per trial and the ratio. The cluster's start and the driver's connection + workdir probe are one-off costs,
-printed apart (not in the per-trial numbers). A warm-up trial fills the JAX compilation cache first, so neither mode pays for compilation.
+printed apart (not in the per-trial numbers). A warm-up trial fills the JAX compilation cache first, so neither mode
+pays for compilation.
 """
 from __future__ import annotations
 

@@ -3,7 +3,8 @@
 1. **Workers**: the same trials run as 1 worker × all CPUs against N workers × 1 pinned CPU each (runner
    `num_workers`, `cpus_per_trial`). Prints trials per hour and the ratio.
 2. **A Table 3 cell search**: the grid runner as it was before issue 10 (the old paper preset: a 3-point LR grid
-   ×0.5/×1/×2, every trial to the full budget, one worker, in-model chunks, no shared compilation) against the search runner (6 quasi-random points of log-LR × warmup,
+   ×0.5/×1/×2, every trial to the full budget, one worker, in-model chunks, no shared compilation) against the search
+   runner (6 quasi-random points of log-LR × warmup,
    ASHA pruning, dead-run stopping, the faster worker setting). The number compared is *full-budget-equivalent
    runs per hour*: configurations the runner has a verdict on (finished, pruned or stopped dead) per hour — the
    grid runner needs one full run per configuration. Also printed: the best final test accuracy each found.

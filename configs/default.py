@@ -128,7 +128,8 @@ def stopping(config: ml_collections.ConfigDict) -> None:
       target_goal=0.0,                # stop at the first evaluation whose target_metric meets this goal ...
       target_mode="max",              # ... as 'max' (metric >= goal) or 'min' (metric <= goal)
       dead_after_fraction=0.0,        # > 0: from max(this fraction of the steps, end of warmup) on, stop a run whose
-                                      # last dead_evals eval_accuracy values are all at chance level ('diverged'); 0 = off
+                                      # last dead_evals eval_accuracy values are all at chance level
+                                      # ('diverged'); 0 = off
       dead_evals=3,                   # how many evaluations in a row at chance level make a run dead
       dead_accuracy=-1.0))            # the chance-level threshold; < 0: 1/C + 0.25·(1 − 1/C) for C classes
 

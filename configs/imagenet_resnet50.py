@@ -5,7 +5,8 @@ Command:  python train.py --config=configs/imagenet_resnet50.py --workdir=runs/i
           Goyal et al.'s large-batch version of the same recipe (linear scaling + 5-epoch gradual warmup):
           python train.py --config=configs/imagenet_resnet50.py:8192 --workdir=runs/imagenet_resnet50_8k
 Hardware: one 8-GPU node (32 images per GPU, as Goyal et al.), bf16. 90 epochs = 450,360 steps ≈ 115 M images
-          ≈ 2.8 EFLOP (24.6 GFLOP/img, docs/science.md §5); at the MLPerf-level ≈ 7,000 img/s per H100 that is ≈ 35 min on
+          ≈ 2.8 EFLOP (24.6 GFLOP/img, docs/science.md §5); at the MLPerf-level ≈ 7,000 img/s per H100 that is ≈ 35
+          min on
           8 H100s, several times that for an unoptimised input pipeline (estimate, not measured).
 Expected: 75.9% top-1 on the 50,000 validation images (paper Table 2; also the MLPerf ResNet-50 quality target).
           The paper's Table 1 lists Goyal et al.'s 8K run of this recipe at 76.3%.

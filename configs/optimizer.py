@@ -1,8 +1,10 @@
-"""The ``config.optimizer`` subtree: every key with its default (data only; ``lamb_lars.optim.optimizer_config`` validates it).
+"""The ``config.optimizer`` subtree: every key with its default (data only; ``lamb_lars.optim.optimizer_config``
+validates it).
 
 Command:  python train.py --config=configs/default.py --workdir=/tmp/run --config.optimizer.name=lars
 (this file is not a run config: ``configs/default.py`` includes it as ``config.optimizer``.)
-Formulas: lamb_lars/optim/optimizers.py, lamb_lars/optim/schedules.py; durations: lamb_lars/common/durations.py (epochs round up).
+Formulas: lamb_lars/optim/optimizers.py, lamb_lars/optim/schedules.py; durations: lamb_lars/common/durations.py
+(epochs round up).
 """
 import ml_collections
 from ml_collections import config_dict

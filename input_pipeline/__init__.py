@@ -2,7 +2,8 @@
 
 Small datasets are served from uint8 numpy arrays by index permutation (or gathered on device from
 ``load_arrays`` + ``epoch_permutation``); ImageNet streams through ``tfds.data_source`` + grain. Order is a pure
-function of (seed, epoch, step), or with ``data_order='examples'`` of (seed, examples seen); evaluation is exact (pad + mask); each process reads only its shard.
+function of (seed, epoch, step), or with ``data_order='examples'`` of (seed, examples seen); evaluation is exact
+(pad + mask); each process reads only its shard.
 Importing this package parses no flags and reads no data.
 """
 from __future__ import annotations
@@ -10,8 +11,8 @@ from __future__ import annotations
 from lamb_lars.input_pipeline.common import (DatasetInfo, DatasetNotFoundError, epoch_batch_indices, epoch_permutation,
                                    batches_per_epoch, stream_indices)
 from lamb_lars.input_pipeline.device_preprocess import preprocess
-from lamb_lars.input_pipeline.pipeline import (eval_batches, get_info, load_arrays, num_train_batches_per_epoch, prepare,
-                                     train_batches, train_stream)
+from lamb_lars.input_pipeline.pipeline import (eval_batches, get_info, load_arrays, num_train_batches_per_epoch,
+                                               prepare, train_batches, train_stream)
 
 __all__ = [
     "DatasetInfo", "DatasetNotFoundError", "epoch_batch_indices", "epoch_permutation", "eval_batches", "get_info",

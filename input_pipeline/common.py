@@ -19,8 +19,10 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from lamb_lars.errors import UserError
 
-class DatasetNotFoundError(FileNotFoundError):
+
+class DatasetNotFoundError(UserError, FileNotFoundError):
   """A dataset that is missing, incomplete or corrupt; the message says in one sentence how to get it."""
 
 

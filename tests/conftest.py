@@ -1,15 +1,38 @@
-"""Test set-up: 8 fake CPU devices (set before JAX is imported) and cheap compilation."""
+"""Test set-up: 8 fake CPU devices (set before JAX is imported) and cheap compilation.
+
+Cheap compilation: one persistent XLA compilation cache for the whole test session (every xdist worker and every
+subprocess a test starts: train.py, study trials), so a program that many tests compile — the LeNet-5 train step of
+the small MNIST runs — is compiled once. A cached executable is the same code, so results stay bit-identical (the
+optimizers against optax, a resumed run against an uninterrupted one). ``LAMB_LARS_TEST_JAX_CACHE=0`` turns it off.
+
+Tiers (markers in pyproject.toml): ``pytest -m "not slow"`` is the fast tier to run while working; ``slow`` marks a
+test that starts a subprocess, trains end to end or takes more than about 5 s; ``e2e``, ``ray`` and ``gcs`` name what
+a slow test needs.
+"""
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+# Set in the first process (pytest itself); xdist workers and the tests' subprocesses inherit it.
+_CACHE = os.path.join(tempfile.gettempdir(), f"lamb_lars_test_jax_cache_{os.getpid()}")
+if os.environ.get("LAMB_LARS_TEST_JAX_CACHE", "1") != "0" and "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")  # the train steps, not every jnp op
+
+
+def pytest_sessionfinish(session, exitstatus):
+  """The controller (not an xdist worker) removes the session's cache."""
+  if not hasattr(session.config, "workerinput") and os.environ.get("JAX_COMPILATION_CACHE_DIR") == _CACHE:
+    shutil.rmtree(_CACHE, ignore_errors=True)
+
 
 def pytest_configure(config):
   config.addinivalue_line("markers", "gpu: needs a GPU backend (skipped elsewhere); benchmarks/device_check.sh runs "
                                      "`pytest -m gpu` on the accelerator machine")
-  config.addinivalue_line("markers", "slow: takes more than ~20 s on the 2-core CPU")
 
 
 def pytest_collection_modifyitems(config, items):

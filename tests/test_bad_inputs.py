@@ -14,7 +14,6 @@ import sys
 import numpy as np
 import pytest
 
-from lamb_lars import input_pipeline
 from lamb_lars.configs import mnist_lenet
 from lamb_lars.configs.studies import smoke
 from lamb_lars.train import checkpoint, metric_writers, run_identity, validate
@@ -138,6 +137,8 @@ def test_a_key_added_by_an_upgrade_is_not_a_change(tmp_path):
 
 # --- 3. Workdir locks (item 3). --------------------------------------------------------------------------------
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_workdir_lock_is_exclusive_reentrant_and_survives_a_dead_holder(tmp_path):
   path = os.path.join(tmp_path, workdir_lock.TRAIN_LOCK)
   with open(path, "w") as f:
@@ -157,6 +158,8 @@ def test_workdir_lock_is_exclusive_reentrant_and_survives_a_dead_holder(tmp_path
   assert out.returncode == 0, out  # released
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_second_study_runner_is_refused_before_it_writes(tmp_path):
   study = smoke.get_config()
   workdir = str(tmp_path / "study")
@@ -252,6 +255,8 @@ def test_no_restorable_checkpoint_is_one_sentence_and_moves_nothing(tmp_path):
   assert files(tmp_path) == before
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_training_resumes_past_a_truncated_checkpoint_exactly_as_uninterrupted(tmp_path):
   from lamb_lars.train.trainer import train_and_evaluate
   timing = ("wall_time", "compile_time", "examples_per_sec", "step_time", "train_time")
@@ -278,6 +283,8 @@ def test_training_resumes_past_a_truncated_checkpoint_exactly_as_uninterrupted(t
 
 # --- 5. Studies: every trial validated before any runs, failures counted (item 5), the prune race (item 9). -----
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_study_validates_every_trial_before_launching_any(tmp_path):
   study = smoke.get_config()
   study.base.model = "resnet9000"
@@ -422,6 +429,7 @@ CLI_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv,expected", CLI_CASES, ids=[a[-1] for a, _ in CLI_CASES])
 def test_command_line_mistakes_exit_2_with_one_sentence(tmp_path, argv, expected):
   workdir = tmp_path / "w"

@@ -98,9 +98,12 @@ def _cmd(workdir):
 
 def _rows(workdir):
   drop = ("wall_time", "compile_time", "examples_per_sec", "step_time")
-  return [{k: v for k, v in json.loads(l).items() if k not in drop} for l in open(os.path.join(workdir, "metrics.jsonl"))]
+  lines = open(os.path.join(workdir, "metrics.jsonl"))
+  return [{k: v for k, v in json.loads(line).items() if k not in drop} for line in lines]
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_kill_and_resume_across_a_stage_boundary_is_bit_exact(data_dir, tmp_path):
   """Killed after its step-10 checkpoint (stage 0: 128 until 2000 examples, step 16), resumed: the same rows."""
   ref, killed = tmp_path / "ref", tmp_path / "killed"
@@ -125,6 +128,8 @@ def test_kill_and_resume_across_a_stage_boundary_is_bit_exact(data_dir, tmp_path
   assert _rows(killed) == want
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_schedule_runs_the_same_resident_host_fed_and_under_pmap(data_dir, tmp_path):
   """The stream order and the per-stage steps are the same whichever feeder and parallelism run them."""
   from lamb_lars.train.trainer import train_and_evaluate

@@ -4,7 +4,6 @@ The two grouping rules are checked against the rules as their sources state them
 MLPerf's JAX ResNet reference normalises ``span = max(per_device_batch, target)`` examples together; ghost BN
 (Hoffer et al. 2017) normalises ghost batches of a fixed size, pooling devices only when a device holds fewer.
 """
-import functools
 import os
 
 import jax
@@ -76,7 +75,8 @@ def _normalised_rows_mlperf(b: int, target: int) -> int:
 
 
 def _normalised_rows_ghost(b: int, ghost: int) -> int:
-  """Hoffer et al. 2017: every ghost batch of ``ghost`` examples is normalised alone (pooled over devices if b < ghost)."""
+  """Hoffer et al. 2017: every ghost batch of ``ghost`` examples is normalised alone (pooled over devices if b <
+  ghost)."""
   return ghost
 
 

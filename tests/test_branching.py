@@ -34,9 +34,12 @@ def test_bracket_from_pass_borderline_fail():
            1024: [0.0, 0.02, 0.01],         # straddles ε: borderline
            2048: [0.05, 0.06, 0.055],       # wholly above ε: fail
            4096: [0.0, 0.0, 0.001]}         # passes, but above a failing batch: ignored (monotone closure)
-  lo, hi = _interval(diffs[512]); assert hi <= EPS
-  lo, hi = _interval(diffs[1024]); assert lo <= EPS < hi
-  lo, hi = _interval(diffs[2048]); assert lo > EPS
+  lo, hi = _interval(diffs[512])
+  assert hi <= EPS
+  lo, hi = _interval(diffs[1024])
+  assert lo <= EPS < hi
+  lo, hi = _interval(diffs[2048])
+  assert lo > EPS
   c = branching.critical_batch(_branches(1.0, diffs), 1.0, 256, EPS)
   assert (c.low, c.high, c.censored) == (512, 1024, False)
   assert {b: v.verdict for b, v in c.verdicts.items()} == {512: "pass", 1024: "borderline", 2048: "fail",

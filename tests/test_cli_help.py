@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from lamb_lars.configs import default
 from lamb_lars.common import cli_help
 
@@ -26,6 +28,8 @@ def test_help_lists_every_run_config_and_the_main_keys():
   assert f"optimizer.schedule.warmup_epochs={config.optimizer.schedule.warmup_epochs!r}" in text
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_train_help_on_the_command_line():
   out = subprocess.run([sys.executable, "train.py", "--help"], cwd=REPO, capture_output=True, text=True,
                        timeout=300, env={**os.environ, "PYTHONPATH": REPO})

@@ -36,6 +36,8 @@ def test_misspelled_key_fails_naming_it():
     parse("--config.batch_sise=8192")
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_misspelled_key_fails_on_the_command_line(tmp_path):
   out = subprocess.run([sys.executable, "train.py", "--config=configs/mnist_lenet.py", f"--workdir={tmp_path}",
                         "--config.optimizer.nmae=lamb"], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -43,10 +45,13 @@ def test_misspelled_key_fails_on_the_command_line(tmp_path):
   assert "nmae" in out.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_bad_value_is_one_sentence(tmp_path):
   out = subprocess.run([sys.executable, "train.py", "--config=configs/mnist_lenet.py", f"--workdir={tmp_path}",
                         "--config.batch_size=100", "--config.num_devices=8"], cwd=ROOT, capture_output=True,
-                       text=True, timeout=120, env={**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"})
+                       text=True, timeout=120,
+                       env={**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"})
   assert out.returncode == 2, out.stderr[-2000:]
   assert "error: config.batch_size=100 is not divisible by 8 devices" in out.stderr
   assert "Traceback" not in out.stderr

@@ -31,7 +31,8 @@ from lamb_lars.common import io_utils# noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUCKET = "bucket"
-pytestmark = pytest.mark.xdist_group("gcs")  # one emulator for the module's tests
+# one emulator for the module's tests; every test here starts it (a subprocess)
+pytestmark = [pytest.mark.xdist_group("gcs"), pytest.mark.slow, pytest.mark.gcs, pytest.mark.e2e]
 
 
 def _free_port() -> int:
@@ -91,7 +92,8 @@ def test_run_files_round_trip(gcs):
 
 def _train_cmd(workdir: str) -> list[str]:
   from tests.test_train import DATA_DIR
-  return [sys.executable, os.path.join(ROOT, "train.py"), f"--config={ROOT}/configs/mnist_lenet.py", f"--workdir={workdir}",
+  return [sys.executable, os.path.join(ROOT, "train.py"), f"--config={ROOT}/configs/mnist_lenet.py",
+          f"--workdir={workdir}",
           f"--config.data_dir={DATA_DIR}", "--config.batch_size=256", "--config.num_train_steps=30",
           "--config.eval_every_steps=10", "--config.checkpoint_every_steps=10", "--config.num_devices=1",
           "--config.steps_per_call=1", "--config.eval_batch_size=5000", "--config.progress=False",
@@ -196,9 +198,10 @@ def test_study_and_report_on_gcs(gcs, tmp_path, monkeypatch):
   assert "# GCS study" in io_utils.read_text(f"{workdir}/report/README.md")
   # The provenance (manifest.json with the study config's hash) is in the bucket and verifies; status reads the
   # store's copy, downloaded on this "machine" too.
-  from lamb_lars.study.running import provenance, status
+  from lamb_lars.study.running import code_state, provenance, status
   manifest = io_utils.read_json(f"{workdir}/report/manifest.json")
-  assert manifest["config_sha256"] == provenance.config_sha256(io_utils.read_text(f"{workdir}/study_config.json"))
+  config_json = io_utils.read_text(f"{workdir}/study_config.json")
+  assert manifest["config_sha256"] == code_state.config_sha256(config_json)
   assert provenance.verify(f"{workdir}/report") == []
   monkeypatch.setenv(io_utils.LOCAL_ROOT_ENV, str(tmp_path / "fourth"))
   assert "2/2 finished (done 2)" in status.report(workdir)

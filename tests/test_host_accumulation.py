@@ -14,6 +14,7 @@ from tests.test_parallel import TX, assert_same, data, model_for, pre, run_jit
 NOISE = dict(weight_noise=1e-3, activation_noise=1e-2, gradient_noise=1e-3, label_noise=0.2, signal_to_noise=True)
 
 
+@pytest.mark.slow  # over 4 CPU-seconds: compiles several programs
 @pytest.mark.parametrize("ndev, group, ghost, k, resident", [
     (1, 1, 4, 8, False),    # one device, 8 micro-batches
     (2, 1, 4, 4, False),    # two devices × 4 micro-batches
@@ -31,6 +32,7 @@ def test_host_loop_equals_scanned_accumulation(ndev, group, ghost, k, resident):
     np.testing.assert_allclose(mh[key], ma[key], rtol=1e-5, err_msg=key)
 
 
+@pytest.mark.slow  # over 4 CPU-seconds: compiles several programs
 def test_host_loop_uses_the_same_random_keys():
   """With input, label, weight and gradient noise on, a different key anywhere would change the state by ≫ 1e-6."""
   a, ma = run_jit(2, 1, 4, k=4, **NOISE)
@@ -57,6 +59,7 @@ def _ahead_of_time(k, ghost=4, ndev=2, batch=None):
   return compiled, compiled(state, *args)
 
 
+@pytest.mark.slow  # over 4 CPU-seconds: compiles several programs
 def test_ahead_of_time_compilation_equals_the_jitted_host_loop():
   _, (state, metrics) = _ahead_of_time(4)
   h, mh = run_jit(2, 1, 4, k=4, microbatch_loop="host")
@@ -68,6 +71,7 @@ def _temp_bytes(compiled) -> int:
   return compiled.memory_analysis().temp_size_in_bytes
 
 
+@pytest.mark.slow  # over 4 CPU-seconds: compiles several programs
 def test_host_loop_memory_does_not_grow_with_the_micro_batches():
   """Micro-batches of 4 images, k = 2 or 8 of them in a step: the host loop's micro-batch program needs the same
   temporaries whatever k; the unrolled scan's temporaries grow with k."""

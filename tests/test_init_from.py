@@ -25,6 +25,8 @@ def _branch(data_dir, ref_dir, **kw):
   return small_config(data_dir, **{**COMMON, "init_from_dir": ref_dir, "init_from_steps": 10, **kw})
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_branch_starts_from_the_reference_state_exactly(data_dir, reference):
   cfg = _branch(data_dir, reference[0], batch_size=512, num_train_steps=5)
   plan = validate.validate(cfg, 1)
@@ -44,6 +46,8 @@ def test_a_branch_starts_from_the_reference_state_exactly(data_dir, reference):
   assert momentum and any(np.abs(m).sum() > 0 for m in momentum)   # the buffers carried over are not empty
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_branch_at_the_same_batch_and_seed_continues_the_reference(data_dir, reference, tmp_path):
   """rule 'none' at B_ref with the reference's seed: its 10 steps are the reference's steps 11–20, bit for bit."""
   got = train_and_evaluate(_branch(data_dir, reference[0], batch_size=128, num_train_steps=10,
@@ -53,6 +57,8 @@ def test_a_branch_at_the_same_batch_and_seed_continues_the_reference(data_dir, r
   assert got["final"]["examples"] == 1280
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("rule, mult, lr", [("linear", 1.0, 0.1), ("sqrt", 1.0, 0.05), ("none", 0.5, 0.0125)])
 def test_the_branch_lr_is_the_rule_times_the_reference_lr(data_dir, reference, rule, mult, lr):
   plan = validate.validate(_branch(data_dir, reference[0], batch_size=512, num_train_steps=5, init_from_lr_rule=rule,
@@ -61,6 +67,8 @@ def test_the_branch_lr_is_the_rule_times_the_reference_lr(data_dir, reference, r
   assert (plan.branch.step, plan.data_start, plan.branch.batch_size) == (10, 1280, 128)
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("kw, fragment", [
     (dict(init_from_steps=15), r"holds checkpoints at steps \[10, 20\]"),
     (dict(data_order="batches"), "data_order='examples'"),

@@ -93,6 +93,7 @@ def test_param_tree_count_and_init_match_reference():
     np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
 
 
+@pytest.mark.slow  # over 4 CPU-seconds: compiles several programs
 @pytest.mark.parametrize("batch_chunk,ties", [(None, True), (4, True), (None, False)])
 def test_outputs_and_gradients_match_reference(batch_chunk, ties):
   """Logits and gradients (parameters and images) equal the reference's to float32 rounding.
@@ -107,6 +108,7 @@ def test_outputs_and_gradients_match_reference(batch_chunk, ties):
   _assert_close(_ours(p, x, y, batch_chunk), _reference(p, x, y))
 
 
+@pytest.mark.slow  # over 4 CPU-seconds: compiles several programs
 def test_chunk_is_the_largest_divisor_not_below_half():
   """A batch the chunk does not divide runs in chunks of its largest divisor ≤ chunk (the full batch 55,000 in
   chunks of 250), not whole; a batch with no divisor in (chunk/2, chunk] runs whole; the result is unchanged."""
@@ -131,6 +133,7 @@ def test_gradients_inside_shard_map():
   _assert_close(grads, _reference(p, x, y)[1][0])
 
 
+@pytest.mark.slow  # over 4 CPU-seconds: compiles several programs
 def test_other_image_sizes_and_channels():
   """32×32×3 (CIFAR-sized) works too: fc1 then has 6·6·16 inputs."""
   x, y = _inputs(4, hw=32, c=3, seed=1, ties=False)

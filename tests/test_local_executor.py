@@ -13,7 +13,8 @@ FAKE_PYTHON = f"""#!{sys.executable}
 import json, os, sys
 run_dir = sys.argv[-1]
 with open(os.path.join(run_dir, "env.json"), "w") as f:
-  json.dump({{"env": dict(os.environ), "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None}}, f)
+  cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+  json.dump({{"env": dict(os.environ), "cpus": cpus}}, f)
 """
 
 
@@ -37,16 +38,21 @@ def fake_python(tmp_path, monkeypatch):
   return str(path)
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_several_workers_do_not_preallocate_the_gpu(fake_python, tmp_path):
   """Two workers each preallocating 75% of one GPU cannot both start: with several slots, trials get
   XLA_PYTHON_CLIENT_PREALLOCATE=false; one slot keeps JAX's default; a study's own setting wins."""
   got = _run(LocalExecutor(slots=2, python=fake_python), tmp_path / "two")["env"]
   assert got["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
-  assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in _run(LocalExecutor(slots=1, python=fake_python), tmp_path / "one")["env"]
+  one = _run(LocalExecutor(slots=1, python=fake_python), tmp_path / "one")
+  assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in one["env"]
   own = _run(LocalExecutor(slots=2, python=fake_python), tmp_path / "own", {"XLA_PYTHON_CLIENT_MEM_FRACTION": ".4"})
   assert own["env"]["XLA_PYTHON_CLIENT_MEM_FRACTION"] == ".4" and "XLA_PYTHON_CLIENT_PREALLOCATE" not in own["env"]
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_pinning_without_sched_setaffinity_runs_unpinned(fake_python, tmp_path, monkeypatch):
   """On a platform without ``os.sched_setaffinity`` (macOS) a pinned study runs its trials unpinned instead of
   failing in the child's start-up hook."""
@@ -57,6 +63,8 @@ def test_pinning_without_sched_setaffinity_runs_unpinned(fake_python, tmp_path, 
   assert _run(ex, tmp_path / "mac")["env"]  # the trial started
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_both_executors_start_trials_through_one_helper():
   """The trial command and the die-with-parent spawn live in executor.spawn_trial; Ray's task body calls it, and
   ``exclusive`` is part of the Executor protocol (the runner asks every executor)."""
@@ -68,6 +76,8 @@ def test_both_executors_start_trials_through_one_helper():
   assert not LocalExecutor(slots=1).exclusive({})
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_pinning_counts_within_the_drivers_own_cpus(fake_python, tmp_path):
   """A study started under ``taskset -c 1`` (beside another job on CPU 0) pins its one worker to CPU 1: slots
   take their CPUs from the driver's affinity, not from CPU 0 of the machine."""

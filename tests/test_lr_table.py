@@ -1,4 +1,5 @@
-"""The LR schedule as data (lamb_lars/optim/lr_table.py): same updates as the schedule, against numpy float64 references,
+"""The LR schedule as data (lamb_lars/optim/lr_table.py): same updates as the schedule, against numpy float64
+references,
 and a compiled update, init and train step that no longer depend on the learning rates."""
 from __future__ import annotations
 
@@ -95,6 +96,8 @@ def test_set_lr_table_refuses_another_length():
     lr_table.set_lr_table(state, jnp.arange(7.0))
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_trials_differing_in_lr_and_warmup_share_every_compiled_program(tmp_path):
   from lamb_lars import input_pipeline
   from lamb_lars.configs import mnist_lenet

@@ -7,8 +7,8 @@ import sys
 import tempfile
 
 import numpy as np
-import orbax.checkpoint as ocp
 import pytest
+import orbax.checkpoint as ocp
 
 from lamb_lars import input_pipeline
 from lamb_lars.configs import mnist_lenet
@@ -45,6 +45,8 @@ def _params(workdir):
   return ckptr.restore(path, target)["params"]
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_two_processes_equal_one(tmp_path):
   cfg = mnist_lenet.get_config()
   cfg.data_dir = DATA_DIR

@@ -65,7 +65,8 @@ def test_ema_noise_scale_recovers_trace_over_g2():
 
 
 def test_two_batch_estimates_match_the_formula_in_float64():
-  """|G|² ≈ (B_big|G_big|² − B_small|G_small|²)/(B_big − B_small), trΣ ≈ (|G_small|² − |G_big|²)/(1/B_small − 1/B_big)."""
+  """|G|² ≈ (B_big|G_big|² − B_small|G_small|²)/(B_big − B_small), trΣ ≈ (|G_small|² − |G_big|²)/(1/B_small −
+  1/B_big)."""
   rng = np.random.default_rng(3)
   small = rng.uniform(1.0, 5.0, 50)
   big = small * rng.uniform(0.2, 1.0, 50)

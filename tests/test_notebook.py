@@ -35,6 +35,8 @@ def test_committed_outputs_are_clean():
   assert "SMOKE=False" in _text(nb), "the committed outputs are from the full (non-smoke) run"
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("cwd", ["notebooks", "."], ids=["from_notebooks", "from_repo_root"])
 def test_notebook_executes_in_smoke_mode(tmp_path, monkeypatch, cwd):
   monkeypatch.setenv("LAMB_LARS_NOTEBOOK_SMOKE", "1")

@@ -8,6 +8,7 @@ import math
 import os
 
 import numpy as np
+import pytest
 
 import subprocess
 from unittest import mock
@@ -16,6 +17,8 @@ import sys
 from lamb_lars.study import paper
 from lamb_lars.study.analysis import authors_logs
 from lamb_lars.study.running import paper_logs, provenance
+from lamb_lars.study.running import code_state
+from lamb_lars.study.running import manifest as manifest_lib
 
 
 def _result(path, acc, status="done"):
@@ -69,6 +72,7 @@ def test_report_verdicts_follow_the_interval(tmp_path):
   assert readme.count("| differs |") == 1 and readme.count("| agrees |") == 1
 
 
+@pytest.mark.slow
 def test_published_folder_verifies_and_a_changed_number_is_caught(tmp_path):
   w, out = str(tmp_path / "w"), str(tmp_path / "out")
   for seed, acc in enumerate((0.9929, 0.9931)):
@@ -82,14 +86,16 @@ def test_published_folder_verifies_and_a_changed_number_is_caught(tmp_path):
   text = open(runs).read().replace("0.992900", "0.995000")
   open(runs, "w").write(text)
   m = json.load(open(os.path.join(out, "manifest.json")))
-  m["files"]["runs.csv"] = provenance.sha256(runs)
-  provenance.write_manifest(out, m)
+  m["files"]["runs.csv"] = code_state.sha256(runs)
+  manifest_lib.write_manifest(out, m)
   assert provenance.verify(out) == ["README.md differs from the one recomputed from runs.csv."]
   # without the hash update, the hash mismatch is named first
   open(runs, "w").write(text.replace("0.995000", "0.996000"))
   assert "runs.csv has sha256" in provenance.verify(out)[0]
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_run_with_two_workers_runs_two_at_once_each_pinned_and_single_threaded(tmp_path, monkeypatch):
   """``--workers=2``: two runs overlap in time, each pinned to its own CPU with one XLA intra-op thread; finished
   runs are skipped on a re-run."""
@@ -122,18 +128,19 @@ def test_run_records_its_command_and_commit(tmp_path, monkeypatch):
   """``run`` appends its own command line, with the commit of the code that runs it, to WORKDIR/commands.txt (the
   manifest's ``run_commands``), so no record of how the runs were launched is written by hand."""
   import os
-  from lamb_lars.study.running import provenance
   monkeypatch.setattr(paper_logs, "run", lambda *a, **k: 0)
   monkeypatch.delenv("XLA_FLAGS", raising=False)
   w = str(tmp_path / "w")
   argv = ["run", f"--workdir={w}", "--configs=lars_b8192", "--seeds=3"]
   assert paper_logs.main(argv) == 0 and paper_logs.main(argv) == 0
   lines = open(os.path.join(w, "commands.txt")).read().splitlines()
-  commit = provenance.code_state()["commit"]
+  commit = code_state.code_state()["commit"]
   assert len(lines) == 2 and all(
       f"  python -m lamb_lars.study.running.paper_logs {' '.join(argv)}   # commit {commit}" in ln for ln in lines)
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_run_killed_by_the_oom_killer_is_reported_and_counted(tmp_path, monkeypatch, capsys):
   """A child killed by SIGKILL (what the out-of-memory killer sends) is counted as failed and named in one line
   with the likely cause, instead of vanishing from the log while the queue moves on."""
@@ -163,6 +170,8 @@ def test_run_records_its_cpus_and_xla_flags_when_placed(tmp_path, monkeypatch):
   assert line.rstrip().endswith("; CPUs [0]; XLA_FLAGS='--xla_cpu_multi_thread_eigen=false'")
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_two_runs_that_do_not_fit_in_memory_together_never_overlap(tmp_path, monkeypatch):
   """With two workers and a 20 GB budget, two full-batch runs (≈ 14 GB each, as estimated) never run at once, while
   a small run takes the other slot beside each; nothing is skipped. Two full-batch runs at once were killed by the
@@ -185,7 +194,8 @@ def test_two_runs_that_do_not_fit_in_memory_together_never_overlap(tmp_path, mon
 
 def test_memory_estimate_from_the_micro_batch_loop():
   """estimated_gb: with the unrolled loop 1.2 GB + 0.46 GB per extra micro-batch (30 at the full batch, 8 of 1,024 at
-  8K, 1 at 1K); with the host loop (the full-batch paper configs) 2.0 GB whatever the batch (peak RSS, docs/BENCHMARKS.md §22, §24)."""
+  8K, 1 at 1K); with the host loop (the full-batch paper configs) 2.0 GB whatever the batch (peak RSS,
+  docs/BENCHMARKS.md §22, §24)."""
   import pytest
   unrolled = lambda name: mock.patch.object(paper_logs, "load_config", _with_loop(name, "unrolled"))
   with unrolled("momentum_b1024"):

@@ -29,6 +29,7 @@ def paper_config(name):
 # ---------------------------------------------------------------- model
 
 
+@pytest.mark.slow  # over 4 CPU-seconds: compiles several programs
 def test_mnist_cnn_parameter_count_and_shapes():
   params = create_model("mnist_cnn", num_classes=10).init(jax.random.key(0), jnp.zeros((1, 28, 28, 1)))["params"]
   shapes = jax.tree.map(lambda a: a.shape, params)
@@ -67,6 +68,7 @@ def _pool(x):
   return np.stack([x[:, a::2, b::2, :] for a in (0, 1) for b in (0, 1)]).max(0)
 
 
+@pytest.mark.slow  # over 4 CPU-seconds: compiles several programs
 def test_mnist_cnn_forward_equals_float64_reference():
   with jax.enable_x64(True):
     model = mnist_cnn.MnistCNN(dtype=jnp.float64)
@@ -174,7 +176,8 @@ def _run_ours(cfg, total_steps, batch_size, params, grads):
 
 def _schedule(cfg, total_steps, batch_size):
   opt = cfg.optimizer
-  warm = opt.schedule.warmup_steps if opt.schedule.warmup_steps >= 0 else 60000 * opt.schedule.warmup_epochs / batch_size
+  warm = (opt.schedule.warmup_steps if opt.schedule.warmup_steps >= 0
+          else 60000 * opt.schedule.warmup_epochs / batch_size)
   end = opt.schedule.end_lr
   return lambda t: tf_schedule_reference(float(t), lr=opt.learning_rate, warm=float(warm), train_steps=total_steps,
                                          end=end, power=0.5)
@@ -328,6 +331,8 @@ def test_conv_weight_gradient_equals_xla_in_float64():
     assert y.shape == (8, 14, 14, 2)
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_paper_config_trains_through_the_trainer(data_dir, tmp_path):
   """The authors' CNN with its chunked weight gradient, micro-batches and TF LARS through the real trainer on 8
   devices (shard_map): a scan inside the custom VJP must keep the varying-axes type of its carry (it once did not,
@@ -344,6 +349,8 @@ def test_a_paper_config_trains_through_the_trainer(data_dir, tmp_path):
   assert math.isfinite(result["final"]["train_loss"]) and 0.0 <= result["final"]["eval_accuracy"] <= 1.0
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_host_micro_batch_loop_equals_the_unrolled_one_through_the_trainer(data_dir, tmp_path):
   """The paper configs' ``microbatch_loop='host'`` (one compiled call per micro-batch: the full batch in ≈ one
   micro-batch's memory) against the unrolled loop, the authors' CNN with dropout on 2 devices × 2 micro-batches:

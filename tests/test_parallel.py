@@ -88,6 +88,7 @@ def assert_same(a, b, tol=1e-5):
   assert rel_err(a.opt_state, b.opt_state) < tol
 
 
+@pytest.mark.slow  # over 4 CPU-seconds: compiles several programs
 def test_eight_devices_equal_one_device_with_ghost_bn():
   a, ma = run_jit(8, 1, 4)
   b, mb = run_jit(1, 1, 4)
@@ -96,6 +97,7 @@ def test_eight_devices_equal_one_device_with_ghost_bn():
   assert int(a.step) == STEPS
 
 
+@pytest.mark.slow  # over 4 CPU-seconds: compiles several programs
 @pytest.mark.parametrize("group", [2, 4, 8])
 def test_bn_groups_equal_one_device_with_group_sized_ghost(group):
   a, _ = run_jit(8, group, 4)
@@ -123,6 +125,7 @@ def test_accumulation_with_bn_groups_equals_grouped_devices():
   assert_same(e, a)
 
 
+@pytest.mark.slow  # over 4 CPU-seconds: compiles several programs
 @pytest.mark.parametrize("group", [1, 2])
 def test_pmap_equals_jit(group):
   a, ma = run_jit(8, group, 4)
@@ -154,6 +157,7 @@ def _per_device_grads_float64(step=0):
   return np.stack([device_grad(images[step, 4 * d:4 * d + 4], labels[step, 4 * d:4 * d + 4]) for d in range(8)])
 
 
+@pytest.mark.slow  # over 4 CPU-seconds: compiles several programs
 def test_gradient_norms_match_independent_per_device_gradients():
   """grad_sq_norm_small = mean_d ‖g_d‖² and grad_norm = ‖mean_d g_d‖ against per-device gradients from scratch."""
   _, m = run_jit(8, 1, 4)
@@ -186,6 +190,7 @@ def test_signal_to_noise_matches_float64_reference():
   np.testing.assert_allclose(m["signal_to_noise"][0], par.mean() / perp.mean(), rtol=1e-4)
 
 
+@pytest.mark.slow  # over 4 CPU-seconds: compiles several programs
 @pytest.mark.parametrize("kind", ["activation_noise", "weight_noise", "gradient_noise", "label_noise"])
 def test_noise_injection_changes_training_deterministically(kind):
   base, _ = run_jit(8, 1, 4)

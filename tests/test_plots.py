@@ -1,6 +1,5 @@
 """Figure conventions a reader relies on: no two series of a figure look alike (You et al. 2020 Table 3 has 13),
 and log-axis tick labels are plain numbers."""
-import itertools
 
 import pytest
 

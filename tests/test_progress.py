@@ -1,5 +1,6 @@
 """Training progress without a terminal (nohup logs, CI, a notebook without ipywidgets): one line a
-minute (``LAMB_LARS_PROGRESS_EVERY_S``) with step, epoch, examples/s and ETA, computed by hand here from a fake clock."""
+minute (``LAMB_LARS_PROGRESS_EVERY_S``) with step, epoch, examples/s and ETA, computed by hand here from a fake
+clock."""
 import io
 
 from lamb_lars.train import progress
@@ -31,7 +32,8 @@ def test_first_line_before_any_rate_and_off_modes():
   now[0] = 200.0
   p.update(2)   # resumed at step 4; the first chunk gives no rate yet
   assert out.getvalue() == "progress: step 6/10 (60.0%)  epoch 1.20  ETA ?\n"
-  assert progress.Progress(total=1, initial=0, batch_size=1, epoch_of=float, every_s=0.0, stream=io.StringIO()).mode == "off"
+  off = progress.Progress(total=1, initial=0, batch_size=1, epoch_of=float, every_s=0.0, stream=io.StringIO())
+  assert off.mode == "off"
   assert progress.Progress(total=1, initial=0, batch_size=1, epoch_of=float, every_s=5.0, enabled=False,
                            stream=io.StringIO()).mode == "off"
 

@@ -14,6 +14,8 @@ import pytest
 
 from lamb_lars.study.running import provenance, publish, store as st
 from lamb_lars.study.running import workdir as wd
+from lamb_lars.study.running import code_state
+from lamb_lars.study.running import manifest as manifest_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -77,8 +79,8 @@ def test_tampered_csv_or_readme_fails_verify(tmp_path):
   assert len(problems) == 1 and problems[0].startswith("evals.csv has sha256")
   # re-hash the tampered CSV into the manifest: now the recomputed README disagrees with the committed one
   m = json.load(open(os.path.join(out, "manifest.json")))
-  m["files"]["evals.csv"] = provenance.sha256(evals)
-  provenance.write_manifest(out, m)
+  m["files"]["evals.csv"] = code_state.sha256(evals)
+  manifest_lib.write_manifest(out, m)
   problems = provenance.verify(out)
   assert problems and all("differs from the one recomputed from the CSVs" in p for p in problems), problems
   # a hand-edited README
@@ -92,11 +94,13 @@ def test_tampered_csv_or_readme_fails_verify(tmp_path):
   publish.publish(work, out)
   m = json.load(open(os.path.join(out, "manifest.json")))
   m["trials"]["total"] = 5
-  provenance.write_manifest(out, m)
+  manifest_lib.write_manifest(out, m)
   assert provenance.verify(out) == [
       "runs.csv has 4 trials {'done': 4}, the manifest says {'by_status': {'done': 4}, 'total': 5}."]
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_cli_verify_exit_codes(tmp_path):
   work, out = _workdir(tmp_path), str(tmp_path / "out")
   publish.publish(work, out)
@@ -128,7 +132,7 @@ def test_the_code_state_is_read_before_the_report_writes_anything(tmp_path, monk
   """A clean checkout publishing into itself is recorded clean: its own new files are not 'edits'."""
   work, out = _workdir(tmp_path), str(tmp_path / "out")
   seen = []
-  monkeypatch.setattr(provenance, "code_state", lambda: seen.append(os.listdir(out) if os.path.isdir(out) else [])
+  monkeypatch.setattr(code_state, "code_state", lambda: seen.append(os.listdir(out) if os.path.isdir(out) else [])
                       or {"commit": "abc", "dirty": False})
   publish.publish(work, out)
   assert seen == [[]]
@@ -140,7 +144,7 @@ def test_each_study_command_is_stamped_with_the_commit_that_ran_it(tmp_path):
   run from a worktree at one commit and reported from another shows both."""
   work, out = _workdir(tmp_path), str(tmp_path / "out")
   line = wd.commands(work)[0]
-  head = provenance.code_state()
+  head = code_state.code_state()
   assert head["commit"] and line.endswith(f"--workdir=w   # commit {head['commit']}" +
                                           (", uncommitted changes" if head["dirty"] else ""))
   assert wd.command_line("c", {"commit": "ab" * 20, "dirty": True}) == f"c   # commit {'ab' * 20}, uncommitted changes"
@@ -161,21 +165,21 @@ def test_rereport_recomputes_the_readme_from_the_published_csvs(tmp_path, monkey
   fresh = open(readme).read()
   open(readme, "w").write(fresh.replace("## Regimes", "## Regimes\n\nan older analysis said B_L = 512.", 1))
   m = json.load(open(os.path.join(out, "manifest.json")))
-  m["files"]["README.md"] = provenance.sha256(readme)
+  m["files"]["README.md"] = code_state.sha256(readme)
   m["not_recomputed"] = {"## Trials": "an older report"}
-  provenance.write_manifest(out, m)
+  manifest_lib.write_manifest(out, m)
   assert any("## Regimes" in p for p in provenance.verify(out))
-  monkeypatch.setattr(provenance, "code_state", lambda: {"commit": "f" * 40, "dirty": False})
+  monkeypatch.setattr(code_state, "code_state", lambda: {"commit": "f" * 40, "dirty": False})
   provenance.rereport(out, "python -m lamb_lars.study rereport o")
   assert open(readme).read() == fresh and provenance.verify(out) == []
   m = json.load(open(os.path.join(out, "manifest.json")))
   assert m["code"]["commit"] == "f" * 40 and "not_recomputed" not in m
   assert [r["command"] for r in m["rereports"]] == ["python -m lamb_lars.study rereport o"]
   assert m["commands"][-1] == "python -m lamb_lars.study report --workdir=w --out=o"   # the runs' record is kept
-  monkeypatch.setattr(provenance, "code_state", lambda: {"commit": "f" * 40, "dirty": True})
+  monkeypatch.setattr(code_state, "code_state", lambda: {"commit": "f" * 40, "dirty": True})
   with pytest.raises(ValueError, match="uncommitted changes"):
     provenance.rereport(out, "x")
-  monkeypatch.setattr(provenance, "code_state", lambda: {"commit": "f" * 40, "dirty": False})
+  monkeypatch.setattr(code_state, "code_state", lambda: {"commit": "f" * 40, "dirty": False})
   with open(os.path.join(out, "runs.csv"), "a") as f:
     f.write("\n")
   with pytest.raises(ValueError, match="runs.csv is not the file its manifest records"):

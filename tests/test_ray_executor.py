@@ -18,7 +18,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e .[ray] (the CI installs it)")
 # One pytest-xdist worker runs this whole file (scripts/test.sh: --dist loadgroup): one cluster, one local study.
-pytestmark = pytest.mark.xdist_group("ray_cluster")
+pytestmark = [pytest.mark.xdist_group("ray_cluster"), pytest.mark.ray]
 
 from lamb_lars.study.running import ray_executor as rx  # noqa: E402
 import ray_testing  # noqa: E402  (tests/ray_testing.py: a test harness, not part of the package)
@@ -269,11 +269,13 @@ def _one_sentence_error(out: subprocess.CompletedProcess, start: str) -> str:
   return lines[0]
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_sentence(cluster, study_file, tmp_module, hidden_dir):
   env = _env()
   workdir = str(tmp_module / "bad_input")
   # An address where nothing listens.
-  out = subprocess.run(_cmd(study_file, workdir, "--executor=ray", f"--ray_address=127.0.0.1:{ray_testing.free_port()}"),
+  nowhere = f"--ray_address=127.0.0.1:{ray_testing.free_port()}"
+  out = subprocess.run(_cmd(study_file, workdir, "--executor=ray", nowhere),
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
   _one_sentence_error(out, "cannot reach the Ray cluster at 127.0.0.1:")
   # An address where something else listens (ray.init alone would retry for ever).
@@ -292,7 +294,8 @@ def test_bad_input_is_one_sentence(cluster, study_file, tmp_module, hidden_dir):
   out = subprocess.run(_cmd(study_file, workdir, "--executor=ray"), cwd=REPO,
                        env={**env, "PYTHONPATH": f"{fake}{os.pathsep}{env['PYTHONPATH']}"}, capture_output=True,
                        text=True, timeout=120)
-  assert _one_sentence_error(out, "--executor=ray needs Ray") == "error: --executor=ray needs Ray: pip install -e .[ray]"
+  assert (_one_sentence_error(out, "--executor=ray needs Ray")
+          == "error: --executor=ray needs Ray: pip install -e .[ray]")
   # A resource request that no node can satisfy: detected up front, not a task pending forever.
   t0 = time.monotonic()
   out = subprocess.run(_ray_cmd(study_file, workdir, cluster, "--config.runner.resources.GPU=1"), cwd=REPO, env=env,
@@ -312,6 +315,7 @@ def test_bad_input_is_one_sentence(cluster, study_file, tmp_module, hidden_dir):
 # --- the study through Ray ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ray_study_equals_local_and_survives_a_dead_node(cluster, study_file, local_study, tmp_module):
   """Node 2 is SIGKILLed (raylet, workers, trainer) mid-trial: Ray retries the trial on the head node, where it
   resumes from its checkpoint; the store and the report equal those of the local run."""
@@ -345,6 +349,7 @@ def test_ray_study_equals_local_and_survives_a_dead_node(cluster, study_file, lo
   cluster.restart_node(1)  # for the tests after this one
 
 
+@pytest.mark.slow
 def test_driver_sigkill_and_restart_loses_nothing(cluster, study_file, local_study, tmp_module):
   workdir = str(tmp_module / "ray_restart")
   cmd = _ray_cmd(study_file, workdir, cluster)
@@ -385,6 +390,7 @@ def test_driver_sigkill_and_restart_loses_nothing(cluster, study_file, local_stu
   assert len(_started(log)) == 2 and re.search(r"Resumed from step [1-9]", log.split("=== ")[-1]), log
 
 
+@pytest.mark.slow
 def test_handle_kill_stops_the_trainer(cluster, study_file, tmp_module):
   """The executor directly: kill() returns once the trainer process is gone (pruning, timeouts)."""
   import importlib.util
@@ -410,7 +416,8 @@ def test_handle_kill_stops_the_trainer(cluster, study_file, tmp_module):
       f"h = ex.submit({trial.run_id!r}, {rdir!r}, json.loads(sys.argv[1]))\n"
       "t0 = time.monotonic()\n"
       f"log = os.path.join({rdir!r}, 'log.txt')\n"
-      f"while time.monotonic() - t0 < {PATIENCE_S} and 'step ' not in (open(log).read() if os.path.exists(log) else ''):\n"
+      f"while (time.monotonic() - t0 < {PATIENCE_S}\n"
+      "       and 'step ' not in (open(log).read() if os.path.exists(log) else '')):\n"
       "  time.sleep(0.1)\n"
       "assert h.poll() is None\n"
       "h.kill(); print('code', h.poll()); ex.close()\n")

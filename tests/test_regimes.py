@@ -31,7 +31,8 @@ FAIL = [(10, 0.5, 1.3), (30, 0.9, 0.4)]
 
 def test_linear_only_failure_is_not_huge():
   r = classify_trials(BASE, [_t("l1", 1024, FAIL), _t("l4", 4096, FAIL)], TECH)
-  assert r.labels == {1024: "large or huge: undetermined (no technique tried)", 4096: "large or huge: undetermined (no technique tried)"}
+  undetermined = "large or huge: undetermined (no technique tried)"
+  assert r.labels == {1024: undetermined, 4096: undetermined}
   assert (r.b_l, r.b_l_last_pass, r.b_h_next_huge) == (1024, 256, None)
 
 
@@ -47,7 +48,8 @@ def test_huge_needs_every_declared_technique_to_fail():
 def test_loss_failure_of_linear_run_is_not_rescued_by_itself():
   lossy = _t("l", 2048, [(30, 0.99, 0.05)])            # accuracy passes, validation loss does not
   r = classify_trials(BASE, [lossy], TECH)
-  assert r.labels == {2048: "large or huge: undetermined (no technique tried)"} and (r.b_l, r.b_l_last_pass) == (2048, 256)
+  assert r.labels == {2048: "large or huge: undetermined (no technique tried)"}
+  assert (r.b_l, r.b_l_last_pass) == (2048, 256)
 
 
 def test_only_tagged_linear_runs_test_def_2_1():

@@ -7,7 +7,8 @@ import dataclasses
 
 import numpy as np
 
-from lamb_lars.study.running import publish, store as st
+from lamb_lars.study.running import csv_tables, store as st
+from lamb_lars.study.running import manifest as manifest_lib
 from lamb_lars.study.analysis import report
 from lamb_lars.study.records import Target
 
@@ -67,8 +68,8 @@ SPEC = report.ReportSpec(title="T", workload="mnist_lenet", target=Target("eval_
 def test_full_report_from_the_csv_files(tmp_path):
   con = _store(tmp_path)
   out = tmp_path / "report"
-  publish.export_csvs(con, "mnist", str(out))
-  trials = publish.load_csvs(str(out))
+  csv_tables.export_csvs(con, "mnist", str(out))
+  trials = csv_tables.load_csvs(str(out))
   stored = {t.run_id: t for t in st.trials(con, study="mnist")}
   assert {t.run_id for t in trials} == set(stored)
   for t in trials:  # lossless for everything the analyses read
@@ -81,10 +82,10 @@ def test_full_report_from_the_csv_files(tmp_path):
       assert a.get("validation_loss") == b.get("validation_loss")
   with open(out / "runs.csv") as f:
     rows = list(csv.DictReader(f))
-  assert set(publish.RUN_COLUMNS) <= set(rows[0]) and {r["status"] for r in rows} == {"done", "diverged", "failed"}
+  assert set(csv_tables.RUN_COLUMNS) <= set(rows[0]) and {r["status"] for r in rows} == {"done", "diverged", "failed"}
   with open(out / "evals.csv") as f:
     head = next(csv.reader(f))
-  assert head[:9] == list(publish.EVAL_COLUMNS)
+  assert head[:9] == list(csv_tables.EVAL_COLUMNS)
   path = report.write_report(trials, str(out), SPEC)
   text = open(path).read()
   for heading in ("## Trials", "## Baseline", "## Regimes", "## Huge-batch results",
@@ -97,7 +98,8 @@ def test_full_report_from_the_csv_files(tmp_path):
   assert "| B_L | 4096 | last pass 2048: Def. 2.1 pass " in text and "first fail 4096: Def. 2.1 fail " in text
   assert text.split("| B_L |")[1].split("\n")[0].endswith("| 2048 |")
   assert "| B_H | 8192 | Def. 2.2 at B_H: tuned `tuned-b8192` pass: " in text
-  assert "; first huge batch above: 32768, Def. 2.2 there: lars `lars-b32768` fail: 0.96 ∈ [0.958, 0.962] vs 0.99" in text
+  assert ("; first huge batch above: 32768, Def. 2.2 there: lars `lars-b32768` fail: 0.96 ∈ [0.958, 0.962] vs 0.99"
+          in text)
   assert "| 32768 | huge |" in text and "| 4096 | large with tuned |" in text
   assert "| 2048 | linear scaling works | `linear-b2048` done 99.50% | pass |" in text
   assert "B_crit = " in text and "out of memory" in text
@@ -245,8 +247,7 @@ def test_accuracy_tables_choose_on_validation_and_report_the_replicates(tmp_path
 
 
 def test_a_manifest_from_before_select_on_keeps_the_test_rule():
-  from lamb_lars.study.running import provenance
-  spec = provenance.spec_from_json({"title": "old"})
+  spec = manifest_lib.spec_from_json({"title": "old"})
   assert spec.select_on == "test" and report.ReportSpec().select_on == "validation"
 
 

@@ -176,6 +176,7 @@ def _acts(state) -> Dict[str, jnp.ndarray]:
   return {k[: -len("/__call__")]: v[0] for k, v in flatten_dict(state["intermediates"], sep="/").items()}
 
 
+@pytest.mark.slow  # over 4 CPU-seconds: compiles several programs
 def test_bfloat16_compute_keeps_float32_params_and_stats(tiny):
   _, variables, x, _ = tiny
   model = _tiny(dtype=jnp.bfloat16)

@@ -41,6 +41,8 @@ def test_eight_fake_devices():
   assert jax.device_count() == 8
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_tiny_resnet_with_bn_groups_lowers_training_loss(tmp_path):
   cfg = smoke_resnet18.get_config()
   cfg.progress = False
@@ -96,6 +98,8 @@ def cifar_runs(tmp_path_factory):
   return out
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_eval_counts_every_example_once(cifar_runs):
   padded = cifar_runs["accumulated"]["result"]["final"]
   exact = cifar_runs["one_pass"]["result"]["final"]
@@ -107,6 +111,8 @@ def test_eval_counts_every_example_once(cifar_runs):
   np.testing.assert_allclose(padded["eval_loss"], exact["eval_loss"], rtol=1e-5)
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_gradient_accumulation_through_the_trainer(cifar_runs):
   acc, one = cifar_runs["accumulated"], cifar_runs["one_pass"]
   assert (acc["plan"].num_microbatches, acc["plan"].per_device_batch) == (2, 2)

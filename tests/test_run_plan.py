@@ -111,7 +111,8 @@ def test_per_device_batch_below_one():
 
 
 def test_every_duration_rounds_up_in_the_same_way():
-  """Total, warmup, eval and checkpoint cadence all go through lamb_lars.common.durations: epochs are N/B steps, rounded up."""
+  """Total, warmup, eval and checkpoint cadence all go through lamb_lars.common.durations: epochs are N/B steps,
+  rounded up."""
   c = cfg(batch_size=256, num_epochs=1.5, eval_every_epochs=0.5, checkpoint_every_epochs=0.25,
           **{"optimizer.schedule.warmup_epochs": 0.1})
   p = run_plan.make_plan(c, num_train=60000, num_devices=8)

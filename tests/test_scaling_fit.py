@@ -1,4 +1,5 @@
-"""The censored S(B) = S_min·(1 + B_crit/B) fit (lamb_lars/study/analysis/scaling_fit.py; McCandlish et al. 2018 eq. 2.11)
+"""The censored S(B) = S_min·(1 + B_crit/B) fit (lamb_lars/study/analysis/scaling_fit.py; McCandlish et al. 2018 eq.
+2.11)
 against known parameters and a brute-force float64 numpy minimisation of the loss written from its definition;
 censored points as lower bounds; the bootstrap over seeds and the leave-one-batch-out sensitivity."""
 from __future__ import annotations

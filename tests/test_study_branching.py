@@ -17,7 +17,7 @@ import pytest
 from lamb_lars.configs import default
 from lamb_lars.configs.studies import mnist_branching, smoke
 from lamb_lars.study.analysis import report_branching
-from lamb_lars.study.running import branches, provenance, publish, store as st
+from lamb_lars.study.running import branches, csv_tables, provenance, publish, store as st
 from lamb_lars.study.running import workdir as wd
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -73,6 +73,7 @@ def test_mnist_branching_points_sit_on_reference_checkpoints():
   assert all(65536 % b == 0 for b in grid["batch_size"])
 
 
+@pytest.mark.slow
 def test_cli_refuses_before_anything_runs(tmp_path):
   work = tmp_path / "w"
   base = [sys.executable, "-m", "lamb_lars.study"]
@@ -129,7 +130,7 @@ def test_cbs_section_recomputes_from_the_csvs(tmp_path):
   assert "| 0.2 | [128, 128] | yes | 60 |" in section
   assert '`batch_schedule="100:64,200:128"`' in section
   assert os.path.exists(os.path.join(out, "critical_batch_over_training.png"))
-  runs = publish.load_csvs(out)
+  runs = csv_tables.load_csvs(out)
   found, missing = report_branching.branch_losses(runs, N, "validation_loss")
   assert len(found) == 12 and missing == 0 and {b.point for b in found} == {0.1, 0.2}
 
@@ -156,6 +157,8 @@ def _params(run_dir: str, step: int):
   return state["params"]
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.skipif(not HAS_INIT_FROM, reason="the trainer has no init_from_* keys yet (issue 26, trainer side)")
 def test_branching_end_to_end_resumes_and_records_each_branch_once(tmp_path):
   work = str(tmp_path / "study")

@@ -121,6 +121,8 @@ def finished(tmp_path_factory):
   con.close()
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_best_lr_at_the_edge_extends_the_range_once_recorded(finished):
   _, _, lines, trials, plan = finished
   ext = [p for p in plan if p["kind"] == "extend"]
@@ -135,6 +137,8 @@ def test_best_lr_at_the_edge_extends_the_range_once_recorded(finished):
   assert any("high edge" in ln for ln in lines)
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_pruned_trials_are_promoted_to_the_minimum_of_full_budget_trials(finished):
   _, _, _, trials, plan = finished
   tuned = [t for t in trials.values() if t.cell == "tuned" and t.phase != "replicate"]
@@ -150,6 +154,8 @@ def test_pruned_trials_are_promoted_to_the_minimum_of_full_budget_trials(finishe
   assert {t.run_id for t in ranked[:len(promoted)]} == {t.run_id for t in promoted}
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_chosen_on_validation_is_replicated_with_fresh_seeds(finished):
   workdir, _, _, trials, plan = finished
   tuned = [t for t in trials.values() if t.cell == "tuned" and t.phase != "replicate" and t.status == "done"]
@@ -167,6 +173,8 @@ def test_chosen_on_validation_is_replicated_with_fresh_seeds(finished):
   assert sorted(p["key"] for p in plan if p["kind"] == "replicate" and p["cell"] == "tuned") == ["seed1", "seed2"]
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_second_run_does_nothing_and_more_seeds_run_only_the_new_ones(finished, tmp_path):
   workdir, _, _, trials, plan = finished
   ex, lines = _run(_study(), workdir)
@@ -180,23 +188,27 @@ def test_second_run_does_nothing_and_more_seeds_run_only_the_new_ones(finished, 
   con.close()
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_runs_csv_has_seed_phase_and_replicate_columns(finished, tmp_path):
   import csv
-  from lamb_lars.study.running import publish
+  from lamb_lars.study.running import csv_tables
   workdir = finished[0]
   con = st.open_store(wd.store_path(workdir))
   trials = {t.run_id: t for t in st.trials(con)}
-  runs_csv, _ = publish.export_csvs(con, "smoke", str(tmp_path))
+  runs_csv, _ = csv_tables.export_csvs(con, "smoke", str(tmp_path))
   con.close()
   rows = {r["run_id"]: r for r in csv.DictReader(open(runs_csv, encoding="utf-8"))}
   for rid, t in trials.items():
     assert rows[rid]["seed"] == str(t.seed) and rows[rid]["phase"] == t.phase
     assert rows[rid]["replicate_of"] == t.replicate_of
-  back = {t.run_id: t for t in publish.load_csvs(str(tmp_path))}
+  back = {t.run_id: t for t in csv_tables.load_csvs(str(tmp_path))}
   assert {rid: (t.seed, t.phase, t.replicate_of, t.promoted) for rid, t in back.items()} == \
       {rid: (t.seed, t.phase, t.replicate_of, t.promoted) for rid, t in trials.items()}
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_report_shows_search_adequacy_and_replicates(finished, tmp_path):
   from lamb_lars.study.running import publish
   workdir = finished[0]
@@ -211,6 +223,7 @@ def test_report_shows_search_adequacy_and_replicates(finished, tmp_path):
   assert "No baseline" not in text and "run `base-ff2a`" in text
 
 
+@pytest.mark.slow  # over 4 CPU-seconds: compiles several programs
 def test_a_replicate_changes_only_the_seed_which_sets_init_data_order_and_step_key():
   """A replicate's config differs from its chosen trial's in ``seed`` alone; that seed keys the initialisation and
   the per-step key (dropout, augmentation) in the trainer and the training order in the input pipeline, while
@@ -237,6 +250,8 @@ def test_a_replicate_changes_only_the_seed_which_sets_init_data_order_and_step_k
   assert any((x != y).any() for x, y in leaves) and (k0 != k1).any()
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("where", ["-x1-", "-seed"])
 def test_runner_killed_during_a_follow_up_resumes_to_the_same_study(tmp_path, where):
   """Killed when the first extension (or replicate) trial starts, then run again: the same trials and plan log as an
@@ -257,6 +272,8 @@ def test_runner_killed_during_a_follow_up_resumes_to_the_same_study(tmp_path, wh
   con.close()
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_cell_where_every_trial_diverged_extends_downward(tmp_path):
   c = _study(num_seeds=0)
   c.sweeps = (dict(name="hot", role="table3", fixed={"batch_size": 64},
@@ -274,6 +291,8 @@ def test_a_cell_where_every_trial_diverged_extends_downward(tmp_path):
   assert any(t.status == "done" for t in trials if t.phase == "extend1")
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("key, value", [("replicates.num_seeds", -1), ("replicates.roles", ("tech",)),
                                         ("search.edge_fraction", 0.5), ("search.max_extensions", -1),
                                         ("search.min_full_budget", -2)])
@@ -286,6 +305,8 @@ def test_bad_follow_up_settings_are_one_sentence_before_anything_runs(tmp_path, 
   assert not os.path.exists(tmp_path / "w")
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_promoted_winner_at_the_range_edge_extends_the_range(tmp_path, monkeypatch):
   """The highest LRs of the range start far behind (ASHA prunes them at epoch 1) but end ahead: before promotion
   the chosen trial is an interior one and the cell's search ends; promotion then makes the highest LR tried the
@@ -319,6 +340,8 @@ def test_a_promoted_winner_at_the_range_edge_extends_the_range(tmp_path, monkeyp
   assert reps and all(p["detail"]["chosen"] == ends[-1]["detail"]["chosen"] for p in reps)
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_an_end_recorded_for_another_chosen_trial_is_decided_again(tmp_path):
   """A study whose log ended a cell's search for a trial that is no longer the chosen one (written by a runner that
   decided before promotions could change the winner) is decided again on resume: the same study as a clean run."""

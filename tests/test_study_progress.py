@@ -41,6 +41,8 @@ def test_duration_and_eta():
   assert status.eta_seconds(runs[3:], workers=1) is None
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_status_optuna_and_hparams_of_a_resumed_study(tmp_path):
   workdir = str(tmp_path / "study")
   study = tiny_study()

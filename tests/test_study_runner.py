@@ -95,6 +95,7 @@ def _wait_for(pred, proc, timeout=180):
   return None
 
 
+@pytest.mark.slow
 def test_trials_share_a_persistent_compilation_cache_per_host(tmp_path):
   """The runner points every trial at <workdir>/jax_cache (unless told not to), and a trial process then writes
   its compiled programs under <workdir>/jax_cache/<host>, where the next trial finds them."""
@@ -127,6 +128,7 @@ def test_changed_study_in_same_workdir_is_refused(tmp_path):
     runner.register(con, changed, sweep.expand(changed))
 
 
+@pytest.mark.slow
 def test_study_survives_sigkill_of_a_trial_and_of_the_runner(tmp_path):
   config_path = tmp_path / "tiny_study.py"
   config_path.write_text(TINY_STUDY)
@@ -193,6 +195,8 @@ def test_study_survives_sigkill_of_a_trial_and_of_the_runner(tmp_path):
   assert {"runs.csv", "evals.csv", "accuracy_vs_batch.png"} <= set(os.listdir(tmp_path / "report"))
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_cli_bad_study_config_is_one_sentence(tmp_path):
   base = [sys.executable, "-m", "lamb_lars.study", "run", "--config=configs/studies/smoke.py",
           f"--workdir={tmp_path / 'w'}"]
@@ -260,6 +264,8 @@ def _crash_in_trainer(tmp_path, monkeypatch, exc):
   return (rdir / "error.txt").read_text()
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_trial_config_error_is_one_sentence(tmp_path, monkeypatch, capsys):
   from lamb_lars.train.run_plan import ConfigError
   text = _crash_in_trainer(tmp_path, monkeypatch, ConfigError("config.batch_size=3 must be even."))
@@ -267,6 +273,8 @@ def test_a_trial_config_error_is_one_sentence(tmp_path, monkeypatch, capsys):
   assert "Traceback" not in capsys.readouterr().out
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_trial_bug_keeps_its_traceback_even_as_a_value_error(tmp_path, monkeypatch, capsys):
   """A ValueError inside training is a bug, not a config mistake: error.txt (the store's error) and the run's log
   keep the traceback."""

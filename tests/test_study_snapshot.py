@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from lamb_lars.study.running import snapshot as snap
+from lamb_lars.study.running import code_state
 from lamb_lars.study.running import store as st
 from lamb_lars.study.running import workdir as wd
 from test_study_runner import REPO, TINY_STUDY, _midway_run, _wait_for
@@ -30,6 +31,7 @@ def _evals(workdir: str) -> dict:
     con.close()
 
 
+@pytest.mark.slow
 def test_a_snapshot_without_checkpoints_resumes_to_the_same_results(tmp_path):
   assert 'name="bad"' not in STUDY and 'name="tuned"' in STUDY
   config = tmp_path / "study.py"
@@ -52,8 +54,7 @@ def test_a_snapshot_without_checkpoints_resumes_to_the_same_results(tmp_path):
   assert f"runs/{midway}/metrics.jsonl" in files
   record = json.loads((tmp_path / "snap" / snap.SNAPSHOT_FILE).read_text())
   assert record["trials"].get("running", 0) >= 1 and sum(record["trials"].values()) == len(_evals(workdir))
-  from lamb_lars.study.running import provenance
-  assert record["code"] == provenance.code_state(REPO)  # the checkout the study ran from
+  assert record["code"] == code_state.code_state(REPO)  # the checkout the study ran from
   subprocess.run(["cp", "-r", str(tmp_path / "snap"), copy], check=True)
   for w in (workdir, copy):  # resume both: from checkpoints, and from nothing for the unfinished trials
     done = subprocess.run(cmd(w), cwd=REPO, env=env, capture_output=True, text=True, timeout=300)

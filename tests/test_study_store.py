@@ -108,6 +108,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 def test_kill_9_loses_nothing_committed(tmp_path):
   path = str(tmp_path / "kill.sqlite")
   st.open_store(path).close()

@@ -134,6 +134,8 @@ def test_a_sub_sweeps_pruner_field_overrides_the_study_rule_for_its_cells_only()
     sweep.expand(_study(sweeps=(dict(name="x", fixed={"batch_size": 64}, pruner={"min_epochs": 3}),)))
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_trial_with_more_cpu_devices_than_cpus_is_not_pinned():
   from lamb_lars.study.running.executor import LocalExecutor
   ex = LocalExecutor(slots=2, cpus_per_trial=1)

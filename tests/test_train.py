@@ -7,6 +7,7 @@ import sys
 import tempfile
 import time
 
+import jax
 import numpy as np
 import pytest
 
@@ -60,6 +61,26 @@ def tensorboard_tags(logdir) -> dict:
   return out
 
 
+def test_one_step_end_to_end_on_synthetic_data(tmp_path):
+  """The fast tier's end-to-end check (flax's train_test.py): the whole trainer for one step at batch 8 on synthetic
+  images, with most XLA optimisations off; the slow tier trains MNIST for real."""
+  cfg = mnist_lenet.get_config()
+  cfg.dataset, cfg.progress, cfg.num_train_steps = "synthetic", False, 1
+  cfg.synthetic.num_train, cfg.synthetic.num_eval = 64, 16
+  cfg.batch_size, cfg.eval_batch_size = 8, 8
+  old = jax.config.read("jax_disable_most_optimizations")
+  jax.config.update("jax_disable_most_optimizations", True)
+  try:
+    result = train_and_evaluate(cfg, str(tmp_path))
+  finally:
+    jax.config.update("jax_disable_most_optimizations", old)
+  assert result["status"] == "done" and result["step"] == 1
+  assert result["final"]["eval_examples"] == 16 and np.isfinite(result["final"]["eval_loss"])
+  assert [json.loads(line)["step"] for line in open(tmp_path / "metrics.jsonl")] == [1]
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_few_steps_learn(data_dir, tmp_path):
   result = train_and_evaluate(small_config(data_dir), str(tmp_path))
   assert result["status"] == "done" and result["step"] == 20
@@ -79,6 +100,8 @@ def test_few_steps_learn(data_dir, tmp_path):
   assert again == json.loads(open(tmp_path / "result.json").read())
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("table", [False, True])
 def test_logged_lr_is_the_schedule(data_dir, tmp_path, table):
   """The LR logged for each update (TensorBoard optim/lr) and for the eval row is η_t from the formula: linear
@@ -98,6 +121,8 @@ def test_logged_lr_is_the_schedule(data_dir, tmp_path, table):
   assert result["final"]["lr"] == pytest.approx(eta(total - 1), abs=1e-9)
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_divergence_is_a_result(data_dir, tmp_path):
   cfg = small_config(data_dir, **{"optimizer.learning_rate": 1e6, "optimizer.schedule.decay": "constant"})
   result = train_and_evaluate(cfg, str(tmp_path))
@@ -106,6 +131,8 @@ def test_divergence_is_a_result(data_dir, tmp_path):
   assert json.load(open(tmp_path / "result.json"))["status"] == "diverged"
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_pmap_path_equals_jit_path(data_dir, tmp_path):
   common = dict(num_train_steps=6, data_on_device="no", eval_every_epochs=0.0, checkpoint_every_epochs=0.0,
                 eval_batch_size=5000)
@@ -129,6 +156,8 @@ def _final_rows(workdir):
   return [{k: v for k, v in r.items() if k not in drop} for r in rows]
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_kill_and_resume_matches_uninterrupted(data_dir, tmp_path):
   """A run killed after its first checkpoint resumes bit-identically, and its stopping rules carry over."""
   env = dict(os.environ)
@@ -155,6 +184,8 @@ def test_kill_and_resume_matches_uninterrupted(data_dir, tmp_path):
   assert _final_rows(killed) == want[:3]     # bit-identical metrics after resume, up to the stop
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_divergence_without_stopping_counts_steps_once(data_dir, tmp_path):
   """stop_on_divergence=False: the run goes on to its last step; the failing step is not counted twice."""
   cfg = small_config(data_dir, stop_on_divergence=False, eval_every_steps=10,
@@ -165,6 +196,8 @@ def test_divergence_without_stopping_counts_steps_once(data_dir, tmp_path):
   assert [r["step"] for r in (json.loads(l) for l in open(tmp_path / "metrics.jsonl"))] == [10, 20]
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_validation_split_is_evaluated_with_the_test_set(data_dir, tmp_path):
   """validation_split=5000: train on 55K; every row has the 10K test set (eval_*) and the 5K hold-out."""
   result = train_and_evaluate(small_config(data_dir, validation_split=5000, num_train_steps=6), str(tmp_path))
@@ -174,6 +207,8 @@ def test_validation_split_is_evaluated_with_the_test_set(data_dir, tmp_path):
   assert result["stopped"] is None and result["status"] == "done"
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_stop_at_target(data_dir, tmp_path):
   cfg = small_config(data_dir, num_train_steps=40, eval_every_steps=5,
                      **{"stop.target_metric": "eval_accuracy", "stop.target_goal": 0.3})
@@ -185,6 +220,8 @@ def test_stop_at_target(data_dir, tmp_path):
   assert train_and_evaluate(cfg, str(tmp_path)) == result          # finished: the recorded result comes back
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_dead_run_stops_at_chance_level(data_dir, tmp_path):
   """From max(20% of the steps, warmup) on, 3 evaluations in a row at or below the threshold end the run."""
   cfg = small_config(data_dir, num_train_steps=20, eval_every_steps=2,
@@ -215,6 +252,8 @@ def test_chance_threshold_and_stop_rules_state():
   assert [dip.check(s, {"eval_accuracy": a}) for s, a in ((5, 0.9), (6, 0.1), (7, 0.1), (8, 0.95))] == [None] * 4
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_crash_mid_run_still_closes_the_writer_and_the_checkpointer(data_dir, tmp_path, monkeypatch):
   """A bug at the second evaluation keeps its traceback, and the TensorBoard writer and the checkpointer are closed
   (``finally``): the first evaluation's row and checkpoint are on disk, the event file is complete."""

@@ -1,5 +1,6 @@
 """CIFAR-10 / ResNet-50 (CIFAR stem) batch-size ladder 128 → 50K: the large-batch regime [2K, 25K] and the huge one
-(25K, 50K) of You et al. 2020 Table 2 (here 45K: 5K are held out for validation) (docs/science.md). For accelerators; not run on the 2-core CPU.
+(25K, 50K) of You et al. 2020 Table 2 (here 45K: 5K are held out for validation) (docs/science.md). For accelerators;
+not run on the 2-core CPU.
 
 Command:  python -m lamb_lars.study run --config=configs/studies/cifar10_ladder.py --workdir=runs/studies/cifar10 \\
               --config.base.data_dir=$TFDS_DATA_DIR [--executor=ray --ray_address=auto]

@@ -66,7 +66,8 @@ def replicates(num_seeds: int = 3, roles: tuple = ("baseline", "linear", "techni
                ) -> ml_collections.ConfigDict:
   """After a cell's search, its chosen configuration (selected on the validation split) re-run with
   ``num_seeds`` fresh seeds (initialisation, data order, dropout), for the cells of these ``roles``
-  (lamb_lars/study/running/phases.py, replicates.py). Raising ``num_seeds`` on a finished study runs only the new seeds."""
+  (lamb_lars/study/running/phases.py, replicates.py). Raising ``num_seeds`` on a finished study runs only the new
+  seeds."""
   return ml_collections.ConfigDict(dict(num_seeds=num_seeds, roles=tuple(roles)))
 
 

@@ -8,7 +8,8 @@ Hardware: every trial is a 90-epoch ResNet-50 (≈ 35 min on 8 H100s at MLPerf-l
           configs/imagenet_resnet50.py and docs/ray.md): 1 baseline + 7 linear + 2 techniques × 3 batches × 4 trials.
           Batches beyond the devices' memory need --config.base.num_microbatches (ghost BN keeps 128 examples per
           BN group: bn.mode='ghost', bn.ghost_batch_size=128).
-Expected (paper): baseline 256 → 75.9%; B_L = 2K, B_H = 64K (Table 2 caption; large = [2K, 64K]); LARS reaches the baseline up to 64K (32K: 76.7% in 90
+Expected (paper): baseline 256 → 75.9%; B_L = 2K, B_H = 64K (Table 2 caption; large = [2K, 64K]); LARS reaches the
+baseline up to 64K (32K: 76.7% in 90
 epochs) and not beyond (128K best 73.37%, Table 4).
 
 Roles: the baseline (Goyal et al.'s recipe at 256, no warmup), linear scaling of it (η = 0.1·B/256, nothing else

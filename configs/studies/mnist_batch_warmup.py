@@ -1,7 +1,8 @@
 """Batch-size warmup against fixed batches on MNIST / LeNet-5 (issue 26; Merrill et al. 2025, "Critical Batch Size
 Revisited", arXiv:2505.23971, §5; Smith et al. 2017, "Don't Decay the Learning Rate, Increase the Batch Size").
 
-Command:  python -m lamb_lars.study run --config=configs/studies/mnist_batch_warmup.py --workdir=studies/mnist_batch_warmup
+Command:  python -m lamb_lars.study run --config=configs/studies/mnist_batch_warmup.py \\
+            --workdir=studies/mnist_batch_warmup
           python -m lamb_lars.study report --workdir=studies/mnist_batch_warmup --out=docs/studies/mnist_batch_warmup
 Hardware: the 2-core CPU, two single-threaded trials at once (runner defaults). Cost: 12 runs of 16 epochs.
 

@@ -3,7 +3,8 @@ parameters, dropout 0.4) with their schedule (linear warmup from 0, then TF poly
 not LeNet-5 (configs/paper/common.py, docs/science.md §7b). Five solvers × {batch 256, 8K original, 8K + layer-wise,
 8K + layer-wise + bound}, each cell a search selected on validation accuracy, then replicated.
 
-Command:  python -m lamb_lars.study run --config=configs/studies/mnist_table3_paper.py --workdir=studies/mnist_table3_paper
+Command:  python -m lamb_lars.study run --config=configs/studies/mnist_table3_paper.py \\
+            --workdir=studies/mnist_table3_paper
           python -m lamb_lars.study report --workdir=studies/mnist_table3_paper --out=docs/studies/mnist_table3_paper
           The two CPU cells alone: --config=configs/studies/mnist_table3_paper.py:cpu (``cpu_config``).
 Hardware: a GPU. Cost estimate: every trial trains ``EPOCHS`` = 34.1 epochs of 55K (the authors' 250 steps at 8K,

@@ -13,6 +13,8 @@ import sqlite3
 import sys
 from typing import Callable, Optional
 
+from lamb_lars.errors import UserError
+
 VERBOSE_FLAG = "--verbose"
 
 
@@ -26,12 +28,9 @@ def _did_you_mean(text: str) -> Optional[str]:
 
 def sentence(exc: BaseException, *, value_errors: bool = True) -> Optional[str]:
   """The one-sentence message for a user's mistake, or None for a bug (which keeps its traceback). With
-  ``value_errors=False`` only a ConfigError counts among ValueErrors (inside training another is a bug)."""
+  ``value_errors=False`` only a UserError counts (a ConfigError among ValueErrors: inside training another is a
+  bug)."""
   from absl import flags
-
-  from lamb_lars.input_pipeline import DatasetNotFoundError
-  from lamb_lars.train.checkpoint import CheckpointError
-  from lamb_lars.common.workdir_lock import WorkdirLocked
 
   text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
   if isinstance(exc, (KeyError, AttributeError)) and (hint := _did_you_mean(text)):
@@ -44,8 +43,9 @@ def sentence(exc: BaseException, *, value_errors: bool = True) -> Optional[str]:
     return f"the config file {exc.filename} does not parse (line {exc.lineno}: {exc.msg})."
   if isinstance(exc, flags.Error):
     return text.strip().splitlines()[0].rstrip(".") + "."
-  from lamb_lars.train.run_plan import ConfigError
-  mistakes = (ValueError if value_errors else ConfigError, DatasetNotFoundError, WorkdirLocked, CheckpointError)
+  # A UserError (ConfigError, DatasetNotFoundError, WorkdirLocked, CheckpointError: lamb_lars/errors.py) is a mistake;
+  # so is any other ValueError outside training.
+  mistakes = (ValueError, UserError) if value_errors else (UserError,)
   if isinstance(exc, mistakes) and not isinstance(exc, UnicodeError):
     return " ".join(text.split())  # ConfigError and other ValueErrors: already one sentence
   if isinstance(exc, sqlite3.DatabaseError):

@@ -21,6 +21,7 @@ import time
 from typing import Iterator
 
 from lamb_lars.common import io_utils
+from lamb_lars.errors import UserError
 
 TRAIN_LOCK = ".lock"          # a run dir (train.py, a study trial)
 STUDY_LOCK = ".study.lock"    # a study workdir (the runner)
@@ -29,7 +30,7 @@ _held: dict[str, int] = {}     # lock path → how many holds this process has o
 _files: dict[str, object] = {}
 
 
-class WorkdirLocked(RuntimeError):
+class WorkdirLocked(UserError, RuntimeError):
   """Another live process holds the workdir; the message is one sentence naming its PID."""
 
 

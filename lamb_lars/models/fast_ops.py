@@ -30,6 +30,7 @@ Only odd k (so (k+1) is even) and even pooled sizes are supported; the functions
 from __future__ import annotations
 
 import functools
+from typing import Iterable, cast
 
 import jax
 import jax.numpy as jnp
@@ -204,7 +205,7 @@ def _varying_axes(x: jnp.ndarray) -> frozenset:
   vma = getattr(aval, "vma", None)
   if vma is None:
     vma = getattr(getattr(aval, "manual_axis_type", None), "varying", frozenset())
-  return frozenset(vma)
+  return frozenset(cast(Iterable, vma))
 
 
 def _same_variance(*xs: jnp.ndarray) -> list[jnp.ndarray]:

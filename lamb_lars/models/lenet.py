@@ -12,7 +12,7 @@ straightforward model's to float32 rounding, including the max-pool's tie-breaki
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import flax.linen as nn
 import jax
@@ -108,7 +108,7 @@ class LeNet5(nn.Module):
     params = {name: tuple(t.astype(self.dtype) for t in _Params(shape, name=name)())
               for name, shape in shapes.items()}
     if self.is_initializing() or not fast_path_supported(x.shape):
-      return reference_forward(params, x)
+      return reference_forward(cast(Params, params), x)
     chunk = _chunk_size(n, self.batch_chunk)
     if chunk is None:
       return lenet_forward(params, x)

@@ -136,7 +136,7 @@ class ResNet(nn.Module):
     x = nn.relu(x)
     if self.stem == "imagenet":
       x = nn.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
-    extra = {"stride_in_1x1": self.stride_in_1x1} if issubclass(self.block_cls, BottleneckBlock) else {}
+    extra: dict[str, Any] = {"stride_in_1x1": self.stride_in_1x1} if issubclass(self.block_cls, BottleneckBlock) else {}
     for i, n_blocks in enumerate(self.stage_sizes):
       for j in range(n_blocks):
         x = self.block_cls(filters=self.num_filters * 2**i, strides=2 if (i > 0 and j == 0) else 1,

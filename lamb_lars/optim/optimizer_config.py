@@ -8,7 +8,7 @@ alias in :mod:`lamb_lars.optim.optimizers` that the config names. The keys and t
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, cast
 
 import optax
 
@@ -186,7 +186,7 @@ def create_optimizer(cfg: Any, *, total_steps: int, num_train: int, batch_size: 
   schedule = schedules.create_schedule(cfg.schedule, peak, total_steps=total_steps, num_train=num_train,
                                        batch_size=batch_size)
   if reschedule is not None:
-    schedule, total_steps = reschedule(schedule), run_steps
+    schedule, total_steps = reschedule(schedule), cast(int, run_steps)
 
   def make_tx(lr: optax.ScalarOrSchedule) -> optax.GradientTransformation:
     tx = optimizer_from_config(cfg, lr)

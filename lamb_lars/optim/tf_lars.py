@@ -25,7 +25,7 @@ from lamb_lars.optim import trust_ratio as tr
 
 
 class TFLarsState(NamedTuple):
-  count: jax.Array          # updates applied so far (the schedule's t)
+  count: jax.Array  # type: ignore[assignment]  # updates applied so far (the schedule's t)
   accumulator: optax.Updates
 
 

@@ -59,7 +59,7 @@ class LeafStats(NamedTuple):
 
 class TrustRatioState(NamedTuple):
   """State of :func:`scale_by_trust_ratio` when it tracks statistics."""
-  count: jax.Array  # updates so far (evaluates a learning-rate schedule for relative_step)
+  count: jax.Array  # type: ignore[assignment]  # updates so far (evaluates a learning-rate schedule for relative_step)
   stats: Any        # tree of LeafStats with the structure of the params
 
 
@@ -90,7 +90,7 @@ def _check_bounds(bounds: Bounds, name: str) -> Optional[tuple[Optional[float], 
   return None if lo is None and hi is None else (lo, hi)
 
 
-def _clip(x: jax.Array, bounds: Optional[tuple[Optional[float], Optional[float]]]) -> jax.Array:
+def _clip(x: jax.Array, bounds: Bounds) -> jax.Array:
   if bounds is None:
     return x
   lo, hi = bounds

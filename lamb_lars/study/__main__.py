@@ -13,7 +13,8 @@
 ``run`` expands the study into trials, runs each in its own process (searching and pruning per cell) and records
 everything in ``<workdir>/study.sqlite``; re-running the same command skips finished trials and resumes the rest.
 ``branch`` runs a branching study (lamb_lars/study/running/branches.py): its reference run, then the branches from the
-reference's checkpoints, through the same runner and store (re-running it resumes). ``report`` needs only the workdir: it writes runs.csv, evals.csv and README.md + PNGs computed from the CSVs, and
+reference's checkpoints, through the same runner and store (re-running it resumes). ``report`` needs only the workdir:
+it writes runs.csv, evals.csv and README.md + PNGs computed from the CSVs, and
 manifest.json (provenance). ``verify`` checks a published folder against its manifest and recomputes its README from
 the CSVs; it exits 1 with one sentence per mismatch. ``rereport`` recomputes a published folder's README and
 figures from its own CSVs at the current (clean) commit, after the analysis changed, and records that in its

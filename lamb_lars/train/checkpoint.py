@@ -18,12 +18,13 @@ import jax
 import orbax.checkpoint as ocp
 
 from lamb_lars.common import io_utils, run_files
+from lamb_lars.errors import UserError
 
 
 QUARANTINE_DIR = "checkpoints_quarantine"
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
   """No checkpoint of a run restores; the message is one sentence naming the folder."""
 
 

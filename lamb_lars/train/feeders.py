@@ -75,7 +75,9 @@ class _Feeder:
 
   def __init__(self, config: Any, plan: run_plan.RunPlan, strategy: Any, make_fn):
     self.config, self.plan, self.strategy, self._make = config, plan, strategy, make_fn
-    self._fn, self._compiled, self.compile_time = {}, {}, 0.0
+    self._fn: dict = {}
+    self._compiled: dict = {}
+    self.compile_time = 0.0
 
   def _call(self, step: int, size: int, *args):
     stage = batch_schedule.index(self.plan.stages, step)

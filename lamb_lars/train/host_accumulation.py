@@ -17,7 +17,6 @@ between the calls as global arrays with a leading device axis. ``jit`` over the 
 """
 from __future__ import annotations
 
-from typing import Any
 
 import jax
 import jax.numpy as jnp

@@ -118,7 +118,8 @@ class _Run:
 def run(parts: Parts, state: Any, step: int, meta: dict, ckpt: Any, writer: Any, bar: Any) -> dict:
   """Trains from ``state`` at ``step`` to the plan's end or a stop; the result record (module docstring)."""
   run_, plan, feeder = _Run(parts, step, meta, writer, bar), parts.plan, parts.feeder
-  train_state, ahead, pending = feeder.to_training(state), step, collections.deque()
+  pending: collections.deque = collections.deque()
+  train_state, ahead = feeder.to_training(state), step
   while run_.stop is None:
     if ahead < plan.total_steps and not (pending and at_boundary(ahead, plan)):
       k = plan.chunk_size(ahead)

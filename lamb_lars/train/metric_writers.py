@@ -165,7 +165,7 @@ class MetricWriter:
       return
     io_utils.makedirs(workdir)
     keep_rows_until(self.path, resume_step, log)
-    from tensorboardX import SummaryWriter  # a pinned dependency (setup.py); imported here to keep start-up light
+    from tensorboardX import SummaryWriter  # a pinned dependency (pyproject.toml); imported here to keep start-up light
     self._tb = SummaryWriter(os.path.join(workdir, run_files.TENSORBOARD_DIR),
                              purge_step=resume_step + 1 if resume_step else None)
     if hparams:

@@ -41,7 +41,7 @@ class StagePlan(batch_schedule.Stage):
   """A stage of the batch schedule (:mod:`lamb_lars.train.batch_schedule`) with its own split and BN groups."""
   num_microbatches: int = 1
   per_device_batch: int = 0
-  bn: bn_groups.BNPlan = None
+  bn: bn_groups.BNPlan = None  # type: ignore[assignment]  # every plan sets it
 
 
 @dataclasses.dataclass(frozen=True)

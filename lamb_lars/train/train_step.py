@@ -15,8 +15,7 @@ from two batch sizes for free: on several devices, or on one device with ``num_m
 from __future__ import annotations
 
 import dataclasses
-import functools
-from typing import Any, Callable, Optional
+from typing import Any, Callable, cast
 
 import flax
 import flax.linen as nn
@@ -65,7 +64,7 @@ _DROPOUT_STREAM = 0x44524F50  # fold_in constant of the dropout keys ("DROP")
 def _add_noise(tree: Any, rng: jax.Array, std: float) -> Any:
   leaves, treedef = jax.tree.flatten(tree)
   keys = jax.random.split(rng, len(leaves))
-  return treedef.unflatten([x + std * jax.random.normal(k, x.shape, x.dtype) for x, k in zip(leaves, keys)])
+  return jax.tree.unflatten(treedef, [x + std * jax.random.normal(k, x.shape, x.dtype) for x, k in zip(leaves, keys)])
 
 
 def cross_entropy(logits: jax.Array, labels: jax.Array, num_classes: int, label_smoothing: float = 0.0) -> jax.Array:
@@ -77,7 +76,7 @@ def cross_entropy(logits: jax.Array, labels: jax.Array, num_classes: int, label_
 
 
 def tree_sq_norm(tree: Any) -> jax.Array:
-  return sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in jax.tree.leaves(tree))
+  return cast(jax.Array, sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in jax.tree.leaves(tree)))
 
 
 def init_state(model: nn.Module, tx: optax.GradientTransformation, rng: jax.Array, input_shape: tuple) -> TrainState:
@@ -178,7 +177,8 @@ def finish(tx: optax.GradientTransformation, opts: StepOptions, axes: Any, state
   if opts.signal_to_noise:
     par, perp = noise_scale.snr_components(local_grads, jax.lax.pmean(local_grads, axes))
     metrics["signal_to_noise"] = jax.lax.pmean(par, axes) / jax.lax.pmean(perp, axes)
-  new_state = state.replace(step=state.step + 1, params=params, batch_stats=new_bs, opt_state=opt_state)
+  new_state = state.replace(  # type: ignore[attr-defined]  # flax.struct.dataclass adds replace
+      step=state.step + 1, params=params, batch_stats=new_bs, opt_state=opt_state)
   return new_state, metrics
 
 
@@ -229,12 +229,13 @@ def make_train_chunk(model, tx, opts: StepOptions, preprocess: Preprocess, mesh:
   vary = lambda t: jax.lax.pcast(t, axes, to="varying")
   local_step = make_local_step(model, tx, opts, preprocess, axes, vary)
   split = P(None, axes)
-  if resident:
+  in_specs: tuple[P, ...]
+  if resident:  # both variants are named ``chunk``: the compiled program is ``jit_chunk`` (the cache's file names)
     def chunk(state, images_all, labels_all, idx, key):
       return scan_steps(local_step, state, lambda i: (images_all[i], labels_all[i]), idx, key, axes)
     in_specs = (P(), P(), P(), split, P())
   else:
-    def chunk(state, images, labels, key):
+    def chunk(state, images, labels, key):  # type: ignore[misc]  # the other variant's signature
       return scan_steps(local_step, state, lambda xy: xy, (images, labels), key, axes)
     in_specs = (P(), split, split, P())
   fn = jax.shard_map(chunk, mesh=mesh, in_specs=in_specs, out_specs=(P(), P()))

@@ -3,7 +3,8 @@
 ``train.py`` (the trainer) and the study runner (every trial, before the first is launched) call :func:`validate`,
 so a config a study would launch is exactly a config ``train.py`` would accept.
 Each failure is a :class:`~lamb_lars.train.run_plan.ConfigError` whose message is one sentence naming the key, the value
-and the fix. On top of :func:`lamb_lars.train.run_plan.make_plan` and :func:`lamb_lars.optim.optimizer_config.validate_config`
+and the fix. On top of :func:`lamb_lars.train.run_plan.make_plan` and
+:func:`lamb_lars.optim.optimizer_config.validate_config`
 it checks:
 
 * **the data** — ``num_classes`` equals the dataset's class count (a smaller one one-hot encodes the missing labels
@@ -36,7 +37,7 @@ MIN_IMAGE_SIZE = {"lenet5": 12}  # SAME 5×5 conv, 2×2 pool, VALID 5×5 conv, 2
 
 def _finite_positive(value: Any) -> bool:
   return (isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-          and value > 0)
+          and float(value) > 0)
 
 
 def check_bounds(config: Any) -> None:
@@ -45,13 +46,13 @@ def check_bounds(config: Any) -> None:
   if not _finite_positive(lr):
     raise ConfigError(f"config.optimizer.learning_rate={lr!r} must be a finite number > 0.")
   m, eps = config.bn.momentum, config.bn.epsilon
-  if not (isinstance(m, numbers.Real) and 0.0 <= m < 1.0):
+  if not (isinstance(m, numbers.Real) and 0.0 <= float(m) < 1.0):
     raise ConfigError(f"config.bn.momentum={m!r} must be in [0, 1) (the weight of the old running statistics).")
   if not _finite_positive(eps):
     raise ConfigError(f"config.bn.epsilon={eps!r} must be a finite number > 0.")
   for key in ("keep_checkpoints", "num_microbatches", "batch_size", "eval_batch_size"):
     value = config[key]
-    if not (isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1):
+    if not (isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= 1):
       raise ConfigError(f"config.{key}={value!r} must be an integer ≥ 1.")
   if config.model not in models.MODEL_NAMES:
     raise ConfigError(f"config.model={config.model!r} is not one of {', '.join(models.MODEL_NAMES)}.")

@@ -12,7 +12,8 @@ tables) and 1.0 point at the full batch, where their own repeats spread by about
 diverged or unfinished seed, or fewer than two seeds, is ``inconclusive``.
 
 At the full batch each logged result is one run of an LR × warmup sweep with one run per point, so ``neighbours``
-also places it, and our seeds, among the authors' other runs near it (:data:`~lamb_lars.study.paper.AUTHORS_NEIGHBOURS`).
+also places it, and our seeds, among the authors' other runs near it
+(:data:`~lamb_lars.study.paper.AUTHORS_NEIGHBOURS`).
 """
 from __future__ import annotations
 
@@ -96,7 +97,8 @@ def neighbours_lines(runs: Sequence[Mapping[str, str]]) -> list[str]:
            "ours: accuracy (share of theirs below) |", "|---|---|---|---|---|---|---|"]
   for r in neighbours(runs):
     ours = ", ".join(f"{_pct(a)} ({100 * q:.0f}%)" for a, q in r["ours"]) or "not run yet"
-    lines.append(f"| {r['config']} | {r['where']}: `{r['logs']}` | {r['n']} | {_pct(r['mean'])} ± {100 * r['sd']:.2f} | "
+    lines.append(f"| {r['config']} | {r['where']}: `{r['logs']}` | {r['n']} | "
+                 f"{_pct(r['mean'])} ± {100 * r['sd']:.2f} | "
                  f"{_pct(min(r['runs']))}–{_pct(max(r['runs']))} | {_pct(r['logged'])}, {r['rank']} of {r['n']} | "
                  f"{ours} |")
   return lines

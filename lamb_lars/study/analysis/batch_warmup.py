@@ -133,7 +133,7 @@ def rows(by_arm: dict[str, list[Trial]], base: str, goal: float,
   return out
 
 
-def section(trials: Sequence[Trial], out_dir: str, margin: float = verdict_lib.ACC_TOLERANCE) -> list[str]:
+def section(trials: Sequence[Trial], out_dir: Optional[str], margin: float = verdict_lib.ACC_TOLERANCE) -> list[str]:
   """The report section (module docstring) with a figure of test accuracy against optimizer steps; [] when the
   study has no ``warmup`` trials or no base arm."""
   by_arm = arms(trials)

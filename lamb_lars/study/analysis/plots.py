@@ -76,7 +76,11 @@ def _log_axis(axis, base: int = 10) -> None:
   axis.set_minor_formatter(ticker.NullFormatter())
 
 
-def _save(fig: Figure, out_dir: str, name: str) -> str:
+def _save(fig: Figure, out_dir: Optional[str], name: str) -> str:
+  """Writes the figure to ``out_dir/name`` and returns ``name``; with ``out_dir=None`` only returns ``name`` (the
+  report's text without its figures, as ``verify`` recomputes it)."""
+  if out_dir is None:
+    return name
   fig.tight_layout()
   io_utils.write_file_atomic(os.path.join(out_dir, name), lambda path: fig.savefig(path, dpi=110))
   return name
@@ -87,7 +91,7 @@ def _legend(ax, n: int, **kw) -> None:
     ax.legend(fontsize=7, **kw)
 
 
-def steps_vs_batch(out_dir: str, name: str, batches: Sequence[float], steps: Sequence[float],
+def steps_vs_batch(out_dir: Optional[str], name: str, batches: Sequence[float], steps: Sequence[float],
                    fit: Optional[InverseLawFit] = None, ylabel: str = "training steps to reach the target",
                    *, title: str = "Steps to target against batch size", target: str = "") -> str:
   """Log-log steps-to-target with the fitted S(B) and the perfect-scaling line (slope −1 through the first point).
@@ -115,7 +119,7 @@ def steps_vs_batch(out_dir: str, name: str, batches: Sequence[float], steps: Seq
   return _save(fig, out_dir, name)
 
 
-def accuracy_vs_batch(out_dir: str, name: str, series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+def accuracy_vs_batch(out_dir: Optional[str], name: str, series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
                       ylabel: str = "final test accuracy (%)", *,
                       title: str = "Final test accuracy against batch size") -> str:
   """One line per optimizer: accuracy (a fraction, drawn in %) against batch size (log₂ axis)."""
@@ -140,7 +144,7 @@ _WORDS = {"eval_accuracy": "test accuracy (%)", "validation_accuracy": "validati
           "validation_loss": "validation loss (log scale)"}
 
 
-def training_curves(out_dir: str, name: str, curves: Mapping[str, Sequence[Mapping]],
+def training_curves(out_dir: Optional[str], name: str, curves: Mapping[str, Sequence[Mapping]],
                     acc_key: str = "eval_accuracy", loss_key: str = "train_loss", *,
                     title: str = "Training curves", target: Optional[float] = None) -> str:
   """Accuracy (%) against epoch (step if no epoch) and loss against step, one line per trial; ``target`` (a
@@ -173,7 +177,7 @@ def training_curves(out_dir: str, name: str, curves: Mapping[str, Sequence[Mappi
   return _save(fig, out_dir, name)
 
 
-def series_plot(out_dir: str, name: str, series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+def series_plot(out_dir: Optional[str], name: str, series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
                 xlabel: str, ylabel: str, hline: Optional[float] = None, hlabel: str = "",
                 logx: bool = True, logy: bool = True, *, title: str = "") -> str:
   """Several (x, y) series on log (or linear) axes, with an optional horizontal reference line."""
@@ -200,7 +204,7 @@ def series_plot(out_dir: str, name: str, series: Mapping[str, tuple[Sequence[flo
   return _save(fig, out_dir, name)
 
 
-def cbs_trajectory(out_dir: str, name: str, cbs: Sequence, base_batch: int,
+def cbs_trajectory(out_dir: Optional[str], name: str, cbs: Sequence, base_batch: int,
                    b_simple: Sequence[Optional[float]]) -> str:
   """CBS(t) as brackets [low, high] (a point with no passing batch is drawn at B0; a censored one with an upward
   triangle: CBS ≥ its top) and B_simple(t) against the branch point in epochs, log y (``cbs``: CriticalBatch)."""

@@ -34,7 +34,8 @@ tested batch: not large, with the techniques that reach there), 'in B_L's bracke
 'large with <techniques>' (B ≥ B_L, where linear scaling fails or was not run and these techniques reach), 'huge'
 (every declared technique failed), 'large or huge: undetermined (no technique tried)' and 'large or huge:
 undetermined (untried: …)' (B ≥ B_L, or B_L not found, where linear scaling fails and no declared technique was
-run, or those run failed and the others were not: Defs 2.1–2.2 cannot tell large from huge there), 'large: below B_H (…)' (the same, but below a batch that a technique reached: only
+run, or those run failed and the others were not: Defs 2.1–2.2 cannot tell large from huge there), 'large: below B_H
+(…)' (the same, but below a batch that a technique reached: only
 B > B_H is huge, Def. 2.2), 'untested' (nothing finished yet). A batch ≥ B_F is also marked full.
 """
 from __future__ import annotations
@@ -42,7 +43,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable, Mapping, Optional, Sequence
 
-import numpy as np
 
 from lamb_lars.common import durations
 from lamb_lars.study.analysis import verdict as vd

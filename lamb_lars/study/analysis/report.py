@@ -5,7 +5,8 @@ Sections: settings; runs; baseline; regimes (You et al. 2020 Defs 2.1–2.3) wit
 huge-batch points; Table 3 (You et al. 2020); steps to target (Shallue et al. 2018) with the S(B) fit, t(B), B*
 and the Golmant et al. 2018 breakdown point; predicted (gradient noise scale, McCandlish et al. 2018) vs fitted
 B_crit; accuracy vs batch; training curves; distance from init; trust ratios. A branching study (trials of role
-``branch``) gets the critical batch over training (Merrill et al. 2025; report_branching.py) instead of the ladder's. Every measured number stands next
+``branch``) gets the critical batch over training (Merrill et al. 2025; report_branching.py) instead of the ladder's.
+Every measured number stands next
 to the paper's where the paper has one. A section whose data the study did not log is left out (the Trials section
 says which); a section that has data but cannot conclude says why. Accuracies are in %, and every table says in its
 caption which trial's number it shows ("best" is defined once per table). Definitions: docs/studies.md.
@@ -124,6 +125,26 @@ def _baseline_section(baseline: Optional[Baseline], note: str, spec: ReportSpec)
   return lines
 
 
+_REGIMES_BEST_NOTE = (
+    "Best = the highest test accuracy at any evaluation of a trial (Def. 2.1 asks whether a run reaches "
+    "99.5%·A within ρ epochs), and for a technique the trial with the highest such value. The regime "
+    "label reads every trial: one reaching run of a technique is evidence that it reaches (Def. 2.2). The "
+    "Def. 2.2 verdict reads, per technique, the configuration its cell chose on the validation split with "
+    "all its seeds (replicates), so that the best of many trials on the test set does not decide it; the "
+    "technique with the strongest verdict is shown.")
+
+
+def _regimes_verdict_note() -> str:
+  """How B_L is bracketed and how a Def. 2.1/2.2 verdict is read (the reading of docs/studies.md, Regimes)."""
+  return (f"Measured B_L is the smallest tested batch above B0 whose linear-scaling run fails Def. 2.1; the true "
+          "B_L lies in (last pass, first fail]. Verdicts: `pass` / `fail` when the interval (95% over seeds, or "
+          f"one run ± {100 * regimes.vd.ACC_TOLERANCE:g} pp accuracy / ± {100 * regimes.vd.LOSS_TOLERANCE:g}% "
+          f"loss) is on one side of the threshold, `{regimes.vd.INCONCLUSIVE}` when it straddles it (the margin "
+          "is smaller than the interval's half-width). Defs 2.1–2.2 are read at any evaluation within ρ epochs: "
+          "a run meets them when some evaluation does, and contributes its best such evaluation to a verdict "
+          "(docs/studies.md, Regimes).")
+
+
 def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec: ReportSpec,
                      reps: Sequence[Trial] = ()) -> list[str]:
   """Def. 2.1–2.3 with their brackets; a verdict reads every seed of a configuration (its replicates too)."""
@@ -165,13 +186,7 @@ def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec
     lines += [f"Square-root scaling (η·√(B/B0), the alternative of the paper's Optimization 0, §3.1) under the same "
               f"test: first failing tested batch {fmt(fail)}, last passing below it {fmt(last)}. B_L above is "
               "linear scaling's (Def. 2.1).", ""]
-  lines += [f"Measured B_L is the smallest tested batch above B0 whose linear-scaling run fails Def. 2.1; the true "
-            "B_L lies in (last pass, first fail]. Verdicts: `pass` / `fail` when the interval (95% over seeds, or "
-            f"one run ± {100 * regimes.vd.ACC_TOLERANCE:g} pp accuracy / ± {100 * regimes.vd.LOSS_TOLERANCE:g}% "
-            f"loss) is on one side of the threshold, `{regimes.vd.INCONCLUSIVE}` when it straddles it (the margin "
-            "is smaller than the interval's half-width). Defs 2.1–2.2 are read at any evaluation within ρ epochs: "
-            "a run meets them when some evaluation does, and contributes its best such evaluation to a verdict "
-            "(docs/studies.md, Regimes).", ""]
+  lines += [_regimes_verdict_note(), ""]
   rows = [[b, label, ", ".join(f"`{t.run_id}` {t.status} {pct(t.best(ACC_KEY))}%" for t in lin[b]) or "not run",
            shown(d21v.get(b, "—"))] + ([shown(sqrt_v.get(b, "—"))] if sqrt_v else [])
           + [_techniques_cell(trials, spec.techniques, b), d22[b].short() if b in d22 else "—"]
@@ -179,12 +194,7 @@ def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec
   lines += table(["batch", "regime", "linear scaling (best test acc)", "Def. 2.1"]
                  + (["√ scaling, same test"] if sqrt_v else []) + ["techniques (best test acc within ρ)",
                                                                   "Def. 2.2 reach (chosen, its seeds)"], rows)
-  lines += ["Best = the highest test accuracy at any evaluation of a trial (Def. 2.1 asks whether a run reaches "
-            "99.5%·A within ρ epochs), and for a technique the trial with the highest such value. The regime "
-            "label reads every trial: one reaching run of a technique is evidence that it reaches (Def. 2.2). The "
-            "Def. 2.2 verdict reads, per technique, the configuration its cell chose on the validation split with "
-            "all its seeds (replicates), so that the best of many trials on the test set does not decide it; the "
-            "technique with the strongest verdict is shown.", ""]
+  lines += [_REGIMES_BEST_NOTE, ""]
   lines += _other_reading(own_trials=trials, reps=reps, baseline=baseline, spec=spec, loss_key=loss_key, r=r,
                           lin=lin, d21v=d21v, d22=d22)
   cautions = reach.disagreements(r, d21v, d22)
@@ -227,7 +237,7 @@ def _techniques_cell(trials: Sequence[Trial], techniques: Sequence[str], batch: 
 
 
 def _table3_section(trials: Sequence[Trial], spec: ReportSpec, baseline_batch: Optional[int],
-                    out_dir: str) -> list[str]:
+                    out_dir: Optional[str]) -> list[str]:
   if not any(t.role == "table3" for t in trials):
     return []
   lines = ["## Table 3: optimizer × layer-wise variants", ""]
@@ -272,9 +282,11 @@ def _table3_curves(trials: Sequence[Trial], cells: table3.Table3, batch: int) ->
   return out
 
 
-def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = ReportSpec()) -> str:
-  """Writes ``out_dir/README.md`` and its PNG plots; returns the README path."""
+def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = ReportSpec(), *,
+                 figures: bool = True) -> str:
+  """Writes ``out_dir/README.md`` and, with ``figures``, its PNG plots; returns the README path."""
   io_utils.makedirs(out_dir)
+  fig_dir = out_dir if figures else None  # where the sections' plots go (None: named, not drawn)
   everything = list(trials)   # the Trials table counts the branches; CBS(t) reads them; no other section does
   trials = [t for t in everything if t.role != "branch"]
   # The single-run sections read the study's own trials; the regimes' Def. 2.1/2.2 verdicts read each
@@ -283,10 +295,10 @@ def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = Repor
   reps = [t for t in trials if t.phase == "replicate"]
   baseline, note = _baseline(own, spec, reps)
   target_trials = [t for t in own if not spec.target_technique or t.technique == spec.target_technique]
-  steps_lines, fit = report_scaling.steps_section(target_trials, spec.target, out_dir)
+  steps_lines, fit = report_scaling.steps_section(target_trials, spec.target, fig_dir)
   goal = spec.target.goal if spec.target and spec.target.metric == ACC_KEY else None
   sections = [("Critical batch over training", "", report_branching.section(
-                  everything, out_dir, num_train=spec.num_train, epsilon=spec.branch_epsilon,
+                  everything, fig_dir, num_train=spec.num_train, epsilon=spec.branch_epsilon,
                   relative=spec.branch_relative, loss_key=spec.branch_loss,
                   other_epsilons=spec.branch_epsilons) if spec.branch_epsilon > 0 else []),
               ("Baseline and Regimes", "no baseline trial (role `baseline`), which You et al. 2020 Defs 2.1–2.3 need",
@@ -295,22 +307,22 @@ def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = Repor
                + ([] if spec.branch_epsilon > 0 else _regimes_section(own, baseline, spec, reps))),
               ("Huge-batch results next to the paper", "", report_curves.points_section(
                   trials, paper.POINTS.get(spec.workload, ()), spec.num_train, spec.select_on)),
-              ("Table 3", "", _table3_section(trials, spec, baseline.batch_size if baseline else None, out_dir)),
+              ("Table 3", "", _table3_section(trials, spec, baseline.batch_size if baseline else None, fig_dir)),
               ("Replicates and search adequacy", "",
                report_replicates.sections(trials, spec, baseline.batch_size if baseline else None)),
               ("Steps to target", f"no trial of technique `{spec.target_technique}`" if spec.target_technique
                else "", steps_lines),
               ("Predicted vs fitted critical batch", "no run logged `noise_scale` (McCandlish et al. 2018)",
-               report_scaling.noise_section(trials, out_dir, fit, spec.max_curves)),
+               report_scaling.noise_section(trials, fig_dir, fit, spec.max_curves)),
               ("Accuracy vs batch size", "no finished run logged `eval_accuracy`",
-               report_curves.accuracy_section(trials, out_dir, spec.select_on)),
+               report_curves.accuracy_section(trials, fig_dir, spec.select_on)),
               ("Training curves", "no run has evaluations",
-               report_curves.curves_section(trials, out_dir, spec.max_curves, target=goal,
+               report_curves.curves_section(trials, fig_dir, spec.max_curves, target=goal,
                                             select_on=spec.select_on)),
               ("Distance from initialisation", "no run logged `dist_from_init`",
-               report_curves.diffusion_section(trials, out_dir, spec.max_curves)),
-              ("Trust ratios", "no run logged `trust_ratio/<layer>`", report_curves.trust_section(trials, out_dir)),
-              ("Batch-size warmup", "", batch_warmup.section(trials, out_dir, spec.noninferiority_margin))]
+               report_curves.diffusion_section(trials, fig_dir, spec.max_curves)),
+              ("Trust ratios", "no run logged `trust_ratio/<layer>`", report_curves.trust_section(trials, fig_dir)),
+              ("Batch-size warmup", "", batch_warmup.section(trials, fig_dir, spec.noninferiority_margin))]
   if spec.branch_epsilon > 0:  # a branching study: a reference and its branches, no ladder to fit or replicate
     sections = [s for s in sections if s[0] in _BRANCHING_SECTIONS]
   elif trials and all(t.role == batch_warmup.ROLE for t in trials):

@@ -90,7 +90,8 @@ DEFAULT_ABSOLUTE_FACTORS = (0.1, 0.2, 0.5, 2.0)      # an absolute ε: these mul
 def other_epsilons(epsilon: float, relative: bool, given: Sequence[float] = ()) -> list[float]:
   """The ε values of the sensitivity table: ``given`` (the config's ``epsilon_sensitivity``), else the defaults
   above; the pre-registered ``epsilon`` is always among them."""
-  vals = list(given) or (list(DEFAULT_RELATIVE_EPSILONS) if relative else [epsilon * f for f in DEFAULT_ABSOLUTE_FACTORS])
+  defaults = list(DEFAULT_RELATIVE_EPSILONS) if relative else [epsilon * f for f in DEFAULT_ABSOLUTE_FACTORS]
+  vals = list(given) or defaults
   return sorted(set(vals) | {epsilon})
 
 
@@ -113,7 +114,7 @@ def sensitivity(found: Sequence[branching.BranchLoss], b0: int, epsilon: float, 
           + table(["point (epochs)"] + [f"ε = {name(e)}" for e in eps], rows))
 
 
-def section(trials: Sequence[Trial], out_dir: str, *, num_train: int, epsilon: float, relative: bool,
+def section(trials: Sequence[Trial], out_dir: Optional[str], *, num_train: int, epsilon: float, relative: bool,
             loss_key: str, other_epsilons: Sequence[float] = ()) -> list[str]:
   """The section's markdown lines ([] when the study has no branches)."""
   found, missing = branch_losses(trials, num_train, loss_key)

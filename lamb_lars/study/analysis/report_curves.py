@@ -78,7 +78,7 @@ def _label(t: Trial) -> str:
   return f"{t.optimizer or '?'} {VARIANT_WORDS.get(t.variant, t.variant)}".strip()
 
 
-def accuracy_section(trials, out_dir: str, select_on: str = "test") -> list[str]:
+def accuracy_section(trials, out_dir: Optional[str], select_on: str = "test") -> list[str]:
   lines = ["## Accuracy vs batch size", ""]
   groups: dict[tuple[str, int], list[Trial]] = {}
   for t in trials:
@@ -142,7 +142,7 @@ def points_section(trials: Sequence[Trial], points: Sequence[tuple], num_train: 
           + [f"Measured = {measured} paper's settings this study did not run are not listed.", ""])
 
 
-def curves_section(trials, out_dir: str, limit: int, target: Optional[float] = None,
+def curves_section(trials, out_dir: Optional[str], limit: int, target: Optional[float] = None,
                    select_on: str = "test") -> list[str]:
   lines = ["## Training curves", ""]
   best = best_per_batch(trials, limit, select_on)
@@ -164,7 +164,7 @@ def series(t: Trial, key: str) -> tuple[list[float], list[float]]:
   return [r["step"] for r in rows], [r[key] for r in rows]
 
 
-def diffusion_section(trials, out_dir: str, limit: int) -> list[str]:
+def diffusion_section(trials, out_dir: Optional[str], limit: int) -> list[str]:
   lines = ["## Distance from initialisation", ""]
   have = [t for t in trials if any(r.get("dist_from_init") is not None for r in t.curve)]
   if not have:
@@ -178,7 +178,7 @@ def diffusion_section(trials, out_dir: str, limit: int) -> list[str]:
                   f"![distance from init]({name})", ""]
 
 
-def trust_section(trials, out_dir: str) -> list[str]:
+def trust_section(trials, out_dir: Optional[str]) -> list[str]:
   lines = ["## Trust ratios", ""]
   have = [t for t in trials if any(k.startswith("trust_ratio/") for r in t.curve for k in r)]
   if not have:

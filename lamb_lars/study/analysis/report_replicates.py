@@ -200,6 +200,15 @@ def _candidates(trials: Sequence[Trial], reps: Sequence[Trial], metric: str, goa
   return out
 
 
+_SENSITIVITY_INTRO = (
+    "Each target's B_crit refitted under the choices behind it: the interval over trials and seeds re-applies "
+    "each batch's choice of configuration to its resampled candidates (the chosen configuration with its "
+    "replicate seeds, every other full-budget trial of the cell with its one run, ranked by validation "
+    "accuracy); 'reached seeds only' drops the seeds that missed the target (censored); 'baseline recipe at "
+    "B0' puts the baseline's seeds in place of the tuned B0 cell. A statement about B_crit at a target holds "
+    "only if it holds over its whole row group.")
+
+
 def sensitivity_section(trials: Sequence[Trial], target: Target, goals: Sequence[float], headline: Optional[float],
                         target_technique: str, bootstrap_num: int = 200) -> list[str]:
   """B_crit's sensitivity to the choices behind it (issue 41), per target: the published fit with its interval
@@ -255,13 +264,7 @@ def sensitivity_section(trials: Sequence[Trial], target: Target, goals: Sequence
       spans.append(f"{name}: {fmt(min(values))} … {fmt(max(values))}")
   if not rows:
     return []
-  return (["### B_crit sensitivity", "",
-           "Each target's B_crit refitted under the choices behind it: the interval over trials and seeds re-applies "
-           "each batch's choice of configuration to its resampled candidates (the chosen configuration with its "
-           "replicate seeds, every other full-budget trial of the cell with its one run, ranked by validation "
-           "accuracy); 'reached seeds only' drops the seeds that missed the target (censored); 'baseline recipe at "
-           "B0' puts the baseline's seeds in place of the tuned B0 cell. A statement about B_crit at a target holds "
-           "only if it holds over its whole row group.", ""]
+  return (["### B_crit sensitivity", "", _SENSITIVITY_INTRO, ""]
           + table(["target", "variant", "B_crit", "95% interval", "points"], rows)
           + ["B_crit over every variant, interval and left-out batch of the table: " + "; ".join(spans) + ".", ""])
 

@@ -40,7 +40,8 @@ def b_crit_caveat(fit: critical_batch.InverseLawFit, batches: Sequence[int]) -> 
           f"Up to there S(B) shows no bend, so the data only say B_crit ≳ {largest}.")
 
 
-def steps_section(trials, target: Optional[Target], out_dir: str) -> tuple[list[str], Optional[critical_batch.InverseLawFit]]:
+def steps_section(trials, target: Optional[Target],
+                  out_dir: Optional[str]) -> tuple[list[str], Optional[critical_batch.InverseLawFit]]:
   lines = ["## Steps to target", ""]
   if target is None:
     return lines + ["No target given (`target=Target(metric, goal, mode)`): steps-to-target, the S(B) fit, "
@@ -77,7 +78,8 @@ def steps_section(trials, target: Optional[Target], out_dir: str) -> tuple[list[
   if len(times) >= 2:
     stf = critical_batch.fit_step_time(list(times), list(times.values()))
     lines += [f"Step time t(B) = γ + δ·B: γ = {stf.gamma:.4g} s, δ = {stf.delta:.4g} s/example "
-              f"(median Δwall/Δstep per batch, first eval interval skipped; least squares in relative error, γ, δ ≥ 0)."]
+              "(median Δwall/Δstep per batch, first eval interval skipped; "
+              "least squares in relative error, γ, δ ≥ 0)."]
     if fit is not None and stf.delta == 0:
       lines += ["δ = 0: a step costs the same at every batch, so a larger batch is always faster (B* = ∞)."]
     elif fit is not None and stf.gamma > 0:
@@ -127,7 +129,7 @@ def late_median(t: Trial, key: str) -> Optional[float]:
   return float(np.median(v)) if v else None
 
 
-def noise_section(trials, out_dir: str, fit: Optional[critical_batch.InverseLawFit], limit: int) -> list[str]:
+def noise_section(trials, out_dir: Optional[str], fit: Optional[critical_batch.InverseLawFit], limit: int) -> list[str]:
   lines = ["## Predicted vs fitted critical batch", ""]
   have = [t for t in trials if t.status != "failed" and late_median(t, "noise_scale") is not None]
   if not have:

@@ -61,7 +61,8 @@ def _best_c(g: np.ndarray, ly: np.ndarray, cens: np.ndarray) -> tuple[np.ndarray
   """For each row of ``g`` ([K, n]: log Ŝ_i = c + g_i): argmin over c of the loss and its value, in closed form.
 
   With r_i = log y_i − g_i the derivative in c is Σ_reached (c − r_i) + Σ_censored, r_i > c (c − r_i): continuous,
-  piecewise linear and increasing (``fit`` requires reached points, so n_u ≥ 2). With the censored r sorted in decreasing order
+  piecewise linear and increasing (``fit`` requires reached points, so n_u ≥ 2). With the censored r sorted in
+  decreasing order
   (r_(0) ≥ r_(1) ≥ …) and P_j = Σ_{i<j} r_(i), it is n_u·r_(j) − S_u + j·r_(j) − P_j at the breakpoint r_(j); the
   censored points active at the minimum are the k breakpoints where it is positive (the minimiser lies below
   them), and c = (S_u + P_k)/(n_u + k), S_u = Σ_reached r_i, n_u their count."""

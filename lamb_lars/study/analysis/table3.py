@@ -135,7 +135,8 @@ def batch_label(batch: int) -> str:
 
 def study_table3(trials: Sequence[Trial], batch: Optional[int], baseline_batch: Optional[int], workload: str,
                  num_classes: int) -> tuple[int, Optional[int], Table3]:
-  """(the Table 3 batch, its B0 column's batch or None, the table) of a study, as both report sections read it: at ``batch`` (else the largest
+  """(the Table 3 batch, its B0 column's batch or None, the table) of a study, as both report sections read it: at
+  ``batch`` (else the largest
   ``role='table3'`` batch), with a B0 column at the baseline's batch, else the paper's B0 (so a Table 3 study
   without a 'baseline' trial still compares its B0 cells with the paper)."""
   from lamb_lars.study import paper

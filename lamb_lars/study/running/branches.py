@@ -25,7 +25,6 @@ runs (:func:`prepare`).
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import ml_collections

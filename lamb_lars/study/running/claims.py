@@ -41,7 +41,8 @@ _REF = re.compile(r"(?:\bDefs?\.?|\bDefinitions?|\bTables?|\bFig(?:ure)?s?\.?|\b
                   re.IGNORECASE)
 # A number: optional sign, digits with thousands commas, decimals, optional exponent, an optional K suffix. Not
 # glued to a letter, digit or '.' on the left, nor to a letter (other than the K) on the right.
-_NUM = re.compile(r"(?<![\w.])(?<!\w-)([−\-+]?)(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(?:e([−\-+]?\d{1,2})(?!\d))?(K)?(?![\w])")
+_NUM = re.compile(r"(?<![\w.])(?<!\w-)([−\-+]?)(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?"
+                  r"(?:e([−\-+]?\d{1,2})(?!\d))?(K)?(?![\w])")
 _DATA_NUM = re.compile(r"([−\-+]?)(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(?:e([−\-+]?\d{1,2})(?!\d))?(K)?")  # fixed_256 too
 
 

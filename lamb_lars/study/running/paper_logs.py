@@ -5,7 +5,8 @@ The paper's MNIST code (GitHub ``fastalgo/mnist_tpu``) left about 1,900 log file
 :data:`lamb_lars.study.paper.AUTHORS` transcribes the logs of the configurations in ``configs/paper/``.
 
   python -m lamb_lars.study.running.paper_logs run --workdir=studies/mnist_paper_logs --seeds=0,1 --workers=2
-  python -m lamb_lars.study.running.paper_logs report --workdir=studies/mnist_paper_logs --out=docs/studies/mnist_paper_logs
+  python -m lamb_lars.study.running.paper_logs report --workdir=studies/mnist_paper_logs \\
+    --out=docs/studies/mnist_paper_logs
 
 ``run`` trains each configuration × seed in its own process (``WORKDIR/<config>/seed<k>``), ``--workers`` at a time;
 re-running it skips finished runs and resumes a killed one from its checkpoint. ``report`` writes ``runs.csv``
@@ -29,6 +30,8 @@ from typing import Optional, Sequence
 from lamb_lars.common import io_utils, run_files
 from lamb_lars.study import paper
 from lamb_lars.study.analysis import authors_logs
+from lamb_lars.study.running import code_state
+from lamb_lars.study.running import manifest as manifest_lib
 from lamb_lars.study.running.executor import slot_cpus, usable_cpus
 
 KIND = "paper_logs"  # manifest.json's kind: verify dispatches on it
@@ -151,11 +154,10 @@ def run(workdir: str, configs: Sequence[str], seeds: Sequence[int],
 def record_command(workdir: str, command: str) -> None:
   """Appends ``command`` to WORKDIR/commands.txt, time-stamped, with the commit of the code that runs it
   (workdir.command_line); the published manifest's ``run_commands`` are these lines."""
-  from lamb_lars.study.running import provenance
   from lamb_lars.study.running import workdir as wd
   os.makedirs(workdir, exist_ok=True)
   with open(os.path.join(workdir, "commands.txt"), "a") as f:
-    f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')}  {wd.command_line(command, provenance.code_state())}"
+    f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')}  {wd.command_line(command, code_state.code_state())}"
             f"{_placement()}\n")
 
 
@@ -219,8 +221,7 @@ def _read_csv(path: str) -> list[dict]:
 
 def write_report(workdir: str, out: str, command: str) -> None:
   """runs.csv, authors.csv, README.md (computed from the CSVs) and manifest.json in ``out``."""
-  from lamb_lars.study.running import provenance
-  code = provenance.code_state()  # before writing: the report's own files would make the checkout look edited
+  code = code_state.code_state()  # before writing: the report's own files would make the checkout look edited
   os.makedirs(out, exist_ok=True)
   _write_csv(os.path.join(out, "runs.csv"), authors_logs.RUNS_COLUMNS, collect(workdir))
   _write_csv(os.path.join(out, "authors.csv"), authors_logs.AUTHORS_COLUMNS, authors_logs.authors_rows())
@@ -229,19 +230,18 @@ def write_report(workdir: str, out: str, command: str) -> None:
   commands = os.path.join(workdir, "commands.txt")  # how the runs were launched, at which commit (record_command)
   manifest = dict(kind=KIND, code=code, report_command=command,
                   run_commands=open(commands).read().splitlines() if os.path.exists(commands) else [],
-                  machine=provenance.machine(), runs=len(collect(workdir)),
-                  files={n: provenance.sha256(os.path.join(out, n)) for n in FILES})
-  provenance.write_manifest(out, manifest)
+                  machine=code_state.machine(), runs=len(collect(workdir)),
+                  files={n: code_state.sha256(os.path.join(out, n)) for n in FILES})
+  manifest_lib.write_manifest(out, manifest)
 
 
 def verify(out: str, manifest: dict) -> list[str]:
   """The mismatches of a published comparison with its manifest: file hashes, authors.csv against
   :data:`lamb_lars.study.paper.AUTHORS`, and the README recomputed from runs.csv (one sentence each)."""
-  from lamb_lars.study.running import provenance
-  problems = [f"{n} has sha256 {provenance.sha256(os.path.join(out, n))[:12]}…, the manifest says "
+  problems = [f"{n} has sha256 {code_state.sha256(os.path.join(out, n))[:12]}…, the manifest says "
               f"{str(manifest.get('files', {}).get(n))[:12]}…." for n in FILES
               if not os.path.isfile(os.path.join(out, n))
-              or provenance.sha256(os.path.join(out, n)) != manifest.get("files", {}).get(n)]
+              or code_state.sha256(os.path.join(out, n)) != manifest.get("files", {}).get(n)]
   if problems:
     return problems
   theirs = [list(r.values()) for r in _read_csv(os.path.join(out, "authors.csv"))]
@@ -257,7 +257,8 @@ def verify(out: str, manifest: dict) -> list[str]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-  ap = argparse.ArgumentParser(prog="python -m lamb_lars.study.running.paper_logs", description=__doc__.split("\n\n")[0])
+  ap = argparse.ArgumentParser(prog="python -m lamb_lars.study.running.paper_logs",
+                               description=__doc__.split("\n\n")[0])
   sub = ap.add_subparsers(dest="cmd", required=True)
   r = sub.add_parser("run")
   r.add_argument("--workdir", required=True)
@@ -266,7 +267,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   r.add_argument("--workers", type=int, default=1, help="runs at once, each pinned to its share of the CPUs")
   r.add_argument("--memory_gb", type=float, default=None,
                  help="host memory the runs at once may use (default: 90%% of the machine's); see estimated_gb")
-  r.add_argument("--slice_lrs", default="", help=f"also run {paper.SLICE_CONFIG} at these LRs (the response-surface slice)")
+  r.add_argument("--slice_lrs", default="",
+                 help=f"also run {paper.SLICE_CONFIG} at these LRs (the response-surface slice)")
   p = sub.add_parser("report")
   p.add_argument("--workdir", required=True)
   p.add_argument("--out", required=True)
@@ -292,7 +294,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     workers=a.workers, memory_gb=a.memory_gb)
     print(f"finished: {failed} run(s) failed")
     return 1 if failed else 0
-  write_report(a.workdir, a.out, " ".join(["python -m lamb_lars.study.running.paper_logs"] + list(argv or sys.argv[1:])))
+  command = " ".join(["python -m lamb_lars.study.running.paper_logs"] + list(argv or sys.argv[1:]))
+  write_report(a.workdir, a.out, command)
   return 0
 
 

@@ -6,9 +6,9 @@ from the git checkout holding the config file, the commit at which that file was
 (``git log -1 -- FILE``) and whether it has uncommitted changes; a dirty (or never committed) config in a git
 checkout stops the study with one sentence unless ``--allow_dirty`` is given (then the record says so). A config
 outside any git checkout (a test's temporary file) cannot be pre-registered: the record says so (``commit``:
-None, ``git``: False) and the study runs. ``--config.*`` overrides on the command line are recorded too. The record is written once and kept on resume, so it
-names the state of the thresholds when the first trial started; ``publish`` copies it into the manifest
-(``preregistration``).
+None, ``git``: False) and the study runs. ``--config.*`` overrides on the command line are recorded too. The
+record is written once and kept on resume, so it names the state of the thresholds when the first trial started;
+``publish`` copies it into the manifest (``preregistration``).
 """
 from __future__ import annotations
 
@@ -69,7 +69,8 @@ def register(workdir: str, config_path: Optional[str], allow_dirty: bool = False
   if state["git"] and (state["dirty"] or state["commit"] is None) and not allow_dirty:
     raise ValueError(f"the study config {state['config']} has uncommitted changes (or is not committed): commit it "
                      "before the first trial, so that its thresholds are pre-registered, or pass --allow_dirty.")
-  record = {**state, "allow_dirty": bool(allow_dirty), "overrides": list(overrides), "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+  record = {**state, "allow_dirty": bool(allow_dirty), "overrides": list(overrides),
+            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
   io_utils.makedirs(workdir)
   io_utils.write_text_atomic(os.path.join(workdir, FILE), json.dumps(record, indent=1, sort_keys=True) + "\n")
   return record

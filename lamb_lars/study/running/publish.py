@@ -1,23 +1,11 @@
-"""Publishing a study: the raw results as CSV files anyone can re-analyse without this code, and the report
-recomputed from those files alone (so every number in it can be recomputed from them).
-
-``runs.csv``: one row per trial — ``run_id, study, cell, role, technique, batch_size, optimizer, variant,
-learning_rate, warmup_epochs, lr_scaling, num_epochs`` (the epochs the trial ran to), ``budget_epochs, status,
-stopped, final_test_accuracy, final_test_loss, final_validation_accuracy, final_validation_loss,
-best_test_accuracy, steps, wall_time, started, finished, error, overrides`` (JSON of the swept keys), ``seed``
-(initialisation, data order, dropout), ``phase`` (search | extend<k> | replicate), ``replicate_of`` (the chosen
-trial a replicate repeats), ``promoted`` (a pruned trial resumed to its full budget), ``search_space`` (JSON).
-``evals.csv``: one row per evaluation — ``run_id, step, epoch, examples, wall_time, test_accuracy, test_loss,
-validation_accuracy, validation_loss``, then every other logged metric (train loss, LR, noise scale, …).
-The columns are documented in docs/studies.md.
+"""Publishing a study: the raw results as CSV files (csv_tables.py), the report recomputed from those files alone
+(so every number in it can be recomputed from them), and the manifest that records how they were made
+(manifest.py; ``verify`` in provenance.py checks a folder against it).
 """
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 import json
-import math
 import os
 import platform
 import time
@@ -26,103 +14,11 @@ from typing import Any, Optional
 import ml_collections
 
 from lamb_lars.common import io_utils
-from lamb_lars.study.running import preregistration, provenance, sections, store
 from lamb_lars.study.analysis import report
+from lamb_lars.study.records import Target
+from lamb_lars.study.running import code_state, manifest, preregistration, sections, store
 from lamb_lars.study.running import workdir as wd
-from lamb_lars.study.records import Target, Trial
-
-RUN_COLUMNS = ("run_id", "study", "cell", "role", "technique", "batch_size", "optimizer", "variant",
-               "learning_rate", "warmup_epochs", "lr_scaling", "num_epochs", "budget_epochs", "status", "stopped",
-               "final_test_accuracy", "final_test_loss", "final_validation_accuracy", "final_validation_loss",
-               "best_test_accuracy", "steps", "wall_time", "started", "finished", "error", "overrides",
-               "seed", "phase", "replicate_of", "promoted", "search_space")
-EVAL_COLUMNS = ("run_id", "step", "epoch", "examples", "wall_time", "test_accuracy", "test_loss",
-                "validation_accuracy", "validation_loss")
-_RENAME = {"eval_accuracy": "test_accuracy", "eval_loss": "test_loss"}   # trainer key → CSV column
-_BACK = {v: k for k, v in _RENAME.items()}
-_PARAM_KEYS = ("learning_rate", "warmup_epochs", "lr_scaling")
-
-
-def _cell(x: Any) -> Any:
-  if x is None:
-    return ""
-  if isinstance(x, float) and not math.isfinite(x):
-    return str(x)
-  return x
-
-
-def export_csvs(con, study_name: str, out_dir: str) -> tuple[str, str]:
-  """Writes ``runs.csv`` and ``evals.csv`` of the study into ``out_dir``; returns their paths."""
-  io_utils.makedirs(out_dir)
-  run_rows, eval_rows, extra = [], [], []
-  for d in store.runs(con, study=study_name):
-    t = store.to_trial(d, store.evals(con, d["run_id"]))
-    final = t.curve[-1] if t.curve else {}
-    overrides = {k: v for k, v in d["params"].items() if k not in _PARAM_KEYS}
-    run_rows.append({
-        "run_id": t.run_id, "study": d["study"], "cell": t.cell, "role": t.role, "technique": t.technique,
-        "batch_size": t.batch_size, "optimizer": t.optimizer, "variant": t.variant,
-        **{k: d["params"].get(k) for k in _PARAM_KEYS}, "num_epochs": t.final_epoch,
-        "budget_epochs": t.budget_epochs, "status": t.status, "stopped": t.stopped,
-        "final_test_accuracy": final.get("eval_accuracy"), "final_test_loss": final.get("eval_loss"),
-        "final_validation_accuracy": final.get("validation_accuracy"),
-        "final_validation_loss": final.get("validation_loss"), "best_test_accuracy": t.best("eval_accuracy"),
-        "steps": d["steps"], "wall_time": t.wall_time, "started": d["started"], "finished": d["finished"],
-        "error": (t.error or "").strip().splitlines()[-1] if t.error else "",
-        "overrides": json.dumps(overrides, sort_keys=True), "seed": t.seed, "phase": t.phase,
-        "replicate_of": t.replicate_of, "promoted": int(t.promoted),
-        "search_space": json.dumps(t.space, sort_keys=True)})
-    for r in t.curve:
-      row = {"run_id": t.run_id, **{_RENAME.get(k, k): v for k, v in r.items()}}
-      extra += [k for k in row if k not in EVAL_COLUMNS and k not in extra]
-      eval_rows.append(row)
-  runs_path, evals_path = os.path.join(out_dir, "runs.csv"), os.path.join(out_dir, "evals.csv")
-  for path, columns, rows in ((runs_path, RUN_COLUMNS, run_rows),
-                              (evals_path, EVAL_COLUMNS + tuple(sorted(extra)), eval_rows)):
-    f = io.StringIO(newline="")
-    w = csv.DictWriter(f, fieldnames=columns)
-    w.writeheader()
-    for row in rows:
-      w.writerow({k: _cell(row.get(k)) for k in columns})
-    io_utils.write_text_atomic(path, f.getvalue())
-  return runs_path, evals_path
-
-
-def _num(text: str) -> Any:
-  if text == "":
-    return None
-  try:
-    v = float(text)
-  except ValueError:
-    return text
-  return int(v) if v.is_integer() and "." not in text and "e" not in text.lower() and "inf" not in text else v
-
-
-def _read_csv(path: str) -> list[dict]:
-  text = io_utils.read_text(path)
-  if text is None:
-    raise FileNotFoundError(f"{path} does not exist")
-  return list(csv.DictReader(io.StringIO(text, newline="")))
-
-
-def load_csvs(out_dir: str) -> list[Trial]:
-  """The trials as ``records.Trial`` from ``runs.csv`` + ``evals.csv`` alone."""
-  curves: dict[str, list[dict]] = {}
-  for row in _read_csv(os.path.join(out_dir, "evals.csv")):
-    rid = row.pop("run_id")
-    curves.setdefault(rid, []).append({_BACK.get(k, k): _num(v) for k, v in row.items() if v != ""})
-  out = []
-  for r in _read_csv(os.path.join(out_dir, "runs.csv")):
-    v = {k: _num(x) for k, x in r.items()}
-    params = {**json.loads(r["overrides"] or "{}"), **{k: v[k] for k in _PARAM_KEYS if v[k] is not None}}
-    out.append(Trial(run_id=r["run_id"], batch_size=int(v["batch_size"]), optimizer=r["optimizer"],
-                     variant=r["variant"] or "original", role=r["role"] or "search", technique=r["technique"],
-                     cell=r["cell"], params=params, status=r["status"], stopped=r["stopped"] or None,
-                     budget_epochs=v["budget_epochs"], error=r["error"] or None, wall_time=v["wall_time"],
-                     curve=sorted(curves.get(r["run_id"], []), key=lambda row: row["step"]),
-                     seed=v.get("seed"), phase=r.get("phase") or "search", replicate_of=r.get("replicate_of") or "",
-                     promoted=bool(v.get("promoted")), space=json.loads(r.get("search_space") or "{}")))
-  return out
+from lamb_lars.study.running.csv_tables import export_csvs, load_csvs
 
 
 def _study_window(con, study_name: str) -> tuple[Optional[float], Optional[float], float]:
@@ -149,17 +45,6 @@ def _key_values(d: dict) -> str:
   return ", ".join(f"{k}={json.dumps(v) if isinstance(v, (dict, list)) else v}" for k, v in sorted(d.items())) or "—"
 
 
-def _cpu_model() -> str:
-  try:
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor() or "unknown CPU"
-
-
 def report_spec(study: ml_collections.ConfigDict, workdir: str, con) -> report.ReportSpec:
   """The report's settings from the study config's ``analysis`` section and the workdir's history."""
   a = sections.section(study, "analysis")
@@ -172,7 +57,7 @@ def report_spec(study: ml_collections.ConfigDict, workdir: str, con) -> report.R
               f"{base.eval_every_epochs:g} epoch(s)",
               f"- search: {_key_values(_plain_dict(study.get('search')))}; runner: "
               f"{_key_values({k: v for k, v in _plain_dict(study.get('runner')).items() if k != 'env'})}",
-              f"- machine: {os.cpu_count()} CPUs ({_cpu_model()}), {platform.system()} {platform.release()}",
+              f"- machine: {os.cpu_count()} CPUs ({code_state.cpu_model()}), {platform.system()} {platform.release()}",
               ] + ([f"- first trial started {stamp(first)}, last finished {stamp(last)}; wall time with at least "
                     f"one trial running: {busy / 60:.1f} min"] if first else [])
   cmds = wd.commands(workdir)
@@ -200,12 +85,12 @@ def _branching_spec(study: ml_collections.ConfigDict) -> dict[str, Any]:
 
 def publish(workdir: str, out_dir: Optional[str] = None, command: Optional[str] = None) -> str:
   """Writes runs.csv, evals.csv, README.md and PNGs of the study in ``workdir`` to ``out_dir`` (default
-  ``<workdir>/report``); the report is computed from the CSV files. Then ``manifest.json`` (provenance.py): the
+  ``<workdir>/report``); the report is computed from the CSV files. Then ``manifest.json`` (manifest.py): the
   code commit, the study's commands and ``command`` (this report's), the config hash, the machine, the trial
   window and counts, the files' sha256 and the report's settings, so ``verify`` can recompute the README.
   Returns the README path."""
   study = wd.load_study_config(workdir)
-  code = provenance.code_state()  # before writing: the report's own files would make the checkout look edited
+  code = code_state.code_state()  # before writing: the report's own files would make the checkout look edited
   out_dir = out_dir or os.path.join(workdir, "report")
   if not io_utils.is_remote(out_dir) and os.path.exists(out_dir) and not os.path.isdir(out_dir):
     raise ValueError(f"--out={out_dir} is a file; give a directory for the report.")
@@ -225,7 +110,7 @@ def publish(workdir: str, out_dir: Optional[str] = None, command: Optional[str] 
         "[discussion.md](discussion.md)."))
   readme = report.write_report(load_csvs(out_dir), out_dir, spec)
   config_json = io_utils.read_text(os.path.join(workdir, wd.STUDY_CONFIG_FILE))
-  provenance.write_manifest(out_dir, provenance.build_manifest(
+  manifest.write_manifest(out_dir, manifest.build_manifest(
       out_dir, spec, study=study.name, commands=wd.commands(workdir) + ([command] if command else []),
       config_json=config_json, code=code, claims_checked=True,
       preregistration=preregistration.load(workdir)))  # verify: every number discussion.md quotes

@@ -34,7 +34,8 @@ def connect(address: Optional[str] = None, *, timeout_s: float = 5.0, init_timeo
 
   ``address``: ``HOST:PORT`` of the head's GCS (``ray start --head --port=PORT``), ``auto`` (the cluster this
   machine belongs to, or ``$RAY_ADDRESS``), ``ray://HOST:10001`` (Ray Client), or empty: ``$RAY_ADDRESS`` or the
-  local cluster if one runs, else a new single-node Ray for this process (the CLI's default is ``auto``). Failures are one-sentence ValueErrors,
+  local cluster if one runs, else a new single-node Ray for this process (the CLI's default is ``auto``). Failures are
+  one-sentence ValueErrors,
   within ``timeout_s`` for an address where nothing or something else listens, ``init_timeout_s`` otherwise.
   """
   ray = import_ray()

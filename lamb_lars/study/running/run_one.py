@@ -5,7 +5,8 @@ it trains (so two processes never train the same run, even if a killed runner le
 ``train_and_evaluate(config, RUN_DIR)``, which resumes from ``RUN_DIR/checkpoints`` and writes ``metrics.jsonl``
 and ``result.json`` (status done / diverged). Any exception is written to ``RUN_DIR/error.txt`` and the exit code is
 1; the runner then records the run as ``failed`` with that text. A config or data mistake (``ConfigError``,
-``DatasetNotFoundError``, or the run dir locked by another trial) is its one sentence, ``Type: message``; anything else is a bug and keeps its traceback
+``DatasetNotFoundError``, or the run dir locked by another trial) is its one sentence, ``Type: message``; anything
+else is a bug and keeps its traceback
 (ending with ``Type: message``), in ``error.txt`` and in the run's log.
 """
 from __future__ import annotations
@@ -29,7 +30,8 @@ CACHE_DIR = "jax_cache"
 
 def enable_compilation_cache() -> Optional[str]:
   """Points JAX's persistent compilation cache at ``$LAMB_LARS_COMPILATION_CACHE/<host>`` when that is set (and
-  ``JAX_COMPILATION_CACHE_DIR`` is not), and returns the directory. Per host: compiled CPU code may use the instruction set of the host that compiled it,
+  ``JAX_COMPILATION_CACHE_DIR`` is not), and returns the directory. Per host: compiled CPU code may use the
+  instruction set of the host that compiled it,
   and a Ray cluster's nodes share the workdir. An entry another trial is still writing reads as an error, which
   JAX answers by compiling (jax/_src/compiler.py ``_cache_read``)."""
   root = os.environ.get(CACHE_ENV, "")

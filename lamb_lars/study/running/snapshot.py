@@ -21,7 +21,6 @@ takes the snapshot): resume at that commit, so that the study's manifest names o
 from __future__ import annotations
 
 import collections
-import json
 import os
 import shutil
 import sqlite3
@@ -29,7 +28,7 @@ import time
 from typing import Optional
 
 from lamb_lars.common import io_utils, run_files, workdir_lock
-from lamb_lars.study.running import provenance, store
+from lamb_lars.study.running import code_state, store
 from lamb_lars.study.running import workdir as wd
 
 SNAPSHOT_FILE = "snapshot.json"
@@ -92,7 +91,8 @@ def snapshot(workdir: str, out: str, code_dir: Optional[str] = None) -> dict:
   finally:
     con.close()
   record = {"taken": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "workdir": workdir,
-            "code": provenance.code_state(*([os.path.abspath(code_dir)] if code_dir else [])), "trials": dict(sorted(counts.items())),
+            "code": code_state.code_state(*([os.path.abspath(code_dir)] if code_dir else [])),
+            "trials": dict(sorted(counts.items())),
             "left_out": [f"runs/*/{name}" for name in SKIPPED],
             "resume": "copy this folder to a workdir and re-run the study's command there (commands.txt), at the "
                       "commit in 'code'; trials without a checkpoint train from step 0."}

@@ -21,7 +21,7 @@ import ml_collections
 
 from lamb_lars.common import io_utils, run_files
 from lamb_lars.common.io_utils import write_text_atomic
-from lamb_lars.study.running import store
+from lamb_lars.study.running import code_state, store
 
 STORE_FILE = "study.sqlite"
 STUDY_CONFIG_FILE = "study_config.json"
@@ -66,15 +66,14 @@ def save_study_config(study: ml_collections.ConfigDict, workdir: str, command: O
   io_utils.makedirs(workdir)
   write_text_atomic(os.path.join(workdir, STUDY_CONFIG_FILE), study.to_json_best_effort(indent=1, sort_keys=True))
   if command:
-    from lamb_lars.study.running import provenance  # here, not at the top: it loads the report (≈ 1.4 s)
-    line = command_line(command, provenance.code_state())
+    line = command_line(command, code_state.code_state())
     io_utils.append_text(os.path.join(workdir, COMMANDS_FILE), f"{time.strftime('%Y-%m-%d %H:%M:%S')}  {line}\n")
 
 
 def command_line(command: str, code: dict) -> str:
   """``command`` with the commit that ran it: ``<command>   # commit <sha>`` (``, uncommitted changes`` when the
   tree was dirty). A study resumed at another commit (a worktree at the study's commit, a fix between two
-  sessions) shows it line by line, and the published manifest carries these lines (provenance.py)."""
+  sessions) shows it line by line, and the published manifest carries these lines (manifest.py)."""
   commit = code.get("commit") or "unknown (not a git checkout)"
   return f"{command}   # commit {commit}" + (", uncommitted changes" if code.get("dirty") else "")
 
