@@ -53,8 +53,8 @@ def train_subset(seed: int, n: int, count: int) -> np.ndarray:
 
 def _subset(config: Any, n: int):
   """The kept training indices (``train_subset``), or None when ``config.train_examples`` is 0."""
-  count = int(config.train_examples)
-  return train_subset(int(config.train_examples_seed), n, count) if count else None
+  count = int(config.get("train_examples", 0))
+  return train_subset(int(config.get("train_examples_seed", 0)), n, count) if count else None
 
 
 _SUBSET_MEMO: dict = {}
@@ -65,7 +65,7 @@ def _subset_arrays(config: Any, images: np.ndarray, labels: np.ndarray) -> tuple
   if idx is None:
     return images, labels
   ptr = lambda a: (a.__array_interface__["data"][0], a.shape, a.dtype.str)
-  key = (ptr(images), ptr(labels), int(config.train_examples_seed), len(idx))  # the memo keeps `images` alive
+  key = (ptr(images), ptr(labels), int(config.get("train_examples_seed", 0)), len(idx))  # the memo keeps `images` alive
   hit = _SUBSET_MEMO.get(key)
   if hit is None:
     if len(_SUBSET_MEMO) > 4:
@@ -92,7 +92,7 @@ def get_info(config: Any) -> DatasetInfo:
     info = DatasetInfo(name, v["train"].count, v["test"].count, s["image_shape"], int(s["num_classes"]),
                        synthetic.fits_in_memory(config), v["validation"].count)
   elif name == "imagenet2012":
-    if int(config.train_examples):
+    if int(config.get("train_examples", 0)):
       raise ValueError("config.train_examples needs a dataset held in memory; imagenet2012 is streamed, so set "
                        "config.train_examples=0.")
     v = imagenet.views(config)

@@ -18,7 +18,7 @@ import tensorflow_datasets as tfds
 from lamb_lars import input_pipeline as ip
 from lamb_lars import models
 from lamb_lars.configs import default
-from lamb_lars.input_pipeline import pipeline, user_data
+from lamb_lars.input_pipeline import pipeline
 from lamb_lars.models import bn_groups
 from lamb_lars.train import validate
 
@@ -197,7 +197,8 @@ def test_bn_groups_reach_the_users_batchnorm(workload_dir):
 BAD = [
     (dict(model="uw_no_such_module:Net"), "module 'uw_no_such_module' cannot be imported"),
     (dict(model=f"{MODULE}:Missing"), "has no attribute 'Missing'"),
-    (dict(model=f"{MODULE}:wrong_signature"), "cannot be called as wrong_signature(num_classes=..., dtype=..., norm=...)"),
+    (dict(model=f"{MODULE}:wrong_signature"),
+     "cannot be called as wrong_signature(num_classes=..., dtype=..., norm=...)"),
     (dict(model=f"{MODULE}:not_a_module"), "returned a function, not a flax.linen.Module"),
     (dict(model=f"{MODULE}:WrongOutput"), "it must return logits of shape (batch, num_classes) = (1, 3)"),
     (dict(model="nets.py"), "is not one of"),
@@ -287,3 +288,44 @@ def test_user_workload_trains_and_resumes_exactly_on_a_subset(workload_dir, tmp_
   keys = ("step", "train_loss", "eval_loss", "eval_accuracy")
   assert [r["step"] for r in _rows(full)] == [2, 4, 6]
   assert [[r[k] for k in keys] for r in _rows(cut)] == [[r[k] for k in keys] for r in _rows(full)]
+
+
+def test_manifest_records_the_workload_hash_and_verify_sees_a_change(workload_dir, tmp_path):
+  """publish records sha256 of the user module beside our commit; verify fails once the module's source changes."""
+  import hashlib
+  import ml_collections
+  from lamb_lars.study.running import provenance, publish, store as st
+  from lamb_lars.study.running import workdir as wd
+  path = workload_dir / f"{MODULE}.py"
+  work = str(tmp_path / "work")
+  study = ml_collections.ConfigDict(dict(
+      name="tiny", base=dict(model=f"{MODULE}:Net", dataset=f"{MODULE}:load", num_classes=3, num_epochs=2.0,
+                               eval_every_epochs=1.0),
+      search=dict(metric="validation_accuracy"), runner=dict(num_workers=1),
+      analysis=dict(title="Tiny", num_train=96, baseline_epochs=2.0, target_goal=0.5)))
+  wd.save_study_config(study, work, command="python -m lamb_lars.study run --config=tiny.py --workdir=w")
+  con = st.open_store(wd.store_path(work))
+  for rid, b in (("baseline", 16), ("linear-32", 32)):
+    st.upsert_run(con, rid, study="tiny", batch_size=b, optimizer="momentum", role="baseline" if b == 16 else "linear",
+                  technique="", cell=rid, budget_epochs=2.0, params={"learning_rate": 0.05})
+    st.add_evals(con, rid, [{"step": 6, "epoch": 1.0, "examples": 96, "wall_time": 1.0, "eval_accuracy": 0.6,
+                             "eval_loss": 0.9}])
+    st.set_status(con, rid, "running")
+    st.set_status(con, rid, "done")
+  con.close()
+  out = str(tmp_path / "out")
+  publish.publish(work, out)
+  m = json.load(open(os.path.join(out, "manifest.json")))
+  want = hashlib.sha256(path.read_bytes()).hexdigest()
+  where = os.path.realpath(str(path))  # outside the working directory: recorded as an absolute path
+  assert m["workload"] == {f"{MODULE}:Net": {"file": where, "sha256": want},
+                           f"{MODULE}:load": {"file": where, "sha256": want}}
+  assert "commit" in m["code"]
+  assert provenance.verify(out) == []
+  original = path.read_text()
+  try:
+    path.write_text(original + "\n# edited\n")
+    problems = provenance.verify(out)
+  finally:
+    path.write_text(original)
+  assert len(problems) == 2 and all("changed since the study was reported" in p for p in problems), problems
