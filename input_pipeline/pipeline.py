@@ -110,6 +110,13 @@ def get_info(config: Any) -> DatasetInfo:
   return info if subset is None else dataclasses.replace(info, num_train=len(subset))
 
 
+def has_validation(config: Any) -> bool:
+  """Whether there is a 'validation' split: ``validation_split`` > 0, or a user loader that returns its own."""
+  if int(config.validation_split) > 0:
+    return True
+  return user_data.is_user_dataset(config.dataset) and user_data.views(config)["validation"].count > 0
+
+
 def num_train_batches_per_epoch(config: Any, global_batch_size: int) -> int:
   """Full global batches per epoch (remainder dropped)."""
   return batches_per_epoch(get_info(config).num_train, global_batch_size)

@@ -40,6 +40,7 @@ from typing import Any, Mapping, Optional, Sequence
 import lamb_lars
 from lamb_lars.common import io_utils
 from lamb_lars.study.analysis import report
+from lamb_lars.study.running import workload_provenance
 from lamb_lars.study.records import Target
 
 MANIFEST = "manifest.json"
@@ -128,44 +129,6 @@ def config_sha256(config_json: str) -> str:
   return hashlib.sha256(json.dumps(json.loads(config_json), sort_keys=True).encode()).hexdigest()
 
 
-def _import_paths(tree: Any, key: str = "") -> set[str]:
-  """The import paths (``pkg.module:Name``) a study config names as ``model`` or ``dataset``, anywhere in it."""
-  from lamb_lars.common import import_path  # noqa: PLC0415
-  if isinstance(tree, Mapping):
-    return set().union(*(_import_paths(v, str(k)) for k, v in tree.items()))
-  if isinstance(tree, (list, tuple)):
-    return set().union(*(_import_paths(v, key) for v in tree))
-  return {tree} if key in ("model", "dataset") and import_path.is_import_path(tree) else set()
-
-
-def workload_sources(config_json: Optional[str]) -> dict:
-  """``{import path: {"file": path, "sha256": hex}}`` of the user modules a study config names (empty: none)."""
-  from lamb_lars.common import import_path  # noqa: PLC0415
-  out = {}
-  for path in sorted(_import_paths(json.loads(config_json) if config_json else {})):
-    file = import_path.source_file(path)
-    rel = os.path.relpath(file)
-    out[path] = {"file": file if rel.startswith("..") else rel, "sha256": import_path.source_sha256(path)}
-  return out
-
-
-def _workload_problems(recorded: Mapping) -> list[str]:
-  """One sentence per user module whose source differs from the manifest's sha256, or cannot be found."""
-  from lamb_lars.common import import_path  # noqa: PLC0415
-  problems = []
-  for path, rec in sorted(recorded.items()):
-    try:
-      now = import_path.source_sha256(path)
-    except (ValueError, OSError) as e:
-      problems.append(f"the workload {path!r} cannot be read here ({e}), so its sha256 cannot be checked; run verify "
-                      f"where it imports.")
-      continue
-    if now != rec.get("sha256"):
-      problems.append(f"the workload {path!r} ({rec.get('file')}) has sha256 {now[:12]}…, the manifest says "
-                      f"{str(rec.get('sha256'))[:12]}…: it changed since the study was reported.")
-  return problems
-
-
 def build_manifest(out_dir: str, spec: report.ReportSpec, *, study: str, commands: Sequence[str],
                    config_json: Optional[str], code: Optional[Mapping] = None,
                    started: Optional[float] = None, finished: Optional[float] = None, **extra: Any) -> dict:
@@ -177,7 +140,7 @@ def build_manifest(out_dir: str, spec: report.ReportSpec, *, study: str, command
           "started": iso(started), "finished": iso(finished), "trials": trial_counts(out_dir),
           "files": {name: sha256(os.path.join(out_dir, name)) for name in HASHED},
           "report_spec": spec_to_json(spec), "superseded": False,
-          **({"workload": workload} if (workload := workload_sources(config_json)) else {}), **extra}
+          **({"workload": workload} if (workload := workload_provenance.sources(config_json)) else {}), **extra}
 
 
 def write_manifest(out_dir: str, manifest: Mapping) -> str:
@@ -219,7 +182,7 @@ def verify(out_dir: str) -> list[str]:
   studies = sorted({r["study"] for r in _csv_rows(os.path.join(out_dir, "runs.csv"))})
   if studies and studies != [m.get("study")]:
     problems.append(f"runs.csv holds the studies {studies}, the manifest names {m.get('study')!r}.")
-  problems += _workload_problems(m.get("workload") or {})
+  problems += workload_provenance.problems(m.get("workload") or {})
   counts = trial_counts(out_dir)
   if counts != m.get("trials"):
     problems.append(f"runs.csv has {counts['total']} trials {counts['by_status']}, the manifest says "
