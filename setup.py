@@ -39,7 +39,7 @@ setuptools.setup(
         # The offline MNIST copy; it pins numpy<2, so `.ci/run` installs it with --no-deps.
         # gcp-storage-emulator: tests/test_gcs_workdir.py runs train, resume and a study on gs:// against it.
         "test": ["pytest==9.0.3", "pytest-xdist==3.8.0", "tensorboard==2.21.0", "nbformat>=5.9", "nbclient>=0.10", "ipykernel>=6.29",
-                 "gcp-storage-emulator==2026.7.19", *GCS],
+                 "gcp-storage-emulator==2026.7.19", "scikit-learn==1.9.1", *GCS],  # sklearn: examples/digits' data
         # --workdir=gs://BUCKET/…: etils.epath reaches GCS through gcsfs (orbax's TensorStore needs nothing more).
         "gcs": GCS,
         "bench": ["torch==2.13.0"],
