@@ -5,7 +5,8 @@ Commands (from the repository root):
   python -m lamb_lars.study report --workdir=/tmp/digits/ladder --out=/tmp/digits/ladder_report
   python -m lamb_lars.study verify /tmp/digits/ladder_report
   python -m lamb_lars.study branch --config=examples/digits/ladder.py:branching --workdir=/tmp/digits/branching
-Hardware: a 2-core CPU, two single-threaded trials at once; the ladder is 12 trials (about 1 min each on a loaded machine: 6–8 min with 2 workers), the branching study 17.
+Hardware: a 2-core CPU, two single-threaded trials at once. The ladder is 12 trials (about 1 min each on a
+loaded machine: 6–8 min with 2 workers), the branching study 17.
 
 * ladder (default): the baseline of config.py (momentum 0.9, η = 0.1 at B0 = 32, cosine, wd 5e-4, 20 epochs),
   linear scaling of it at 64 … 1024 (B_L, You et al. 2020 Def. 2.1), and at 512 and 1024 a 'tuned' cell whose LR
