@@ -10,8 +10,8 @@ loaded machine: 6–8 min with 2 workers), the branching study 17.
 
 * ladder (default): the baseline of config.py (momentum 0.9, η = 0.1 at B0 = 32, cosine, wd 5e-4, 20 epochs),
   linear scaling of it at 64 … 1024 (B_L, You et al. 2020 Def. 2.1), and at 512 and 1024 a 'tuned' cell whose LR
-  and warmup are searched at that batch (η in [0.1, 5], 3 trials each, ASHA) — the technique that sets B_H (Def. 2.2). Steps to 95% test
-  accuracy per batch, with the S(B) fit (Shallue et al. 2018), come with the report.
+  and warmup are searched at that batch (η in [0.1, 5], 3 trials each, ASHA): the technique that sets B_H
+  (Def. 2.2). Steps to 95% test accuracy per batch, with the S(B) fit (Shallue et al. 2018), come with the report.
 * branching: the critical batch over training by branching (Merrill et al. 2025): a reference at 32, branches at
   32 … 256 from its checkpoints at 1 and 2 epochs, 2 seeds each.
 * ':tiny' and ':branching_tiny': the same studies cut to a few trials of 2 epochs, for a smoke test.
