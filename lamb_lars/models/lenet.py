@@ -1,7 +1,7 @@
 """LeNet-5 for 28×28 MNIST, as in the paper's MNIST workload (You et al. 2020, Table 2).
 
 conv 6@5×5 SAME → ReLU → 2×2 max-pool → conv 16@5×5 VALID → ReLU → 2×2 max-pool → dense 120 → 84 → 10.
-61,706 parameters.
+61,706 parameters. ``width`` (``config.model_width``) scales the 6, 16, 120 and 84 by :func:`scaled`.
 
 The parameters are exactly those of the straightforward Flax model (``nn.Conv`` / ``nn.Dense`` named conv1, conv2,
 fc1, fc2, fc3; HWIO conv kernels, [in, out] dense kernels, same initialisers and RNG streams), so checkpoints and
@@ -73,6 +73,11 @@ def lenet_forward(params: Params, x: jnp.ndarray) -> jnp.ndarray:
   return (f3.T @ z + c3[:, None]).T
 
 
+def scaled(features: int, width: float) -> int:
+  """A layer's width under the width multiplier: ``max(1, round(features · width))`` (width 1 keeps it exactly)."""
+  return max(1, int(round(features * width)))
+
+
 def _chunk_size(n: int, chunk: int | None) -> int | None:
   """The largest divisor of ``n`` that is ≤ ``chunk`` and > chunk/2; None = run the batch whole."""
   if not chunk or n <= chunk:
@@ -96,15 +101,17 @@ class LeNet5(nn.Module):
   num_classes: int = 10
   dtype: Any = jnp.float32
   batch_chunk: int | None = 256
+  width: float = 1.0   # multiplies every layer's width: conv 6, 16 and dense 120, 84 (``scaled``)
 
   @nn.compact
   def __call__(self, x: jnp.ndarray, train: bool = True) -> jnp.ndarray:
     del train  # no batch norm or dropout
     x = x.astype(self.dtype)
     n, h, w, c = x.shape
-    flat = 16 * ((h // 2 - 4) // 2) * ((w // 2 - 4) // 2)
-    shapes = {"conv1": (5, 5, c, 6), "conv2": (5, 5, 6, 16), "fc1": (flat, 120), "fc2": (120, 84),
-              "fc3": (84, self.num_classes)}
+    c1, c2, f1, f2 = (scaled(k, self.width) for k in (6, 16, 120, 84))
+    flat = c2 * ((h // 2 - 4) // 2) * ((w // 2 - 4) // 2)
+    shapes = {"conv1": (5, 5, c, c1), "conv2": (5, 5, c1, c2), "fc1": (flat, f1), "fc2": (f1, f2),
+              "fc3": (f2, self.num_classes)}
     params = {name: tuple(t.astype(self.dtype) for t in _Params(shape, name=name)())
               for name, shape in shapes.items()}
     if self.is_initializing() or not fast_path_supported(x.shape):

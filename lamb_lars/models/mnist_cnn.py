@@ -29,6 +29,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from lamb_lars.models import conv_wgrad
+from lamb_lars.models.lenet import scaled
 
 def max_pool_2x2(x: jnp.ndarray) -> jnp.ndarray:
   """2×2 max-pool with stride 2 on NHWC ``x`` with even H and W (= SAME padding there)."""
@@ -45,6 +46,7 @@ class MnistCNN(nn.Module):
   num_classes: int = 10
   dropout_rate: float = 0.4
   dtype: Any = jnp.float32
+  width: float = 1.0   # multiplies conv 32, 64 and dense 1024 (``lenet.scaled``)
 
   @nn.compact
   def __call__(self, x: jnp.ndarray, train: bool = False) -> jnp.ndarray:
@@ -52,9 +54,10 @@ class MnistCNN(nn.Module):
     conv = lambda n, name: nn.Conv(n, (5, 5), padding="SAME", dtype=self.dtype, name=name,
                                    kernel_init=nn.initializers.glorot_uniform(),
                                    conv_general_dilated=conv_wgrad.conv_general_dilated)  # XLA:CPU's wgrad is slow
-    x = nn.relu(max_pool_2x2(conv(32, "conv1")(x.astype(self.dtype))))  # = pool(relu(·)): max commutes with relu
-    x = nn.relu(max_pool_2x2(conv(64, "conv2")(x)))
+    c1, c2, f1 = (scaled(k, self.width) for k in (32, 64, 1024))
+    x = nn.relu(max_pool_2x2(conv(c1, "conv1")(x.astype(self.dtype))))  # = pool(relu(·)): max commutes with relu
+    x = nn.relu(max_pool_2x2(conv(c2, "conv2")(x)))
     x = x.reshape((x.shape[0], -1))
-    x = nn.relu(dense(1024, "fc1")(x))
+    x = nn.relu(dense(f1, "fc1")(x))
     x = nn.Dropout(self.dropout_rate, deterministic=not train)(x)
     return dense(self.num_classes, "fc2")(x).astype(jnp.promote_types(self.dtype, jnp.float32))  # f32 logits for bf16

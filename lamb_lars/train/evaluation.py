@@ -30,7 +30,7 @@ class Evaluator:
                                                                   scaling=config.input_scaling)
     self.config, self.mesh = config, mesh
     self.step = ts.make_eval_step(model, opts, preprocess)
-    self.splits = ("test", "validation") if config.validation_split > 0 else ("test",)
+    self.splits = ("test", "validation") if input_pipeline.has_validation(config) else ("test",)
     self.w0 = initial_params  # host copy, only when config.diagnostics.dist_from_init
 
   def evaluate_split(self, state, split: str) -> dict:

@@ -100,6 +100,8 @@ class RunPlan:
 
 def _check_choice(config: Any, key: str) -> None:
   value = config[key]
+  if key == "dataset" and isinstance(value, str) and (value.startswith("tfds:") or ":" in value):
+    return  # a researcher's dataset (lamb_lars/input_pipeline/user_data.py), checked when it is read
   if value not in _CHOICES[key]:
     raise ConfigError(f"config.{key}={value!r} is not one of {', '.join(map(repr, _CHOICES[key]))}.")
 

@@ -60,7 +60,8 @@ def validate(config: Any) -> None:
   s = config.stop
   if s.target_metric and s.target_metric not in TARGET_METRICS:
     raise ConfigError(f"config.stop.target_metric={s.target_metric!r} must be '' or one of {TARGET_METRICS}.")
-  if s.target_metric.startswith("validation_") and not config.validation_split > 0:
+  from lamb_lars import input_pipeline  # noqa: PLC0415  (a user loader may bring its own validation split)
+  if s.target_metric.startswith("validation_") and not input_pipeline.has_validation(config):
     raise ConfigError(f"config.stop.target_metric={s.target_metric!r} needs config.validation_split > 0.")
   if s.target_mode not in MODES:
     raise ConfigError(f"config.stop.target_mode={s.target_mode!r} must be 'max' or 'min'.")

@@ -58,7 +58,8 @@ def build_model(config: ml_collections.ConfigDict, plan: run_plan.RunPlan, strat
   norm = functools.partial(bn_groups.GroupBatchNorm, momentum=config.bn.momentum, epsilon=config.bn.epsilon,
                            ghost_batch_size=bn.ghost_batch_size, **strategy.bn_axes(plan.num_devices, bn.group_devices))
   return create_model(config.model, num_classes=config.num_classes, dtype=DTYPES[config.dtype], norm=norm,
-                      zero_init_last_bn=config.zero_init_last_bn)
+                      zero_init_last_bn=config.zero_init_last_bn, width=config.model_width,
+                      depth=config.model_depth, hidden=tuple(config.mlp_hidden))
 
 
 def step_options(config: ml_collections.ConfigDict, plan: run_plan.RunPlan, stage: int = 0) -> ts.StepOptions:

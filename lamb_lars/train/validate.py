@@ -27,6 +27,7 @@ import numbers
 from typing import Any, Optional, Sequence, Union
 
 from lamb_lars import input_pipeline, models
+from lamb_lars.common import import_path
 from lamb_lars.optim import optimizer_config
 from lamb_lars.train import init_from, run_plan, stopping
 
@@ -54,8 +55,51 @@ def check_bounds(config: Any) -> None:
     value = config[key]
     if not (isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= 1):
       raise ConfigError(f"config.{key}={value!r} must be an integer ≥ 1.")
-  if config.model not in models.MODEL_NAMES:
-    raise ConfigError(f"config.model={config.model!r} is not one of {', '.join(models.MODEL_NAMES)}.")
+  check_model_size(config)
+  if import_path.is_import_path(config.model):
+    import_path.resolve(config.model, "model")  # the module and its attribute exist; the call is checked in check_data
+  elif config.model not in models.MODEL_NAMES:
+    raise ConfigError(f"config.model={config.model!r} is not one of {', '.join(models.MODEL_NAMES)}, nor an import "
+                      f"path 'package.module:Name'.")
+
+
+def check_model_size(config: Any) -> None:
+  """``model_width`` > 0, ``model_depth`` ≥ 0 (MLP only), ``mlp_hidden`` positive integers, ``train_examples`` ≥ 0."""
+  width = config.model_width
+  if not _finite_positive(width):
+    raise ConfigError(f"config.model_width={width!r} must be a finite number > 0 (1.0 = the model as published).")
+  depth = config.model_depth
+  if not (isinstance(depth, numbers.Integral) and not isinstance(depth, bool) and depth >= 0):
+    raise ConfigError(f"config.model_depth={depth!r} must be an integer ≥ 0 (0 = the model's own depth).")
+  if depth and config.model != "mlp":
+    raise ConfigError(f"config.model_depth={depth} applies to model 'mlp' only; config.model={config.model!r} has "
+                      f"its depth in its name or its definition, so set model_depth=0.")
+  hidden = tuple(config.mlp_hidden)
+  if not hidden or not all(isinstance(h, numbers.Integral) and not isinstance(h, bool) and h >= 1 for h in hidden):
+    raise ConfigError(f"config.mlp_hidden={hidden!r} must be a non-empty tuple of integers ≥ 1.")
+  n = config.train_examples
+  if not (isinstance(n, numbers.Integral) and not isinstance(n, bool) and n >= 0):
+    raise ConfigError(f"config.train_examples={n!r} must be an integer ≥ 0 (0 = every training example).")
+
+
+def check_user_model(config: Any, info: Any) -> None:
+  """A model given as an import path, traced (``jax.eval_shape``: nothing compiles) on one example of the data's
+  shape: it must build with (num_classes, dtype, norm), take ``(x, train=...)`` and return [1, num_classes] logits."""
+  import jax  # noqa: PLC0415
+  import jax.numpy as jnp  # noqa: PLC0415
+  model = models.create_model(config.model, num_classes=int(config.num_classes), dtype=jnp.float32)
+  x = jnp.zeros((1,) + tuple(info.image_shape), jnp.float32)
+  rngs = {"params": jax.random.PRNGKey(0), "dropout": jax.random.PRNGKey(1)}
+  try:
+    variables = jax.eval_shape(lambda: model.init(rngs, x, train=False))
+    out = jax.eval_shape(lambda v: model.apply(v, x, train=True, mutable=["batch_stats"], rngs=rngs), variables)[0]
+  except Exception as e:  # noqa: BLE001  (the user's module failed on the data: a mistake in the workload)
+    raise ConfigError(f"config.model={config.model!r} fails on one example of shape {tuple(info.image_shape)} "
+                      f"called as model.apply(variables, x, train=...) ({type(e).__name__}: "
+                      f"{' '.join(str(e).split())[:200]}); see docs/workloads.md.") from None
+  if getattr(out, "shape", None) != (1, int(config.num_classes)):
+    raise ConfigError(f"config.model={config.model!r} returns {getattr(out, 'shape', type(out).__name__)} for one "
+                      f"example; it must return logits of shape (batch, num_classes) = (1, {config.num_classes}).")
 
 
 def check_data(config: Any, info: Any) -> None:
@@ -71,6 +115,8 @@ def check_data(config: Any, info: Any) -> None:
   if min(shape[:2]) < least:
     raise ConfigError(f"config.model={config.model!r} needs images of at least {least}×{least}; dataset "
                       f"{info.name!r} gives {shape[0]}×{shape[1]}.")
+  if import_path.is_import_path(config.model):
+    check_user_model(config, info)
 
 
 def check_plan(config: Any, plan: run_plan.RunPlan) -> None:

@@ -25,6 +25,7 @@ from lamb_lars.common import io_utils
 from lamb_lars.study.analysis import report
 from lamb_lars.study.records import Target
 from lamb_lars.study.running.csv_tables import read_csv
+from lamb_lars.study.running import workload_provenance
 from lamb_lars.study.running.code_state import code_state, config_sha256, iso, machine, sha256
 
 MANIFEST = "manifest.json"
@@ -71,7 +72,8 @@ def build_manifest(out_dir: str, spec: report.ReportSpec, *, study: str, command
           "config_sha256": config_sha256(config_json) if config_json else None, "machine": machine(),
           "started": iso(started), "finished": iso(finished), "trials": trial_counts(out_dir),
           "files": {name: sha256(os.path.join(out_dir, name)) for name in HASHED},
-          "report_spec": spec_to_json(spec), "superseded": False, **extra}
+          "report_spec": spec_to_json(spec), "superseded": False,
+          **({"workload": workload} if (workload := workload_provenance.sources(config_json)) else {}), **extra}
 
 
 def write_manifest(out_dir: str, manifest: Mapping) -> str:

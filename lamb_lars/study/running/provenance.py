@@ -18,7 +18,7 @@ from typing import Mapping, Optional, Sequence
 
 from lamb_lars.common import io_utils
 from lamb_lars.study.analysis import report
-from lamb_lars.study.running import code_state, csv_tables, paper_logs
+from lamb_lars.study.running import code_state, csv_tables, paper_logs, workload_provenance
 from lamb_lars.study.running.code_state import iso, sha256
 from lamb_lars.study.running.csv_tables import read_csv
 from lamb_lars.study.running.manifest import MANIFEST, HASHED, spec_from_json, trial_counts, write_manifest
@@ -66,6 +66,7 @@ def verify(out_dir: str, claims: Optional[list] = None) -> list[str]:
   studies = sorted({r["study"] for r in read_csv(os.path.join(out_dir, "runs.csv"))})
   if studies and studies != [m.get("study")]:
     problems.append(f"runs.csv holds the studies {studies}, the manifest names {m.get('study')!r}.")
+  problems += workload_provenance.problems(m.get("workload") or {})
   counts = trial_counts(out_dir)
   if counts != m.get("trials"):
     problems.append(f"runs.csv has {counts['total']} trials {counts['by_status']}, the manifest says "

@@ -52,8 +52,9 @@ def _dataset_info(config: ml_collections.ConfigDict, cache: dict) -> Any:
   """The dataset's ``DatasetInfo`` (None when it is not on this machine), once per distinct data setting."""
   from lamb_lars.input_pipeline import DatasetNotFoundError  # noqa: PLC0415
   from lamb_lars.train.validate import dataset_info as get_info  # noqa: PLC0415
-  key = json.dumps([config.get(k) for k in ("dataset", "data_source", "data_dir", "validation_split",
-                                            "image_size")] + [config.synthetic.to_dict()], default=str)
+  keys = ("dataset", "data_source", "data_dir", "validation_split", "image_size", "train_examples",
+          "train_examples_seed")
+  key = json.dumps([config.get(k) for k in keys] + [config.synthetic.to_dict()], default=str)
   if key not in cache:
     try:
       cache[key] = get_info(config)
