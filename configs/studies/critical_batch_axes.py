@@ -58,8 +58,7 @@ import math
 
 import ml_collections
 
-from lamb_lars.configs.studies import common
-from lamb_lars.configs.studies import mnist_table3
+from lamb_lars.configs.studies import common, mnist_table3
 
 FULL = 55000              # the training split (55K/5K/10K, as the paper tunes)
 B0 = 256
@@ -103,8 +102,8 @@ def _s(n: int, w: float) -> int:
 
 def num_params(model: str, width: float) -> int:
   """Parameters of the built-in MNIST models at a width (10 classes, 28×28×1 inputs)."""
-  dense = lambda i, o: i * o + o   # noqa: E731
-  conv = lambda k, i, o: k * k * i * o + o   # noqa: E731
+  dense = lambda i, o: i * o + o
+  conv = lambda k, i, o: k * k * i * o + o
   if model == "lenet5":
     c1, c2, f1, f2 = _s(6, width), _s(16, width), _s(120, width), _s(84, width)
     return conv(5, 1, c1) + conv(5, c1, c2) + dense(25 * c2, f1) + dense(f1, f2) + dense(f2, 10)
