@@ -16,11 +16,13 @@ cfg="configs/studies/critical_batch_axes.py"
 mkdir -p "$dir/critical_batch_axes" "$docs"
 exec > >(tee -a "$dir/critical_batch_axes.log") 2>&1
 start=$(date +%s)
-echo "== $(date '+%F %T') start; load: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs; commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo '?')
+echo "== $(date '+%F %T') start; load: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs; commit $commit"
 if [ "$#" -gt 0 ]; then
   parts=("$@")
 else
-  mapfile -t parts < <(python -c "from lamb_lars.configs.studies import critical_batch_axes as c; print('\n'.join(c.parts()))")
+  mapfile -t parts < <(python -c \
+    "from lamb_lars.configs.studies import critical_batch_axes as c; print('\n'.join(c.parts()))")
 fi
 failed=()
 for part in "${parts[@]}"; do

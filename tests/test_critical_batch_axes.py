@@ -30,8 +30,8 @@ def test_settings_cover_both_axes_and_share_lenet5_at_55k_once():
   assert len(cba.parts()) == 2 * len(cba.SETTINGS) and len(set(cba.parts())) == len(cba.parts())
 
 
-@pytest.mark.parametrize("name,want_batches", [("data7500", (128, 512, 2048, 7500)),
-                                               ("cnn_w0.25", (128, 512, 2048, 8192))])
+@pytest.mark.parametrize("name,want_batches", [("data7500", (128, 512, 1024, 2048, 7500)),
+                                               ("cnn_w0.25", (128, 512, 1024, 2048, 8192))])
 def test_steps_part_expands_to_the_planned_trials(name, want_batches):
   c = cba.get_config(name)
   trials = sweep.expand(c)
@@ -123,8 +123,8 @@ def _steps_folder(folder, b_crit, goal, rng, miss_batch=None):
 
 
 def _reference_fit(batches, steps):
-  """Independent least squares in log steps: for each β on a fine log grid, c = mean(log S − log(1 + β/B)); the β of
-  the smallest residual (float64 numpy, no code shared with the module)."""
+  """Independent least squares in log steps: for each β on a fine log grid, c = mean(log S − log(1 + β/B)); the β
+  of the smallest residual (float64 numpy, no code shared with the module)."""
   b = np.asarray(batches, np.float64)
   y = np.log(np.asarray(steps, np.float64))
   betas = np.exp(np.linspace(np.log(1.0), np.log(1e6), 50001))

@@ -23,7 +23,8 @@ Per setting, two studies:
   = 1.65M examples: 220 epochs of 7.5K), with 2 micro-batches of 128 so that it logs B_simple(t); then the
   tuned-momentum search per batch in ``LADDER`` (batches above N become the full batch N), the LR searched on a
   log range around the square-root rule (``LR_RANGE``; 6 Sobol points, the runner's edge-extension adequacy rule,
-  ASHA on validation accuracy), warmup fixed at ``WARMUP_EXAMPLES``, each trial stopping at the setting's target.
+  ASHA on validation accuracy), warmup fixed at ``WARMUP_EXAMPLES``, each trial stopping at the setting's target
+  (its cosine decays over the step limit, so a trial stops while its LR is still high; the same at every batch).
   Step limit: ``LIMIT_EXAMPLES`` = 3.3M examples (60 epochs of 55K, twice the baseline), generous and recorded as
   such: a trial that has not reached its target there is a censored point S > limit (scaling_fit.py), not a
   30-epoch cap. The chosen LR per batch is re-run with 3 fresh seeds; S(B) per seed uses the chosen trial and its
@@ -43,14 +44,19 @@ Pre-registered here, before any trial (the manifest records the commit):
   validation-loss differences after Δ lies below 20% of the mean loss of the 256 branches); the report also
   prints the brackets at ``EPSILON_SENSITIVITY`` = 0.05, 0.1, 0.5.
 
-Cost (pilot 2026-11-27 on the shared 2-core CPU, LOADED: load average ~16 from other helpers, so these are upper
-bounds, about 2–4× a quiet machine; 1 epoch of 55K, one single-threaded trial at nice 10, start-up and compile
-included): see ``PILOT_SECONDS_PER_EPOCH``. Estimate per setting (55K-epoch-equivalents of training, E):
-steps-to-target ≈ 4 batches × (6 search trials, ASHA-pruned ≈ 4 E each, + 2 resumed to the target ≈ 12 E) + 12
-replicates × ≈ 12 E + baseline 4 × 30 E ≈ 48 + 24 + 144 + 120 ≈ 340 E; branching ≈ reference 16 E + 60 branches
-× 1.2 E ≈ 90 E; plus ≈ 10 s of start-up per trial (≈ 110 trials). Total over the 8 settings with the measured
-per-epoch costs (quiet ≈ loaded / 3): see ``estimate_hours()``; about 11 h on the 2 workers of a quiet 2-core CPU,
-more while it is shared. Cut order if it runs long: the width-2 LeNet-5, then the 30K subset — never the seeds.
+Cost (measured first: a pilot of one 1-epoch run of 55K per model at batch 256 and 4096, 2026-11-27 19:39–19:52
+UTC, on the shared 2-core CPU while other helpers ran: load average 16–19, so every number here is LOADED; wall
+seconds of one 1-epoch run, start-up and compile included, at 256 / 4096): MLP 27 / 30; LeNet-5 ×0.5 68 / 69;
+LeNet-5 84 / 92; LeNet-5 ×2 140 / 78 (the load moved); CNN ×0.25 72 / 140. ``PILOT_LOADED`` splits each
+into training seconds per 55K-epoch (E) and a per-trial overhead. A quiet machine is ≈ 4.5× faster
+(``QUIET_FACTOR``: the ladder's LeNet-5 baseline trained 30 E in 117 s). Cost model per setting
+(``E_PER_SETTING``, ``TRIALS_PER_SETTING``): ≈ 732 E in ≈ 125 trials (baseline + 3 replicates 120 E; per batch of
+the 5-batch ladder ≈ 45 E of search and 3 replicates at ≈ 20 E; branching 16 + 60 × 1.19 E). ``estimate_hours()``:
+≈ 6.4 h of wall time on the 2 workers of a quiet 2-core CPU (≈ 29 h at the pilot's load), within the ≈ 12 h
+budget with room for misses (a replicate that misses its target at 8K costs 60 E). The width-2 LeNet-5 (2.8 of
+the 12.8 worker-hours) and the CNN ×0.25 (3.6) are half of it. Cut order if it runs long: the width-2 LeNet-5,
+then the 30K subset, then batch 1024 — never the seeds. Seeds: 4 per batch for B_crit (the chosen trial and 3
+replicates), 5 per branch.
 """
 from __future__ import annotations
 
@@ -62,7 +68,7 @@ from lamb_lars.configs.studies import common, mnist_table3
 
 FULL = 55000              # the training split (55K/5K/10K, as the paper tunes)
 B0 = 256
-LADDER = (128, 512, 2048, 8192)          # steps-to-target batches; > N becomes the full batch N
+LADDER = (128, 512, 1024, 2048, 8192)    # steps-to-target batches; > N becomes the full batch N
 BRANCH_BATCHES = (256, 1024, 4096, 16384)  # > N dropped (N itself added when it is not in the list)
 BRANCH_SEEDS = (1, 2, 3, 4, 5)
 NUM_SEEDS = 3             # fresh seeds per chosen configuration (with the chosen trial: 4 per batch)
@@ -92,8 +98,33 @@ SETTINGS = {
     "cnn_w0.25": dict(model="mnist_cnn", width=0.25, n=FULL, expected=0.991, target=0.986, axes=("model",)),
 }
 
-# Measured seconds per 55K-epoch at batch 256 / 4096 (loaded machine, see the docstring), per model key.
-PILOT_SECONDS_PER_EPOCH: dict = {}
+# The pilot (2026-11-27 19:39–19:52 UTC, shared 2-core CPU at load average 16–19, one single-threaded 1-epoch run
+# of 55K at a time at nice 10, batch 256 then 4096): training seconds per 55K-epoch (E) at batch 256 (from the
+# trainer's examples/s; 4096 was 3–28% faster) and the rest of the wall time of a 1-epoch run (start-up, compile,
+# one evaluation of 15K examples, checkpoint), per model. LOADED: a quiet machine is ≈ QUIET_FACTOR times faster
+# (the ladder's baseline trained 30 epochs in 117 s, partly under load; this pilot's LeNet-5 epoch took 84 s).
+PILOT_LOADED = {  # model key → (s per E, s overhead per trial); wall of 1 E at 256 / 4096 in the comments
+    ("mlp", 1.0): (3.5, 23.0),            # 26.8 s / 30.1 s
+    ("lenet5", 0.5): (8.5, 60.0),         # 68.4 s / 68.9 s
+    ("lenet5", 1.0): (17.4, 67.0),        # 84.1 s / 91.5 s
+    ("lenet5", 2.0): (51.8, 57.0),        # 139.5 s / 78.2 s (76.8 / 26.8 s per E: the load moved; the mean)
+    ("mnist_cnn", 0.25): (73.5, 32.0),    # 71.6 s / 139.9 s (42.3 / 104.6 s per E; the mean)
+}
+QUIET_FACTOR = 4.5
+# The cost model per setting, in E and trials (steps to target: baseline + 3 replicates at 30 E; per batch ≈ 45 E
+# of search — 6 ASHA-pruned trials, 2 resumed to the target, half the cells one range extension — and 3 replicates
+# at ≈ 20 E; branching: the 16 E reference and 60 branches of 1.19 E).
+E_PER_SETTING = 4 * 30 + len(LADDER) * (45 + 3 * 20) + 16 + 60 * DELTA / FULL
+TRIALS_PER_SETTING = 4 + len(LADDER) * (9 + 3) + 61
+
+
+def estimate_hours(quiet: bool = True, workers: int = 2) -> float:
+  """Wall hours of the whole study on ``workers`` single-threaded workers, from ``PILOT_LOADED`` and the cost model."""
+  total = 0.0
+  for s in SETTINGS.values():
+    per_e, over = PILOT_LOADED[(s["model"], s["width"])]
+    total += E_PER_SETTING * per_e + TRIALS_PER_SETTING * over
+  return total / (QUIET_FACTOR if quiet else 1.0) / workers / 3600
 
 
 def _s(n: int, w: float) -> int:
