@@ -265,7 +265,9 @@ def parts() -> tuple:
 
 
 def get_config(part: str = "") -> ml_collections.ConfigDict:
-  """``critical_batch_axes.py:<setting>`` (steps to target) or ``:branch-<setting>`` (branching); see SETTINGS."""
+  """``critical_batch_axes.py:<setting>`` (steps to target) or ``:branch-<setting>`` (branching); see SETTINGS. The
+  bare file is ``:lenet5``, the point both axes share."""
+  part = part or "lenet5"
   if part.startswith("branch-") and part[len("branch-"):] in SETTINGS:
     return branch_config(part[len("branch-"):])
   if part in SETTINGS:
