@@ -154,7 +154,7 @@ def test_report_recovers_b_crit_from_synthetic_steps_and_writes_the_figure(tmp_p
   rng = np.random.default_rng(42)
   root = str(tmp_path / "published")
   truths = {}
-  for i, name in enumerate(cba.SETTINGS):
+  for name in cba.SETTINGS:
     if name == "lenet5_w2":
       continue   # a part not run yet: reported as such
     goal = cba.SETTINGS[name]["target"]

@@ -183,7 +183,7 @@ def cbs_tables(root: str, epsilons: Sequence[float] = cba.EPSILON_SENSITIVITY) -
       continue
     traj = {e: branching_lib.trajectory(bl, cba.B0, e, relative=True) for e in sorted(set(epsilons) | {cba.EPSILON})}
     pts = [c.point for c in traj[cba.EPSILON]]
-    pre.append(f"| {name} | " + " | ".join(f"{p / cba.FULL:g}: {_bracket(c)}" for p, c in
+    pre.append(f"| {name} | " + " | ".join(f"{p / cba.FULL:.3g}: {_bracket(c)}" for p, c in
                                             zip(pts, traj[cba.EPSILON])) + " |")
     for e in sorted(traj):
       sens.append(f"| {name} | {e:g}{' (pre-registered)' if e == cba.EPSILON else ''} | "
@@ -191,7 +191,7 @@ def cbs_tables(root: str, epsilons: Sequence[float] = cba.EPSILON_SENSITIVITY) -
     steps_folder = os.path.join(root, name)
     if os.path.exists(os.path.join(steps_folder, "evals.csv")):
       bs = b_simple_at(steps_folder, pts)
-      simple.append(f"| {name} | " + " | ".join(f"{p / cba.FULL:g}: {_fmt(bs[p])}" for p in pts) + " |")
+      simple.append(f"| {name} | " + " | ".join(f"{p / cba.FULL:.3g}: {_fmt(bs[p])}" for p in pts) + " |")
   head = "| setting | CBS bracket per point (epochs of 55K: [low, high]) |\n|---|---|"
   out = [f"### CBS(t) at the pre-registered ε = {cba.EPSILON:g} (relative)", "", head, *pre, "",
          "### ε sensitivity (brackets at each point, in order)", "", "| setting | ε | brackets |", "|---|---|---|",
@@ -203,14 +203,15 @@ def cbs_tables(root: str, epsilons: Sequence[float] = cba.EPSILON_SENSITIVITY) -
 
 
 def figure(results: Sequence[SettingResult], path: str) -> str:
-  """B_crit with its interval against dataset size (left) and parameters (right), log axes, shared y."""
+  """B_crit with its interval against dataset size (left) and parameters (right), log axes, shared y; an interval
+  open upwards (bootstrap resamples with B_crit = ∞) is drawn to 10× the estimate with an arrow head."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
   fig, axes = plt.subplots(1, 2, figsize=(9, 3.6), sharey=True)
   for ax, axis, xlabel in ((axes[0], "data", "training examples N (LeNet-5)"),
                            (axes[1], "model", "parameters (55K examples)")):
-    xs, ys, lo, hi, labels = [], [], [], [], []
+    xs, ys, lo, hi, labels, kept = [], [], [], [], [], []
     for r in results:
       s = cba.SETTINGS[r.name]
       if axis not in s["axes"] or r.fit is None or not 0 < r.fit.b_crit < math.inf:
@@ -224,8 +225,13 @@ def figure(results: Sequence[SettingResult], path: str) -> str:
       lo.append(r.fit.b_crit - bottom)
       hi.append(top - r.fit.b_crit)
       labels.append(r.name)
+      kept.append(r)
     if xs:
       ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", capsize=4)
+      open_top = [(x, y + h) for x, y, h, r in zip(xs, ys, hi, kept) if not (r.interval and
+                                                                           math.isfinite(r.interval.hi))]
+      if open_top:   # an interval without a finite upper end: drawn to 10× the estimate, marked by an arrow head
+        ax.plot(*zip(*open_top), "^", color="C0")
       for x, y, lab in zip(xs, ys, labels):
         ax.annotate(lab, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
     ax.set_xscale("log")
