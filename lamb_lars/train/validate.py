@@ -69,16 +69,16 @@ def check_model_size(config: Any) -> None:
   if not _finite_positive(width):
     raise ConfigError(f"config.model_width={width!r} must be a finite number > 0 (1.0 = the model as published).")
   depth = config.model_depth
-  if not (isinstance(depth, numbers.Integral) and not isinstance(depth, bool) and depth >= 0):
+  if not (isinstance(depth, numbers.Integral) and not isinstance(depth, bool) and int(depth) >= 0):
     raise ConfigError(f"config.model_depth={depth!r} must be an integer ≥ 0 (0 = the model's own depth).")
   if depth and config.model != "mlp":
     raise ConfigError(f"config.model_depth={depth} applies to model 'mlp' only; config.model={config.model!r} has "
                       f"its depth in its name or its definition, so set model_depth=0.")
   hidden = tuple(config.mlp_hidden)
-  if not hidden or not all(isinstance(h, numbers.Integral) and not isinstance(h, bool) and h >= 1 for h in hidden):
+  if not hidden or not all(isinstance(h, numbers.Integral) and not isinstance(h, bool) and int(h) >= 1 for h in hidden):
     raise ConfigError(f"config.mlp_hidden={hidden!r} must be a non-empty tuple of integers ≥ 1.")
   n = config.train_examples
-  if not (isinstance(n, numbers.Integral) and not isinstance(n, bool) and n >= 0):
+  if not (isinstance(n, numbers.Integral) and not isinstance(n, bool) and int(n) >= 0):
     raise ConfigError(f"config.train_examples={n!r} must be an integer ≥ 0 (0 = every training example).")
 
 

@@ -1,0 +1,220 @@
+"""configs/studies/critical_batch_axes.py (issue 42) expands to the planned trials, and its report
+(lamb_lars/study/analysis/axes.py) recovers B_crit from synthetic S(B) = S_min·(1 + B_crit/B) data, checked against an
+independent numpy float64 fit written here, brackets CBS from synthetic branches, and writes its figure."""
+import csv
+import json
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from lamb_lars import models
+from lamb_lars.configs.studies import critical_batch_axes as cba
+from lamb_lars.study.analysis import axes
+from lamb_lars.study.running import sweep
+
+
+def test_settings_cover_both_axes_and_share_lenet5_at_55k_once():
+  keys = [(s["model"], s["width"], s["n"]) for s in cba.SETTINGS.values()]
+  assert keys.count(("lenet5", 1.0, 55000)) == 1
+  assert len(set(keys)) == len(keys)
+  data = sorted(s["n"] for s in cba.SETTINGS.values() if "data" in s["axes"])
+  assert data == [7500, 15000, 30000, 55000]
+  model = [(s["model"], s["width"]) for s in cba.SETTINGS.values() if "model" in s["axes"]]
+  assert {m for m, _ in model} == {"mlp", "lenet5", "mnist_cnn"} and len(model) >= 4
+  assert all(s["n"] == 55000 for s in cba.SETTINGS.values() if "model" in s["axes"])
+  assert all(s["model"] == "lenet5" and s["width"] == 1.0 for s in cba.SETTINGS.values() if "data" in s["axes"])
+  assert len(cba.parts()) == 2 * len(cba.SETTINGS) and len(set(cba.parts())) == len(cba.parts())
+
+
+@pytest.mark.parametrize("name,want_batches", [("data7500", (128, 512, 1024, 2048, 7500)),
+                                               ("cnn_w0.25", (128, 512, 1024, 2048, 8192))])
+def test_steps_part_expands_to_the_planned_trials(name, want_batches):
+  c = cba.get_config(name)
+  trials = sweep.expand(c)
+  s = cba.SETTINGS[name]
+  base = [t for t in trials if t.role == "baseline"]
+  assert len(base) == 1 and base[0].config.batch_size == 256 and base[0].config.diagnostics.noise_scale
+  tuned = [t for t in trials if t.role == "technique"]
+  assert tuple(sorted({t.config.batch_size for t in tuned})) == want_batches
+  assert len(tuned) == len(want_batches) * cba.NUM_TRIALS
+  for t in tuned:
+    assert t.config.stop.target_goal == s["target"] and t.config.stop.target_metric == "eval_accuracy"
+    assert t.config.num_epochs * s["n"] == pytest.approx(cba.LIMIT_EXAMPLES)    # the generous step limit
+    assert t.config.model == s["model"] and t.config.model_width == s["width"]
+    assert t.config.train_examples == (0 if s["n"] == 55000 else s["n"])
+  assert base[0].config.num_epochs * s["n"] == pytest.approx(cba.BASELINE_EXAMPLES)
+  assert c.replicates.num_seeds == 3 and set(c.replicates.roles) == {"baseline", "technique"}
+  assert all(t < s["target"] for t in c.analysis.targets)
+
+
+def test_branch_part_preregisters_epsilon_and_five_seeds():
+  c = cba.get_config("branch-data15000")
+  _, br = c.sweeps
+  assert dict(br["grid"])["seed"] == (1, 2, 3, 4, 5)
+  assert dict(br["grid"])["batch_size"] == (256, 1024, 4096, 8192)
+  assert c.branching.epsilon == 0.2 and c.branching.relative
+  assert all(cba.DELTA % b == 0 for b in dict(br["grid"])["batch_size"])
+  # the points are matched in examples seen: 0.5, 2, 8 epochs of 55K
+  assert [p * 15000 for p in c.branching.points_epochs] == pytest.approx([27500, 110000, 440000])
+  with pytest.raises(ValueError, match="name a setting"):
+    cba.get_config("nope")
+
+
+@pytest.mark.parametrize("model,width", [("lenet5", 0.5), ("lenet5", 2.0), ("mnist_cnn", 0.25), ("mlp", 1.0)])
+def test_parameter_counts_match_the_built_models(model, width):
+  m = models.create_model(model, num_classes=10, width=width)
+  v = jax.eval_shape(lambda: m.init(jax.random.PRNGKey(0), jnp.zeros((1, 28, 28, 1)), train=False))
+  assert cba.num_params(model, width) == sum(int(np.prod(p.shape)) for p in jax.tree_util.tree_leaves(v["params"]))
+
+
+# ---- the report on synthetic data ----
+
+TRUTH = {name: 300.0 * (2.0 ** i) for i, name in enumerate(cba.SETTINGS)}   # B_crit per setting
+S_MIN = 400.0
+RUN_FIELDS = ["run_id", "cell", "role", "batch_size", "status", "steps", "seed", "phase", "replicate_of",
+              "overrides", "final_validation_loss"]
+EVAL_FIELDS = ["run_id", "step", "examples", "test_accuracy", "noise_scale"]
+
+
+def _write(folder, runs, evals):
+  os.makedirs(folder, exist_ok=True)
+  for name, fields, rows in (("runs.csv", RUN_FIELDS, runs), ("evals.csv", EVAL_FIELDS, evals)):
+    with open(os.path.join(folder, name), "w", newline="") as f:
+      w = csv.DictWriter(f, fields)
+      w.writeheader()
+      w.writerows(rows)
+
+
+def _steps_folder(folder, b_crit, goal, rng, miss_batch=None):
+  """4 seeds per batch (the chosen trial and 3 replicates), S = S_min(1 + B_crit/B)·exp(0.05 z), a decoy search trial
+  that reaches early (not a seed), and at ``miss_batch`` one seed that misses (censored at a limit above its S)."""
+  runs, evals, truth = [], [], {}
+  runs.append(dict(run_id="baseline-0", cell="baseline", role="baseline", batch_size=256, status="done", steps=9999,
+                   seed=0, phase="search", replicate_of="", overrides="{}"))
+  evals += [dict(run_id="baseline-0", step=k * 100, examples=k * 25600, test_accuracy=0.9, noise_scale=10.0 * k)
+            for k in range(1, 40)]
+  for b in (128, 512, 2048, 8192):
+    chosen = f"tuned-b{b}-c"
+    runs.append(dict(run_id=f"tuned-b{b}-decoy", cell=f"tuned-b{b}", role="technique", batch_size=b, status="done",
+                     steps=5, seed=0, phase="search", replicate_of="", overrides="{}"))
+    evals.append(dict(run_id=f"tuned-b{b}-decoy", step=5, examples=5 * b, test_accuracy=1.0, noise_scale=""))
+    for seed in range(4):
+      rid = chosen if seed == 0 else f"{chosen}-seed{seed}"
+      s = int(round(S_MIN * (1 + b_crit / b) * math.exp(0.05 * rng.standard_normal())))
+      truth.setdefault(b, []).append(s)
+      if b == miss_batch and seed == 3:
+        runs.append(dict(run_id=rid, cell=f"tuned-b{b}", role="technique", batch_size=b, status="done", steps=s - 7,
+                         seed=seed, phase="replicate", replicate_of=chosen, overrides="{}"))
+        evals.append(dict(run_id=rid, step=s - 7, examples=(s - 7) * b, test_accuracy=goal - 0.01, noise_scale=""))
+        truth[b][-1] = -(s - 7)   # censored marker
+        continue
+      runs.append(dict(run_id=rid, cell=f"tuned-b{b}", role="technique", batch_size=b, status="done", steps=s,
+                       seed=seed, phase="search" if seed == 0 else "replicate",
+                       replicate_of="" if seed == 0 else chosen, overrides="{}"))
+      evals += [dict(run_id=rid, step=s // 2, examples=s // 2 * b, test_accuracy=goal - 0.02, noise_scale=""),
+                dict(run_id=rid, step=s, examples=s * b, test_accuracy=goal + 0.001, noise_scale=""),
+                dict(run_id=rid, step=s + 10, examples=(s + 10) * b, test_accuracy=goal + 0.002, noise_scale="")]
+  _write(folder, runs, evals)
+  return truth
+
+
+def _reference_fit(batches, steps):
+  """Independent least squares in log steps: for each β on a fine log grid, c = mean(log S − log(1 + β/B)); the β
+  of the smallest residual (float64 numpy, no code shared with the module)."""
+  b = np.asarray(batches, np.float64)
+  y = np.log(np.asarray(steps, np.float64))
+  betas = np.exp(np.linspace(np.log(1.0), np.log(1e6), 50001))
+  g = np.log1p(betas[:, None] / b[None, :])
+  c = (y[None, :] - g).mean(axis=1, keepdims=True)
+  sse = ((y[None, :] - c - g) ** 2).sum(axis=1)
+  k = int(np.argmin(sse))
+  return float(betas[k]), float(np.exp(c[k, 0]))
+
+
+def _branch_folder(folder, rng):
+  """Branches at 3 points: 1024 loses 5% of the reference loss (passes ε = 20%), 4096 loses 60% (fails), 16384
+  diverges. So CBS = [1024, 1024] at ε = 0.2; at ε = 0.05 the 1024 branches sit on the bar (not a pass)."""
+  runs = []
+  for p in cba.POINTS_EXAMPLES:
+    for seed in cba.BRANCH_SEEDS:
+      ref = 0.1 * (1 + 0.01 * rng.standard_normal())
+      for b, loss in ((256, ref), (1024, ref * 1.05), (4096, ref * 1.6), (16384, math.nan)):
+        runs.append(dict(run_id=f"br-{p}-{b}-{seed}", cell="branch", role="branch", batch_size=b,
+                         status="diverged" if math.isnan(loss) else "done", steps=1, seed=seed, phase="search",
+                         replicate_of="", overrides=json.dumps({"init_from_examples": p}),
+                         final_validation_loss=loss))
+  _write(folder, runs, [])
+
+
+def test_report_recovers_b_crit_from_synthetic_steps_and_writes_the_figure(tmp_path):
+  rng = np.random.default_rng(42)
+  root = str(tmp_path / "published")
+  truths = {}
+  for name in cba.SETTINGS:
+    if name == "lenet5_w2":
+      continue   # a part not run yet: reported as such
+    goal = cba.SETTINGS[name]["target"]
+    truths[name] = _steps_folder(os.path.join(root, name), TRUTH[name], goal, rng,
+                                 miss_batch=8192 if name == "mlp" else None)
+  _branch_folder(os.path.join(root, "branch-lenet5"), rng)
+  text = axes.report(root, num_bootstrap=100)
+  assert os.path.getsize(os.path.join(root, "critical_batch_axes.png")) > 10_000
+  assert os.path.exists(os.path.join(root, "axes.md")) and "not run" in text
+  for name, truth in truths.items():
+    pts = axes.seed_points(os.path.join(root, name), cba.SETTINGS[name]["target"])
+    # the decoy search trials are not seeds; the chosen trial and its 3 replicates are, at their first hit
+    assert {b: sorted(abs(s) for s, _ in v) for b, v in pts.items()} == {b: sorted(abs(s) for s in v)
+                                                                         for b, v in truth.items()}
+    res = axes.b_crit(name, pts, cba.SETTINGS[name]["target"], num_bootstrap=100)
+    if name == "mlp":
+      assert sum(c for v in pts.values() for _, c in v) == 1   # the miss is a censored point
+      continue
+    bs = [b for b, v in truth.items() for _ in v]
+    ss = [s for v in truth.values() for s in v]
+    ref_b, ref_s = _reference_fit(bs, ss)
+    assert res.fit.b_crit == pytest.approx(ref_b, rel=1e-3)
+    assert res.fit.s_min == pytest.approx(ref_s, rel=1e-3)
+    assert 0.7 * TRUTH[name] < res.fit.b_crit < 1.4 * TRUTH[name]   # 5% noise, 16 points
+    assert res.interval.lo <= res.fit.b_crit <= res.interval.hi
+    assert res.interval.lo < TRUTH[name] < res.interval.hi
+
+
+def test_cbs_brackets_and_epsilon_sensitivity_from_synthetic_branches(tmp_path):
+  root = str(tmp_path)
+  _branch_folder(os.path.join(root, "branch-lenet5"), np.random.default_rng(0))
+  bl = axes.branch_losses(os.path.join(root, "branch-lenet5"))
+  assert sum(math.isinf(b.loss) for b in bl) == len(cba.POINTS_EXAMPLES) * len(cba.BRANCH_SEEDS)
+  traj = axes.branching_lib.trajectory(bl, 256, cba.EPSILON, relative=True)
+  assert [(c.low, c.high) for c in traj] == [(1024, 1024)] * 3
+  text = axes.cbs_tables(root)
+  assert text.count("[1024, 1024]") >= 3 and "0.2 (pre-registered)" in text
+  loose = axes.branching_lib.trajectory(bl, 256, 0.05, relative=True)
+  assert all(c.low is None for c in loose)   # 1024's 5% loss is not below a 5% bar
+
+
+def test_cli_rejects_a_missing_folder(capsys):
+  assert axes.main(["/nonexistent/axes"]) == 2
+  assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_launch_script_runs_each_part_then_the_cross_setting_report(tmp_path):
+  import subprocess
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  stub = tmp_path / "bin"
+  stub.mkdir()
+  (stub / "python").write_text('#!/bin/sh\necho "python $*"\n')   # stands in for the studies: prints its command
+  (stub / "python").chmod(0o755)
+  env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "STUDIES_DIR": str(tmp_path / "studies"),
+         "DOCS_DIR": str(tmp_path / "docs")}
+  out = subprocess.run(["bash", os.path.join(root, "scripts", "critical_batch_axes.sh"), "lenet5", "branch-lenet5"],
+                       check=False, capture_output=True, text=True, env=env, timeout=60)
+  assert out.returncode == 0, out.stderr
+  log = out.stdout
+  assert "study run --config=configs/studies/critical_batch_axes.py:lenet5 " in log
+  assert "study branch --config=configs/studies/critical_batch_axes.py:branch-lenet5 " in log
+  assert f"--out={tmp_path}/docs/branch-lenet5" in log and "lamb_lars.study.analysis.axes" in log
+  assert log.index(":lenet5 ") < log.index(":branch-lenet5") < log.index("analysis.axes")
