@@ -43,7 +43,8 @@ def main() -> None:
       raise
     final = result.get("final") or {}
     acc = final.get("eval_accuracy")
-    print(f"{result['status']}: step {result['step']}/{result.get('total_steps')}"
+    flag = f" (not_learning: {result['not_learning']})" if result.get("not_learning") else ""
+    print(f"{result['status']}{flag}: step {result['step']}/{result.get('total_steps')}"
           + (f", eval accuracy {100 * acc:.2f}%" if acc is not None else "")
           + (f" ({result['error']})" if result.get("error") else ""))
 
