@@ -1,7 +1,9 @@
 """Every key a training run reads, with its default. Other configs import this and override a few fields.
 
 Command:  python train.py --config=configs/default.py --workdir=/tmp/run
-Overrides: --config.batch_size=8192 --config.optimizer.name=lamb  (the config is locked: a misspelled key fails).
+Overrides: --config.batch_size=8192 --config.optimizer.name=lamb  (the config is locked: a misspelled key fails; a
+changed optimizer.name brings its own LR, optimizer.default_learning_rate in configs/optimizer.py, unless
+optimizer.learning_rate is given).
 """
 import ml_collections
 from ml_collections import config_dict

@@ -88,3 +88,74 @@ def test_a_refinished_run_keeps_its_final_row(tmp_path, lost):
   if "metrics.jsonl" not in lost:
     assert again["final"] == first["final"]
   assert json.loads((tmp_path / "result.json").read_text())["final"] == again["final"]
+
+
+# --- 2. The LR follows the optimizer; every documented command parses. -------------------------------------------
+
+def _parse(argv: list[str]):
+  """``train.py``'s flag parsing of ``argv`` (the --config file and its overrides), in a fresh flag registry."""
+  from absl import flags
+  from ml_collections import config_flags
+  fv = flags.FlagValues()
+  config_flags.DEFINE_config_file("config", None, "", flag_values=fv, lock_config=True, sys_argv=["train.py", *argv])
+  flags.DEFINE_string("workdir", None, "", flag_values=fv)
+  cwd = os.getcwd()
+  os.chdir(REPO)
+  try:
+    fv(["train.py", *argv])
+    return fv.config
+  finally:
+    os.chdir(cwd)
+
+
+def test_changing_the_optimizer_brings_its_own_learning_rate():
+  from lamb_lars.optim import optimizer_config
+  lenet = lambda *a: _parse(["--config=configs/mnist_lenet.py", "--workdir=w", *a]).optimizer
+  assert optimizer_config.learning_rate(lenet()) == 0.05                                  # the published baseline
+  assert optimizer_config.learning_rate(lenet("--config.optimizer.name=lamb")) == 0.0005  # not momentum's 0.05
+  assert optimizer_config.learning_rate(lenet("--config.optimizer.name=lars")) == 0.05
+  assert optimizer_config.learning_rate(lenet("--config.optimizer.name=lamb", "--config.optimizer.learning_rate=0.01")
+                                        ) == 0.01
+  assert optimizer_config.learning_rate(_parse(["--config=configs/default.py", "--config.optimizer.name=adam"]
+                                               ).optimizer) == 0.001
+
+
+def _documented_commands() -> list[tuple[str, list[str]]]:
+  """(where, argv) of every ``python train.py ...`` in --help, train.py, lamb_lars/main.py and the configs'
+  docstrings (continuation lines joined; commands with a placeholder such as ``:RUNG`` are left out)."""
+  import ast
+  import glob
+  import re
+  import shlex
+  from lamb_lars.common import cli_help
+  texts = {"--help": cli_help.usage().replace("%%", "%")}
+  for path in ["train.py", "lamb_lars/main.py", *sorted(glob.glob(os.path.join(REPO, "configs", "**", "*.py"),
+                                                                    recursive=True))]:
+    path = os.path.relpath(os.path.join(REPO, path), REPO)
+    texts[path] = ast.get_docstring(ast.parse(open(os.path.join(REPO, path), encoding="utf-8").read())) or ""
+  out = []
+  for where, text in texts.items():
+    text = re.sub(r"\\\s*\n\s*", " ", text.replace("``", "\n"))
+    for cmd in re.findall(r"python train\.py ([^\n]*)", text):
+      argv = [a for a in shlex.split(cmd.split("#")[0].split("(")[0]) if a.startswith("--")]
+      if not re.search(r"--config=\S+:[A-Z]", " ".join(argv)):
+        out.append((where, argv))
+  return out
+
+
+DOCUMENTED = _documented_commands()
+
+
+def test_the_documented_commands_are_found():
+  assert len(DOCUMENTED) >= 15 and any("--config.optimizer.name=lamb" in a for _, a in DOCUMENTED)
+
+
+@pytest.mark.parametrize("where,argv", DOCUMENTED, ids=[f"{w}:{' '.join(a)}" for w, a in DOCUMENTED])
+def test_every_documented_command_parses_and_validates(where, argv):
+  """Each command parses as train.py parses it; MNIST ones also pass the whole validator (the plan of the run)."""
+  from lamb_lars.train import validate
+  config = _parse(argv)
+  assert "model" in config, where
+  if config.dataset == "mnist":
+    plan = validate.validate(config, 1)
+    assert plan.total_steps > 0

@@ -77,6 +77,10 @@ def flags_parser(argv: list) -> list:
   from absl import app, flags
   try:
     return flags.FLAGS(argv)
+  except SystemExit as e:  # absl prints --help and exits 1; asking for help is not a failure
+    if e.code == 1 and any(a in ("--help", "-h", "-?", "--helpshort", "--helpfull") for a in argv[1:]):
+      sys.exit(0)
+    raise
   except app.UsageError:
     raise
   except Exception as e:  # noqa: BLE001  (a config file's own exceptions: syntax, no get_config, bad key)

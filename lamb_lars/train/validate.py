@@ -41,7 +41,10 @@ def _finite_positive(value: Any) -> bool:
 
 def check_bounds(config: Any) -> None:
   """Numeric settings whose value cannot be right (module docstring); ConfigError naming the first."""
-  lr = config.optimizer.learning_rate
+  lr = optimizer_config.learning_rate(config.optimizer)
+  if lr is None:
+    raise ConfigError(f"config.optimizer.learning_rate is None and config.optimizer.default_learning_rate has no "
+                      f"entry for {config.optimizer.name!r}; give --config.optimizer.learning_rate.")
   if not _finite_positive(lr):
     raise ConfigError(f"config.optimizer.learning_rate={lr!r} must be a finite number > 0.")
   m, eps = config.bn.momentum, config.bn.epsilon
