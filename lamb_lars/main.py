@@ -10,7 +10,7 @@ from a notebook); flags exist only when it runs as a script.
 """
 from __future__ import annotations
 
-import os
+import signal
 import sys
 
 from lamb_lars.train.trainer import train_and_evaluate
@@ -33,11 +33,17 @@ def main() -> None:
   def run(argv):
     from absl import logging
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
-    if len(argv) > 1:
-      raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    if len(argv) > 1:  # a stray word (an unquoted space in a value, a missing --): one sentence, exit 2
+      print(f"error: unexpected argument {argv[1]!r}; every setting is a flag (--config.KEY=VALUE, --workdir=DIR).",
+            file=sys.stderr)
+      sys.exit(2)
     config = cli_errors.load_config(lambda: flags.FLAGS.config, flags.FLAGS["config"].config_filename)
+    cli_errors.check_gcs_access(flags.FLAGS.workdir)
+    signal.signal(signal.SIGTERM, cli_errors.raise_terminated)
     try:
       result = train_and_evaluate(config, flags.FLAGS.workdir)
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: one line, rc 130 / 143 (128 + the signal)
+      cli_errors.exit_interrupted(e)
     except Exception as e:  # config, data and workdir mistakes: one sentence, no traceback; bugs keep theirs
       cli_errors.exit_on_mistake(e, value_errors=False)
       raise

@@ -159,3 +159,130 @@ def test_every_documented_command_parses_and_validates(where, argv):
   if config.dataset == "mnist":
     plan = validate.validate(config, 1)
     assert plan.total_steps > 0
+
+
+# --- 7, 8. One sentence before anything compiles: values that cannot be right. --------------------------------
+
+BOUND_CASES = [
+    ({"num_epochs": float("inf"), "num_train_steps": -1}, "config.num_epochs=inf must be a finite number"),
+    ({"num_epochs": float("nan")}, "config.num_epochs=nan must be a finite number"),
+    ({"eval_batch_size": 10 ** 12}, "config.eval_batch_size=1,000,000,000,000 is larger than the 64 examples"),
+    ({"microbatch_size": -8}, "config.microbatch_size=-8 must be an integer ≥ 0"),
+    ({"diagnostics.noise_injection.gradients": -0.1}, "noise_injection.gradients=-0.1 must be a finite std ≥ 0"),
+    ({"diagnostics.noise_injection.weights": float("inf")}, "noise_injection.weights=inf must be a finite std"),
+    ({"diagnostics.noise_injection.labels": 1.5}, "noise_injection.labels=1.5 must be a fraction in [0, 1]"),
+    ({"synthetic.num_train": 0}, "config.synthetic.num_train=0 must be ≥ 1"),
+    ({"init_from_dir": "/nonexistent/reference", "init_from_steps": 2}, "init_from_dir='/nonexistent/reference' does "
+                                                                         "not exist"),
+]
+
+
+@pytest.mark.parametrize("overrides,expected", BOUND_CASES, ids=[str(c[0]) for c in BOUND_CASES])
+def test_values_that_cannot_be_right_are_one_sentence(overrides, expected):
+  from lamb_lars.train import validate
+  from lamb_lars.train.run_plan import ConfigError
+  with pytest.raises(ConfigError) as e:
+    validate.validate(tiny_config(**overrides), 1)
+  assert expected in str(e.value) and one_sentence(str(e.value)), str(e.value)
+
+
+def test_a_result_json_that_is_not_an_object_is_one_sentence(tmp_path):
+  from lamb_lars.train.run_plan import ConfigError
+  (tmp_path / "result.json").write_text("[1, 2]")
+  with pytest.raises(ConfigError) as e:
+    trainer.recorded_result(str(tmp_path))
+  assert "does not hold a JSON object" in str(e.value) and one_sentence(str(e.value))
+
+
+@pytest.mark.parametrize("exc", [
+    OSError(28, "No space left on device"),
+    ValueError("RESOURCE_EXHAUSTED: Error writing local file /w/checkpoints/4/state/d/abc: No space left"),
+    RuntimeError("orbax: RESOURCE_EXHAUSTED: failed to write checkpoint"),
+])
+def test_a_full_disk_is_one_sentence(exc):
+  from lamb_lars.common import cli_errors
+  msg = cli_errors.sentence(exc, value_errors=False)
+  assert msg is not None and "space" in msg and "re-run the same command to resume" in msg and one_sentence(msg), msg
+
+
+def test_a_full_disk_mid_run_ends_in_one_sentence(tmp_path, monkeypatch, capsys):
+  """The checkpoint save fails as orbax does on a full disk: train.py's handler prints one sentence, exit 2."""
+  from lamb_lars.common import cli_errors
+  from lamb_lars.train import checkpoint
+
+  def full(*a, **k):
+    raise ValueError("RESOURCE_EXHAUSTED: Error writing local file: No space left on device")
+  monkeypatch.setattr(checkpoint.Checkpointer, "save", full)
+  with pytest.raises(ValueError) as e:
+    trainer.train_and_evaluate(tiny_config(), str(tmp_path))
+  with pytest.raises(SystemExit) as ex:
+    cli_errors.exit_on_mistake(e.value, value_errors=False)
+  assert ex.value.code == 2
+  line = capsys.readouterr().err.strip()
+  assert line.startswith("error: ") and one_sentence(line), line
+
+
+CONFIG_FILES = {
+    "raises.py": ("def get_config():\n  raise RuntimeError('no GPU quota')\n", "raised RuntimeError: no GPU quota"),
+    "missing_module.py": ("import not_a_module_anywhere\ndef get_config():\n  return None\n",
+                          "No module named 'not_a_module_anywhere'"),
+    "returns_none.py": ("def get_config():\n  return None\n", "get_config() returned None"),
+}
+CLI_CASES = [
+    (["--config=configs/mnist_lenet.py", "--config.foo=1"], "the config has no key 'foo'"),
+    (["--config=configs/mnist_lenet.py", "--config.num_epochs=inf"], "config.num_epochs=inf must be a finite number"),
+    (["--config=configs/mnist_lenet.py", "--config.eval_batch_size=1000000000000"], "eval_batch_size"),
+    (["--config=configs/mnist_lenet.py", "stray"], "unexpected argument 'stray'"),
+    *[([f"--config={{tmp}}/{name}"], expected) for name, (_, expected) in CONFIG_FILES.items()],
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argv,expected", CLI_CASES, ids=[a[-1] for a, _ in CLI_CASES])
+def test_train_py_mistakes_exit_2_with_one_sentence(tmp_path, argv, expected):
+  for name, (text, _) in CONFIG_FILES.items():
+    (tmp_path / name).write_text(text)
+  workdir = tmp_path / "w"
+  out = _train_py(*[a.replace("{tmp}", str(tmp_path)) for a in argv], f"--workdir={workdir}", timeout=120)
+  assert out.returncode == 2, out.stderr
+  last = out.stderr.strip().splitlines()[-1]  # (ml_collections warns of a None config on the line before)
+  assert last.startswith("error: ") and expected in last and one_sentence(last), out.stderr
+  assert "Traceback" not in out.stderr
+  assert not workdir.exists()
+
+
+@pytest.mark.slow
+def test_gs_workdir_without_credentials_fails_at_once(tmp_path):
+  from lamb_lars.common import cli_errors
+  env = {k: v for k, v in ENV.items() if k not in cli_errors.GCS_ENV}
+  out = subprocess.run([sys.executable, "train.py", "--config=configs/mnist_lenet.py", "--workdir=gs://no-bucket/w"],
+                       cwd=REPO, env={**env, "CLOUDSDK_CONFIG": str(tmp_path)}, capture_output=True, text=True,
+                       timeout=60)
+  last = out.stderr.strip().splitlines()[-1]
+  assert out.returncode == 2 and one_sentence(last) and "Traceback" not in out.stderr, out.stderr
+  assert "GOOGLE_APPLICATION_CREDENTIALS" in last and "STORAGE_EMULATOR_HOST" in last
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig,rc", [(2, 130), (15, 143)])
+def test_an_interrupted_run_says_where_and_how_to_resume(tmp_path, sig, rc):
+  """SIGINT / SIGTERM after the first evaluation: one line with the step, rc 128 + signal; the same command then
+  finishes the run."""
+  import signal
+  import time
+  args = [sys.executable, os.path.join(REPO, "train.py"), "--config=configs/mnist_lenet.py",
+          f"--workdir={tmp_path / 'w'}", "--config.dataset=synthetic", "--config.synthetic.num_train=256",
+          "--config.synthetic.num_eval=64", "--config.batch_size=32", "--config.eval_batch_size=64",
+          "--config.num_train_steps=100000", "--config.eval_every_steps=2", "--config.checkpoint_every_steps=2",
+          "--config.progress=False"]
+  proc = subprocess.Popen(args, cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  metrics = tmp_path / "w" / "metrics.jsonl"
+  deadline = time.time() + 240
+  while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+    time.sleep(0.5)
+  proc.send_signal(sig)
+  _, err = proc.communicate(timeout=120)
+  last = err.strip().splitlines()[-1]
+  assert proc.returncode == rc, err
+  assert last.startswith("interrupted at step ") and "re-run the same command to resume" in last, err
+  assert one_sentence(last) and "Traceback" not in err

@@ -158,6 +158,9 @@ def _train(config: ml_collections.ConfigDict, workdir: str, info: input_pipeline
     bar = progress_bar(config, plan, step)
     result = loop_lib.run(parts, state, step, meta, ckpt, writer, bar)
     status = result["status"]
+  except KeyboardInterrupt as e:  # SIGINT (or SIGTERM, train.py): the step reached, for the one line train.py prints
+    e.step, e.checkpoint = (bar.step if bar is not None else None), ckpt.latest_step()
+    raise
   finally:
     if bar is not None:
       bar.close()
