@@ -286,3 +286,21 @@ def test_an_interrupted_run_says_where_and_how_to_resume(tmp_path, sig, rc):
   assert proc.returncode == rc, err
   assert last.startswith("interrupted at step ") and "re-run the same command to resume" in last, err
   assert one_sentence(last) and "Traceback" not in err
+
+
+# --- 6. A study's store missing beside its run directories is refused, never replaced. ------------------------
+
+def test_a_missing_store_beside_run_directories_is_refused(tmp_path):
+  from lamb_lars.configs.studies import smoke
+  from lamb_lars.study.running import workdir as wd
+  wd.save_study_config(smoke.get_config(), str(tmp_path))
+  (tmp_path / "runs" / "bs256-momentum-lr0.05").mkdir(parents=True)
+  with pytest.raises(ValueError) as e:
+    wd.open_store(str(tmp_path))
+  assert "study.sqlite is missing but 1 trial run directories exist" in str(e.value) and one_sentence(str(e.value))
+  assert not (tmp_path / "study.sqlite").exists()
+  out = subprocess.run([sys.executable, "-m", "lamb_lars.study", "status", f"--workdir={tmp_path}"], cwd=REPO,
+                       env=ENV, capture_output=True, text=True, timeout=120)
+  last = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else ""
+  assert out.returncode == 2 and last.startswith("error: ") and "is missing" in last, out.stdout + out.stderr
+  assert not (tmp_path / "study.sqlite").exists()
