@@ -39,7 +39,8 @@ def main() -> None:
       sys.exit(2)
     config = cli_errors.load_config(lambda: flags.FLAGS.config, flags.FLAGS["config"].config_filename)
     cli_errors.check_gcs_access(flags.FLAGS.workdir)
-    signal.signal(signal.SIGTERM, cli_errors.raise_terminated)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+      signal.signal(sig, cli_errors.request_stop)
     try:
       result = train_and_evaluate(config, flags.FLAGS.workdir)
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: one line, rc 130 / 143 (128 + the signal)

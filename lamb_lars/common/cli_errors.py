@@ -131,8 +131,13 @@ class Terminated(KeyboardInterrupt):
   """SIGTERM, raised where the program is (as Ctrl-C raises KeyboardInterrupt), so the run stops the same way."""
 
 
-def raise_terminated(signum, frame) -> None:  # noqa: ARG001  (a signal handler's signature)
-  raise Terminated()
+def request_stop(signum, frame) -> None:  # noqa: ARG001  (a signal handler's signature)
+  """train.py's SIGINT and SIGTERM handler: the training loop stops at its next chunk boundary (never inside a
+  checkpoint save, whose orbax threads would log a traceback); a second signal stops at once."""
+  from lamb_lars.train import loop
+  if loop.STOP_REQUEST or not loop.RUNNING:
+    raise Terminated() if signum == 15 else KeyboardInterrupt()
+  loop.STOP_REQUEST.append(signum)
 
 
 def exit_interrupted(exc: KeyboardInterrupt) -> None:

@@ -23,6 +23,12 @@ from lamb_lars.optim import lr_table
 from lamb_lars.train import run_plan, stopping, train_metrics
 
 
+# train.py's SIGINT/SIGTERM handler (lamb_lars/common/cli_errors.py) appends the signal here while the loop runs
+# (RUNNING); the loop then stops between chunks, raising KeyboardInterrupt (cli_errors.Terminated for SIGTERM).
+STOP_REQUEST: list = []
+RUNNING: list = []
+
+
 @dataclasses.dataclass
 class Parts:
   """What the loop runs with: the config and plan, the host LR table, the step key, the evaluator and feeder."""
@@ -139,9 +145,20 @@ class _Run:
 
 def run(parts: Parts, state: Any, step: int, meta: dict, ckpt: Any, writer: Any, bar: Any) -> dict:
   """Trains from ``state`` at ``step`` to the plan's end or a stop; the result record (module docstring)."""
+  RUNNING.append(True)
+  try:
+    return _run(parts, state, step, meta, ckpt, writer, bar)
+  finally:
+    RUNNING.clear()
+
+
+def _run(parts: Parts, state: Any, step: int, meta: dict, ckpt: Any, writer: Any, bar: Any) -> dict:
   run_, plan, feeder = _Run(parts, step, meta, writer, bar), parts.plan, parts.feeder
   train_state, ahead, pending = feeder.to_training(state), step, collections.deque()
   while run_.stop is None:
+    if STOP_REQUEST:
+      from lamb_lars.common import cli_errors
+      raise cli_errors.Terminated() if STOP_REQUEST[0] == 15 else KeyboardInterrupt()
     if ahead < plan.total_steps and not (pending and at_boundary(ahead, plan)):
       k = plan.chunk_size(ahead)
       train_state, out = feeder.dispatch(train_state, ahead, k, parts.step_key)
