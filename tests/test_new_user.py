@@ -303,3 +303,13 @@ def test_a_missing_store_beside_run_directories_is_refused(tmp_path):
   last = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else ""
   assert out.returncode == 2 and last.startswith("error: ") and "is missing" in last, out.stdout + out.stderr
   assert not (tmp_path / "study.sqlite").exists()
+
+
+# --- 9. Smaller warts. ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("form", [["--workdir=docs/studies/mnist_table3"], ["--workdir", "docs/studies/mnist_table3"],
+                                  ["docs/studies/mnist_table3"]])
+def test_study_verify_takes_the_workdir_flag_too(form):
+  out = subprocess.run([sys.executable, "-m", "lamb_lars.study", "verify", *form], cwd=REPO, env=ENV,
+                       capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0 and "verified" in out.stdout, out.stdout + out.stderr
