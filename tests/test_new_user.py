@@ -313,3 +313,25 @@ def test_study_verify_takes_the_workdir_flag_too(form):
   out = subprocess.run([sys.executable, "-m", "lamb_lars.study", "verify", *form], cwd=REPO, env=ENV,
                        capture_output=True, text=True, timeout=300)
   assert out.returncode == 0 and "verified" in out.stdout, out.stdout + out.stderr
+
+
+def test_optuna_trials_carry_their_searched_values_as_params(tmp_path):
+  """optuna-dashboard plots params: each trial's point is an Optuna param with the cell's distribution, also after
+  the study is persisted (as a resumed runner does), and a follow-up outside the first range still keeps its."""
+  import optuna
+  from lamb_lars.study.running import search
+  space = {"optimizer.learning_rate": ("log", 0.01, 1.0), "optimizer.schedule.warmup_epochs": ("linear", 0.0, 5.0)}
+  points = {"a": {"optimizer.learning_rate": 0.05, "optimizer.schedule.warmup_epochs": 1.0},
+            "b": {"optimizer.learning_rate": 0.3, "optimizer.schedule.warmup_epochs": 2.5},
+            "c": {"optimizer.learning_rate": 3.0}}   # an extended range's trial
+  cs = search.CellSearch(min_epochs=1, reduction_factor=3, trial_params={k: (v, space) for k, v in points.items()})
+  for rid in points:
+    cs.report(rid, 1, 0.9)
+  cs.persist(search.optuna_storage(str(tmp_path)), "s/c")
+  for rid in points:
+    cs.finish(rid, "done")
+  loaded = optuna.load_study(study_name="s/c", storage=f"sqlite:///{tmp_path}/{search.OPTUNA_DB}")
+  got = {t.user_attrs["run_id"]: t for t in loaded.trials}
+  for rid, point in points.items():
+    assert got[rid].params == pytest.approx(point)
+  assert got["a"].distributions["optimizer.learning_rate"] == optuna.distributions.FloatDistribution(0.01, 1.0, log=True)
