@@ -335,3 +335,40 @@ def test_optuna_trials_carry_their_searched_values_as_params(tmp_path):
   for rid, point in points.items():
     assert got[rid].params == pytest.approx(point)
   assert got["a"].distributions["optimizer.learning_rate"] == optuna.distributions.FloatDistribution(0.01, 1.0, log=True)
+
+
+@pytest.mark.parametrize("v,label", [(1.5, "1.5"), (2.0, "2"), (2.5, "2.5"), (256.0, "256"), (8192.0, "8,192"),
+                                     (0.05, "0.05"), (1e-5, "1e-05")])
+def test_log_axis_tick_labels_tell_values_apart(v, label):
+  from lamb_lars.study.analysis import plots
+  assert plots._plain_number(v) == label
+
+
+TABLE3_FOLDERS = sorted(os.path.basename(os.path.dirname(p)) for p in
+                        __import__("glob").glob(os.path.join(REPO, "docs", "studies", "*", "table3_curves.png")))
+
+
+@pytest.mark.parametrize("folder", TABLE3_FOLDERS)
+def test_table3_curves_show_each_trial_once_and_name_its_own_status(folder, monkeypatch, tmp_path):
+  """The published folders' Table 3 curves, recomputed from their CSVs: one legend entry per trial, and a cell
+  whose verdict is not the shown trial's status says which trial it shows."""
+  from lamb_lars.study.analysis import plots, report
+  from lamb_lars.study.running import provenance, publish
+  seen = {}
+  monkeypatch.setattr(plots, "_save", lambda fig, out_dir, name: name)
+  real = plots.training_curves
+
+  def capture(out_dir, name, curves, *a, **k):
+    seen[name] = dict(curves)
+    return real(out_dir, name, curves, *a, **k)
+  monkeypatch.setattr(plots, "training_curves", capture)
+  d = os.path.join(REPO, "docs", "studies", folder)
+  manifest = json.load(open(os.path.join(d, "manifest.json"), encoding="utf-8"))
+  trials = publish.load_csvs(d)
+  report.write_report(trials, str(tmp_path), provenance.spec_from_json(manifest["report_spec"]))
+  curves = seen["table3_curves.png"]
+  assert len({id(c) for c in curves.values()}) == len(curves), list(curves)
+  status = {id(t.curve): t.status for t in trials if t.curve}
+  for label, curve in curves.items():
+    if label.split(": ", 1)[1].startswith("diverge"):
+      assert status[id(curve)] == "diverged" or f"(shown: a {status[id(curve)]} trial)" in label, label
