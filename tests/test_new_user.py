@@ -372,3 +372,19 @@ def test_table3_curves_show_each_trial_once_and_name_its_own_status(folder, monk
   for label, curve in curves.items():
     if label.split(": ", 1)[1].startswith("diverge"):
       assert status[id(curve)] == "diverged" or f"(shown: a {status[id(curve)]} trial)" in label, label
+
+
+# --- 10. Fidelity: the paper configs read the data as the authors' input stream does. --------------------------
+
+PAPER = sorted(n[:-3] for n in os.listdir(os.path.join(REPO, "configs", "paper")) if n.endswith(".py")
+               and n not in ("__init__.py", "common.py"))
+
+
+@pytest.mark.parametrize("name", PAPER)
+def test_paper_configs_take_the_authors_data_order(name):
+  """``.repeat().shuffle(60000).batch(B, drop_remainder=True)``: batches straddle epochs, no image is dropped."""
+  import importlib
+  from lamb_lars.train import validate
+  config = importlib.import_module(f"lamb_lars.configs.paper.{name}").get_config()
+  assert config.data_order == "examples"
+  assert validate.validate(config, 1).total_steps == config.num_train_steps
