@@ -127,7 +127,8 @@ def stopping(config: ml_collections.ConfigDict) -> None:
   """Early stopping, checked at every evaluation (see lamb_lars/train/stopping.py). A run that trains its whole budget
   without learning ends 'diverged' with result.json's not_learning set, never a plain 'done': 'exploding_loss' (the
   last training loss is finite but > 10³ × ln C, the loss of a uniform guess) or 'chance_accuracy' (after ≥ 1 epoch,
-  the final eval accuracy is ≤ the chance level below: dead_accuracy, or 1/C + 0.25·(1 − 1/C))."""
+  the final eval accuracy is ≤ the chance level below: dead_accuracy, or 1/C + 0.25·(1 − 1/C); not for synthetic
+  data, whose held-out labels are random)."""
   config.stop = ml_collections.ConfigDict(dict(
       target_metric="",               # e.g. 'eval_accuracy' or 'validation_loss'; '' = off
       target_goal=0.0,                # stop at the first evaluation whose target_metric meets this goal ...

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from lamb_lars.configs import mnist_lenet
 from lamb_lars.train import stopping, trainer
 from test_bad_inputs import ENV, REPO, one_sentence, tiny_config
 
@@ -60,8 +61,19 @@ def test_an_exploding_loss_is_flagged_in_result_summary_and_study(tmp_path):
   con.close()
 
 
+def test_synthetic_data_is_not_judged_on_accuracy():
+  """Its held-out labels are random, so its test accuracy is chance by construction (the smoke studies)."""
+  assert stopping.not_learning({"train_loss": 2.3, "eval_accuracy": 0.1}, 10, 3.0, random_labels=True) is None
+  assert stopping.not_learning({"train_loss": 1e9, "eval_accuracy": 0.1}, 10, 3.0, random_labels=True)[0] \
+      == "exploding_loss"
+
+
+@pytest.mark.slow
 def test_a_run_at_chance_after_an_epoch_is_flagged(tmp_path):
-  cfg = tiny_config(**{"optimizer.learning_rate": 1e-9, "num_train_steps": 8})  # 8 steps of 32 = one epoch of 256
+  """MNIST at LR 1e-9 for one epoch (30 steps of 2,048) ends at chance level: flagged, not done."""
+  cfg = mnist_lenet.get_config()
+  cfg.update_from_flattened_dict({"batch_size": 2048, "num_train_steps": 30, "eval_every_steps": 30,
+                                  "checkpoint_every_steps": 30, "progress": False, "optimizer.learning_rate": 1e-9})
   result = trainer.train_and_evaluate(cfg, str(tmp_path))
   assert result["status"] == "diverged" and result["not_learning"] == "chance_accuracy"
   assert result["final"]["eval_accuracy"] <= stopping.chance_threshold(10)

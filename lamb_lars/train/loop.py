@@ -134,7 +134,8 @@ class _Run:
     if stop and stop.stopped != "nonfinite":
       self.parts.log(f"Stopped at step {self.step}: {stop.stopped}" + (f" ({stop.error})." if stop.error else "."))
     judged = None if status != "done" or stop else stopping.not_learning(
-        self.last_row, int(c.num_classes), self.parts.plan.epoch_of(self.step), float(c.stop.dead_accuracy))
+        self.last_row, int(c.num_classes), self.parts.plan.epoch_of(self.step), float(c.stop.dead_accuracy),
+        random_labels=c.dataset == "synthetic")
     if judged:
       status, error = "diverged", judged[1]
       self.parts.log(f"{error[0].upper()}{error[1:]} ({judged[0]}).")

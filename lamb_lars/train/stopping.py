@@ -20,7 +20,8 @@ A run that trains its whole budget is also judged at its end (:func:`not_learnin
   cross-entropy of a uniform guess over C classes, where a freshly initialised classifier starts (2,303 for 10
   classes): the updates are too large and the loss ran away without reaching NaN (LAMB at a momentum LR).
 * ``'chance_accuracy'``: after at least one epoch, the final test accuracy is at most the chance-level threshold
-  (:func:`chance_threshold`, 32.5% for 10 classes; ``stop.dead_accuracy`` when set).
+  (:func:`chance_threshold`, 32.5% for 10 classes; ``stop.dead_accuracy`` when set). Not for ``dataset='synthetic'``,
+  whose held-out labels are random: its test accuracy is chance by construction.
 
 The recent accuracies are state: :class:`StopRules` saves them with each checkpoint, so a resumed run stops exactly
 where an uninterrupted one does.
@@ -53,12 +54,13 @@ def chance_threshold(num_classes: int) -> float:
 EXPLODING_FACTOR = 1e3  # a finite training loss above this × ln C is an exploding loss (not_learning)
 
 
-def not_learning(row: Optional[dict], num_classes: int, epochs: float, threshold: Optional[float] = None
-                 ) -> Optional[tuple[str, str]]:
+def not_learning(row: Optional[dict], num_classes: int, epochs: float, threshold: Optional[float] = None,
+                 random_labels: bool = False) -> Optional[tuple[str, str]]:
   """(reason, one sentence) when a run that trained its budget ends not learning (module docstring), else None.
 
   ``row``: the run's last evaluation row; ``epochs``: the epochs it trained; ``threshold``: the chance level
-  (default :func:`chance_threshold`).
+  (default :func:`chance_threshold`); ``random_labels``: held-out labels are random (synthetic data), so accuracy
+  is not judged.
   """
   if not row:
     return None
@@ -69,7 +71,7 @@ def not_learning(row: Optional[dict], num_classes: int, epochs: float, threshold
                               f"({EXPLODING_FACTOR:g} × ln {num_classes}, the loss of a uniform guess); lower the "
                               f"learning rate")
   threshold = chance_threshold(num_classes) if threshold is None or threshold < 0 else threshold
-  if acc is not None and epochs >= 1.0 and (not np.isfinite(acc) or acc <= threshold):
+  if acc is not None and epochs >= 1.0 and not random_labels and (not np.isfinite(acc) or acc <= threshold):
     return "chance_accuracy", (f"not learning: the final eval accuracy {100 * acc:.2f}% is at chance level "
                                f"(≤ {100 * threshold:.2f}% for {num_classes} classes) after {epochs:.1f} epochs")
   return None
