@@ -40,7 +40,7 @@ def sentence(exc: BaseException, *, value_errors: bool = True) -> Optional[str]:
     return f"the config has no key {m.group(1)!r}."  # ml_collections: an override of a key no config defines
   if _full_disk(exc, text):
     where = f" {exc.filename}" if isinstance(exc, OSError) and exc.filename else ""
-    return f"cannot write{where}: no space left on device; free some space and re-run the same command to resume."
+    return f"cannot write{where}: No space left on device; free some space and re-run the same command to resume."
   if isinstance(exc, flags.Error) and "Flag --config must have a value other than None" in text:
     return "the config file's get_config() returned None; it must return the ConfigDict."
   if isinstance(exc, AttributeError) and "has no attribute 'get_config'" in text:
