@@ -1,7 +1,9 @@
 """Every key a training run reads, with its default. Other configs import this and override a few fields.
 
 Command:  python train.py --config=configs/default.py --workdir=/tmp/run
-Overrides: --config.batch_size=8192 --config.optimizer.name=lamb  (the config is locked: a misspelled key fails).
+Overrides: --config.batch_size=8192 --config.optimizer.name=lamb  (the config is locked: a misspelled key fails; a
+changed optimizer.name brings its own LR, optimizer.default_learning_rate in configs/optimizer.py, unless
+optimizer.learning_rate is given).
 """
 import ml_collections
 from ml_collections import config_dict
@@ -131,7 +133,11 @@ def loop(config: ml_collections.ConfigDict) -> None:
 
 
 def stopping(config: ml_collections.ConfigDict) -> None:
-  """Early stopping, checked at every evaluation (see lamb_lars/train/stopping.py)."""
+  """Early stopping, checked at every evaluation (see lamb_lars/train/stopping.py). A run that trains its whole budget
+  without learning ends 'diverged' with result.json's not_learning set, never a plain 'done': 'exploding_loss' (the
+  last training loss is finite but > 10³ × ln C, the loss of a uniform guess) or 'chance_accuracy' (after ≥ 1 epoch,
+  the final eval accuracy is ≤ the chance level below: dead_accuracy, or 1/C + 0.25·(1 − 1/C); not for synthetic
+  data, whose held-out labels are random)."""
   config.stop = ml_collections.ConfigDict(dict(
       target_metric="",               # e.g. 'eval_accuracy' or 'validation_loss'; '' = off
       target_goal=0.0,                # stop at the first evaluation whose target_metric meets this goal ...

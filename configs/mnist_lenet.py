@@ -16,7 +16,9 @@ def get_config():
   config.num_epochs = 30.0
   opt = config.optimizer
   opt.name = "momentum"
-  opt.learning_rate = 0.05
+  # No opt.learning_rate: each optimizer brings its own peak LR at batch 256 (scaled linearly with the batch), so
+  # --config.optimizer.name=lamb runs LAMB at a LAMB LR; --config.optimizer.learning_rate=X overrides it.
+  opt.default_learning_rate.update(dict(sgd=0.05, momentum=0.05, nesterov=0.05, lars=0.05, lamb=0.0005))
   opt.momentum = 0.9
   opt.weight_decay = 5e-4
   opt.base_batch_size = 256

@@ -15,7 +15,12 @@ DEFAULT_EXCLUDE = r"(^|/)(bias|scale|offset)$"  # biases and norm scale/offset (
 def get_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.name = "momentum"                # sgd | momentum | nesterov | adagrad | rmsprop | adam | adamw | lars | lamb
-  c.learning_rate = 0.1              # peak LR at base_batch_size
+  c.learning_rate = config_dict.placeholder(float)  # peak LR at base_batch_size; None: default_learning_rate[name],
+                                     # so that --config.optimizer.name=lamb never runs at a momentum LR
+  # The peak LR at base_batch_size of each optimizer when learning_rate is None (a run config sets its own).
+  c.default_learning_rate = ml_collections.ConfigDict(dict(
+      sgd=0.1, momentum=0.1, nesterov=0.1, lars=0.1, adagrad=0.01, rmsprop=0.001, adam=0.001, adamw=0.001,
+      lamb=0.0005))
   c.lr_scaling = "linear"            # 'none' | 'linear' (η0·B/B0) | 'sqrt' (η0·sqrt(B/B0))
   c.base_batch_size = 256            # B0
   c.momentum = 0.9                   # momentum / nesterov / lars (and layer-wise sgd-family)

@@ -11,6 +11,7 @@ from a notebook); flags exist only when it runs as a script.
 """
 from __future__ import annotations
 
+import signal
 import sys
 
 from lamb_lars.train.trainer import train_and_evaluate
@@ -33,17 +34,25 @@ def main() -> None:
   def run(argv):
     from absl import logging
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
-    if len(argv) > 1:
-      raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    if len(argv) > 1:  # a stray word (an unquoted space in a value, a missing --): one sentence, exit 2
+      print(f"error: unexpected argument {argv[1]!r}; every setting is a flag (--config.KEY=VALUE, --workdir=DIR).",
+            file=sys.stderr)
+      sys.exit(2)
     config = cli_errors.load_config(lambda: flags.FLAGS.config, flags.FLAGS["config"].config_filename)
+    cli_errors.check_gcs_access(flags.FLAGS.workdir)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+      signal.signal(sig, cli_errors.request_stop)
     try:
       result = train_and_evaluate(config, flags.FLAGS.workdir)
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: one line, rc 130 / 143 (128 + the signal)
+      cli_errors.exit_interrupted(e)
     except Exception as e:  # config, data and workdir mistakes: one sentence, no traceback; bugs keep theirs
       cli_errors.exit_on_mistake(e, value_errors=False)
       raise
     final = result.get("final") or {}
     acc = final.get("eval_accuracy")
-    print(f"{result['status']}: step {result['step']}/{result.get('total_steps')}"
+    flag = f" (not_learning: {result['not_learning']})" if result.get("not_learning") else ""
+    print(f"{result['status']}{flag}: step {result['step']}/{result.get('total_steps')}"
           + (f", eval accuracy {100 * acc:.2f}%" if acc is not None else "")
           + (f" ({result['error']})" if result.get("error") else ""))
 

@@ -80,6 +80,8 @@ def test_status_optuna_and_hparams_of_a_resumed_study(tmp_path):
     want = {"done": optuna.trial.TrialState.COMPLETE, "pruned": optuna.trial.TrialState.PRUNED}[runs[rid]["status"]]
     assert t.state == want
     assert t.user_attrs["optimizer.learning_rate"] == pytest.approx(runs[rid]["params"]["optimizer.learning_rate"])
+    assert t.params["optimizer.learning_rate"] == pytest.approx(runs[rid]["params"]["optimizer.learning_rate"])
+    assert t.distributions["optimizer.learning_rate"].log  # the dashboard's parameter plots have their axis
 
   # TensorBoard HParams: one session per trial, by the keys the study varies.
   exp, sessions = hparams_sessions(os.path.join(workdir, "runs"))

@@ -20,7 +20,9 @@ _WHAT = {"num_epochs": "training length in epochs (N/B steps each, rounded up); 
          "num_train_steps": "training length in steps; > 0 wins over num_epochs",
          "validation_split": "> 0: hold out the last N training examples; evals then report validation_* too",
          "optimizer.schedule.warmup_epochs": "LR warmup length in epochs (or warmup_steps/_examples/_percent)",
-         "checkpoint_every_epochs": "0 = only at the end; resume from the newest", "seed": "init and data order"}
+         "checkpoint_every_epochs": "0 = only at the end; resume from the newest", "seed": "init and data order",
+         "optimizer.learning_rate": "peak LR at base_batch_size; None = the optimizer's own, "
+                                    "optimizer.default_learning_rate.NAME"}
 
 _ASSIGN = re.compile(r"^\s*(config|c|s)\.(\w+)\s*=.*?#\s*(.*)$")
 _PREFIX = {"config": "", "c": "optimizer.", "s": "optimizer.schedule."}
@@ -55,14 +57,20 @@ def run_configs() -> list[tuple[str, str]]:
 
 
 def key_comments() -> dict[str, str]:
-  """``{dotted key: its end-of-line comment}`` from configs/default.py and configs/optimizer.py."""
-  out = {}
+  """``{dotted key: its end-of-line comment}`` from configs/default.py and configs/optimizer.py; a comment continued
+  on the next lines (a line holding only a comment) is joined, so no help line stops mid-comment."""
+  out, last = {}, None
   for name in ("default.py", "optimizer.py"):
     with open(os.path.join(_configs_dir(), name), encoding="utf-8") as f:
       for line in f:
         m = _ASSIGN.match(line)
         if m and (name == "optimizer.py") == (m.group(1) != "config"):
-          out[_PREFIX[m.group(1)] + m.group(2)] = m.group(3).strip()
+          last = _PREFIX[m.group(1)] + m.group(2)
+          out[last] = m.group(3).strip()
+        elif last is not None and line.strip().startswith("#") and line.index("#") > 20:
+          out[last] += " " + line.strip()[1:].strip()
+        else:
+          last = None
   return out
 
 

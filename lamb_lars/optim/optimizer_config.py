@@ -34,6 +34,15 @@ def _check_pair(cfg: Any, key: str) -> None:
     raise _bad(key, "() or a pair '(lower,upper)' with 0 <= lower <= upper (either may be None)", v)
 
 
+def learning_rate(cfg: Any) -> Any:
+  """The peak LR at ``base_batch_size``: ``cfg.learning_rate``, or when it is None the optimizer's own default
+  ``cfg.default_learning_rate[cfg.name]`` (``configs/optimizer.py``), so a changed ``name`` brings its own LR."""
+  if cfg["learning_rate"] is not None:
+    return cfg["learning_rate"]
+  table = cfg.get("default_learning_rate") or {}
+  return table[cfg["name"]] if cfg["name"] in table else None
+
+
 def validate_config(cfg: Any) -> None:
   """Raises :class:`~lamb_lars.errors.ConfigError` naming the first bad key of ``config.optimizer`` and its allowed
   values (the solver and its numbers, the trust ratio, ``lars_update``, then ``schedule``)."""
@@ -48,9 +57,9 @@ def _check_solver(cfg: Any) -> None:
     raise _bad("name", f"one of {NAMES}", cfg.name)
   if cfg.lr_scaling not in schedules.SCALING_RULES:
     raise _bad("lr_scaling", f"one of {schedules.SCALING_RULES}", cfg.lr_scaling)
-  for key in ("learning_rate", "base_batch_size"):
-    if not cfg[key] > 0:
-      raise _bad(key, "> 0", cfg[key])
+  for key, value in (("learning_rate", learning_rate(cfg)), ("base_batch_size", cfg.base_batch_size)):
+    if value is None or not value > 0:
+      raise _bad(key, "> 0", value)
   for key in ("momentum", "b1", "b2", "rms_decay"):
     if not 0.0 <= cfg[key] < 1.0:
       raise _bad(key, "in [0, 1)", cfg[key])
@@ -182,7 +191,7 @@ def create_optimizer(cfg: Any, *, total_steps: int, num_train: int, batch_size: 
   batch schedule or a branch, :mod:`lamb_lars.train.run_optimizer`); the run then has ``run_steps`` updates.
   """
   validate_config(cfg)
-  peak = schedules.scale_learning_rate(cfg.learning_rate, batch_size, cfg.base_batch_size, cfg.lr_scaling)
+  peak = schedules.scale_learning_rate(learning_rate(cfg), batch_size, cfg.base_batch_size, cfg.lr_scaling)
   schedule = schedules.create_schedule(cfg.schedule, peak, total_steps=total_steps, num_train=num_train,
                                        batch_size=batch_size)
   if reschedule is not None:

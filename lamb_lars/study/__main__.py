@@ -121,9 +121,10 @@ def _run(FLAGS, command: str) -> None:  # noqa: N803
 
 
 def main() -> None:
-  if sys.argv[1:2] == ["verify"]:  # no flags: folders only
+  if sys.argv[1:2] == ["verify"]:  # folders; --workdir=DIR (the form every other subcommand takes) is one of them
     from lamb_lars.study.running import provenance
-    sys.exit(provenance.main(sys.argv[2:]))
+    sys.exit(provenance.main([a.split("=", 1)[1] if a.startswith("--workdir=") else a for a in sys.argv[2:]
+                              if a != "--workdir"]))
   if sys.argv[1:2] == ["rereport"]:
     from lamb_lars.study.running import provenance
     sys.exit(provenance.rereport_main(sys.argv[2:]))

@@ -15,7 +15,8 @@ from typing import Any, Mapping, Optional, Sequence
 from lamb_lars.train.stopping import chance_threshold  # noqa: F401  (the trainer's dead-run rule uses the same threshold)
 
 # How a trial ended. 'pruned' = stopped by the search at a rung because other trials of its cell were better
-# (successive halving); 'diverged' = a non-finite loss, or stopped because it never left chance level.
+# (successive halving); 'diverged' = a non-finite loss, stopped because it never left chance level, or trained its
+# budget without learning (result.json's not_learning: exploding_loss | chance_accuracy, lamb_lars/train/stopping.py).
 STATUSES = ("pending", "running", "done", "diverged", "pruned", "failed")
 FINISHED = ("done", "diverged", "pruned")   # a re-run of the study never starts these again
 

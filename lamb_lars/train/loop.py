@@ -18,8 +18,15 @@ from typing import Any, Callable, Optional
 import ml_collections
 import numpy as np
 
+from lamb_lars.common import io_utils
 from lamb_lars.optim import lr_table
 from lamb_lars.train import run_plan, stopping, train_metrics
+
+
+# train.py's SIGINT/SIGTERM handler (lamb_lars/common/cli_errors.py) appends the signal here while the loop runs
+# (RUNNING); the loop then stops between chunks, raising KeyboardInterrupt (cli_errors.Terminated for SIGTERM).
+STOP_REQUEST: list = []
+RUNNING: list = []
 
 
 @dataclasses.dataclass
@@ -105,22 +112,55 @@ class _Run:
       ckpt.save(step, feeder.to_canonical(train_state), meta)
     self.mark = time.perf_counter()  # evaluation and checkpointing are not training time
 
+  def final_row(self, train_state: Any) -> None:
+    """A run that had nothing left to train (its result.json lost after the last checkpoint) still ends with its
+    final row: the one ``metrics.jsonl`` holds for this step, else a fresh evaluation of the state (written there)."""
+    p, step = self.parts.plan, self.step
+    row = {"epoch": round(p.epoch_of(step), 6), "examples": p.examples(step),
+           "batch_size": p.stage_at(max(step - 1, 0)).batch_size,
+           "lr": float(lr_table.lookup(self.parts.lrs, max(step - 1, 0)))}
+    row.update(self.parts.evaluate(self.parts.feeder.to_canonical(train_state)))  # on every process (collective)
+    recorded = [r for r in io_utils.read_jsonl(self.writer.path) if r.get("step") == step] if self.writer.enabled \
+        else []
+    if recorded:
+      row = {k: v for k, v in recorded[-1].items() if k != "step"}
+    else:
+      self.writer.write_scalars(step, row, jsonl=True)
+    self.last_row = row
+
   def result(self) -> dict:
-    stop = self.stop
-    status = stop.status if stop else ("diverged" if self.error else "done")
+    stop, c = self.stop, self.parts.config
+    status, error = (stop.status, stop.error) if stop else ("diverged" if self.error else "done", self.error)
     if stop and stop.stopped != "nonfinite":
       self.parts.log(f"Stopped at step {self.step}: {stop.stopped}" + (f" ({stop.error})." if stop.error else "."))
-    return {"status": status, "stopped": stop.stopped if stop else None, "step": self.step,
-            "total_steps": self.parts.plan.total_steps, "final": self.last_row,
-            "error": stop.error if stop else self.error, "train_time": self.window.train_time}
+    judged = None if status != "done" or stop else stopping.not_learning(
+        self.last_row, int(c.num_classes), self.parts.plan.epoch_of(self.step), float(c.stop.dead_accuracy),
+        random_labels=c.dataset == "synthetic")
+    if judged:
+      status, error = "diverged", judged[1]
+      self.parts.log(f"{error[0].upper()}{error[1:]} ({judged[0]}).")
+    return {"status": status, "stopped": stop.stopped if stop else None, "not_learning": judged and judged[0],
+            "step": self.step, "total_steps": self.parts.plan.total_steps, "final": self.last_row,
+            "error": error, "train_time": self.window.train_time}
 
 
 def run(parts: Parts, state: Any, step: int, meta: dict, ckpt: Any, writer: Any, bar: Any) -> dict:
   """Trains from ``state`` at ``step`` to the plan's end or a stop; the result record (module docstring)."""
+  RUNNING.append(True)
+  try:
+    return _run(parts, state, step, meta, ckpt, writer, bar)
+  finally:
+    RUNNING.clear()
+
+
+def _run(parts: Parts, state: Any, step: int, meta: dict, ckpt: Any, writer: Any, bar: Any) -> dict:
   run_, plan, feeder = _Run(parts, step, meta, writer, bar), parts.plan, parts.feeder
   pending: collections.deque = collections.deque()
   train_state, ahead = feeder.to_training(state), step
   while run_.stop is None:
+    if STOP_REQUEST:
+      from lamb_lars.common import cli_errors
+      raise cli_errors.Terminated() if STOP_REQUEST[0] == 15 else KeyboardInterrupt()
     if ahead < plan.total_steps and not (pending and at_boundary(ahead, plan)):
       k = plan.chunk_size(ahead)
       train_state, out = feeder.dispatch(train_state, ahead, k, parts.step_key)
@@ -136,4 +176,6 @@ def run(parts: Parts, state: Any, step: int, meta: dict, ckpt: Any, writer: Any,
     run_.take(first, metrics)
     if run_.stop is None and at_boundary(run_.step, plan):
       run_.at_boundary(train_state, ckpt)
+  if run_.last_row is None and run_.stop is None and step == plan.total_steps:
+    run_.final_row(train_state)
   return run_.result()

@@ -13,6 +13,16 @@ Checked at every evaluation (``config.stop``); the first rule that fires ends th
 * ``'nonfinite'`` (status ``diverged``): a training loss is NaN or ±inf (checked after every step, not only at an
   evaluation; see :func:`first_nonfinite`).
 
+A run that trains its whole budget is also judged at its end (:func:`not_learning`): it is recorded with status
+``diverged``, ``stopped`` null and ``not_learning`` naming the reason, never as a plain ``done``:
+
+* ``'exploding_loss'``: the last row's training loss is finite but above ``EXPLODING_FACTOR`` (10³) × ln C, the
+  cross-entropy of a uniform guess over C classes, where a freshly initialised classifier starts (2,303 for 10
+  classes): the updates are too large and the loss ran away without reaching NaN (LAMB at a momentum LR).
+* ``'chance_accuracy'``: after at least one epoch, the final test accuracy is at most the chance-level threshold
+  (:func:`chance_threshold`, 32.5% for 10 classes; ``stop.dead_accuracy`` when set). Not for ``dataset='synthetic'``,
+  whose held-out labels are random: its test accuracy is chance by construction.
+
 The recent accuracies are state: :class:`StopRules` saves them with each checkpoint, so a resumed run stops exactly
 where an uninterrupted one does.
 """
@@ -39,6 +49,32 @@ def chance_threshold(num_classes: int) -> float:
   """
   c = float(num_classes)
   return 1.0 / c + 0.25 * (1.0 - 1.0 / c)
+
+
+EXPLODING_FACTOR = 1e3  # a finite training loss above this × ln C is an exploding loss (not_learning)
+
+
+def not_learning(row: Optional[dict], num_classes: int, epochs: float, threshold: Optional[float] = None,
+                 random_labels: bool = False) -> Optional[tuple[str, str]]:
+  """(reason, one sentence) when a run that trained its budget ends not learning (module docstring), else None.
+
+  ``row``: the run's last evaluation row; ``epochs``: the epochs it trained; ``threshold``: the chance level
+  (default :func:`chance_threshold`); ``random_labels``: held-out labels are random (synthetic data), so accuracy
+  is not judged.
+  """
+  if not row:
+    return None
+  loss, acc = row.get("train_loss"), row.get("eval_accuracy")
+  limit = EXPLODING_FACTOR * float(np.log(max(int(num_classes), 2)))
+  if loss is not None and np.isfinite(loss) and loss > limit:
+    return "exploding_loss", (f"not learning: the training loss {loss:.3g} is finite but above {limit:.4g} "
+                              f"({EXPLODING_FACTOR:g} × ln {num_classes}, the loss of a uniform guess); lower the "
+                              f"learning rate")
+  threshold = chance_threshold(num_classes) if threshold is None or threshold < 0 else threshold
+  if acc is not None and epochs >= 1.0 and not random_labels and (not np.isfinite(acc) or acc <= threshold):
+    return "chance_accuracy", (f"not learning: the final eval accuracy {100 * acc:.2f}% is at chance level "
+                               f"(≤ {100 * threshold:.2f}% for {num_classes} classes) after {epochs:.1f} epochs")
+  return None
 
 
 @dataclasses.dataclass(frozen=True)

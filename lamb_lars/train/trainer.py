@@ -3,11 +3,13 @@
 Data flows config → input pipeline → compiled K-step train call → metrics. Per evaluation one JSON row goes to
 ``<workdir>/metrics.jsonl`` (step, epoch, examples, lr, train_loss, eval_loss, eval_accuracy, [validation_loss,
 validation_accuracy], wall_time, ...) and to TensorBoard; the end state goes to ``<workdir>/result.json``:
-``{status: done | diverged, stopped: null | target | dead | nonfinite, step, total_steps, final, error,
-train_time}``. Re-running the same command resumes from the newest checkpoint; a finished run returns its
-recorded result. The parts: :mod:`~lamb_lars.train.loop` (chunks dispatched one ahead, metrics fetched one chunk
-late), :mod:`~lamb_lars.train.feeders` (data placement, prefetch), :mod:`~lamb_lars.train.parallel` (jit or pmap),
-:mod:`~lamb_lars.train.evaluation`, :mod:`~lamb_lars.train.stopping`, :mod:`~lamb_lars.train.checkpoint`.
+``{status: done | diverged, stopped: null | target | dead | nonfinite, not_learning: null | exploding_loss |
+chance_accuracy, step, total_steps, final, error, train_time}`` (a run that trained its budget without learning is
+``diverged``, :func:`lamb_lars.train.stopping.not_learning`). Re-running the same command resumes from the newest
+checkpoint; a finished run returns its recorded result. The parts: :mod:`~lamb_lars.train.loop` (chunks
+dispatched one ahead, metrics fetched one chunk late), :mod:`~lamb_lars.train.feeders` (data placement, prefetch),
+:mod:`~lamb_lars.train.parallel` (jit or pmap), :mod:`~lamb_lars.train.evaluation`,
+:mod:`~lamb_lars.train.stopping`, :mod:`~lamb_lars.train.checkpoint`.
 """
 from __future__ import annotations
 
@@ -41,11 +43,8 @@ def _log(msg: str) -> None:
 def recorded_result(workdir: str) -> Optional[dict]:
   """The result of a run that already finished in ``workdir`` (done or diverged), else None."""
   path = os.path.join(workdir, run_files.RESULT_FILE)
-  try:
-    result = io_utils.read_json(path)
-  except (ValueError, UnicodeDecodeError):
-    raise run_plan.ConfigError(f"{path} is damaged (not valid JSON); move it away to resume the run from its "
-                               f"checkpoints.") from None
+  result = io_utils.read_json_object(path, error=run_plan.ConfigError, damaged="is damaged (not valid JSON)",
+                                     remedy="move it away to resume the run from its checkpoints")
   if result and result.get("status") in ("done", "diverged"):
     _log(f"{workdir} already finished ({result['status']} at step {result.get('step')}); nothing to do.")
     return result
@@ -161,6 +160,9 @@ def _train(config: ml_collections.ConfigDict, workdir: str, info: input_pipeline
     bar = progress_bar(config, plan, step)
     result = loop_lib.run(parts, state, step, meta, ckpt, writer, bar)
     status = result["status"]
+  except KeyboardInterrupt as e:  # SIGINT (or SIGTERM, train.py): the step reached, for the one line train.py prints
+    e.step, e.checkpoint = (bar.step if bar is not None else None), ckpt.latest_step()  # type: ignore[attr-defined]
+    raise
   finally:
     if bar is not None:
       bar.close()

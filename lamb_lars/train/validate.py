@@ -27,7 +27,7 @@ import numbers
 from typing import Any, Optional, Sequence, Union
 
 from lamb_lars import input_pipeline, models
-from lamb_lars.common import import_path
+from lamb_lars.common import import_path, io_utils
 from lamb_lars.optim import optimizer_config
 from lamb_lars.train import init_from, run_plan, stopping
 
@@ -43,7 +43,10 @@ def _finite_positive(value: Any) -> bool:
 
 def check_bounds(config: Any) -> None:
   """Numeric settings whose value cannot be right (module docstring); ConfigError naming the first."""
-  lr = config.optimizer.learning_rate
+  lr = optimizer_config.learning_rate(config.optimizer)
+  if lr is None:
+    raise ConfigError(f"config.optimizer.learning_rate is None and config.optimizer.default_learning_rate has no "
+                      f"entry for {config.optimizer.name!r}; give --config.optimizer.learning_rate.")
   if not _finite_positive(lr):
     raise ConfigError(f"config.optimizer.learning_rate={lr!r} must be a finite number > 0.")
   m, eps = config.bn.momentum, config.bn.epsilon
@@ -61,6 +64,7 @@ def check_bounds(config: Any) -> None:
   elif config.model not in models.MODEL_NAMES:
     raise ConfigError(f"config.model={config.model!r} is not one of {', '.join(models.MODEL_NAMES)}, nor an import "
                       f"path 'package.module:Name'.")
+  check_more_bounds(config)
 
 
 def check_model_size(config: Any) -> None:
@@ -100,6 +104,38 @@ def check_user_model(config: Any, info: Any) -> None:
   if getattr(out, "shape", None) != (1, int(config.num_classes)):
     raise ConfigError(f"config.model={config.model!r} returns {getattr(out, 'shape', type(out).__name__)} for one "
                       f"example; it must return logits of shape (batch, num_classes) = (1, {config.num_classes}).")
+
+
+def check_more_bounds(config: Any) -> None:
+  """Durations, micro-batches, noise injection, synthetic sizes, a branch's reference: values that cannot be right."""
+  epochs = config.num_epochs
+  if not (isinstance(epochs, numbers.Real) and math.isfinite(epochs)):
+    raise ConfigError(f"config.num_epochs={epochs!r} must be a finite number.")
+  mb = config.microbatch_size
+  if not (isinstance(mb, numbers.Integral) and not isinstance(mb, bool) and int(mb) >= 0):
+    raise ConfigError(f"config.microbatch_size={mb!r} must be an integer ≥ 0 (0 = use num_microbatches).")
+  noise = config.diagnostics.noise_injection
+  for key in ("activations", "weights", "gradients"):
+    if not (isinstance(noise[key], numbers.Real) and math.isfinite(noise[key]) and noise[key] >= 0):
+      raise ConfigError(f"config.diagnostics.noise_injection.{key}={noise[key]!r} must be a finite std ≥ 0.")
+  if not (isinstance(noise.labels, numbers.Real) and 0.0 <= float(noise.labels) <= 1.0):
+    raise ConfigError(f"config.diagnostics.noise_injection.labels={noise.labels!r} must be a fraction in [0, 1].")
+  if config.dataset == "synthetic":
+    for key in ("num_train", "num_eval"):
+      if not int(config.synthetic[key]) >= 1:
+        raise ConfigError(f"config.synthetic.{key}={config.synthetic[key]!r} must be ≥ 1.")
+  if config.init_from_dir and not io_utils.exists(config.init_from_dir):
+    raise ConfigError(f"config.init_from_dir={config.init_from_dir!r} does not exist; give the workdir of the "
+                      f"reference run.")
+
+
+def check_eval_batch(config: Any, info: Any) -> None:
+  """An eval batch larger than every evaluated split (rounded up to whole batches per device) only pads; refused
+  before its buffers are allocated."""
+  most = max(int(info.num_eval), int(info.num_validation), 1)
+  if config.eval_batch_size > max(most, 65536):
+    raise ConfigError(f"config.eval_batch_size={config.eval_batch_size:,} is larger than the {most:,} examples of "
+                      f"the largest evaluated split; use at most {max(most, 65536):,}.")
 
 
 def check_data(config: Any, info: Any) -> None:
@@ -156,6 +192,7 @@ def validate(config: Any, devices: Union[int, Sequence[Any]],
   check_bounds(config)
   info = dataset_info(config) if info is None else info
   check_data(config, info)
+  check_eval_batch(config, info)
   try:
     optimizer_config.validate_config(config.optimizer)
   except ValueError as e:

@@ -63,8 +63,8 @@ def _plain_number(v: float, _pos=None) -> str:
   """Tick label: 256, 8192, 0.5, 1e-05 → plain text, no exponents for everyday magnitudes."""
   if v <= 0 or not math.isfinite(v):
     return ""
-  if 1e-3 <= v < 1e6:
-    return f"{v:,.0f}" if v >= 1 else f"{v:g}"
+  if 1e-3 <= v < 1e6:  # whole numbers with separators; others with the digits that tell 1.5, 2 and 2.5 apart
+    return f"{v:,.0f}" if v >= 1 and abs(v - round(v)) < 1e-9 * v else f"{v:.3g}"
   return f"{v:.0e}"
 
 

@@ -274,11 +274,12 @@ def _table3_curves(trials: Sequence[Trial], cells: table3.Table3, batch: int) ->
       pick = by_id.get(c.run_id) if c.run_id else None
       if pick is None:
         group = [t for t in trials if t.role == "table3" and t.optimizer == opt and t.batch_size == batch
-                 and table3.COLUMN_NAMES[t.variant] in col and t.status in ("done", "diverged")
+                 and table3.COLUMN_NAMES[t.variant] == col.split(" ", 1)[1] and t.status in ("done", "diverged")
                  and t.best(ACC_KEY) is not None]
         pick = max(group, key=lambda t: t.best(ACC_KEY), default=None)
-      if pick is not None:
-        out[f"{opt} {col.split(' ', 1)[1]}: {c.text() + '%' if c.verdict == 'ok' else c.text()}"] = pick.curve
+      if pick is not None:  # a cell's verdict ('diverge') is not the shown trial's status ('done'): both are named
+        shown = "" if c.verdict == "ok" else f" (shown: a {pick.status} trial)"
+        out[f"{opt} {col.split(' ', 1)[1]}: {c.text() + '%' if c.verdict == 'ok' else c.text()}{shown}"] = pick.curve
   return out
 
 

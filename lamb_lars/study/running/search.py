@@ -15,7 +15,8 @@ asynchronous successive-halving pruner (ASHA, Li et al. 2020), used through ask-
 * **Optuna storage.** The runner keeps each cell's Optuna study in Optuna's own RDB storage,
   ``sqlite:///<workdir>/optuna.db`` (``optuna_storage``; study name ``<study>/<cell>``), so ``optuna-dashboard
   sqlite:///<workdir>/optuna.db`` shows a running study and ``optuna.load_study`` reads every trial (user
-  attribute ``run_id`` and its swept values) with its intermediate values and state (running, complete, pruned;
+  attribute ``run_id`` and its swept values; its searched values as Optuna ``params`` with the cell's
+  distributions, so the dashboard plots them) with its intermediate values and state (running, complete, pruned;
   a diverged trial is failed). It is a mirror of the log: at every start the runner replays the log into a fresh
   in-memory study and replaces the stored one with it (``CellSearch.persist``), so a resumed study never counts a
   trial twice.
@@ -99,11 +100,13 @@ class CellSearch:
   """
 
   def __init__(self, *, min_epochs: int, reduction_factor: int, direction: str = "maximize",
-               trial_attrs: Optional[Mapping[str, Mapping[str, Any]]] = None):
+               trial_attrs: Optional[Mapping[str, Mapping[str, Any]]] = None,
+               trial_params: Optional[Mapping[str, tuple[Mapping[str, Any], Mapping[str, Any]]]] = None):
     self._pruner = optuna.pruners.SuccessiveHalvingPruner(min_resource=int(min_epochs),
                                                           reduction_factor=int(reduction_factor))
     self._study = optuna.create_study(direction=direction, pruner=self._pruner)
     self._attrs = dict(trial_attrs or {})
+    self._params = dict(trial_params or {})  # run id → (its point {key: value}, the cell's search space)
     self._trials: dict[str, optuna.trial.Trial] = {}
     self._last_step: dict[str, int] = {}
     self._last_value: dict[str, float] = {}
@@ -123,7 +126,14 @@ class CellSearch:
 
   def _trial(self, run_id: str) -> optuna.trial.Trial:
     if run_id not in self._trials:
-      trial = self._study.ask()
+      point, space = self._params.get(run_id, ({}, {}))
+      dists = {k: _holding(d, point[k]) for k, d in distributions(space).items() if k in point}
+      dists = {k: d for k, d in dists.items() if d is not None}
+      with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a follow-up's point may lie outside its cell's first range
+        if dists:  # the trial's point as Optuna params, so optuna-dashboard plots them against the value
+          self._study.enqueue_trial({k: point[k] for k in dists}, skip_if_exists=False)
+        trial = self._study.ask(dists)
       for k, v in {"run_id": run_id, **self._attrs.get(run_id, {})}.items():
         trial.set_user_attr(k, v)
       self._trials[run_id] = trial
@@ -160,6 +170,17 @@ class CellSearch:
 
   def would_report(self, run_id: str, step: int) -> bool:
     return step > self._last_step.get(run_id, -1) and run_id not in self._finished
+
+
+def _holding(dist: Any, value: Any) -> Any:
+  """``dist`` widened to hold ``value`` (a follow-up's point may lie outside its cell's range); None when it cannot."""
+  if isinstance(dist, CategoricalDistribution):
+    return dist if value in dist.choices else None
+  if dist._contains(dist.to_internal_repr(value)):  # noqa: SLF001
+    return dist
+  lo, hi = min(dist.low, value), max(dist.high, value)
+  return IntDistribution(int(lo), int(hi)) if isinstance(dist, IntDistribution) else FloatDistribution(
+      lo, hi, log=dist.log)
 
 
 def report_value(row: Mapping[str, Any], metric: str) -> Optional[float]:

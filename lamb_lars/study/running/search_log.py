@@ -64,8 +64,10 @@ def rebuild_searches(con, specs: Sequence[TrialSpec], cfg: Mapping[str, Any], lo
     return {}
   direction = "maximize" if cfg["mode"] == "max" else "minimize"
   attrs = {t.run_id: {k: store.plain(v) for k, v in t.hparams().items()} for t in specs if t.searched}
+  points = {t.run_id: ({k: store.plain(t.overrides[k]) for k in t.space if k in t.overrides}, t.space)
+            for t in specs if t.searched}
   searches = {cell: search_lib.CellSearch(min_epochs=first, reduction_factor=cfg["reduction_factor"],
-                                          direction=direction, trial_attrs=attrs)
+                                          direction=direction, trial_attrs=attrs, trial_params=points)
               for cell, first in cell_min_epochs(specs, cfg).items()}
   repaired = store.remove_duplicate_decisions(con)
   if repaired:

@@ -43,6 +43,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 import ml_collections
 
+from lamb_lars.optim import optimizer_config
+
 from lamb_lars.study.running import search as search_lib
 from lamb_lars.study.running import sections, trial_checks
 from lamb_lars.study.records import ROLES, normalise_variant
@@ -89,7 +91,7 @@ class TrialSpec:
   def params(self) -> dict[str, Any]:
     """What the store keeps as the swept values (plus the LR and warmup the trial actually uses)."""
     sched = self.config.optimizer.schedule
-    return {**self.overrides, "learning_rate": float(self.config.optimizer.learning_rate),
+    return {**self.overrides, "learning_rate": float(optimizer_config.learning_rate(self.config.optimizer)),
             "warmup_epochs": float(sched.get("warmup_epochs", 0.0) or 0.0),
             "lr_scaling": str(self.config.optimizer.lr_scaling)}
 

@@ -35,12 +35,19 @@ def store_path(workdir: str) -> str:
 
 def open_store(workdir: str) -> sqlite3.Connection:
   """The study's store. For an object-store workdir, the local copy; when this machine has none yet (a study
-  resumed or reported elsewhere), it is first downloaded from the workdir."""
+  resumed or reported elsewhere), it is first downloaded from the workdir. A store that is missing while trial
+  run directories exist is refused (one-sentence ValueError), never silently replaced by an empty one."""
   path = store_path(workdir)
   if io_utils.is_remote(workdir) and not os.path.exists(path):
     data = io_utils.read_bytes(os.path.join(workdir, STORE_FILE))
     if data is not None:
       io_utils.write_bytes_atomic(path, data)
+  if not os.path.exists(path):
+    runs = io_utils.listdir(os.path.dirname(run_dir(workdir, "x"))) if io_utils.exists(workdir) else []
+    if runs:
+      raise ValueError(f"{os.path.join(workdir, STORE_FILE)} is missing but {len(runs)} trial run directories exist "
+                       f"in {os.path.dirname(run_dir(workdir, 'x'))}; restore study.sqlite from a copy, or use a "
+                       f"new --workdir.")
   return store.open_store(path)
 
 
