@@ -133,8 +133,9 @@ def test_changing_the_optimizer_brings_its_own_learning_rate():
 
 
 def _documented_commands() -> list[tuple[str, list[str]]]:
-  """(where, argv) of every ``python train.py ...`` in --help, train.py, lamb_lars/main.py and the configs'
-  docstrings (continuation lines joined; commands with a placeholder such as ``:RUNG`` are left out)."""
+  """(where, argv) of every ``python train.py ...`` in --help, train.py, lamb_lars/main.py, the configs'
+  docstrings, the README and docs/*.md (continuation lines joined; commands with a placeholder such as ``:RUNG``
+  are left out)."""
   import ast
   import glob
   import re
@@ -145,11 +146,20 @@ def _documented_commands() -> list[tuple[str, list[str]]]:
                                                                     recursive=True))]:
     path = os.path.relpath(os.path.join(REPO, path), REPO)
     texts[path] = ast.get_docstring(ast.parse(open(os.path.join(REPO, path), encoding="utf-8").read())) or ""
+  for path in ["README.md", *sorted(glob.glob(os.path.join(REPO, "docs", "*.md")))]:  # the documents' examples too
+    path = os.path.relpath(os.path.join(REPO, path), REPO)
+    md = open(os.path.join(REPO, path), encoding="utf-8").read()
+    texts[path] = "\n".join(re.findall(r"```(?:bash|sh)?\n(.*?)```", md, re.S))  # fenced shell blocks only
   out = []
   for where, text in texts.items():
     text = re.sub(r"\\\s*\n\s*", " ", text.replace("``", "\n"))
     for cmd in re.findall(r"python train\.py ([^\n]*)", text):
-      argv = [a for a in shlex.split(cmd.split("#")[0].split("(")[0]) if a.startswith("--")]
+      words = cmd.split("#")[0].split("(")[0]
+      try:
+        words = shlex.split(words)
+      except ValueError:  # the command sits inside a quoted remote command (e.g. gcloud ... --command="...")
+        words = words.replace('"', " ").split()
+      argv = [a for a in words if a.startswith("--")]
       if not re.search(r"--config=\S+:[A-Z]", " ".join(argv)):
         out.append((where, argv))
   return out
