@@ -28,6 +28,23 @@ from lamb_lars.train import mesh as mesh_lib
 from lamb_lars.train import batch_schedule, run_plan
 
 PREFETCH = 2  # calls whose inputs are on the devices ahead of the one running
+ACCELERATOR_CALLS_IN_FLIGHT = 8  # compiled calls dispatched and not yet finished, on GPU/TPU (see max_in_flight)
+
+
+def max_in_flight(devices) -> int:
+  """How many compiled calls the host may have dispatched and not yet seen finish.
+
+  XLA:CPU runs a multi-device program's collectives on thread pools sized for one collective at a time (one thread
+  per device, ``xla/pjrt/cpu/cpu_client.cc``). With several such programs in flight (a chunk of 50 one-step calls,
+  dispatched one chunk ahead), an all-reduce can wait for a participant that never gets a thread; XLA then aborts
+  the process after 40 s ("Termination timeout … exceeded", SIGABRT). So on CPU with more than one local device each
+  call waits for the one before it (the host still builds the next batches and writes the last metrics meanwhile).
+  Elsewhere the host stays a few calls ahead, enough to keep an accelerator fed, never an unbounded queue.
+  """
+  local = [d for d in devices if d.process_index == jax.process_index()]
+  if len(local) > 1 and all(d.platform == "cpu" for d in local):
+    return 1
+  return ACCELERATOR_CALLS_IN_FLIGHT
 
 
 @functools.lru_cache(maxsize=2)
@@ -76,6 +93,7 @@ class _Feeder:
   def __init__(self, config: Any, plan: run_plan.RunPlan, strategy: Any, make_fn):
     self.config, self.plan, self.strategy, self._make = config, plan, strategy, make_fn
     self._fn, self._compiled, self.compile_time = {}, {}, 0.0
+    self.max_in_flight, self._in_flight = max_in_flight(strategy.mesh.devices.flat), collections.deque()
 
   def _call(self, step: int, size: int, *args):
     stage = batch_schedule.index(self.plan.stages, step)
@@ -85,7 +103,11 @@ class _Feeder:
       t0 = time.perf_counter()
       compiled = self._compiled[stage, size] = fn.lower(*args).compile()
       self.compile_time += time.perf_counter() - t0
-    return compiled(*args)
+    while len(self._in_flight) >= self.max_in_flight:  # bounded dispatch (max_in_flight)
+      jax.block_until_ready(self._in_flight.popleft())
+    state, metrics = compiled(*args)
+    self._in_flight.append(metrics)
+    return state, metrics
 
   def to_training(self, state):
     return self.strategy.to_training(state)
