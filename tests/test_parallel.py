@@ -202,12 +202,19 @@ class _Dev:
     self.platform, self.process_index = platform, process_index
 
 
-def test_dispatch_is_bounded_and_serial_on_multi_device_cpu():
-  from lamb_lars.train import feeders
-  assert feeders.max_in_flight([_Dev("cpu")] * 8) == feeders.max_in_flight([_Dev("cpu")] * 2) == 1
-  assert feeders.max_in_flight([_Dev("cpu")]) == feeders.ACCELERATOR_CALLS_IN_FLIGHT   # no collectives
-  assert feeders.max_in_flight([_Dev("gpu")] * 8) == feeders.ACCELERATOR_CALLS_IN_FLIGHT
-  assert feeders.max_in_flight([_Dev("cpu", 0), _Dev("cpu", 1)]) == feeders.ACCELERATOR_CALLS_IN_FLIGHT  # 1 local
+def test_dispatch_is_bounded_and_serial_on_multi_device_cpu(monkeypatch):
+  m = mesh_lib
+  assert m.max_in_flight([_Dev("cpu")] * 8) == m.max_in_flight([_Dev("cpu")] * 2) == 1
+  assert m.max_in_flight([_Dev("cpu")]) == m.ACCELERATOR_CALLS_IN_FLIGHT   # one device: no collectives
+  assert m.max_in_flight([_Dev("gpu")] * 8) == m.ACCELERATOR_CALLS_IN_FLIGHT
+  assert m.max_in_flight([_Dev("cpu", 0), _Dev("cpu", 1)]) == m.ACCELERATOR_CALLS_IN_FLIGHT  # one local device
+  waited = []
+  monkeypatch.setattr(jax, "block_until_ready", waited.append)
+  pace = m.InFlight([_Dev("cpu")] * 8)
+  for call in range(3):
+    pace.wait_for_room()
+    pace.add(call)
+  assert waited == [0, 1]          # each call waited for the one before it
 
 
 @pytest.mark.slow

@@ -28,24 +28,6 @@ from lamb_lars.train import mesh as mesh_lib
 from lamb_lars.train import batch_schedule, run_plan
 
 PREFETCH = 2  # calls whose inputs are on the devices ahead of the one running
-ACCELERATOR_CALLS_IN_FLIGHT = 8  # compiled calls dispatched and not yet finished, on GPU/TPU (see max_in_flight)
-
-
-def max_in_flight(devices) -> int:
-  """How many compiled calls the host may have dispatched and not yet seen finish.
-
-  XLA:CPU runs a multi-device program's collectives on thread pools sized for one collective at a time (one thread
-  per device, ``xla/pjrt/cpu/cpu_client.cc``). With several such programs in flight (a chunk of 50 one-step calls,
-  dispatched one chunk ahead), an all-reduce can wait for a participant that never gets a thread; XLA then aborts
-  the process after 40 s ("Termination timeout … exceeded", SIGABRT). So on CPU with more than one local device each
-  call waits for the one before it (the host still builds the next batches and writes the last metrics meanwhile).
-  Elsewhere the host stays a few calls ahead, enough to keep an accelerator fed, never an unbounded queue.
-  """
-  local = [d for d in devices if d.process_index == jax.process_index()]
-  if len(local) > 1 and all(d.platform == "cpu" for d in local):
-    return 1
-  return ACCELERATOR_CALLS_IN_FLIGHT
-
 
 @functools.lru_cache(maxsize=2)
 def _cached_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
@@ -93,7 +75,7 @@ class _Feeder:
   def __init__(self, config: Any, plan: run_plan.RunPlan, strategy: Any, make_fn):
     self.config, self.plan, self.strategy, self._make = config, plan, strategy, make_fn
     self._fn, self._compiled, self.compile_time = {}, {}, 0.0
-    self.max_in_flight, self._in_flight = max_in_flight(strategy.mesh.devices.flat), collections.deque()
+    self.in_flight = mesh_lib.InFlight(strategy.mesh.devices.flat)  # bounded dispatch (mesh.max_in_flight)
 
   def _call(self, step: int, size: int, *args):
     stage = batch_schedule.index(self.plan.stages, step)
@@ -103,10 +85,9 @@ class _Feeder:
       t0 = time.perf_counter()
       compiled = self._compiled[stage, size] = fn.lower(*args).compile()
       self.compile_time += time.perf_counter() - t0
-    while len(self._in_flight) >= self.max_in_flight:  # bounded dispatch (max_in_flight)
-      jax.block_until_ready(self._in_flight.popleft())
+    self.in_flight.wait_for_room()
     state, metrics = compiled(*args)
-    self._in_flight.append(metrics)
+    self.in_flight.add(metrics)
     return state, metrics
 
   def to_training(self, state):
