@@ -7,14 +7,21 @@ A checkpoint that is complete but does not restore (a truncated data file, an em
 metadata: a disk or a hand gone wrong) is moved aside by :meth:`Checkpointer.restore_newest_intact` to
 ``<workdir>/checkpoints_quarantine/<step>-<time>`` (renamed, never deleted) with one log line, and the previous
 one restores: the run resumes exactly as from that step. When none restores, the error says so and moves nothing.
+
+Each checkpoint's metadata carries the sha256 of its state (:func:`state_checksum`: every array's path, dtype, shape
+and bytes, from host values, in the tree's order); a restored state that does not hash to it (bytes flipped on a
+disk) counts as damaged too. A step folder that orbax does not list (a save cut short where no temporary name is
+used, as on gs://) is moved aside the same way before the newest intact checkpoint is sought.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from typing import Any, Callable, Optional
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
 from lamb_lars.common import io_utils, run_files
@@ -22,10 +29,58 @@ from lamb_lars.errors import UserError
 
 
 QUARANTINE_DIR = "checkpoints_quarantine"
+CHECKSUM_KEY = "state_sha256"   # in each checkpoint's metadata
+META_FILE = os.path.join("meta", "metadata")  # a step folder's JSON metadata, as orbax's JsonSave writes it
 
 
 class CheckpointError(UserError, RuntimeError):
   """No checkpoint of a run restores; the message is one sentence naming the folder."""
+
+
+class ChecksumMismatch(ValueError):
+  """A restored state does not hash to the sha256 recorded when it was saved."""
+
+
+def _host(x: Any) -> np.ndarray:
+  """A leaf's value on this host (a replicated global array: its local copy)."""
+  if isinstance(x, jax.Array) and not x.is_fully_addressable:
+    x = x.addressable_data(0)
+  return np.ascontiguousarray(np.asarray(jax.device_get(x)))
+
+
+def state_checksum(state: Any) -> str:
+  """sha256 over every leaf of ``state``: its tree path, dtype, shape and bytes, in the tree's flattening order."""
+  h = hashlib.sha256()
+  for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
+    a = _host(leaf)
+    h.update(f"{jax.tree_util.keystr(path)}|{a.dtype.str}|{a.shape}|".encode())
+    h.update(a.tobytes())
+  return h.hexdigest()
+
+
+def verified(state: Any, meta: dict) -> tuple[Any, dict]:
+  """(state, meta without the checksum); ChecksumMismatch when ``meta`` records a checksum ``state`` does not have
+  (metadata of older checkpoints records none: nothing to check)."""
+  meta = dict(meta)
+  want = meta.pop(CHECKSUM_KEY, None)
+  if want is not None and state_checksum(state) != want:
+    raise ChecksumMismatch("its arrays do not match the sha256 recorded when it was saved")
+  return state, meta
+
+
+def saved_metas(workdir: str) -> list[tuple[int, dict]]:
+  """(step, metadata) of each step folder under ``workdir``'s checkpoints whose metadata reads as a JSON object,
+  newest first; read as plain files (nothing compiled, nothing restored)."""
+  folder = os.path.join(workdir, run_files.CHECKPOINT_DIR)
+  out = []
+  for name in sorted((n for n in io_utils.listdir(folder) if n.isdigit()), key=int, reverse=True):
+    try:
+      meta = io_utils.read_json(os.path.join(folder, name, META_FILE))
+    except (ValueError, UnicodeDecodeError, OSError):
+      continue
+    if isinstance(meta, dict):
+      out.append((int(name), meta))
+  return out
 
 
 def first_line(e: BaseException) -> str:
@@ -40,7 +95,9 @@ def read_state(workdir: str, step: int, abstract_state: Any) -> Any:
       read_only=True, create=False, save_interval_steps=0))
   try:
     target = jax.tree.map(ocp.utils.to_shape_dtype_struct, abstract_state)
-    return mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target)))["state"]
+    out = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target),
+                                                      meta=ocp.args.JsonRestore()))
+    return verified(out["state"], dict(out["meta"]))[0]
   finally:
     mngr.close()
 
@@ -58,16 +115,19 @@ class Checkpointer:
     return self._mngr.latest_step()
 
   def save(self, step: int, state: Any, meta: dict) -> None:
+    """Saves ``state`` and ``meta`` (a JSON object) as step ``step``; the metadata also records the state's sha256."""
+    meta = {**meta, CHECKSUM_KEY: state_checksum(state)}
     self._mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                    meta=ocp.args.JsonSave(meta)))
 
   def restore(self, abstract_state: Any, step: Optional[int] = None) -> tuple[Any, dict]:
-    """Restores into the shapes, dtypes and shardings of ``abstract_state`` (a tree of arrays or ShapeDtypeStructs)."""
+    """Restores into the shapes, dtypes and shardings of ``abstract_state`` (a tree of arrays or ShapeDtypeStructs),
+    checked against the recorded sha256 (ChecksumMismatch)."""
     step = self._mngr.latest_step() if step is None else step
     target = jax.tree.map(ocp.utils.to_shape_dtype_struct, abstract_state)
     out = self._mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target),
                                                             meta=ocp.args.JsonRestore()))
-    return out["state"], dict(out["meta"])
+    return verified(out["state"], dict(out["meta"]))
 
   def quarantine(self, step: int) -> str:
     """Moves checkpoint ``step`` to the quarantine folder (a rename, so nothing is lost); returns its new path."""
@@ -79,10 +139,23 @@ class Checkpointer:
     self._mngr.reload()
     return str(dest)
 
+  def quarantine_unlisted(self, log: Callable[[str], None] = print) -> None:
+    """Moves aside each step folder that orbax does not list as a checkpoint (a save cut short), one log line each;
+    on process 0 only."""
+    if jax.process_index() != 0:
+      return
+    listed = set(self._mngr.all_steps())
+    for name in io_utils.listdir(self._dir):
+      if name.isdigit() and int(name) not in listed:
+        log(f"Checkpoint folder {name} in {self._dir} was never completed (a save cut short); moved it to "
+            f"{self.quarantine(int(name))}.")
+
   def restore_newest_intact(self, abstract_state: Any, log: Callable[[str], None] = print) -> tuple[Any, dict]:
-    """The newest checkpoint that restores; each newer one that fails is quarantined with one log line.
+    """The newest checkpoint that restores and matches its checksum; each newer one that fails is quarantined with
+    one log line.
 
     CheckpointError (one sentence) when none restores; then nothing is moved."""
+    self.quarantine_unlisted(log)
     steps = sorted(self._mngr.all_steps(), reverse=True)
     failed: list[tuple[int, str]] = []
     for step in steps:

@@ -32,13 +32,16 @@ class Evaluator:
     self.step = ts.make_eval_step(model, opts, preprocess)
     self.splits = ("test", "validation") if input_pipeline.has_validation(config) else ("test",)
     self.w0 = initial_params  # host copy, only when config.diagnostics.dist_from_init
+    self.in_flight = mesh_lib.InFlight(mesh.devices.flat)  # bounded dispatch (mesh.max_in_flight)
 
   def evaluate_split(self, state, split: str) -> dict:
     cfg, totals = self.config, None
     for batch in input_pipeline.eval_batches(cfg, batch_size=cfg.eval_batch_size, split=split,
                                              process_index=jax.process_index(), process_count=jax.process_count()):
       arrays = mesh_lib.put_global_batch(self.mesh, (batch["image"], batch["label"], batch["mask"]))
+      self.in_flight.wait_for_room()
       out = self.step(state.params, state.batch_stats, *arrays)
+      self.in_flight.add(out)
       totals = out if totals is None else totals + out
     loss_sum, correct, count = np.asarray(jax.device_get(totals), np.float64)
     p = PREFIX[split]

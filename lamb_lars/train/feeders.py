@@ -29,7 +29,6 @@ from lamb_lars.train import batch_schedule, run_plan
 
 PREFETCH = 2  # calls whose inputs are on the devices ahead of the one running
 
-
 @functools.lru_cache(maxsize=2)
 def _cached_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
   return input_pipeline.epoch_permutation(seed, epoch, n)
@@ -78,6 +77,7 @@ class _Feeder:
     self._fn: dict = {}
     self._compiled: dict = {}
     self.compile_time = 0.0
+    self.in_flight = mesh_lib.InFlight(strategy.mesh.devices.flat)  # bounded dispatch (mesh.max_in_flight)
 
   def _call(self, step: int, size: int, *args):
     stage = batch_schedule.index(self.plan.stages, step)
@@ -87,7 +87,10 @@ class _Feeder:
       t0 = time.perf_counter()
       compiled = self._compiled[stage, size] = fn.lower(*args).compile()
       self.compile_time += time.perf_counter() - t0
-    return compiled(*args)
+    self.in_flight.wait_for_room()
+    state, metrics = compiled(*args)
+    self.in_flight.add(metrics)
+    return state, metrics
 
   def to_training(self, state):
     return self.strategy.to_training(state)

@@ -20,7 +20,7 @@ import numpy as np
 
 from lamb_lars.common import io_utils
 from lamb_lars.optim import lr_table
-from lamb_lars.train import run_plan, stopping, train_metrics
+from lamb_lars.train import run_identity, run_plan, stopping, train_metrics
 
 
 # train.py's SIGINT/SIGTERM handler (lamb_lars/common/cli_errors.py) appends the signal here while the loop runs
@@ -63,9 +63,11 @@ class _Run:
     self.rules = stopping.StopRules(c, total_steps=p.total_steps, warmup_steps=p.warmup_steps, epoch_of=p.epoch_of)
     self.rules.load_state_dict(meta.get("stopping"))
     self.window = train_metrics.MetricsWindow(meta.get("train_time", 0.0))
+    self.window.load_state_dict(meta.get("train_window"))
     self.stop: Optional[stopping.Stop] = None
     self.error: Optional[str] = None
-    self.last_row: Optional[dict] = None
+    rows = meta.get("rows") or []  # the last eval row so far is the result's final row, resumed or not
+    self.last_row: Optional[dict] = {k: v for k, v in rows[-1].items() if k != "step"} if rows else None
     self.mark, self.compiled = time.perf_counter(), parts.feeder.compile_time
 
   def time_chunk(self, first: int, k: int) -> None:
@@ -108,7 +110,8 @@ class _Run:
       self.last_row, self.stop = row, self.rules.check(step, row)
     if p.checkpoint_every_steps > 0 and p.due(p.checkpoint_every_steps, step):
       meta = {"train_time": self.window.train_time, "noise_scale": self.noise.state_dict(),
-              "stopping": self.rules.state_dict()}
+              "stopping": self.rules.state_dict(), "train_window": self.window.state_dict(),
+              "rows": list(self.writer.rows), "config": run_identity.config_record(self.parts.config)}
       ckpt.save(step, feeder.to_canonical(train_state), meta)
     self.mark = time.perf_counter()  # evaluation and checkpointing are not training time
 

@@ -3,10 +3,12 @@
 The mesh has two axes, ``('group', 'replica')``: ``replica`` runs over the devices of one BN group, ``group`` over
 the groups. Gradients are averaged over both; BN statistics only over ``replica`` (see ``bn_groups``). This 2-D mesh
 replaces ``axis_index_groups``, which ``shard_map`` does not support. Devices are ordered as ``jax.devices()``
-(process-major), so a BN group never straddles hosts unless it must.
+(process-major), so a BN group never straddles hosts unless it must. Programs over the mesh are dispatched with a
+bound on how many are in flight (:class:`InFlight`).
 """
 from __future__ import annotations
 
+import collections
 import os
 from typing import Any, Optional, Sequence
 
@@ -16,6 +18,40 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 DATA_AXES = ("group", "replica")
 BN_AXIS = "replica"
+ACCELERATOR_CALLS_IN_FLIGHT = 8  # compiled calls dispatched and not yet finished, on GPU/TPU (see max_in_flight)
+
+
+def max_in_flight(devices) -> int:
+  """How many compiled calls over ``devices`` the host may have dispatched and not yet seen finish.
+
+  XLA:CPU runs a multi-device program's collectives on thread pools sized for one collective at a time (one thread
+  per device, ``xla/pjrt/cpu/cpu_client.cc``). With several such programs in flight (a chunk of 50 one-step calls,
+  dispatched one chunk ahead), an all-reduce can wait for a participant that never gets a thread; XLA then aborts
+  the process after 40 s ("Termination timeout … exceeded", SIGABRT; issue 44). So on CPU with more than one local
+  device each call waits for the one before it (the host still builds the next batches and writes the last
+  metrics meanwhile). Elsewhere the host stays a few calls ahead, enough to keep an accelerator fed, never an
+  unbounded queue.
+  """
+  local = [d for d in devices if d.process_index == jax.process_index()]
+  if len(local) > 1 and all(d.platform == "cpu" for d in local):
+    return 1
+  return ACCELERATOR_CALLS_IN_FLIGHT
+
+
+class InFlight:
+  """The outputs of the calls dispatched and maybe not yet finished, at most ``max_in_flight(devices)``."""
+
+  def __init__(self, devices):
+    self.limit, self._outputs = max_in_flight(devices), collections.deque()
+
+  def wait_for_room(self) -> None:
+    """Blocks until one more call may be dispatched."""
+    while len(self._outputs) >= self.limit:
+      jax.block_until_ready(self._outputs.popleft())
+
+  def add(self, output: Any) -> None:
+    """A dispatched call's output (any tree of arrays that is ready only when the call has finished)."""
+    self._outputs.append(output)
 
 
 def initialize_distributed(config: Any) -> None:

@@ -109,6 +109,28 @@ def keep_rows_until(path: str, resume_step: int, log: Callable[[str], None] = pr
     log(f"{path}: " + ", and ".join(done) + ".")
 
 
+def jsonl_row(step: int, scalars: Mapping[str, Any]) -> dict:
+  """The ``metrics.jsonl`` row of an evaluation: ``{"step": step, **scalars}`` as plain JSON values."""
+  return {"step": int(step), **{k: _plain(v) for k, v in scalars.items()}}
+
+
+def restore_rows(path: str, saved: list, log: Callable[[str], None] = print) -> None:
+  """Makes ``path`` hold exactly the rows a checkpoint kept (``saved``, every row up to its step), when its rows
+  differ from them: a ``metrics.jsonl`` deleted, cut short or damaged in a killed run gets its rows back. The old
+  file, if any, is kept beside it as ``<path>.damaged``; one log line says so."""
+  have = [r for r in io_utils.read_jsonl(path) if isinstance(r.get("step"), int)]
+  if have == saved:
+    return
+  old = io_utils.read_text(path, errors="replace")
+  if old:
+    io_utils.write_text_atomic(path + ".damaged", old)
+  io_utils.write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in saved))
+  missing = len({r["step"] for r in saved} - {r["step"] for r in have})
+  log(f"{path}: {missing} of the checkpoint's {len(saved)} row(s) were missing and "
+      f"{sum(r not in saved for r in have)} row(s) differed; rewrote it from the checkpoint"
+      + (f" (the old file is {path}.damaged)." if old else "."))
+
+
 def _hparam_value(v: Any) -> Any:
   """An HParams value: bool, number or text (lists and None as text)."""
   v = _plain(v)
@@ -160,14 +182,20 @@ class MetricWriter:
   writes the run's HParams session (``hparams``) to TensorBoard."""
 
   def __init__(self, workdir: str, *, enabled: bool = True, resume_step: int = 0,
-               log: Callable[[str], None] = print, hparams: Optional[Mapping[str, Any]] = None):
+               log: Callable[[str], None] = print, hparams: Optional[Mapping[str, Any]] = None,
+               saved_rows: Optional[list] = None):
+    """``saved_rows``: the rows the checkpoint resumed from kept (:func:`restore_rows`); None: none kept."""
     self.enabled = enabled
     self.path = os.path.join(workdir, run_files.METRICS_FILE)
     self._tb = None
+    self.rows: list[dict] = []  # every eval row of the run so far (a checkpoint keeps them)
     if not enabled:
       return
     io_utils.makedirs(workdir)
     keep_rows_until(self.path, resume_step, log)
+    if saved_rows is not None:
+      restore_rows(self.path, saved_rows, log)
+    self.rows = [r for r in io_utils.read_jsonl(self.path) if isinstance(r.get("step"), int)]
     from tensorboardX import SummaryWriter  # a pinned dependency (pyproject.toml); imported here to keep start-up light
     self._tb = SummaryWriter(os.path.join(workdir, run_files.TENSORBOARD_DIR),
                              purge_step=resume_step + 1 if resume_step else None)
@@ -184,7 +212,9 @@ class MetricWriter:
         if tag is not None and np.ndim(v) == 0 and isinstance(_plain(v), (int, float)):
           self._tb.add_scalar(tag, float(v), step)
     if jsonl:  # an eval row: on disk now, for the study runner and a live TensorBoard (a pruned trial is killed)
-      io_utils.append_jsonl(self.path, {"step": int(step), **{k: _plain(v) for k, v in scalars.items()}})
+      row = jsonl_row(step, scalars)
+      io_utils.append_jsonl(self.path, row)
+      self.rows.append(row)
       self.flush()
 
   def flush(self) -> None:

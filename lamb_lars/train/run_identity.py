@@ -11,6 +11,9 @@ and checkpoint cadence, how many checkpoints are kept, host round-trips, data lo
 loop is compiled (``microbatch_loop``, formerly ``unroll_microbatches``: the same keys and the same sums in the same
 order, tests/test_host_accumulation.py), so that a run started unrolled may resume with the host loop. A key
 missing from the record is ignored: configs are locked, so only a code upgrade adds keys.
+
+Each checkpoint carries the same record (``config`` in its metadata, :mod:`lamb_lars.train.loop`), so a run dir
+whose ``config.json`` is gone is still checked, against its newest checkpoint's record.
 """
 from __future__ import annotations
 
@@ -55,6 +58,18 @@ def differing_keys(recorded: Mapping[str, Any], config: Any, allowed: bool = Tru
                 if k in old and old.get(k) != new.get(k) and not (allowed and _allowed(k)))
 
 
+def config_record(config: Any) -> dict:
+  """The record of ``config`` that ``config.json`` and each checkpoint's metadata hold (plain JSON)."""
+  return _plain(config)
+
+
+def checkpoint_config(workdir: str) -> Optional[dict]:
+  """The config record of ``workdir``'s newest checkpoint that carries one, or None."""
+  from lamb_lars.train import checkpoint  # orbax: imported only where a run dir is checked
+  return next((meta["config"] for _, meta in checkpoint.saved_metas(workdir)
+               if isinstance(meta.get("config"), dict)), None)
+
+
 def recorded_config(workdir: str) -> Optional[dict]:
   """The config recorded in ``workdir``, or None (a new run dir); a damaged record is a one-sentence ConfigError."""
   return io_utils.read_json_object(os.path.join(workdir, CONFIG_FILE), error=ConfigError,
@@ -63,14 +78,17 @@ def recorded_config(workdir: str) -> Optional[dict]:
 
 
 def check(config: Any, workdir: str) -> None:
-  """ConfigError naming the differing keys when ``workdir`` was started with another config."""
-  record = recorded_config(workdir)
+  """ConfigError naming the differing keys when ``workdir`` was started with another config (its ``config.json``,
+  or without one its newest checkpoint's record)."""
+  record, where = recorded_config(workdir), "a run"
+  if record is None:
+    record, where = checkpoint_config(workdir), "checkpoints of a run"
   if record is None:
     return
   keys = differing_keys(record, config)
   if keys:
     shown = ", ".join(keys[:6]) + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
-    raise ConfigError(f"{workdir} holds a run started with a different config ({shown}); use a new --workdir for "
+    raise ConfigError(f"{workdir} holds {where} started with a different config ({shown}); use a new --workdir for "
                       f"the changed config, or restore the old values to resume it.")
 
 

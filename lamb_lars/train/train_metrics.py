@@ -74,6 +74,18 @@ class MetricsWindow:
       if key in metrics:
         values.extend(np.asarray(metrics[key]).tolist())
 
+  def state_dict(self) -> dict:
+    """What a checkpoint between two evaluations keeps, so that a resumed run's next row equals an uninterrupted
+    run's: the per-step values since the last evaluation (exact as JSON: float32 values are exact float64s) and the
+    throughput counters."""
+    return {"values": {k: list(v) for k, v in self.values.items()}, "time": self.time, "examples": self.examples,
+            "steps": self.steps}
+
+  def load_state_dict(self, saved: Optional[dict]) -> None:
+    if saved:
+      self.values = {k: list(saved["values"].get(k, [])) for k in self.values}
+      self.time, self.examples, self.steps = float(saved["time"]), int(saved["examples"]), int(saved["steps"])
+
   def summary(self) -> dict:
     """The row's training statistics and timing; then starts a new window."""
     v = self.values

@@ -90,6 +90,7 @@ def create_train_state(model, tx, mesh, image_shape: tuple, seed: int, table=Non
 def restore(ckpt: checkpoint.Checkpointer, state, workdir: str, plan: run_plan.RunPlan) -> tuple[Any, dict]:
   """The newest checkpoint's state and metadata; without one, ``state`` (or a branch's reference state,
   :mod:`lamb_lars.train.init_from`) and empty metadata."""
+  ckpt.quarantine_unlisted(log=_log)
   if ckpt.latest_step() is None:
     if plan.branch is None:
       return state, {}
@@ -156,7 +157,8 @@ def _train(config: ml_collections.ConfigDict, workdir: str, info: input_pipeline
     state, meta = restore(ckpt, state, workdir, plan)
     step = int(jax.device_get(state.step))
     writer = metric_writers.MetricWriter(workdir, enabled=jax.process_index() == 0, resume_step=step, log=_log,
-                                         hparams=hparams or metric_writers.config_hparams(config))
+                                         hparams=hparams or metric_writers.config_hparams(config),
+                                         saved_rows=meta.get("rows"))
     bar = progress_bar(config, plan, step)
     result = loop_lib.run(parts, state, step, meta, ckpt, writer, bar)
     status = result["status"]
