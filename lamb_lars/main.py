@@ -14,6 +14,7 @@ from __future__ import annotations
 import signal
 import sys
 
+from lamb_lars.train import loop
 from lamb_lars.train.trainer import train_and_evaluate
 
 
@@ -21,9 +22,7 @@ def main() -> None:
   from absl import app, flags
   from ml_collections import config_flags
 
-  from lamb_lars.common import cli_errors
-
-  from lamb_lars.common import cli_help
+  from lamb_lars.common import cli_errors, cli_help
   sys.modules["__main__"].__doc__ = cli_help.usage()  # --help text
   config_flags.DEFINE_config_file("config", None, "Training config file (e.g. configs/mnist_lenet.py).",
                                   lock_config=True)
@@ -41,7 +40,7 @@ def main() -> None:
     config = cli_errors.load_config(lambda: flags.FLAGS.config, flags.FLAGS["config"].config_filename)
     cli_errors.check_gcs_access(flags.FLAGS.workdir)
     for sig in (signal.SIGINT, signal.SIGTERM):
-      signal.signal(sig, cli_errors.request_stop)
+      signal.signal(sig, loop.request_stop)
     try:
       result = train_and_evaluate(config, flags.FLAGS.workdir)
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: one line, rc 130 / 143 (128 + the signal)

@@ -329,8 +329,10 @@ def test_a_missing_store_beside_run_directories_is_refused(tmp_path):
 
 # --- 9. Smaller warts. ----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("form", [["--workdir=docs/studies/mnist_table3"], ["--workdir", "docs/studies/mnist_table3"],
-                                  ["docs/studies/mnist_table3"]])
+_FOLDER = "docs/studies/mnist_branching_sqrt"
+
+
+@pytest.mark.parametrize("form", [[f"--workdir={_FOLDER}"], ["--workdir", _FOLDER], [_FOLDER]])
 def test_study_verify_takes_the_workdir_flag_too(form):
   out = subprocess.run([sys.executable, "-m", "lamb_lars.study", "verify", *form], cwd=REPO, env=ENV,
                        capture_output=True, text=True, timeout=300)

@@ -131,15 +131,6 @@ class Terminated(KeyboardInterrupt):
   """SIGTERM, raised where the program is (as Ctrl-C raises KeyboardInterrupt), so the run stops the same way."""
 
 
-def request_stop(signum, frame) -> None:  # noqa: ARG001  (a signal handler's signature)
-  """train.py's SIGINT and SIGTERM handler: the training loop stops at its next chunk boundary (never inside a
-  checkpoint save, whose orbax threads would log a traceback); a second signal stops at once."""
-  from lamb_lars.train import loop
-  if loop.STOP_REQUEST or not loop.RUNNING:
-    raise Terminated() if signum == 15 else KeyboardInterrupt()
-  loop.STOP_REQUEST.append(signum)
-
-
 def exit_interrupted(exc: KeyboardInterrupt) -> None:
   """``interrupted at step N; re-run the same command to resume.`` on stderr; exit 130 (SIGINT) or 143 (SIGTERM)."""
   step, ckpt = getattr(exc, "step", None), getattr(exc, "checkpoint", None)

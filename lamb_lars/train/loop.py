@@ -18,15 +18,23 @@ from typing import Any, Callable, Optional
 import ml_collections
 import numpy as np
 
-from lamb_lars.common import io_utils
+from lamb_lars.common import cli_errors, io_utils
 from lamb_lars.optim import lr_table
 from lamb_lars.train import run_identity, run_plan, stopping, train_metrics
 
 
-# train.py's SIGINT/SIGTERM handler (lamb_lars/common/cli_errors.py) appends the signal here while the loop runs
+# train.py's SIGINT/SIGTERM handler (request_stop below) appends the signal here while the loop runs
 # (RUNNING); the loop then stops between chunks, raising KeyboardInterrupt (cli_errors.Terminated for SIGTERM).
 STOP_REQUEST: list = []
 RUNNING: list = []
+
+
+def request_stop(signum, frame) -> None:  # noqa: ARG001  (a signal handler's signature)
+  """train.py's SIGINT and SIGTERM handler: the training loop stops at its next chunk boundary (never inside a
+  checkpoint save, whose orbax threads would log a traceback); a second signal stops at once."""
+  if STOP_REQUEST or not RUNNING:
+    raise cli_errors.Terminated() if signum == 15 else KeyboardInterrupt()
+  STOP_REQUEST.append(signum)
 
 
 @dataclasses.dataclass
@@ -162,7 +170,6 @@ def _run(parts: Parts, state: Any, step: int, meta: dict, ckpt: Any, writer: Any
   train_state, ahead = feeder.to_training(state), step
   while run_.stop is None:
     if STOP_REQUEST:
-      from lamb_lars.common import cli_errors
       raise cli_errors.Terminated() if STOP_REQUEST[0] == 15 else KeyboardInterrupt()
     if ahead < plan.total_steps and not (pending and at_boundary(ahead, plan)):
       k = plan.chunk_size(ahead)
