@@ -147,6 +147,11 @@ def bootstrap(points: Mapping[int, Sequence[tuple[float, bool]]], num: int = 200
       vals.append(fit(bs, ys, cs).b_crit)
     except ValueError:
       failed += 1
+  return _interval(vals, failed, level)
+
+
+def _interval(vals: Sequence[float], failed: int, level: float) -> Optional[Interval]:
+  """The percentile interval of the resampled B_crit values (None when every resample failed to fit)."""
   if not vals:
     return None
   v = np.sort(np.asarray(vals, np.float64))
@@ -216,11 +221,7 @@ def bootstrap_trials_and_seeds(cells: Mapping[Any, Sequence[Candidate]], num: in
       vals.append(fit(bs, ys, cs).b_crit)
     except ValueError:
       failed += 1
-  if not vals:
-    return None
-  v = np.sort(np.asarray(vals, np.float64))
-  a = (1.0 - level) / 2.0
-  return Interval(_order_stat(v, a), _order_stat(v, 1.0 - a), len(vals), float(np.mean(np.isinf(v))), failed)
+  return _interval(vals, failed, level)
 
 
 def reached_only(points: Mapping[int, Sequence[tuple[float, bool]]]) -> dict[int, list[tuple[float, bool]]]:
