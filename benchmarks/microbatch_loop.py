@@ -7,8 +7,8 @@
 host_accumulation.py): ``scan`` (one compiled step, a rolled loop), ``unrolled`` (one compiled step, the loop
 unrolled at trace time) or ``host`` (2 + k compiled calls from Python, one micro-batch's buffers alive at a time).
 All three compute the same function (tests/test_host_accumulation.py); this measures what each costs on the
-authors' CNN (configs/paper/, model ``mnist_cnn``). Each loop runs ``train.py``'s trainer in its own process, so the
-peak RSS is its own, for ``--steps`` steps after compilation; the table gives ratios against the first loop.
+authors' CNN (lamb_lars/configs/paper/, model ``mnist_cnn``). Each loop runs ``train.py``'s trainer in its own process,
+so the peak RSS is its own, for ``--steps`` steps after compilation; the table gives ratios against the first loop.
 ``--batch_size`` / ``--microbatch_size`` (0: the config's own) shorten a measurement of a full-batch config.
 """
 from __future__ import annotations
@@ -54,7 +54,7 @@ def run_one(name: str, loop: str, steps: int, batch: int, micro: int) -> dict:
 
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  ap.add_argument("--config", default="lars_b8192", help="a module of configs/paper/")
+  ap.add_argument("--config", default="lars_b8192", help="a module of lamb_lars/configs/paper/")
   ap.add_argument("--loops", default="host,unrolled")
   ap.add_argument("--steps", type=int, default=3)
   ap.add_argument("--batch_size", type=int, default=0)

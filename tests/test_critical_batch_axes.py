@@ -1,4 +1,4 @@
-"""configs/studies/critical_batch_axes.py (issue 42) expands to the planned trials, and its report
+"""lamb_lars/configs/studies/critical_batch_axes.py (issue 42) expands to the planned trials, and its report
 (lamb_lars/study/analysis/axes.py) recovers B_crit from synthetic S(B) = S_min·(1 + B_crit/B) data, checked against an
 independent numpy float64 fit written here, brackets CBS from synthetic branches, and writes its figure."""
 import csv
@@ -214,7 +214,7 @@ def test_launch_script_runs_each_part_then_the_cross_setting_report(tmp_path):
                        check=False, capture_output=True, text=True, env=env, timeout=60)
   assert out.returncode == 0, out.stderr
   log = out.stdout
-  assert "study run --config=configs/studies/critical_batch_axes.py:lenet5 " in log
-  assert "study branch --config=configs/studies/critical_batch_axes.py:branch-lenet5 " in log
+  assert "study run --config=lamb_lars/configs/studies/critical_batch_axes.py:lenet5 " in log
+  assert "study branch --config=lamb_lars/configs/studies/critical_batch_axes.py:branch-lenet5 " in log
   assert f"--out={tmp_path}/docs/branch-lenet5" in log and "lamb_lars.study.analysis.axes" in log
   assert log.index(":lenet5 ") < log.index(":branch-lenet5") < log.index("analysis.axes")

@@ -92,7 +92,7 @@ def test_run_files_round_trip(gcs):
 
 def _train_cmd(workdir: str) -> list[str]:
   from tests.test_train import DATA_DIR
-  return [sys.executable, os.path.join(ROOT, "train.py"), f"--config={ROOT}/configs/mnist_lenet.py",
+  return [sys.executable, os.path.join(ROOT, "train.py"), f"--config={ROOT}/lamb_lars/configs/mnist_lenet.py",
           f"--workdir={workdir}",
           f"--config.data_dir={DATA_DIR}", "--config.batch_size=256", "--config.num_train_steps=30",
           "--config.eval_every_steps=10", "--config.checkpoint_every_steps=10", "--config.num_devices=1",

@@ -22,10 +22,10 @@ MAX_FUNCTION_LINES = 60
 
 
 def _modules() -> dict[str, str]:
-  """{dotted name: file} of every module of the installed package (configs/ and input_pipeline/ through the
-  package's symlinks, as they are imported)."""
+  """{dotted name: file} of every module of the installed package (lamb_lars/configs/ and lamb_lars/input_pipeline/
+  included: ordinary subpackages)."""
   out = {}
-  for folder, _, files in os.walk(os.path.join(REPO, "lamb_lars"), followlinks=True):
+  for folder, _, files in os.walk(os.path.join(REPO, "lamb_lars")):
     for name in files:
       if name.endswith(".py"):
         path = os.path.join(folder, name)
@@ -103,6 +103,15 @@ def test_common_imports_nothing_above_it():
   assert not upward, f"lamb_lars/common imports upward: {upward}"
 
 
+def test_no_symlinks_in_the_package():
+  """configs/ and input_pipeline/ are real subpackages (issue 39): a symlink in lamb_lars/ would ship a second copy
+  of a folder in the wheel, or none, depending on the installer."""
+  links = [os.path.relpath(os.path.join(d, n), REPO) for d, dirs, files in os.walk(os.path.join(REPO, "lamb_lars"))
+           for n in dirs + files if os.path.islink(os.path.join(d, n))]
+  assert not links, f"symlinks under lamb_lars/: {links}"
+  assert not os.path.exists(os.path.join(REPO, "configs")) and not os.path.exists(os.path.join(REPO, "input_pipeline"))
+
+
 def test_no_module_level_getattr():
   shims = [m for m, p in MODULES.items()
            if any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__"
@@ -172,5 +181,7 @@ def test_readme_layout_table_matches_the_tree():
   assert not missing, f"README layout names paths that do not exist: {missing}"
   packages = sorted(os.path.relpath(d, REPO) + "/" for d, _, files in os.walk(os.path.join(REPO, "lamb_lars"))
                     if "__init__.py" in files and "__pycache__" not in d)
-  unnamed = [p for p in packages if p not in named]
+  # a configs/ row covers its subfolders (data: paper/, studies/)
+  unnamed = [p for p in packages if p not in named
+             and not any(p.startswith(n) and n.endswith("configs/") for n in named)]
   assert not unnamed, f"packages the README layout table does not name: {unnamed}"

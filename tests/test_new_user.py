@@ -44,7 +44,7 @@ def test_not_learning_thresholds(row, epochs, expected):
 def test_an_exploding_loss_is_flagged_in_result_summary_and_study(tmp_path):
   """LAMB at an absurd LR: the loss runs to ~1e12 without a NaN; result.json, the summary line and a study see it."""
   workdir = tmp_path / "w"
-  out = _train_py("--config=configs/mnist_lenet.py", f"--workdir={workdir}", "--config.dataset=synthetic",
+  out = _train_py("--config=lamb_lars/configs/mnist_lenet.py", f"--workdir={workdir}", "--config.dataset=synthetic",
                   "--config.synthetic.num_train=256", "--config.synthetic.num_eval=64", "--config.batch_size=32",
                   "--config.eval_batch_size=64", "--config.num_train_steps=2", "--config.eval_every_steps=2",
                   "--config.progress=False", "--config.optimizer.name=lamb", "--config.optimizer.learning_rate=1000")
@@ -122,13 +122,13 @@ def _parse(argv: list[str]):
 
 def test_changing_the_optimizer_brings_its_own_learning_rate():
   from lamb_lars.optim import optimizer_config
-  lenet = lambda *a: _parse(["--config=configs/mnist_lenet.py", "--workdir=w", *a]).optimizer
+  lenet = lambda *a: _parse(["--config=lamb_lars/configs/mnist_lenet.py", "--workdir=w", *a]).optimizer
   assert optimizer_config.learning_rate(lenet()) == 0.05                                  # the published baseline
   assert optimizer_config.learning_rate(lenet("--config.optimizer.name=lamb")) == 0.0005  # not momentum's 0.05
   assert optimizer_config.learning_rate(lenet("--config.optimizer.name=lars")) == 0.05
   assert optimizer_config.learning_rate(lenet("--config.optimizer.name=lamb", "--config.optimizer.learning_rate=0.01")
                                         ) == 0.01
-  assert optimizer_config.learning_rate(_parse(["--config=configs/default.py", "--config.optimizer.name=adam"]
+  assert optimizer_config.learning_rate(_parse(["--config=lamb_lars/configs/default.py", "--config.optimizer.name=adam"]
                                                ).optimizer) == 0.001
 
 
@@ -142,8 +142,8 @@ def _documented_commands() -> list[tuple[str, list[str]]]:
   import shlex
   from lamb_lars.common import cli_help
   texts = {"--help": cli_help.usage().replace("%%", "%")}
-  for path in ["train.py", "lamb_lars/main.py", *sorted(glob.glob(os.path.join(REPO, "configs", "**", "*.py"),
-                                                                    recursive=True))]:
+  for path in ["train.py", "lamb_lars/main.py",
+               *sorted(glob.glob(os.path.join(REPO, "lamb_lars", "configs", "**", "*.py"), recursive=True))]:
     path = os.path.relpath(os.path.join(REPO, path), REPO)
     texts[path] = ast.get_docstring(ast.parse(open(os.path.join(REPO, path), encoding="utf-8").read())) or ""
   for path in ["README.md", *sorted(glob.glob(os.path.join(REPO, "docs", "*.md")))]:  # the documents' examples too
@@ -251,10 +251,11 @@ CONFIG_FILES = {
     "returns_none.py": ("def get_config():\n  return None\n", "get_config() returned None"),
 }
 CLI_CASES = [
-    (["--config=configs/mnist_lenet.py", "--config.foo=1"], "the config has no key 'foo'"),
-    (["--config=configs/mnist_lenet.py", "--config.num_epochs=inf"], "config.num_epochs=inf must be a finite number"),
-    (["--config=configs/mnist_lenet.py", "--config.eval_batch_size=1000000000000"], "eval_batch_size"),
-    (["--config=configs/mnist_lenet.py", "stray"], "unexpected argument 'stray'"),
+    (["--config=lamb_lars/configs/mnist_lenet.py", "--config.foo=1"], "the config has no key 'foo'"),
+    (["--config=lamb_lars/configs/mnist_lenet.py", "--config.num_epochs=inf"],
+     "config.num_epochs=inf must be a finite number"),
+    (["--config=lamb_lars/configs/mnist_lenet.py", "--config.eval_batch_size=1000000000000"], "eval_batch_size"),
+    (["--config=lamb_lars/configs/mnist_lenet.py", "stray"], "unexpected argument 'stray'"),
     *[([f"--config={{tmp}}/{name}"], expected) for name, (_, expected) in CONFIG_FILES.items()],
 ]
 
@@ -277,7 +278,7 @@ def test_train_py_mistakes_exit_2_with_one_sentence(tmp_path, argv, expected):
 def test_gs_workdir_without_credentials_fails_at_once(tmp_path):
   from lamb_lars.common import cli_errors
   env = {k: v for k, v in ENV.items() if k not in cli_errors.GCS_ENV}
-  out = subprocess.run([sys.executable, "train.py", "--config=configs/mnist_lenet.py", "--workdir=gs://no-bucket/w"],
+  out = subprocess.run([sys.executable, "train.py", "--config=lamb_lars/configs/mnist_lenet.py", "--workdir=gs://no-bucket/w"],
                        cwd=REPO, env={**env, "CLOUDSDK_CONFIG": str(tmp_path)}, capture_output=True, text=True,
                        timeout=60)
   last = out.stderr.strip().splitlines()[-1]
@@ -291,7 +292,7 @@ def test_an_interrupted_run_says_where_and_how_to_resume(tmp_path, sig, rc):
   """SIGINT / SIGTERM after the first evaluation: the loop stops between chunks (no orbax traceback from inside a
   save), one line with the step and the checkpoint to resume from, rc 128 + signal."""
   import time
-  args = [sys.executable, os.path.join(REPO, "train.py"), "--config=configs/mnist_lenet.py",
+  args = [sys.executable, os.path.join(REPO, "train.py"), "--config=lamb_lars/configs/mnist_lenet.py",
           f"--workdir={tmp_path / 'w'}", "--config.dataset=synthetic", "--config.synthetic.num_train=256",
           "--config.synthetic.num_eval=64", "--config.batch_size=32", "--config.eval_batch_size=64",
           "--config.num_train_steps=100000", "--config.eval_every_steps=2", "--config.checkpoint_every_steps=2",
@@ -401,7 +402,7 @@ def test_table3_curves_show_each_trial_once_and_name_its_own_status(folder, monk
 
 # --- 10. Fidelity: the paper configs read the data as the authors' input stream does. --------------------------
 
-PAPER = sorted(n[:-3] for n in os.listdir(os.path.join(REPO, "configs", "paper")) if n.endswith(".py")
+PAPER = sorted(n[:-3] for n in os.listdir(os.path.join(REPO, "lamb_lars", "configs", "paper")) if n.endswith(".py")
                and n not in ("__init__.py", "common.py"))
 
 

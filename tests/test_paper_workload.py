@@ -1,4 +1,4 @@
-"""The authors' MNIST workload (configs/paper/): model, schedule and optimizers against float64 references.
+"""The authors' MNIST workload (lamb_lars/configs/paper/): model, schedule and optimizers against float64 references.
 
 The references are numpy float64, written from the authors' TensorFlow code (GitHub fastalgo/mnist_tpu:
 ``momentum_lars/mnist_tpu.py`` LARSOptimizer + ``training_ops.apply_momentum``; ``lamb/optimization.py``

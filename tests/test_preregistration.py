@@ -69,7 +69,7 @@ def test_a_config_outside_git_is_recorded_as_such(tmp_path):
 
 def test_the_cli_refuses_a_dirty_config_with_exit_status_2(repo, tmp_path):
   r, _ = repo
-  smoke = open(os.path.join(REPO, "configs", "studies", "smoke.py")).read()
+  smoke = open(os.path.join(REPO, "lamb_lars", "configs", "studies", "smoke.py")).read()
   (r / "smoke_copy.py").write_text(smoke)             # untracked in its checkout: not committed
   out = subprocess.run([sys.executable, "-m", "lamb_lars.study", "run", f"--config={r / 'smoke_copy.py'}",
                         f"--workdir={tmp_path / 'w'}"], cwd=REPO, capture_output=True, text=True, timeout=300)

@@ -21,7 +21,7 @@ from lamb_lars.study.running import branches, csv_tables, provenance, publish, s
 from lamb_lars.study.running import workdir as wd
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SMOKE = "configs/studies/mnist_branching.py:smoke"
+SMOKE = "lamb_lars/configs/studies/mnist_branching.py:smoke"
 HAS_INIT_FROM = "init_from_dir" in default.get_config()   # the trainer side of issue 26
 
 

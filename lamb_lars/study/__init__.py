@@ -22,7 +22,7 @@ analysis/ (pure functions of records; notebook-friendly)
                    report_replicates (search adequacy, replicate intervals, per-seed B_crit) hold sections
   authors_logs     our runs of the authors' MNIST configurations against their logs (from runs.csv alone)
 running/ (processes, files, the search)
-  sections         the study's settings sections, their one source of defaults configs/studies/common.py
+  sections         the study's settings sections, their one source of defaults lamb_lars/configs/studies/common.py
   sweep            study config → tagged trials (grids, quasi-random searches); one-sentence validation
   trial_checks     every trial through the trainer's validator, on the devices it will see
   search           Optuna: quasi-random points, the ASHA pruner per cell; search_log: replayed from the store's log
@@ -36,7 +36,7 @@ running/ (processes, files, the search)
   publish          runs.csv / evals.csv and the report recomputed from them
   provenance       manifest.json of a published folder, ``verify`` (hashes, counts, the README recomputed) and
                    ``rereport`` (the README recomputed from the folder's CSVs after the analysis changed)
-  paper_logs       the faithful runs of configs/paper/ and their published comparison
+  paper_logs       the faithful runs of lamb_lars/configs/paper/ and their published comparison
 A run dir's files (the trainer ↔ runner contract) are named and read in lamb_lars/common/run_files.py.
 Definitions: docs/studies.md.
 """

@@ -1,9 +1,9 @@
 """Command line of the batch-size studies.
 
-  python -m lamb_lars.study run --config=configs/studies/mnist_table3.py --workdir=/tmp/studies/table3 \
+  python -m lamb_lars.study run --config=lamb_lars/configs/studies/mnist_table3.py --workdir=/tmp/studies/table3 \
       [--num_workers=2] [--executor=local|ray] [--ray_address=auto|HOST:PORT] [--dry_run]
-  python -m lamb_lars.study branch --config=configs/studies/mnist_branching.py --workdir=/tmp/studies/branching \
-      [--num_workers=2] [--executor=local|ray] [--ray_address=auto|HOST:PORT]
+  python -m lamb_lars.study branch --config=lamb_lars/configs/studies/mnist_branching.py \
+      --workdir=/tmp/studies/branching [--num_workers=2] [--executor=local|ray] [--ray_address=auto|HOST:PORT]
   python -m lamb_lars.study report --workdir=/tmp/studies/table3 [--out=docs/studies/mnist_table3_replicated]
   python -m lamb_lars.study verify docs/studies/mnist_table3_replicated [DIR ...]
   python -m lamb_lars.study rereport docs/studies/mnist_table3_replicated [DIR ...]
@@ -45,7 +45,8 @@ def _raise_interrupt(signum, frame):  # SIGTERM → KeyboardInterrupt: the runne
 def _define_flags():
   from absl import flags
   from ml_collections import config_flags
-  config_flags.DEFINE_config_file("config", None, "Study config file (configs/studies/*.py).", lock_config=True)
+  config_flags.DEFINE_config_file("config", None, "Study config file (lamb_lars/configs/studies/*.py).",
+                                  lock_config=True)
   flags.DEFINE_string("workdir", None, "Study directory: study.sqlite, study_config.json, runs/<run_id>/.")
   flags.DEFINE_string("out", None, "report: output directory (default <workdir>/report); snapshot: the snapshot's "
                       "folder (required).")
@@ -84,7 +85,7 @@ def _run(FLAGS, command: str) -> None:  # noqa: N803
 
   from lamb_lars.common import cli_errors
   if not FLAGS["config"].present:
-    raise app.UsageError(f"{command} needs --config=configs/studies/<study>.py")
+    raise app.UsageError(f"{command} needs --config=lamb_lars/configs/studies/<study>.py")
   study = cli_errors.load_config(lambda: FLAGS.config, FLAGS["config"].config_filename)
   from lamb_lars.study.running import branches, runner, sweep
   if branches.is_branching(study) != (command == "branch"):

@@ -1,6 +1,7 @@
-"""The cross-setting answer of the critical-batch-axes study (issue 42; configs/studies/critical_batch_axes.py):
-B_crit with its bootstrap interval per setting, CBS(t) brackets at the pre-registered ε with an ε-sensitivity
-table, B_simple at the branch points, and one figure: B_crit against dataset size and against model size.
+"""The cross-setting answer of the critical-batch-axes study (issue 42;
+lamb_lars/configs/studies/critical_batch_axes.py): B_crit with its bootstrap interval per setting, CBS(t) brackets at
+the pre-registered ε with an ε-sensitivity table, B_simple at the branch points, and one figure: B_crit against dataset
+size and against model size.
 
 Input: a root folder holding one published folder per study part (``study report --out=<root>/<part>``):
 ``<root>/<setting>`` (steps to target: runs.csv, evals.csv) and ``<root>/branch-<setting>`` (branching). A part
@@ -258,7 +259,7 @@ def report(root: str, out: Optional[str] = None, num_bootstrap: int = 1000) -> s
   figure(results, os.path.join(out, "critical_batch_axes.png"))
   text = "\n".join([
       "## Critical batch: data axis against model axis", "",
-      f"Targets and ε pre-registered in configs/studies/critical_batch_axes.py; step limit "
+      f"Targets and ε pre-registered in lamb_lars/configs/studies/critical_batch_axes.py; step limit "
       f"{cba.LIMIT_EXAMPLES:,} examples (a miss is a censored point).", "",
       steps_table(results), "", "- " + axis_spread(results, "data"), "- " + axis_spread(results, "model"), "",
       cbs_tables(root), "", "![B_crit against data and model size](critical_batch_axes.png)", ""])

@@ -2,7 +2,7 @@
 
 The paper's MNIST code (GitHub ``fastalgo/mnist_tpu``) left about 1,900 log files, each named for its configuration
 (batch, LR, warmup epochs, poly power, weight decay) and ending in the final test accuracy of one run.
-:data:`lamb_lars.study.paper.AUTHORS` transcribes the logs of the configurations in ``configs/paper/``.
+:data:`lamb_lars.study.paper.AUTHORS` transcribes the logs of the configurations in ``lamb_lars/configs/paper/``.
 
   python -m lamb_lars.study.running.paper_logs run --workdir=studies/mnist_paper_logs --seeds=0,1 --workers=2
   python -m lamb_lars.study.running.paper_logs report --workdir=studies/mnist_paper_logs \\

@@ -2,9 +2,9 @@
 config keys, each trial tagged with what it is for. Everything a study config can get wrong fails here, with one
 sentence, before anything runs.
 
-A study config (``configs/studies/*.py``, plain data) has
+A study config (``lamb_lars/configs/studies/*.py``, plain data) has
 
-* ``name``; ``base``: a complete training config (``configs/default.py`` keys);
+* ``name``; ``base``: a complete training config (``lamb_lars/configs/default.py`` keys);
 * ``sweeps``: a tuple of dicts, one *sub-sweep* each (their union is the study)::
 
     dict(name='b8k-adam-lw',              # run-id prefix (required, unique)
