@@ -21,8 +21,8 @@ left are recorded as ``skipped``):
              micro-batches), at batches 256 … 60,000 (the product's train step on a device-resident batch).
   gpu_tests  ``pytest -m gpu`` over the test files that mark tests ``gpu`` (on CPU they skip; the stage then checks
              that they are collected).
-  faithful   ``python train.py --config=lamb_lars/configs/paper/lars_b8192.py`` in a subprocess: wall time, train time,
-             final test accuracy (the authors' log: 99.35%).
+  faithful   ``python train.py --config=lamb_lars/proj/you2020/configs/lars_b8192.py`` in a subprocess: wall time, train
+             time, final test accuracy (the authors' log: 99.35%).
 
 The XLA GPU flags are set only for GPU stages (a CPU jaxlib does not know them and aborts on them).
 """
@@ -265,7 +265,7 @@ def worker_resnet50(p: Dict[str, Any], out: Dict[str, Any], result: str) -> None
 def worker_step_time(p: Dict[str, Any], out: Dict[str, Any], result: str) -> None:
   import jax  # pylint: disable=import-outside-toplevel
   from lamb_lars.configs import mnist_lenet  # pylint: disable=import-outside-toplevel
-  from lamb_lars.configs.paper import lars_b8192  # pylint: disable=import-outside-toplevel
+  from lamb_lars.proj.you2020.configs import lars_b8192  # pylint: disable=import-outside-toplevel
 
   out.update(dtype="float32", data="synthetic uint8 28×28×1 on device", micro_batches=1, rows=[])
   deadline = time.time() + p["time_left_s"]
@@ -449,7 +449,7 @@ def stage_faithful(a: Any, ctx: Dict[str, Any], timeout: float) -> Dict[str, Any
   # A fresh workdir outside <out> (a finished one would only return its recorded result; and the device tool brings
   # back at most 8 files from $OUT): its result.json and last metrics row are copied into the report.
   workdir = os.path.join(tempfile.mkdtemp(prefix="device_check_"), "faithful_lars_b8192")
-  cmd = [sys.executable, "train.py", "--config=lamb_lars/configs/paper/lars_b8192.py", f"--workdir={workdir}",
+  cmd = [sys.executable, "train.py", "--config=lamb_lars/proj/you2020/configs/lars_b8192.py", f"--workdir={workdir}",
          "--config.seed=0", "--config.progress=False", *ctx["sizes"]["faithful_args"]]
   rc, secs = _run(cmd, _env(ctx.get("platform"), ctx.get("flags", [])), timeout, os.path.join(a.out, "faithful.log"))
   out: Dict[str, Any] = dict(command=" ".join(cmd[1:]), wall_s=secs, paper_accuracy=0.9935)

@@ -10,6 +10,7 @@ from ml_collections import config_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = sorted(p for p in glob.glob(os.path.join(ROOT, "lamb_lars", "configs", "**", "*.py"), recursive=True)
+                 + glob.glob(os.path.join(ROOT, "lamb_lars", "proj", "*", "configs", "*.py"))
                  if "def get_config" in open(p).read())
 
 
@@ -73,10 +74,12 @@ def test_every_config_loads_and_validates(path):
 def test_configs_are_data():
   """Configs import only ml_collections and other configs (flax / big_vision style); the library validates them."""
   import ast
-  for path in glob.glob(os.path.join(ROOT, "lamb_lars", "configs", "*.py")):
+  for path in (glob.glob(os.path.join(ROOT, "lamb_lars", "configs", "*.py"))
+               + glob.glob(os.path.join(ROOT, "lamb_lars", "proj", "*", "configs", "*.py"))):
     for node in ast.walk(ast.parse(open(path).read())):
       names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
           [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
       for name in names:
         assert (name.split(".")[0] in ("ml_collections", "math", "__future__", "typing")
-                or name.startswith("lamb_lars.configs")), (path, name)
+                or name.startswith("lamb_lars.configs")
+                or name.startswith("lamb_lars.proj.") and ".configs" in name), (path, name)

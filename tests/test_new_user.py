@@ -143,7 +143,8 @@ def _documented_commands() -> list[tuple[str, list[str]]]:
   from lamb_lars.common import cli_help
   texts = {"--help": cli_help.usage().replace("%%", "%")}
   for path in ["train.py", "lamb_lars/main.py",
-               *sorted(glob.glob(os.path.join(REPO, "lamb_lars", "configs", "**", "*.py"), recursive=True))]:
+               *sorted(glob.glob(os.path.join(REPO, "lamb_lars", "configs", "**", "*.py"), recursive=True)),
+               *sorted(glob.glob(os.path.join(REPO, "lamb_lars", "proj", "*", "configs", "*.py")))]:
     path = os.path.relpath(os.path.join(REPO, path), REPO)
     texts[path] = ast.get_docstring(ast.parse(open(os.path.join(REPO, path), encoding="utf-8").read())) or ""
   for path in ["README.md", *sorted(glob.glob(os.path.join(REPO, "docs", "*.md")))]:  # the documents' examples too
@@ -402,8 +403,8 @@ def test_table3_curves_show_each_trial_once_and_name_its_own_status(folder, monk
 
 # --- 10. Fidelity: the paper configs read the data as the authors' input stream does. --------------------------
 
-PAPER = sorted(n[:-3] for n in os.listdir(os.path.join(REPO, "lamb_lars", "configs", "paper")) if n.endswith(".py")
-               and n not in ("__init__.py", "common.py"))
+PAPER = sorted(n[:-3] for n in os.listdir(os.path.join(REPO, "lamb_lars", "proj", "you2020", "configs"))
+               if n.endswith(".py") and n not in ("__init__.py", "common.py", "mnist_table3_paper.py"))
 
 
 @pytest.mark.parametrize("name", PAPER)
@@ -411,6 +412,6 @@ def test_paper_configs_take_the_authors_data_order(name):
   """``.repeat().shuffle(60000).batch(B, drop_remainder=True)``: batches straddle epochs, no image is dropped."""
   import importlib
   from lamb_lars.train import validate
-  config = importlib.import_module(f"lamb_lars.configs.paper.{name}").get_config()
+  config = importlib.import_module(f"lamb_lars.proj.you2020.configs.{name}").get_config()
   assert config.data_order == "examples"
   assert validate.validate(config, 1).total_steps == config.num_train_steps

@@ -43,18 +43,22 @@ def _configs_dir() -> str:
 
 def run_configs() -> list[tuple[str, str]]:
   """``(lamb_lars/configs/NAME.py, first docstring line)`` of every run config: a ``lamb_lars/configs/*.py`` whose
-  ``get_config()`` has a ``model``, and of ``lamb_lars/configs/paper/*.py`` (``lamb_lars/configs/optimizer.py`` is a
-  subtree, ``lamb_lars/configs/studies/`` are study configs)."""
+  ``get_config()`` has a ``model``, and the same in every paper project's ``lamb_lars/proj/<name>/configs/``, found on
+  disk (``lamb_lars/configs/optimizer.py`` is a subtree, ``studies/`` and a project's study configs are study
+  configs)."""
+  package = os.path.dirname(_configs_dir())  # lamb_lars/
+  proj = os.path.join(package, "proj")
+  folders = [_configs_dir()] + sorted(os.path.join(proj, p, "configs") for p in
+                                      (os.listdir(proj) if os.path.isdir(proj) else ()))
   out = []
-  for sub in ("", "paper"):  # lamb_lars/configs/paper/: the authors' MNIST recipes
-    folder = os.path.join(_configs_dir(), sub)
+  for folder in folders:
+    rel = os.path.relpath(folder, os.path.dirname(package))  # lamb_lars/configs, lamb_lars/proj/you2020/configs
     for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
       if not name.endswith(".py") or name.startswith("_"):
         continue
-      module = importlib.import_module(".".join(p for p in ("lamb_lars.configs", sub, name[:-3]) if p))
+      module = importlib.import_module(rel.replace(os.sep, ".") + "." + name[:-3])
       if "model" in getattr(module, "get_config", dict)():
-        out.append(("/".join(p for p in ("lamb_lars/configs", sub, name) if p),
-                    first_doc_line(os.path.join(folder, name))))
+        out.append((f"{rel}/{name}", first_doc_line(os.path.join(folder, name))))
   return out
 
 

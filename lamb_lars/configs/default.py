@@ -36,7 +36,7 @@ def data(config: ml_collections.ConfigDict) -> None:
   config.train_examples_seed = 0      # which subset: the first train_examples of a permutation keyed by this seed,
                                       # so smaller subsets are nested in larger ones
   config.input_scaling = "standardize"  # standardize: (x/255 − mean)/std of the dataset | unit: x/255 (the input of
-                                      # TensorFlow's official MNIST CNN, lamb_lars/configs/paper/)
+                                      # TensorFlow's official MNIST CNN, lamb_lars/proj/you2020/configs/)
   config.synthetic = ml_collections.ConfigDict(dict(
       image_shape=(28, 28, 1), num_classes=10, num_train=2048, num_eval=512, seed=0))
 

@@ -1,8 +1,7 @@
 """Batch-size studies, in three layers; each imports only from the layers below it.
 
-records (what every layer reads: records.py, paper.py at this level)
+records (what every layer reads: records.py at this level)
   records          one ``Trial``, ``Target``, ``Baseline``, the variants, statuses, roles, the chance threshold
-  paper            published numbers (You et al. 2020 Tables 2–3, huge-batch MNIST results, the authors' MNIST logs)
 analysis/ (pure functions of records; notebook-friendly)
   steps_to_target  Shallue et al. 2018: fewest steps to a goal per batch size
   critical_batch   S(B) = S_min·(1 + B_crit/B), T(B) = S(B)·t(B), B*, Golmant et al. 2018 breakdown point
@@ -10,7 +9,8 @@ analysis/ (pure functions of records; notebook-friendly)
   baseline         the baseline's A and ξ (Defs 2.1–2.2's references), over its seeds
   reach            Def. 2.2 at one batch from the chosen configuration's seeds; label/verdict cautions
   verdict          pass / fail / borderline of per-seed values (or one run ± a tolerance) against a threshold
-  table3           You et al. 2020 Table 3 verdicts and cells
+  reference        the published numbers and sections beside a study's, from the module its config names
+                   (e.g. lamb_lars.proj.you2020.reference: the paper's tables, its Table 3 sections)
   noise_trajectory McCandlish et al. 2018 B_simple per phase of training, non-finite evaluations counted
   selection        a cell's chosen configuration, on the validation split only
   replicates       fresh seeds of the chosen configuration: mean, sd, t interval, agrees/differs, censored steps
@@ -20,7 +20,6 @@ analysis/ (pure functions of records; notebook-friendly)
   report           the report, composed from its sections and written once; report_scaling (steps to target,
                    B_crit, noise scale), report_curves (accuracy, curves, diffusion, trust ratios) and
                    report_replicates (search adequacy, replicate intervals, per-seed B_crit) hold sections
-  authors_logs     our runs of the authors' MNIST configurations against their logs (from runs.csv alone)
 running/ (processes, files, the search)
   sections         the study's settings sections, their one source of defaults lamb_lars/configs/studies/common.py
   sweep            study config → tagged trials (grids, quasi-random searches); one-sentence validation
@@ -36,7 +35,7 @@ running/ (processes, files, the search)
   publish          runs.csv / evals.csv and the report recomputed from them
   provenance       manifest.json of a published folder, ``verify`` (hashes, counts, the README recomputed) and
                    ``rereport`` (the README recomputed from the folder's CSVs after the analysis changed)
-  paper_logs       the faithful runs of lamb_lars/configs/paper/ and their published comparison
 A run dir's files (the trainer ↔ runner contract) are named and read in lamb_lars/common/run_files.py.
-Definitions: docs/studies.md.
+Definitions: docs/studies.md. A paper's own code (its numbers, Table 3, the runs against the authors' logs) lives in
+its project folder, lamb_lars/proj/you2020/, which imports this package and is imported by nothing here.
 """

@@ -21,13 +21,16 @@ VARIANT_KEYS = {
 
 def analysis(**overrides: Any) -> ml_collections.ConfigDict:
   """The report's settings: the target of steps-to-target (and ``targets``, further goals below it, each with its
-  own S(B) fit; lamb_lars/study/analysis/report_replicates.py), ρ, N, the declared technique set, the paper's
-  workload key (lamb_lars/study/paper.py), Table 3's batch, a title and notes; ``noninferiority_margin``: the
+  own S(B) fit; lamb_lars/study/analysis/report_replicates.py), ρ, N, the declared technique set, the published
+  results beside ours (``reference``: the import path of a project's reference module,
+  lamb_lars/study/analysis/reference.py; ``paper``: the workload key in its tables, '' = none), Table 3's batch, a
+  title and notes; ``noninferiority_margin``: the
   pre-registered margin of a batch-size warmup arm's non-inferiority (accuracy fraction; 0.002 = 0.2 pp;
   lamb_lars/study/analysis/batch_warmup.py). Thresholds live here and are committed before the first trial (the
   manifest records that commit, issue 41)."""
   a = ml_collections.ConfigDict(dict(
-      title="", notes="", paper="", target_metric="eval_accuracy", target_goal=0.99, target_mode="max",
+      title="", notes="", paper="", reference="lamb_lars.proj.you2020.reference", target_metric="eval_accuracy",
+      target_goal=0.99, target_mode="max",
       baseline_epochs=0.0, num_train=60000, techniques=(), target_technique="", table3_batch=0, targets=(),
       noninferiority_margin=0.002))
   a.update(overrides)

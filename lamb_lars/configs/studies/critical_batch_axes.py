@@ -6,7 +6,7 @@ than the dataset size) against Zhang et al. 2024 (it follows the data size, hard
 Settings (``SETTINGS``; LeNet-5 on 55K is the shared point of both axes and runs once):
 * data axis, LeNet-5 (width 1) on nested seeded subsets of the 55K training split: 7,500, 15,000, 30,000, 55,000;
 * model axis, all on 55K: the MLP 300-100, LeNet-5 at widths 0.5, 1 and 2, and the authors' CNN
-  (lamb_lars/configs/paper/, lamb_lars/models/mnist_cnn.py) at width 0.25 (8, 16, 256 units: the full one is ~10×
+  (lamb_lars/proj/you2020/configs/, lamb_lars/models/mnist_cnn.py) at width 0.25 (8, 16, 256 units: the full one is ~10×
   LeNet-5's cost per step).
 
 Command (everything, resumable, in the background; see the script for one setting at a time):

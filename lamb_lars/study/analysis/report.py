@@ -2,10 +2,11 @@
 
 Input is records only (a list of ``records.Trial`` and a ``ReportSpec``); the running side (publish.py) loads them.
 Sections: settings; runs; baseline; regimes (You et al. 2020 Defs 2.1–2.3) with the trials that decide them;
-huge-batch points; Table 3 (You et al. 2020); steps to target (Shallue et al. 2018) with the S(B) fit, t(B), B*
-and the Golmant et al. 2018 breakdown point; predicted (gradient noise scale, McCandlish et al. 2018) vs fitted
-B_crit; accuracy vs batch; training curves; distance from init; trust ratios. A branching study (trials of role
-``branch``) gets the critical batch over training (Merrill et al. 2025; report_branching.py) instead of the ladder's.
+huge-batch points; the reference's own sections (You et al. 2020's Table 3; reference.py); steps to target
+(Shallue et al. 2018) with the S(B) fit, t(B), B* and the Golmant et al. 2018 breakdown point; predicted (gradient
+noise scale, McCandlish et al. 2018) vs fitted B_crit; accuracy vs batch; training curves; distance from init;
+trust ratios. A branching study (trials of role ``branch``) gets the critical batch over training (Merrill et
+al. 2025; report_branching.py) instead of the ladder's.
 Every measured number stands next
 to the paper's where the paper has one. A section whose data the study did not log is left out (the Trials section
 says which); a section that has data but cannot conclude says why. Accuracies are in %, and every table says in its
@@ -19,9 +20,8 @@ import os
 from typing import Optional, Sequence
 
 from lamb_lars.common import io_utils
-from lamb_lars.study import paper
-from lamb_lars.study.analysis import (batch_warmup, plots, regimes, report_branching, report_curves, report_replicates,
-                                      reach, report_scaling, table3)
+from lamb_lars.study.analysis import (batch_warmup, reference, regimes, report_branching, report_curves,
+                                      report_replicates, reach, report_scaling)
 from lamb_lars.study.analysis.baseline import baseline_from_trials
 from lamb_lars.study.analysis.markdown import fmt, pct, table
 from lamb_lars.study.analysis.verdict import shown, shown_text
@@ -38,7 +38,8 @@ class ReportSpec:
   """What the report needs besides the trials (from the study config's ``analysis`` section)."""
   title: str = "Batch-size study"
   notes: str = ""
-  workload: str = ""                      # key into paper.py ('mnist_lenet'), '' = no paper comparison
+  workload: str = ""                      # key into the reference's tables ('mnist_lenet'), '' = none
+  reference: str = ""                     # import path of the published results beside ours (reference.py)
   target: Optional[Target] = None
   baseline_epochs: float = 0.0            # ρ
   num_train: int = 0                      # N = B_F
@@ -107,7 +108,7 @@ def _baseline_section(baseline: Optional[Baseline], note: str, spec: ReportSpec)
   lines = ["## Baseline", ""]
   if baseline is None:
     return lines + [f"No baseline: {note}.", ""]
-  ref = paper.TABLE2.get(spec.workload, {})
+  ref = reference.table2(spec)
   k = len(baseline.seed_accuracies)
   lines += [f"One recipe at B0 = {baseline.batch_size}, ρ = {baseline.epochs:g} epochs, N = {baseline.num_train} "
             f"training examples (run `{baseline.run_id}`). A is its test accuracy and ξ its loss on the held-out "
@@ -160,7 +161,7 @@ def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec
             "every B < B_L; B ≥ B_L is large. Huge (Def. 2.2, B > B_H): every technique of the declared set "
             f"{list(spec.techniques)} fails to reach 99.5%·A. Large = [B_L, B_H], huge = (B_H, B_F] (You et al. "
             "2020 Table 2).", ""]
-  ref = paper.TABLE2.get(spec.workload, {})
+  ref = reference.table2(spec)
   rule = lambda b, name: [s for t in trials if t.role == "linear" and t.batch_size == b
                           and regimes.scaling_rule(t) == name for s in reach.seeds_of(reps, t)]
   lin, sqrt = {b: rule(b, "linear") for b in r.labels}, {b: rule(b, "sqrt") for b in r.labels}
@@ -236,53 +237,6 @@ def _techniques_cell(trials: Sequence[Trial], techniques: Sequence[str], batch: 
   return "; ".join(tech) or "—"
 
 
-def _table3_section(trials: Sequence[Trial], spec: ReportSpec, baseline_batch: Optional[int],
-                    out_dir: Optional[str]) -> list[str]:
-  if not any(t.role == "table3" for t in trials):
-    return []
-  lines = ["## Table 3: optimizer × layer-wise variants", ""]
-  batch, _, cells = table3.study_table3(trials, spec.table3_batch, baseline_batch, spec.workload, spec.num_classes)
-  ref = paper.TABLE3 if spec.workload == "mnist_lenet" else None
-  lines += [table3.render_markdown(cells, ref), "Each cell: measured / paper. Measured = the mean final test accuracy "
-            "(%) of the replicates of the cell's chosen trial (the full-budget trial, neither 'diverge' nor "
-            "'unstable', with the best final validation accuracy), or that trial's own when it has no replicates "
-            "(a single run); when there is none, the cell's verdict (docs/studies.md).", ""]
-  rows = []
-  for opt in cells.rows:
-    for col in cells.columns:
-      c = cells.cells[(opt, col)]
-      if c.num_trials:
-        rows.append([opt, col, c.text(2), c.run_id and f"`{c.run_id}`",
-                     ", ".join(f"{k} {v}" for k, v in sorted(c.counts.items()))])
-  lines += ["Trials per cell:", ""] + table(["solver", "column", "cell", "best trial", "verdicts"], rows)
-  curves = _table3_curves(trials, cells, batch)
-  if curves:
-    name = plots.training_curves(out_dir, "table3_curves.png", curves,
-                                 title=f"Table 3 at batch {batch:,}: one trial per optimizer × variant")
-    lines += [f"The trial shown per cell at batch {batch}: the cell's chosen trial, or (no trial ok) the full-budget "
-              "trial with the best accuracy it ever reached.", "", f"![Table 3 curves]({name})", ""]
-  return lines
-
-
-def _table3_curves(trials: Sequence[Trial], cells: table3.Table3, batch: int) -> dict[str, Sequence]:
-  """{'<solver> <column>': eval curve} of one trial per large-batch cell (the evidence behind each cell)."""
-  by_id = {t.run_id: t for t in trials}
-  out = {}
-  for opt in cells.rows:
-    for col in cells.columns[-3:]:
-      c = cells.cells[(opt, col)]
-      pick = by_id.get(c.run_id) if c.run_id else None
-      if pick is None:
-        group = [t for t in trials if t.role == "table3" and t.optimizer == opt and t.batch_size == batch
-                 and table3.COLUMN_NAMES[t.variant] == col.split(" ", 1)[1] and t.status in ("done", "diverged")
-                 and t.best(ACC_KEY) is not None]
-        pick = max(group, key=lambda t: t.best(ACC_KEY), default=None)
-      if pick is not None:  # a cell's verdict ('diverge') is not the shown trial's status ('done'): both are named
-        shown = "" if c.verdict == "ok" else f" (shown: a {pick.status} trial)"
-        out[f"{opt} {col.split(' ', 1)[1]}: {c.text() + '%' if c.verdict == 'ok' else c.text()}{shown}"] = pick.curve
-  return out
-
-
 def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = ReportSpec(), *,
                  figures: bool = True) -> str:
   """Writes ``out_dir/README.md`` and, with ``figures``, its PNG plots; returns the README path."""
@@ -307,8 +261,9 @@ def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = Repor
                else _baseline_section(baseline, note, spec)
                + ([] if spec.branch_epsilon > 0 else _regimes_section(own, baseline, spec, reps))),
               ("Huge-batch results next to the paper", "", report_curves.points_section(
-                  trials, paper.POINTS.get(spec.workload, ()), spec.num_train, spec.select_on)),
-              ("Table 3", "", _table3_section(trials, spec, baseline.batch_size if baseline else None, fig_dir)),
+                  trials, reference.points(spec), spec.num_train, spec.select_on)),
+              ("Table 3", "", reference.section(spec, "table3_section", trials, spec,
+                                               baseline.batch_size if baseline else None, fig_dir)),
               ("Replicates and search adequacy", "",
                report_replicates.sections(trials, spec, baseline.batch_size if baseline else None)),
               ("Steps to target", f"no trial of technique `{spec.target_technique}`" if spec.target_technique

@@ -4,8 +4,8 @@
   (on the validation split, selection.py), whether its LR is interior or at an edge, and the LR ranges searched
   (search_adequacy.py; extensions made by the runner, phases.py).
 * **Replicates**, per cell with replicates: the chosen configuration's test accuracy over its fresh seeds as
-  mean ± sd and a 95% t interval, each seed's value, and for Table 3 cells the comparison with the paper
-  (agrees / differs / inconclusive at ± ``PAPER_TOLERANCE``; replicates.py).
+  mean ± sd and a 95% t interval, each seed's value; for Table 3 cells, the comparison with the paper is the
+  study reference's section (``table3_replicates_section``: lamb_lars/proj/you2020/table3.py; reference.py).
 * **Steps to target per seed and B_crit**: at each target, steps to target of every replicate seed per batch (a
   miss censored at its budget), the censored S(B) fit with a bootstrap interval over seeds and the
   leave-one-batch-out values beside B_crit (scaling_fit.py); the headline target is the highest one every
@@ -17,16 +17,12 @@ import collections
 import functools
 from typing import Optional, Sequence
 
-from lamb_lars.study import paper
-from lamb_lars.study.analysis import replicates, scaling_fit, search_adequacy, table3
+from lamb_lars.study.analysis import reference, replicates, scaling_fit, search_adequacy
 from lamb_lars.study.analysis.markdown import fmt, pct, table
 from lamb_lars.study.records import Target, Trial
 from lamb_lars.study.analysis.selection import chosen_of_cell, finished_full
 
 ACC = "eval_accuracy"
-# ± 0.3 percentage points: Table 3 of You et al. 2020 prints one decimal, and runs of the same recipe differ by
-# about that much (docs/studies: pairs of identical MNIST configurations differed by up to 0.32 pp).
-PAPER_TOLERANCE = 0.003
 
 
 def _cells(trials: Sequence[Trial]) -> dict[str, list[Trial]]:
@@ -53,16 +49,6 @@ def adequacy_section(trials: Sequence[Trial], edge_fraction: float) -> list[str]
            "of the log range searched, with worse trials on both sides) or at an edge.", ""]
           + table(["cell", "trials", "full budget", "promoted", "chosen (validation)", "LR", "best point",
                    "LR ranges searched"], rows))
-
-
-def _paper_value(opt: str, col_index: int) -> Optional[float]:
-  ref = paper.TABLE3.get(opt)
-  if not ref or col_index >= len(ref):
-    return None
-  try:
-    return float(ref[col_index]) / 100.0
-  except ValueError:
-    return None
 
 
 def replicates_section(trials: Sequence[Trial]) -> list[str]:
@@ -92,28 +78,6 @@ def replicates_section(trials: Sequence[Trial]) -> list[str]:
            "accuracy (%) over those seeds: mean ± sd [95% t interval] (n); the chosen trial itself is not among "
            "them (it was selected, so its own test accuracy is biased upward)." + fixed_note, ""]
           + table(["cell", "chosen", "chosen's own test acc", "replicates: mean ± sd [95% CI]", "per seed"], rows))
-
-
-def table3_section(trials: Sequence[Trial], batch: Optional[int], baseline_batch: Optional[int], num_classes: int,
-                   workload: str) -> list[str]:
-  if workload != "mnist_lenet" or not any(t.role == "table3" and t.phase == "replicate" for t in trials):
-    return []
-  _, b0, cells = table3.study_table3(trials, batch, baseline_batch, workload, num_classes)  # as report.py's section
-  rows = []
-  for opt in cells.rows:
-    for i, col in enumerate(cells.columns):
-      c = cells.cells[(opt, col)]
-      ref = _paper_value(opt, i if b0 else i + 1)
-      if c.replicates is None:
-        continue
-      rows.append([opt, col, c.replicates.text(), pct(ref, 1),
-                   replicates.agreement(c.replicates, ref, PAPER_TOLERANCE) if ref is not None else "—"])
-  if not rows:
-    return []
-  return (["### Table 3 cells against the paper", "",
-           f"A cell agrees when its 95% interval lies inside the paper's value ± {100 * PAPER_TOLERANCE:.1f} pp, "
-           "differs when it lies wholly outside, and is inconclusive otherwise.", ""]
-          + table(["solver", "column", "replicates (%)", "paper (%)", "verdict"], rows))
 
 
 def scaling_section(trials: Sequence[Trial], target: Optional[Target], targets: Sequence[float],
@@ -273,8 +237,9 @@ def sections(trials: Sequence[Trial], spec, baseline_batch: Optional[int]) -> li
   """Every section of this module, in report order."""
   trials = list(trials)
   out = adequacy_section(trials, spec.edge_fraction) + replicates_section(trials)
-  if any(t.role == "table3" for t in trials):
-    out += table3_section(trials, spec.table3_batch, baseline_batch, spec.num_classes, spec.workload)
+  if any(t.role == "table3" for t in trials):  # the paper's cells against their replicates: the reference's section
+    out += reference.section(spec, "table3_replicates_section", trials, spec.table3_batch, baseline_batch,
+                             spec.num_classes, spec.workload)
   target_trials = [t for t in trials if not spec.target_technique or t.technique == spec.target_technique]
   ids = {t.run_id for t in target_trials}  # with no target technique the baseline is among them already
   return out + scaling_section(target_trials + [t for t in trials if t.role == "baseline" and t.run_id not in ids],

@@ -1,8 +1,8 @@
 """What made a result: the code's commit, the machine, and file and config hashes (a leaf module: imports nothing
 from the study).
 
-Published folders (publish.py, paper_logs.py), their manifests (manifest.py) and the workdir's ``commands.txt``
-(workdir.py) record these, and ``verify`` (provenance.py) recomputes the hashes.
+Published folders (publish.py, lamb_lars/proj/you2020/paper_logs.py), their manifests (manifest.py) and the
+workdir's ``commands.txt`` (workdir.py) record these, and ``verify`` (provenance.py) recomputes the hashes.
 """
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ import os
 from typing import Any, Mapping, Optional, Sequence
 
 from lamb_lars.common import io_utils
+from lamb_lars.configs.studies import common
 from lamb_lars.study.analysis import report
 from lamb_lars.study.records import Target
 from lamb_lars.study.running.csv_tables import read_csv
@@ -58,6 +59,8 @@ def spec_from_json(d: Mapping[str, Any]) -> report.ReportSpec:
     raise ValueError(f"the manifest's report_spec has fields {unknown} that this code's report does not know.")
   d = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
   d.setdefault("select_on", "test")  # a manifest written before the field existed: its report chose on test
+  # ... and it took the paper's numbers from the reference every study had then (the analysis section's default)
+  d.setdefault("reference", common.analysis()["reference"])
   d["target"] = Target(**d["target"]) if d.get("target") else None
   return report.ReportSpec(**d)
 

@@ -8,6 +8,7 @@ by the README's hash only. Each mismatch is one sentence.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -18,10 +19,26 @@ from typing import Mapping, Optional, Sequence
 
 from lamb_lars.common import io_utils
 from lamb_lars.study.analysis import report
-from lamb_lars.study.running import code_state, csv_tables, paper_logs, workload_provenance
+from lamb_lars.study.running import code_state, csv_tables, workload_provenance
 from lamb_lars.study.running.code_state import iso, sha256
 from lamb_lars.study.running.csv_tables import read_csv
 from lamb_lars.study.running.manifest import MANIFEST, HASHED, spec_from_json, trial_counts, write_manifest
+
+
+# A folder that is not a study's (its manifest has a ``kind``) is checked by the module its manifest names
+# (``verifier``, whose ``verify(out_dir, manifest)`` returns the mismatches); a manifest written before manifests named
+# one (issue 39) is checked by the module of its kind here. Nothing here imports a project (lamb_lars/proj/).
+LEGACY_VERIFIERS = {"paper_logs": "lamb_lars.proj.you2020.paper_logs"}
+
+
+def _verifier(m: Mapping) -> Optional[str]:
+  """The import path of the module that verifies a folder of another kind than a study's (None: a study's)."""
+  if not m.get("kind"):
+    return None
+  path = m.get("verifier") or LEGACY_VERIFIERS.get(m["kind"])
+  if not path:
+    raise ValueError(f"the manifest's kind {m['kind']!r} names no verifier this code knows.")
+  return path
 
 
 def sections(markdown: str) -> dict[str, str]:
@@ -45,8 +62,8 @@ def verify(out_dir: str, claims: Optional[list] = None) -> list[str]:
     m = json.loads(text)
   except json.JSONDecodeError as e:
     raise ValueError(f"{path} is not valid JSON ({e.msg}, line {e.lineno}).") from None
-  if m.get("kind") == "paper_logs":  # our runs against the authors' logs: their own files and recomputation
-    problems = paper_logs.verify(out_dir, m)
+  if _verifier(m):  # e.g. our runs against the authors' logs: their own files and recomputation
+    problems = importlib.import_module(_verifier(m)).verify(out_dir, m)
     if not problems and (m.get("claims_checked") or claims is not None):  # its README is the recomputed one
       found = claim_problems(out_dir, m, io_utils.read_text(os.path.join(out_dir, "README.md")))
       problems += found if m.get("claims_checked") else []
@@ -117,9 +134,8 @@ def rereport(out_dir: str, command: str, code: Optional[Mapping] = None) -> str:
   ``code``: the checkout's state read before any folder was written (several re-reported in one command).
   Returns the README path; raises ValueError (one sentence) when it cannot."""
   m = json.loads(io_utils.read_text(os.path.join(out_dir, MANIFEST)))
-  if m.get("kind") == "paper_logs":
-    raise ValueError(f"{out_dir} is a paper_logs folder: re-report it with `python -m "
-                     "lamb_lars.study.running.paper_logs report`.")
+  if _verifier(m):
+    raise ValueError(f"{out_dir} is a {m['kind']} folder: re-report it with `python -m {_verifier(m)} report`.")
   for name in ("runs.csv", "evals.csv"):
     if sha256(os.path.join(out_dir, name)) != m.get("files", {}).get(name):
       raise ValueError(f"{out_dir}/{name} is not the file its manifest records; a re-report recomputes from the "

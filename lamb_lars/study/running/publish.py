@@ -65,6 +65,7 @@ def report_spec(study: ml_collections.ConfigDict, workdir: str, con) -> report.R
     settings += ["- commands (latest last):", ""] + [f"      {c}" for c in cmds[-4:]] + [""]
   return report.ReportSpec(
       title=str(a["title"] or f"Study {study.name}"), notes=str(a["notes"]), workload=str(a["paper"]),
+      reference=str(a["reference"]),
       target=Target(a["target_metric"], float(a["target_goal"]), a["target_mode"]),
       baseline_epochs=float(a["baseline_epochs"]) or float(base.num_epochs), num_train=int(a["num_train"]),
       num_classes=int(base.num_classes), techniques=tuple(a["techniques"]),

@@ -4,7 +4,8 @@ of the published CSV rows: the comparison table and the README text (analysis la
 ``runs.csv`` has one row per run of ours (``config, learning_rate, seed, status, step, eval_accuracy,
 train_time_s, microbatch_loop``; ``learning_rate`` is empty for the configuration's own LR, else a run of the
 response-surface slice; ``microbatch_loop`` is how the run looped over its micro-batches, the same sums either way).
-The authors' side is :data:`lamb_lars.study.paper.AUTHORS` and :data:`~lamb_lars.study.paper.LARS_FULL_BATCH_SLICE`.
+The authors' side is :data:`lamb_lars.proj.you2020.paper.AUTHORS` and
+:data:`~lamb_lars.proj.you2020.paper.LARS_FULL_BATCH_SLICE`.
 
 The verdict per configuration (:func:`lamb_lars.study.analysis.replicates.agreement`) compares our 95% t interval
 over seeds with their mean ± a tolerance: 0.3 percentage points at batches up to 8K (the resolution of the paper's
@@ -13,7 +14,7 @@ diverged or unfinished seed, or fewer than two seeds, is ``inconclusive``.
 
 At the full batch each logged result is one run of an LR × warmup sweep with one run per point, so ``neighbours``
 also places it, and our seeds, among the authors' other runs near it
-(:data:`~lamb_lars.study.paper.AUTHORS_NEIGHBOURS`).
+(:data:`~lamb_lars.proj.you2020.paper.AUTHORS_NEIGHBOURS`).
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from lamb_lars.study import paper
+from lamb_lars.proj.you2020 import paper
 from lamb_lars.study.analysis import replicates
 
 RUNS_COLUMNS = ["config", "learning_rate", "seed", "status", "step", "eval_accuracy", "train_time_s", "microbatch_loop"]
@@ -86,11 +87,19 @@ def neighbours(runs: Sequence[Mapping[str, str]]) -> list[dict]:
   return out
 
 
-def neighbours_lines(runs: Sequence[Mapping[str, str]]) -> list[str]:
+# The repository paths a README names (its links and sources). A manifest records the ones its README was computed
+# with (``paths``); one reported before this project had its folder (issue 39) names none and used LEGACY_PATHS.
+PATHS = dict(configs="lamb_lars/proj/you2020/configs", authors_logs="lamb_lars/proj/you2020/authors_logs.py",
+             paper="lamb_lars/proj/you2020/paper.py")
+LEGACY_PATHS = dict(configs="configs/paper", authors_logs="lamb_lars/study/analysis/authors_logs.py",
+                    paper="lamb_lars/study/paper.py")
+
+
+def neighbours_lines(runs: Sequence[Mapping[str, str]], paths: Mapping[str, str] = PATHS) -> list[str]:
   lines = ["", "## Their logged full-batch runs among their other runs near them", "",
            "At the full batch the authors swept LR × warmup with one run each, and the configuration they logged as "
            "the result is one of those runs. Here: their runs of the same optimizer at batch 60,000 near it "
-           "(`lamb_lars/study/paper.py` AUTHORS_NEIGHBOURS, transcribed in docs/authors_full_batch_logs.md), the "
+           f"(`{paths['paper']}` AUTHORS_NEIGHBOURS, transcribed in docs/authors_full_batch_logs.md), the "
            "rank of their logged run among them (1 = the best), and where each of our seeds falls (the share of "
            "their runs below it).", "",
            "| configuration | their runs near it | n | mean ± sd | range | their logged run: accuracy, rank | "
@@ -104,10 +113,11 @@ def neighbours_lines(runs: Sequence[Mapping[str, str]]) -> list[str]:
   return lines
 
 
-def render(runs: Sequence[Mapping[str, str]], command: str) -> str:
-  """The README of the published comparison, from runs.csv's rows and the report command alone."""
+def render(runs: Sequence[Mapping[str, str]], command: str, paths: Mapping[str, str] = PATHS) -> str:
+  """The README of the published comparison, from runs.csv's rows, the report command and the repository paths it
+  names (``paths``: PATHS, or the manifest's) alone."""
   lines = ["# The authors' MNIST configurations, run by us, against their training logs", "",
-           "Computed by `lamb_lars/study/analysis/authors_logs.py` from `runs.csv` (our runs) and `authors.csv` (their",
+           f"Computed by `{paths['authors_logs']}` from `runs.csv` (our runs) and `authors.csv` (their",
            "logs in GitHub fastalgo/mnist_tpu); `python -m lamb_lars.study verify` recomputes it. Accuracies are final",
            "test accuracies in %, on the 10,000 test images after the configuration's full number of steps. Ours:",
            "mean ± sd [95% t interval] over seeds; the verdict compares that interval with their mean ± the tolerance",
@@ -118,10 +128,10 @@ def render(runs: Sequence[Mapping[str, str]], command: str) -> str:
   for r in comparison(runs):
     diff = "—" if r["diff"] is None else f"{100 * r['diff']:+.2f}"
     summary = r["summary"].text() if r["ours"] else "—"
-    lines.append(f"| [{r['config']}](../../../configs/paper/{r['config']}.py) | "
+    lines.append(f"| [{r['config']}](../../../{paths['configs']}/{r['config']}.py) | "
                  f"{', '.join(_pct(a) for a in r['theirs'])} | {_pct(r['their_mean'])} | {_ours_cell(r['ours'])} | "
                  f"{summary} | {diff} | ±{r['tolerance']:.1f} | {r['verdict']} |")
-  lines += neighbours_lines(runs)
+  lines += neighbours_lines(runs, paths)
   ours_slice: dict[float, list] = {}
   for r in runs:
     if r["config"] == paper.SLICE_CONFIG:  # the configuration's own runs are its points at its own LR

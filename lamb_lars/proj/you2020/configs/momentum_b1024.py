@@ -3,12 +3,12 @@
 Reproduces: GitHub fastalgo/mnist_tpu, momentum_poly/best/batch-1024-lr-0.08-warmup-0-poly-0.5-*.log (5 runs) and
 momentum_poly/log/… (1 run).
 Their final test accuracy: 99.22, 99.23, 99.29, 99.32, 99.34, 99.35 (six runs: 99.22–99.35%).
-Command:  python train.py --config=lamb_lars/configs/paper/momentum_b1024.py \\
+Command:  python train.py --config=lamb_lars/proj/you2020/configs/momentum_b1024.py \\
               --workdir=runs/paper/momentum_b1024 --config.seed=0
 Hardware: ~2M images: 15–30 min on the 2-core CPU (docs/BENCHMARKS.md); minutes on a GPU.
-Shared recipe: lamb_lars/configs/paper/common.py; comparison: docs/studies/mnist_paper_logs/.
+Shared recipe: lamb_lars/proj/you2020/configs/common.py; comparison: docs/studies/mnist_paper_logs/.
 """
-from lamb_lars.configs.paper import common
+from lamb_lars.proj.you2020.configs import common
 
 
 def get_config():

@@ -29,15 +29,21 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
+from lamb_lars.proj.you2020 import paper as paper_numbers
+from lamb_lars.study.analysis import plots
 from lamb_lars.study.analysis import replicates as replicates_lib
+from lamb_lars.study.analysis.markdown import pct, table
 from lamb_lars.study.records import Trial, VARIANTS, chance_threshold, normalise_variant
 from lamb_lars.study.analysis.selection import choose
 
 COLUMN_NAMES = {"original": "original", "layerwise": "layer-wise", "layerwise_bound": "layer-wise + bound"}
 OPTIMIZER_ORDER = ("sgd", "momentum", "nesterov", "adagrad", "rmsprop", "adam", "adamw", "lars", "lamb")
 ACC = "eval_accuracy"
+# ± 0.3 percentage points: Table 3 of You et al. 2020 prints one decimal, and runs of the same recipe differ by
+# about that much (docs/studies: pairs of identical MNIST configurations differed by up to 0.32 pp).
+PAPER_TOLERANCE = 0.003
 LOSSES = ("train_loss", "eval_loss", "validation_loss")
 
 
@@ -139,9 +145,8 @@ def study_table3(trials: Sequence[Trial], batch: Optional[int], baseline_batch: 
   ``batch`` (else the largest
   ``role='table3'`` batch), with a B0 column at the baseline's batch, else the paper's B0 (so a Table 3 study
   without a 'baseline' trial still compares its B0 cells with the paper)."""
-  from lamb_lars.study import paper
   batch = batch or max(t.batch_size for t in trials if t.role == "table3")
-  b0 = baseline_batch or paper.TABLE2.get(workload, {}).get("b0")
+  b0 = baseline_batch or paper_numbers.TABLE2.get(workload, {}).get("b0")
   return batch, b0, build_table3(trials, batch, baseline_batch=b0, num_classes=num_classes)
 
 
@@ -175,3 +180,88 @@ def render_markdown(table: Table3, paper: Optional[Mapping[str, Sequence[str]]] 
       cells = [f"{c} / {r}" for c, r in zip(cells, ref)]
     lines.append(f"| {opt} | " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
+
+
+# --- the study report's sections (reference.py names them; lamb_lars/study/analysis/reference.py calls them)
+
+def table3_section(trials: Sequence[Trial], spec: Any, baseline_batch: Optional[int],
+                   out_dir: Optional[str]) -> list[str]:
+  """The generic report's "Table 3" section (``spec``: its ReportSpec): the table, each cell against the paper, the
+  trials per cell, and the curves of one trial per large-batch cell (``out_dir`` None: named, not drawn)."""
+  if not any(t.role == "table3" for t in trials):
+    return []
+  lines = ["## Table 3: optimizer × layer-wise variants", ""]
+  batch, _, cells = study_table3(trials, spec.table3_batch, baseline_batch, spec.workload, spec.num_classes)
+  ref = paper_numbers.TABLE3 if spec.workload == "mnist_lenet" else None
+  lines += [render_markdown(cells, ref), "Each cell: measured / paper. Measured = the mean final test accuracy "
+            "(%) of the replicates of the cell's chosen trial (the full-budget trial, neither 'diverge' nor "
+            "'unstable', with the best final validation accuracy), or that trial's own when it has no replicates "
+            "(a single run); when there is none, the cell's verdict (docs/studies.md).", ""]
+  rows = []
+  for opt in cells.rows:
+    for col in cells.columns:
+      c = cells.cells[(opt, col)]
+      if c.num_trials:
+        rows.append([opt, col, c.text(2), c.run_id and f"`{c.run_id}`",
+                     ", ".join(f"{k} {v}" for k, v in sorted(c.counts.items()))])
+  lines += ["Trials per cell:", ""] + table(["solver", "column", "cell", "best trial", "verdicts"], rows)
+  curves = _curves(trials, cells, batch)
+  if curves:
+    name = plots.training_curves(out_dir, "table3_curves.png", curves,
+                                 title=f"Table 3 at batch {batch:,}: one trial per optimizer × variant")
+    lines += [f"The trial shown per cell at batch {batch}: the cell's chosen trial, or (no trial ok) the full-budget "
+              "trial with the best accuracy it ever reached.", "", f"![Table 3 curves]({name})", ""]
+  return lines
+
+
+def _curves(trials: Sequence[Trial], cells: Table3, batch: int) -> dict[str, Sequence]:
+  """{'<solver> <column>': eval curve} of one trial per large-batch cell (the evidence behind each cell)."""
+  by_id = {t.run_id: t for t in trials}
+  out = {}
+  for opt in cells.rows:
+    for col in cells.columns[-3:]:
+      c = cells.cells[(opt, col)]
+      pick = by_id.get(c.run_id) if c.run_id else None
+      if pick is None:
+        group = [t for t in trials if t.role == "table3" and t.optimizer == opt and t.batch_size == batch
+                 and COLUMN_NAMES[t.variant] == col.split(" ", 1)[1] and t.status in ("done", "diverged")
+                 and t.best(ACC) is not None]
+        pick = max(group, key=lambda t: t.best(ACC), default=None)
+      if pick is not None:  # a cell's verdict ('diverge') is not the shown trial's status ('done'): both are named
+        shown = "" if c.verdict == "ok" else f" (shown: a {pick.status} trial)"
+        out[f"{opt} {col.split(' ', 1)[1]}: {c.text() + '%' if c.verdict == 'ok' else c.text()}{shown}"] = pick.curve
+  return out
+
+
+def _paper_value(opt: str, col_index: int) -> Optional[float]:
+  ref = paper_numbers.TABLE3.get(opt)
+  if not ref or col_index >= len(ref):
+    return None
+  try:
+    return float(ref[col_index]) / 100.0
+  except ValueError:
+    return None
+
+
+def table3_replicates_section(trials: Sequence[Trial], batch: Optional[int], baseline_batch: Optional[int],
+                              num_classes: int, workload: str) -> list[str]:
+  """The "Table 3 cells against the paper" subsection of the replicates section: each replicated cell's 95% interval
+  against the paper's value ± ``PAPER_TOLERANCE`` (agrees / differs / inconclusive)."""
+  if workload != "mnist_lenet" or not any(t.role == "table3" and t.phase == "replicate" for t in trials):
+    return []
+  _, b0, cells = study_table3(trials, batch, baseline_batch, workload, num_classes)  # as table3_section
+  rows = []
+  for opt in cells.rows:
+    for i, col in enumerate(cells.columns):
+      c = cells.cells[(opt, col)]
+      ref = _paper_value(opt, i if b0 else i + 1)
+      if c.replicates is None:
+        continue
+      rows.append([opt, col, c.replicates.text(), pct(ref, 1),
+                   replicates_lib.agreement(c.replicates, ref, PAPER_TOLERANCE) if ref is not None else "—"])
+  if not rows:
+    return []
+  return (["### Table 3 cells against the paper", "",
+           f"A cell agrees when its 95% interval lies inside the paper's value ± {100 * PAPER_TOLERANCE:.1f} pp, "
+           "differs when it lies wholly outside, and is inconclusive otherwise.", ""]
+          + table(["solver", "column", "replicates (%)", "paper (%)", "verdict"], rows))

@@ -1,12 +1,12 @@
 """You et al. 2020 Table 3 on the workload the authors actually ran: TensorFlow's official MNIST CNN (3.3M
 parameters, dropout 0.4) with their schedule (linear warmup from 0, then TF polynomial decay, power 0.5, to 1e-4),
-not LeNet-5 (lamb_lars/configs/paper/common.py, docs/science.md §7b). Five solvers × {batch 256, 8K original, 8K +
-layer-wise, 8K + layer-wise + bound}, each cell a search selected on validation accuracy, then replicated.
+not LeNet-5 (lamb_lars/proj/you2020/configs/common.py, docs/science.md §7b). Five solvers × {batch 256, 8K original,
+8K + layer-wise, 8K + layer-wise + bound}, each cell a search selected on validation accuracy, then replicated.
 
-Command:  python -m lamb_lars.study run --config=lamb_lars/configs/studies/mnist_table3_paper.py \\
+Command:  python -m lamb_lars.study run --config=lamb_lars/proj/you2020/configs/mnist_table3_paper.py \\
             --workdir=studies/mnist_table3_paper
           python -m lamb_lars.study report --workdir=studies/mnist_table3_paper --out=docs/studies/mnist_table3_paper
-          The two CPU cells alone: --config=lamb_lars/configs/studies/mnist_table3_paper.py:cpu (``cpu_config``).
+          The two CPU cells alone: --config=lamb_lars/proj/you2020/configs/mnist_table3_paper.py:cpu (``cpu_config``).
 Hardware: a GPU. Cost estimate: every trial trains ``EPOCHS`` = 34.1 epochs of 55K (the authors' 250 steps at 8K,
           ≈ 1.9M images). On the 2-core CPU, this CNN trains at ≈ 490–710 img/s (docs/BENCHMARKS.md §16), so
           one full trial takes ≈ 45–65 min. With ≈ 7.7 full-run equivalents per cell (8 searched points, ASHA, 3
@@ -31,7 +31,7 @@ plus two replicates):
 """
 import ml_collections
 
-from lamb_lars.configs.paper import common as paper_common
+from lamb_lars.proj.you2020.configs import common as paper_common
 from lamb_lars.configs.studies import common
 from lamb_lars.configs.studies import mnist_table3
 
@@ -41,14 +41,15 @@ NUM_TRIALS = 8
 # The LeNet-5 study's ranges, except LARS at 8K around the authors' 6.0 (their TF LARS, not ours).
 LR_RANGES = {**mnist_table3.LR_RANGES, "lars": dict(bs256=(0.1, 10.0), original=(1.0, 30.0))}
 WARMUP = {256: (0.0, 2.0), 8192: (0.0, 20.0)}
-# The authors' LARS (lamb_lars/configs/paper/common.py ``lars``): TF LARSOptimizer, η = 0.001, β = 1e-4 in the ratio
-# only, ε = 0, every variable.
+# The authors' LARS (lamb_lars/proj/you2020/configs/common.py ``lars``): TF LARSOptimizer, η = 0.001, β = 1e-4 in the
+# ratio only, ε = 0, every variable.
 TF_LARS = {"optimizer.lars_update": "tf", "optimizer.weight_decay": 1e-4, "optimizer.trust_coefficient": 0.001,
            "optimizer.trust_eps": 0.0, "optimizer.weight_decay_mask": "", "optimizer.adaptation_mask": ""}
 
 
 def base_config() -> ml_collections.ConfigDict:
-  """The authors' CNN and schedule (lamb_lars/configs/paper/common.py) on the 55K/5K/10K split: selection on the 5K."""
+  """The authors' CNN and schedule (lamb_lars/proj/you2020/configs/common.py) on the 55K/5K/10K split: selection on
+  the 5K."""
   base = paper_common.base(batch_size=8192, steps=STEPS_AT_8K, learning_rate=0.64)
   base = paper_common.momentum(base, warmup_epochs=0.0)
   base.num_train_steps = -1

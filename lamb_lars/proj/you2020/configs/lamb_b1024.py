@@ -4,11 +4,12 @@ Reproduces: GitHub fastalgo/mnist_tpu,
 lamb/log2/batch-1024-lr-0.004-warmup-1-poly-0.5-weight-decay-0.01-2019-04-1*.log (5 runs at 2050 steps).
 Their final test accuracy: 99.35, 99.38, 99.41, 99.41, 99.47% (five runs; five more at 1758 steps in lamb/gd_log/
 reached 99.34–99.39%).
-Command:  python train.py --config=lamb_lars/configs/paper/lamb_b1024.py --workdir=runs/paper/lamb_b1024 --config.seed=0
+Command:  python train.py --config=lamb_lars/proj/you2020/configs/lamb_b1024.py \\
+              --workdir=runs/paper/lamb_b1024 --config.seed=0
 Hardware: ~2M images: 15–30 min on the 2-core CPU (docs/BENCHMARKS.md); minutes on a GPU.
-Shared recipe: lamb_lars/configs/paper/common.py; comparison: docs/studies/mnist_paper_logs/.
+Shared recipe: lamb_lars/proj/you2020/configs/common.py; comparison: docs/studies/mnist_paper_logs/.
 """
-from lamb_lars.configs.paper import common
+from lamb_lars.proj.you2020.configs import common
 
 
 def get_config():

@@ -2,16 +2,17 @@
 
 The paper's MNIST code (GitHub ``fastalgo/mnist_tpu``) left about 1,900 log files, each named for its configuration
 (batch, LR, warmup epochs, poly power, weight decay) and ending in the final test accuracy of one run.
-:data:`lamb_lars.study.paper.AUTHORS` transcribes the logs of the configurations in ``lamb_lars/configs/paper/``.
+:data:`lamb_lars.proj.you2020.paper.AUTHORS` transcribes the logs of the configurations in
+``lamb_lars/proj/you2020/configs/``.
 
-  python -m lamb_lars.study.running.paper_logs run --workdir=studies/mnist_paper_logs --seeds=0,1 --workers=2
-  python -m lamb_lars.study.running.paper_logs report --workdir=studies/mnist_paper_logs \\
+  python -m lamb_lars.proj.you2020.paper_logs run --workdir=studies/mnist_paper_logs --seeds=0,1 --workers=2
+  python -m lamb_lars.proj.you2020.paper_logs report --workdir=studies/mnist_paper_logs \\
     --out=docs/studies/mnist_paper_logs
 
 ``run`` trains each configuration × seed in its own process (``WORKDIR/<config>/seed<k>``), ``--workers`` at a time;
 re-running it skips finished runs and resumes a killed one from its checkpoint. ``report`` writes ``runs.csv``
 (one row per run of ours), ``authors.csv`` (one row per log of theirs), ``README.md`` computed from them alone
-(lamb_lars/study/analysis/authors_logs.py: the comparison and its verdicts) and ``manifest.json`` (``kind:
+(lamb_lars/proj/you2020/authors_logs.py: the comparison and its verdicts) and ``manifest.json`` (``kind:
 paper_logs``: the commit that reported, the commands that ran the runs, the machine, the files' sha256), so that
 ``python -m lamb_lars.study verify DIR`` checks the folder like any published study.
 """
@@ -28,13 +29,14 @@ import time
 from typing import Optional, Sequence
 
 from lamb_lars.common import io_utils, run_files
-from lamb_lars.study import paper
-from lamb_lars.study.analysis import authors_logs
+from lamb_lars.proj.you2020 import paper
+from lamb_lars.proj.you2020 import authors_logs
 from lamb_lars.study.running import code_state
 from lamb_lars.study.running import manifest as manifest_lib
 from lamb_lars.study.running.executor import slot_cpus, usable_cpus
 
-KIND = "paper_logs"  # manifest.json's kind: verify dispatches on it
+KIND = "paper_logs"  # manifest.json's kind
+VERIFIER = "lamb_lars.proj.you2020.paper_logs"  # manifest.json's verifier: `study verify` calls its verify()
 FILES = ("runs.csv", "authors.csv", "README.md")
 
 
@@ -46,7 +48,7 @@ def run_dir(workdir: str, config: str, seed: int, learning_rate: Optional[float]
 
 
 def load_config(name: str, seed: int, learning_rate: Optional[float] = None):
-  config = importlib.import_module(f"lamb_lars.configs.paper.{name}").get_config()
+  config = importlib.import_module(f"lamb_lars.proj.you2020.configs.{name}").get_config()
   config.seed = seed
   config.progress = False
   if learning_rate is not None:
@@ -55,7 +57,7 @@ def load_config(name: str, seed: int, learning_rate: Optional[float] = None):
 
 
 def _command(name: str, seed: int, out: str, learning_rate: Optional[float]) -> list[str]:
-  return ([sys.executable, "-m", "lamb_lars.study.running.paper_logs", "one", name, str(seed), out]
+  return ([sys.executable, "-m", "lamb_lars.proj.you2020.paper_logs", "one", name, str(seed), out]
           + ([f"--learning_rate={learning_rate}"] if learning_rate is not None else []))
 
 
@@ -226,9 +228,9 @@ def write_report(workdir: str, out: str, command: str) -> None:
   _write_csv(os.path.join(out, "runs.csv"), authors_logs.RUNS_COLUMNS, collect(workdir))
   _write_csv(os.path.join(out, "authors.csv"), authors_logs.AUTHORS_COLUMNS, authors_logs.authors_rows())
   with open(os.path.join(out, "README.md"), "w") as f:
-    f.write(authors_logs.render(_read_csv(os.path.join(out, "runs.csv")), command))
+    f.write(authors_logs.render(_read_csv(os.path.join(out, "runs.csv")), command, authors_logs.PATHS))
   commands = os.path.join(workdir, "commands.txt")  # how the runs were launched, at which commit (record_command)
-  manifest = dict(kind=KIND, code=code, report_command=command,
+  manifest = dict(kind=KIND, verifier=VERIFIER, paths=authors_logs.PATHS, code=code, report_command=command,
                   run_commands=open(commands).read().splitlines() if os.path.exists(commands) else [],
                   machine=code_state.machine(), runs=len(collect(workdir)),
                   files={n: code_state.sha256(os.path.join(out, n)) for n in FILES})
@@ -237,7 +239,7 @@ def write_report(workdir: str, out: str, command: str) -> None:
 
 def verify(out: str, manifest: dict) -> list[str]:
   """The mismatches of a published comparison with its manifest: file hashes, authors.csv against
-  :data:`lamb_lars.study.paper.AUTHORS`, and the README recomputed from runs.csv (one sentence each)."""
+  :data:`lamb_lars.proj.you2020.paper.AUTHORS`, and the README recomputed from runs.csv (one sentence each)."""
   problems = [f"{n} has sha256 {code_state.sha256(os.path.join(out, n))[:12]}…, the manifest says "
               f"{str(manifest.get('files', {}).get(n))[:12]}…." for n in FILES
               if not os.path.isfile(os.path.join(out, n))
@@ -246,18 +248,19 @@ def verify(out: str, manifest: dict) -> list[str]:
     return problems
   theirs = [list(r.values()) for r in _read_csv(os.path.join(out, "authors.csv"))]
   if theirs != authors_logs.authors_rows():
-    problems.append("authors.csv differs from the authors' logs transcribed in lamb_lars/study/paper.py.")
+    problems.append("authors.csv differs from the authors' logs transcribed in lamb_lars/proj/you2020/paper.py.")
   runs = _read_csv(os.path.join(out, "runs.csv"))
   if len(runs) != manifest.get("runs"):
     problems.append(f"runs.csv has {len(runs)} runs, the manifest says {manifest.get('runs')}.")
   with open(os.path.join(out, "README.md")) as f:
-    if f.read() != authors_logs.render(runs, manifest.get("report_command", "")):
+    if f.read() != authors_logs.render(runs, manifest.get("report_command", ""),
+                                       manifest.get("paths") or authors_logs.LEGACY_PATHS):
       problems.append("README.md differs from the one recomputed from runs.csv.")
   return problems
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-  ap = argparse.ArgumentParser(prog="python -m lamb_lars.study.running.paper_logs",
+  ap = argparse.ArgumentParser(prog="python -m lamb_lars.proj.you2020.paper_logs",
                                description=__doc__.split("\n\n")[0])
   sub = ap.add_subparsers(dest="cmd", required=True)
   r = sub.add_parser("run")
@@ -287,14 +290,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       print(f"error: unknown configuration(s) {sorted(unknown)}; known: {', '.join(paper.AUTHORS)}.", file=sys.stderr)
       return 2
     seeds = [int(s) for s in a.seeds.split(",")]
-    record_command(a.workdir, " ".join(["python -m lamb_lars.study.running.paper_logs"] + list(argv or sys.argv[1:])))
+    record_command(a.workdir, " ".join(["python -m lamb_lars.proj.you2020.paper_logs"] + list(argv or sys.argv[1:])))
     failed = run(a.workdir, a.configs.split(","), seeds, workers=a.workers, memory_gb=a.memory_gb)
     if a.slice_lrs:
       failed += run(a.workdir, [paper.SLICE_CONFIG], seeds, [float(x) for x in a.slice_lrs.split(",")],
                     workers=a.workers, memory_gb=a.memory_gb)
     print(f"finished: {failed} run(s) failed")
     return 1 if failed else 0
-  command = " ".join(["python -m lamb_lars.study.running.paper_logs"] + list(argv or sys.argv[1:]))
+  command = " ".join(["python -m lamb_lars.proj.you2020.paper_logs"] + list(argv or sys.argv[1:]))
   write_report(a.workdir, a.out, command)
   return 0
 

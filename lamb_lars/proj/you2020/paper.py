@@ -42,8 +42,8 @@ POINTS = {
 
 
 # The authors' MNIST training logs (GitHub fastalgo/mnist_tpu, about 1,900 files, each ending in one run's final test
-# accuracy), transcribed for the configurations of lamb_lars/configs/paper/ (read on 2026-11-25); compared with our runs
-# by lamb_lars/study/running/paper_logs.py.
+# accuracy), transcribed for the configurations of lamb_lars/proj/you2020/configs/ (read on 2026-11-25); compared with
+# our runs by lamb_lars/proj/you2020/paper_logs.py.
 @dataclasses.dataclass(frozen=True)
 class Logged:
   """The authors' logs of one configuration: ``runs`` maps a log file (in fastalgo/mnist_tpu) to its accuracy."""
