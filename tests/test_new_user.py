@@ -378,7 +378,7 @@ def test_table3_curves_show_each_trial_once_and_name_its_own_status(folder, monk
   """The published folders' Table 3 curves, recomputed from their CSVs: one legend entry per trial, and a cell
   whose verdict is not the shown trial's status says which trial it shows."""
   from lamb_lars.study.analysis import plots, report
-  from lamb_lars.study.running import provenance, publish
+  from lamb_lars.study.publishing import provenance, publish
   seen = {}
   monkeypatch.setattr(plots, "_save", lambda fig, out_dir, name: name)
   real = plots.training_curves

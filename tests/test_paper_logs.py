@@ -16,9 +16,10 @@ import sys
 
 from lamb_lars.study import paper
 from lamb_lars.study.analysis import authors_logs
-from lamb_lars.study.running import paper_logs, provenance
-from lamb_lars.study.running import code_state
-from lamb_lars.study.running import manifest as manifest_lib
+from lamb_lars.common import code_state
+from lamb_lars.study.publishing import manifest as manifest_lib
+from lamb_lars.study.publishing import provenance
+from lamb_lars.study.running import paper_logs
 
 
 def _result(path, acc, status="done"):

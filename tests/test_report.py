@@ -7,8 +7,9 @@ import dataclasses
 
 import numpy as np
 
-from lamb_lars.study.running import csv_tables, store as st
-from lamb_lars.study.running import manifest as manifest_lib
+from lamb_lars.study.publishing import csv_tables
+from lamb_lars.study.publishing import manifest as manifest_lib
+from lamb_lars.study.running import store as st
 from lamb_lars.study.analysis import report
 from lamb_lars.study.records import Target
 

@@ -192,7 +192,7 @@ def test_second_run_does_nothing_and_more_seeds_run_only_the_new_ones(finished, 
 @pytest.mark.e2e
 def test_runs_csv_has_seed_phase_and_replicate_columns(finished, tmp_path):
   import csv
-  from lamb_lars.study.running import csv_tables
+  from lamb_lars.study.publishing import csv_tables
   workdir = finished[0]
   con = st.open_store(wd.store_path(workdir))
   trials = {t.run_id: t for t in st.trials(con)}
@@ -210,7 +210,7 @@ def test_runs_csv_has_seed_phase_and_replicate_columns(finished, tmp_path):
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_report_shows_search_adequacy_and_replicates(finished, tmp_path):
-  from lamb_lars.study.running import publish
+  from lamb_lars.study.publishing import publish
   workdir = finished[0]
   readme = publish.publish(workdir, str(tmp_path / "report"))
   text = open(readme, encoding="utf-8").read()

@@ -3,7 +3,7 @@ the defaults of every study setting: the runner reads a section a study leaves o
 (lamb_lars/study/running/sections.py).
 
 See lamb_lars/study/running/sweep.py for the sub-sweep fields, lamb_lars/study/running/search.py for ``search``,
-lamb_lars/study/running/runner.py for ``runner`` and lamb_lars/study/running/publish.py for ``analysis``.
+lamb_lars/study/running/runner.py for ``runner`` and lamb_lars/study/publishing/publish.py for ``analysis``.
 """
 from __future__ import annotations
 

@@ -27,11 +27,10 @@ import sys
 import time
 from typing import Optional, Sequence
 
-from lamb_lars.common import io_utils, run_files
+from lamb_lars.common import code_state, io_utils, run_files
 from lamb_lars.study import paper
 from lamb_lars.study.analysis import authors_logs
-from lamb_lars.study.running import code_state
-from lamb_lars.study.running import manifest as manifest_lib
+from lamb_lars.study.publishing import manifest as manifest_lib
 from lamb_lars.study.running.executor import slot_cpus, usable_cpus
 
 KIND = "paper_logs"  # manifest.json's kind: verify dispatches on it

@@ -25,8 +25,8 @@ A study config (``configs/studies/*.py``, plain data) has
   scaling is the baseline recipe with η·B/B0 and nothing else; the base config must scale the LR linearly).
 * ``search``: how searched cells are pruned (``lamb_lars/study/running/search.py``);
 * ``runner``: workers, threads, timeouts (``lamb_lars/study/running/runner.py``);
-* ``analysis``: the report's settings (``lamb_lars/study/running/publish.py``), including ``techniques``, the declared
-  technique set of Def. 2.2, which must name techniques of the sub-sweeps.
+* ``analysis``: the report's settings (``lamb_lars/study/publishing/publish.py``), including ``techniques``, the
+  declared technique set of Def. 2.2, which must name techniques of the sub-sweeps.
 
 A trial = ``base`` with its overrides applied (fixed, then grid, then search point). Run ids read like the sweep
 that made them, ``<sweep>-<swept values>-<4 hex>``, e.g. ``b8k-adam-lw-lr0.00123-wu1.5-3f2a``, and are
