@@ -114,7 +114,7 @@ def test_cell_chooses_on_validation_not_test_and_reports_its_replicates():
 def test_the_verdicts_against_the_paper_include_the_b0_cells_of_a_study_without_a_baseline_trial():
   """A Table 3 study (no 'baseline' role) still compares its batch-256 cells with the paper, as its Table 3
   section shows them: the paper's B0 (You et al. 2020 Table 2, MNIST: 256) stands in for the missing baseline."""
-  from lamb_lars.study.analysis import report_replicates
+  from lamb_lars.study.report import report_replicates
 
   def reps(prefix, b, accs, opt="momentum"):
     chosen = Trial(**{**_tv(prefix, accs[0], 0.99, b=b, opt=opt).__dict__, "space": {"lr": ["log", 0.1, 10.0]}})
@@ -133,7 +133,7 @@ def test_a_cell_with_fixed_settings_counts_its_first_run_as_a_seed():
   """A cell of one trial drawn from no search space (e.g. a recipe pinned by the authors' log) selected nothing, so
   its first run is an unbiased seed: the accuracy and its interval pool it with the replicates, and every seed's
   verdict counts. A searched cell (a space, or several trials) keeps its chosen trial out."""
-  from lamb_lars.study.analysis import report_replicates
+  from lamb_lars.study.report import report_replicates
 
   def seed(rid, acc, s, of=""):
     t = _tv(rid, acc, acc, opt="lars")

@@ -21,7 +21,7 @@ VARIANT_KEYS = {
 
 def analysis(**overrides: Any) -> ml_collections.ConfigDict:
   """The report's settings: the target of steps-to-target (and ``targets``, further goals below it, each with its
-  own S(B) fit; lamb_lars/study/analysis/report_replicates.py), ρ, N, the declared technique set, the paper's
+  own S(B) fit; lamb_lars/study/report/report_replicates.py), ρ, N, the declared technique set, the paper's
   workload key (lamb_lars/study/paper.py), Table 3's batch, a title and notes; ``noninferiority_margin``: the
   pre-registered margin of a batch-size warmup arm's non-inferiority (accuracy fraction; 0.002 = 0.2 pp;
   lamb_lars/study/analysis/batch_warmup.py). Thresholds live here and are committed before the first trial (the

@@ -18,10 +18,10 @@ from typing import Mapping, Optional, Sequence
 
 from lamb_lars.common import code_state, io_utils
 from lamb_lars.common.code_state import iso, sha256
-from lamb_lars.study.analysis import report
 from lamb_lars.study.publishing import csv_tables, workload_provenance
 from lamb_lars.study.publishing.csv_tables import read_csv
 from lamb_lars.study.publishing.manifest import MANIFEST, HASHED, spec_from_json, trial_counts, write_manifest
+from lamb_lars.study.report import report
 from lamb_lars.study.running import paper_logs
 
 

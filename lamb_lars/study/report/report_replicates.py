@@ -1,4 +1,4 @@
-"""The report's sections on how far a study's numbers can be trusted (analysis layer: reads records only):
+"""The report's sections on how far a study's numbers can be trusted (report layer: reads records only):
 
 * **Search adequacy**, per searched cell: trials, full-budget trials (promoted ones counted), the chosen trial
   (on the validation split, selection.py), whether its LR is interior or at an edge, and the LR ranges searched
@@ -19,9 +19,9 @@ from typing import Optional, Sequence
 
 from lamb_lars.study import paper
 from lamb_lars.study.analysis import replicates, scaling_fit, search_adequacy, table3
-from lamb_lars.study.analysis.markdown import fmt, pct, table
 from lamb_lars.study.records import Target, Trial
 from lamb_lars.study.analysis.selection import chosen_of_cell, finished_full
+from lamb_lars.study.report.markdown import fmt, pct, table
 
 ACC = "eval_accuracy"
 # ± 0.3 percentage points: Table 3 of You et al. 2020 prints one decimal, and runs of the same recipe differ by
