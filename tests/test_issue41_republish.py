@@ -1,7 +1,8 @@
 """Issue 41's republishing configs (beside tests/test_issue41_configs.py's variants) load, expand and validate
-(sweep.expand runs the trainer's validator on every trial), carry their pre-registered thresholds, and their cell choices are recomputed here from the published
-folders' runs.csv (csv + scipy, independently of the study code): configs/studies/mnist_batch_ladder.py:to_target,
-configs/studies/mnist_table3.py:robust, and scripts/republish_issue41.sh runs them in order."""
+(sweep.expand runs the trainer's validator on every trial), carry their pre-registered thresholds, and their cell
+choices are recomputed here from the published folders' runs.csv (csv + scipy, independently of the study code):
+configs/studies/mnist_batch_ladder.py:to_target, configs/studies/mnist_table3.py:robust, and
+scripts/republish_issue41.sh runs them in order."""
 from __future__ import annotations
 
 import csv

@@ -208,8 +208,8 @@ def _refinement(study, con, cell, own, ts, chosen, search_cfg, log) -> list[swee
                   for side, _, n in (("low", 0, below), ("high", 0, above)))
   store.log_plan(con, "refine", cell, str(rounds + 1), {"chosen": chosen.run_id, "lr": lr, "factor": factor,
                                                        "why": why, "points": points})
-  log(f"         {cell}: chosen LR {lr:.4g} ({why}); trying {', '.join(f'{p[adequacy_lib.LR_KEY]:.4g}' for p in points)}"
-      f" (refinement {rounds + 1})")
+  tries = ", ".join(f"{p[adequacy_lib.LR_KEY]:.4g}" for p in points)
+  log(f"         {cell}: chosen LR {lr:.4g} ({why}); trying {tries} (refinement {rounds + 1})")
   return sweep.refinement_trials(study, cell, rounds + 1, points)
 
 
