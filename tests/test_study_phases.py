@@ -397,6 +397,13 @@ def test_refinement_tries_the_chosen_lrs_neighbours_within_the_factor(tmp_path):
     assert all(min(abs(g - 1 / 1.5), abs(g - 1.5)) < 1e-9 for g in got), got
   ex, _ = _run(c, str(tmp_path))
   assert ex.submitted == []
+  # the report's adequacy table shows the neighbours' ratios (only in a study with refinement)
+  from lamb_lars.study.running import publish
+  text = open(publish.publish(str(tmp_path), str(tmp_path / "report")), encoding="utf-8").read()
+  adequacy = text[text.index("## Search adequacy"):text.index("## Replicates")]
+  assert "nearest tried LR below / above" in adequacy
+  row = next(ln for ln in adequacy.splitlines() if ln.startswith("| tuned |"))
+  assert f"×{chosen_lr / below:.2f} / ×{above / chosen_lr:.2f}" in row
 
 
 @pytest.mark.parametrize("factor, rounds", [(1.0, 2), (1.5, 0), (0.0, 3), (2.0, -1)])
