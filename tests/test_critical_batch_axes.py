@@ -294,3 +294,34 @@ def test_claims_section_reports_both_readings(tmp_path):
   text = axes.claims_section(_points_for(truth), num=50)
   assert text.count("| as run") == 1 and text.count("| fixed epochs") == 1
   assert "Golmant et al. 2018" in text and "Zhang et al. 2024" in text and "training tokens" in text
+
+
+def _branches(folder, passing, rng):
+  """Branches at every point: the batches in ``passing`` lose 5% of the reference loss (pass at ε = 20%), the
+  others 60% (fail)."""
+  runs = []
+  for p in cba.POINTS_EXAMPLES:
+    for seed in cba.BRANCH_SEEDS:
+      ref = 0.1 * (1 + 0.01 * rng.standard_normal())
+      for b in (256, 1024, 4096, 16384):
+        loss = ref if b == 256 else ref * (1.05 if b in passing else 1.6)
+        runs.append(dict(run_id=f"br-{p}-{b}-{seed}", cell="branch", role="branch", batch_size=b, status="done",
+                         steps=1, seed=seed, phase="search", replicate_of="",
+                         overrides=json.dumps({"init_from_examples": p}), final_validation_loss=loss))
+  _write(folder, runs, [])
+
+
+def test_cbs_along_each_axis_names_the_separated_settings(tmp_path):
+  rng = np.random.default_rng(1)
+  root = str(tmp_path)
+  _branches(os.path.join(root, "branch-lenet5"), {1024}, rng)             # CBS in [1024, 4096)
+  _branches(os.path.join(root, "branch-data7500"), {1024, 4096}, rng)     # CBS in [4096, 16384)
+  _branches(os.path.join(root, "branch-mlp"), {1024}, rng)                # the same bracket as lenet5
+  text = axes.cbs_axis_comparison(root)
+  rows = [ln for ln in text.splitlines() if ln.startswith("| 0.5 |")]
+  data = next(r for r in rows if "| data |" in r)
+  model = next(r for r in rows if "| model |" in r)
+  assert "lenet5 < data7500" in data and "data7500 < lenet5" not in data
+  assert "none: no change shown" in model
+  assert len([ln for ln in text.splitlines() if "| data |" in ln]) == len(cba.POINTS_EXAMPLES)
+  assert "Fewer than two" in axes.cbs_axis_comparison(str(tmp_path / "empty"))

@@ -444,6 +444,41 @@ def cbs_tables(root: str, epsilons: Sequence[float] = cba.EPSILON_SENSITIVITY) -
   return "\n".join(out)
 
 
+def _separated(a: branching_lib.CriticalBatch, b: branching_lib.CriticalBatch) -> bool:
+  """Whether CBS at ``a`` lies below CBS at ``b``: some batch ≤ b's low (every batch of b up to it passes) is above
+  a's high (a fails at the next tested batch after its high)."""
+  return (not a.censored and a.high is not None and b.low is not None and a.high < b.low)
+
+
+def cbs_axis_comparison(root: str, epsilon: float = cba.EPSILON) -> str:
+  """CBS at matched points of training (the same examples seen), per axis: the settings whose brackets are
+  separated (one's CBS below another's) at each branch point, at the pre-registered ε — the CBS counterpart of the
+  B_crit spread along each axis."""
+  traj: dict[str, list[branching_lib.CriticalBatch]] = {}
+  for name in cba.SETTINGS:
+    folder = os.path.join(root, f"branch-{name}")
+    if os.path.exists(os.path.join(folder, "runs.csv")):
+      bl = branch_losses(folder)
+      if bl:
+        traj[name] = branching_lib.trajectory(bl, cba.B0, epsilon, relative=True)
+  lines = [f"### CBS(t) along each axis at matched points (ε = {epsilon:g}, pre-registered)", "",
+           "| point (epochs of 55K) | axis | brackets | separated (lower < higher) |", "|---|---|---|---|"]
+  any_row = False
+  for i, p in enumerate(cba.POINTS_EXAMPLES):
+    for axis in ("data", "model"):
+      names = [k for k in cba.SETTINGS if axis in cba.SETTINGS[k]["axes"] and k in traj and len(traj[k]) > i]
+      if len(names) < 2:
+        continue
+      any_row = True
+      cs = {k: traj[k][i] for k in names}
+      pairs = [f"{a} < {b}" for a in names for b in names if a != b and _separated(cs[a], cs[b])]
+      lines.append(f"| {p / cba.FULL:.3g} | {axis} | " + "; ".join(f"{k}: {_bracket(c)}" for k, c in cs.items())
+                   + f" | {', '.join(pairs) if pairs else 'none: no change shown'} |")
+  if not any_row:
+    return "\n".join(lines[:2] + ["Fewer than two settings of an axis have branching results yet."])
+  return "\n".join(lines)
+
+
 def figure(results: Sequence[SettingResult], path: str) -> str:
   """B_crit with its interval against dataset size (left) and parameters (right), log axes, shared y; an interval
   open upwards (bootstrap resamples with B_crit = ∞) is drawn to 10× the estimate with an arrow head."""
@@ -504,7 +539,7 @@ def report(root: str, out: Optional[str] = None, num_bootstrap: int = 1000) -> s
       f"{cba.LIMIT_EXAMPLES:,} examples (a miss is a censored point).", "",
       steps_table(results), "", "- " + axis_spread(results, "data"), "- " + axis_spread(results, "model"), "",
       claims_section({r.name: r.points for r in results}, num=num_bootstrap), "",
-      cbs_tables(root), "", "![B_crit against data and model size](critical_batch_axes.png)", ""])
+      cbs_tables(root), "", cbs_axis_comparison(root), "", "![B_crit against data and model size](critical_batch_axes.png)", ""])
   with open(os.path.join(out, "axes.md"), "w") as f:
     f.write(text)
   return text
