@@ -325,3 +325,25 @@ def test_cbs_along_each_axis_names_the_separated_settings(tmp_path):
   assert "none: no change shown" in model
   assert len([ln for ln in text.splitlines() if "| data |" in ln]) == len(cba.POINTS_EXAMPLES)
   assert "Fewer than two" in axes.cbs_axis_comparison(str(tmp_path / "empty"))
+
+
+def test_check_passes_on_a_fresh_report_and_fails_on_an_edited_number(tmp_path, capsys):
+  rng = np.random.default_rng(5)
+  root = str(tmp_path / "published")
+  for name in ("data7500", "lenet5"):
+    _steps_folder(os.path.join(root, name), TRUTH[name], cba.SETTINGS[name]["target"], rng)
+  _branch_folder(os.path.join(root, "branch-lenet5"), rng)
+  axes.report(root, num_bootstrap=30)
+  assert axes.check(root, num_bootstrap=30) == []
+  path = os.path.join(root, "axes.md")
+  text = open(path).read()
+  b = axes.b_crit("lenet5", axes.seed_points(os.path.join(root, "lenet5"), cba.SETTINGS["lenet5"]["target"]),
+                  cba.SETTINGS["lenet5"]["target"], num_bootstrap=30)
+  shown = f"{b.fit.b_crit:,.0f}"
+  assert f"| {shown} |" in text
+  with open(path, "w") as f:
+    f.write(text.replace(f"| {shown} |", f"| {int(b.fit.b_crit) + 7:,} |", 1))
+  diff = axes.check(root, num_bootstrap=30)
+  assert len(diff) == 1 and "recomputed" in diff[0]
+  assert axes.main([root, "--check"]) == 1
+  assert axes.main([root, "--check", "--out=x"]) == 2

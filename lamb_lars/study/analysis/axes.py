@@ -20,7 +20,8 @@ that is missing or has no replicated cells yet is reported as not run; nothing i
   examples at every N) and fixed epochs (the points re-censored at 60 passes over each N, ``fixed_epoch_points``).
 
 Command: ``python -m lamb_lars.study.analysis.axes <root> [--out=<dir>]`` writes ``axes.md`` and
-``critical_batch_axes.png`` (default: into <root>).
+``critical_batch_axes.png`` (default: into <root>); ``... <root> --check`` recomputes ``axes.md`` from the parts'
+CSVs and exits 1 naming each line that differs (a hand-edited number, or a part republished since).
 """
 from __future__ import annotations
 
@@ -523,35 +524,71 @@ def figure(results: Sequence[SettingResult], path: str) -> str:
   return path
 
 
-def report(root: str, out: Optional[str] = None, num_bootstrap: int = 1000) -> str:
-  """Writes ``axes.md`` and ``critical_batch_axes.png`` into ``out`` (default ``root``); returns the markdown."""
-  out = out or root
-  os.makedirs(out, exist_ok=True)
+def _results(root: str, num_bootstrap: int) -> list[SettingResult]:
   results = []
   for name, s in cba.SETTINGS.items():
     folder = os.path.join(root, name)
     pts = seed_points(folder, s["target"]) if os.path.exists(os.path.join(folder, "runs.csv")) else {}
     results.append(b_crit(name, pts, s["target"], num_bootstrap=num_bootstrap))
-  figure(results, os.path.join(out, "critical_batch_axes.png"))
-  text = "\n".join([
+  return results
+
+
+def markdown(root: str, results: Sequence[SettingResult], num_bootstrap: int = 1000) -> str:
+  """The text of ``axes.md``, computed from the parts' CSVs alone (fixed bootstrap seeds: reproducible)."""
+  return "\n".join([
       "## Critical batch: data axis against model axis", "",
       f"Targets and ε pre-registered in configs/studies/critical_batch_axes.py; step limit "
       f"{cba.LIMIT_EXAMPLES:,} examples (a miss is a censored point).", "",
       steps_table(results), "", "- " + axis_spread(results, "data"), "- " + axis_spread(results, "model"), "",
       claims_section({r.name: r.points for r in results}, num=num_bootstrap), "",
-      cbs_tables(root), "", cbs_axis_comparison(root), "", "![B_crit against data and model size](critical_batch_axes.png)", ""])
+      cbs_tables(root), "", cbs_axis_comparison(root), "",
+      "![B_crit against data and model size](critical_batch_axes.png)", ""])
+
+
+def report(root: str, out: Optional[str] = None, num_bootstrap: int = 1000) -> str:
+  """Writes ``axes.md`` and ``critical_batch_axes.png`` into ``out`` (default ``root``); returns the markdown."""
+  out = out or root
+  os.makedirs(out, exist_ok=True)
+  results = _results(root, num_bootstrap)
+  figure(results, os.path.join(out, "critical_batch_axes.png"))
+  text = markdown(root, results, num_bootstrap)
   with open(os.path.join(out, "axes.md"), "w") as f:
     f.write(text)
   return text
 
 
+def check(root: str, num_bootstrap: int = 1000) -> list[str]:
+  """The lines of ``<root>/axes.md`` that differ from a recomputation from the parts' CSVs (empty: it holds), so a
+  hand-edited number or a part republished after the cross-setting report fails (issue 41's claims that cannot go
+  stale, for this report)."""
+  path = os.path.join(root, "axes.md")
+  if not os.path.exists(path):
+    return [f"{path} does not exist"]
+  with open(path) as f:
+    have = f.read().splitlines()
+  want = markdown(root, _results(root, num_bootstrap), num_bootstrap).splitlines()
+  diff = [f"line {k + 1}: {a!r} ≠ recomputed {b!r}" for k, (a, b) in enumerate(zip(have, want)) if a != b]
+  if len(have) != len(want):
+    diff.append(f"{len(have)} lines, recomputed {len(want)}")
+  return diff
+
+
 def main(argv: Sequence[str]) -> int:
-  args = [a for a in argv if not a.startswith("--out=")]
+  """``<root> [--out=<dir>]`` writes the report; ``<root> --check`` exits 1 when ``<root>/axes.md`` is not what the
+  parts' CSVs give."""
+  args = [a for a in argv if not a.startswith("--out=") and a != "--check"]
   outs = [a[len("--out="):] for a in argv if a.startswith("--out=")]
-  if len(args) != 1 or not os.path.isdir(args[0]):
+  if len(args) != 1 or not os.path.isdir(args[0]) or ("--check" in argv and outs):
     print("error: give one existing folder holding the published parts (<root>/<setting>, <root>/branch-<setting>), "
-          "e.g. python -m lamb_lars.study.analysis.axes docs/studies/critical_batch_axes.", file=sys.stderr)
+          "e.g. python -m lamb_lars.study.analysis.axes docs/studies/critical_batch_axes [--out=DIR | --check].",
+          file=sys.stderr)
     return 2
+  if "--check" in argv:
+    diff = check(args[0])
+    for d in diff:
+      print(f"{args[0]}/axes.md: {d}", file=sys.stderr)
+    print(f"{args[0]}/axes.md: " + ("verified" if not diff else f"{len(diff)} mismatches"))
+    return 1 if diff else 0
   print(report(args[0], outs[0] if outs else None))
   return 0
 
