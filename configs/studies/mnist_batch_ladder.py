@@ -166,7 +166,8 @@ def to_target_config() -> ml_collections.ConfigDict:
   ≈ 10–20 epochs (256 … 2048): 8 searched trials (ASHA) + ≈ 2 refinement + 4 replicates ≈ 190 epochs ≈ 12 min;
   per batch that may miss it (3072, 4096, 8192; ASHA's first rung after the cell's longest warmup, ≈ 10 epochs,
   then 30): 8 trials to the first rung (80 epochs), ≈ 3 to 30 (60 more), ≈ 1 to 90 and 2 promoted to 90 (180
-  more), 2 refinement and 4 replicates at up to 90 epochs (540) ≈ 860 epochs ≈ 57 min; the baseline and its 4 replicates 150 epochs ≈ 8 min.
+  more), 2 refinement and 4 replicates at up to 90 epochs (540) ≈ 860 epochs ≈ 57 min; the baseline and its 4
+  replicates 150 epochs ≈ 8 min.
   Total ≈ 7 × 12 + 3 × 57 + 8 ≈ 263 min of training summed over trials, ≈ 2.2 h of wall time on 2 workers of a
   quiet 2-core CPU (≈ 4.4 h beside the background studies), up to ≈ 3 h quiet if every large batch also extends
   its range once.
