@@ -54,10 +54,13 @@ def search(**overrides: Any) -> ml_collections.ConfigDict:
   after the longest warmup of the cell with ``rung_after_warmup``); and the
   adequacy rules of a cell's search (lamb_lars/study/running/phases.py): a best LR in the outer ``edge_fraction`` of its
   log range moves the range by its width on that side, at most ``max_extensions`` times; pruned trials are
-  resumed to the full budget until a cell has ``min_full_budget`` full-budget trials."""
+  resumed to the full budget until a cell has ``min_full_budget`` full-budget trials; with ``refine_factor`` = r > 1,
+  the chosen LR's nearest tried neighbours on each side must lie within ×r of it: a missing one is tried at η/r or
+  η·r (the chosen trial's other searched values, never pruned), at most ``max_refinements`` rounds per cell
+  (0 and 0: off, as every study before issue 41)."""
   s = ml_collections.ConfigDict(dict(metric="validation_accuracy", mode="max", min_epochs=2, reduction_factor=3,
                                      pruner="asha", rung_after_warmup=True, edge_fraction=0.1, max_extensions=2,
-                                     min_full_budget=4))
+                                     min_full_budget=4, refine_factor=0.0, max_refinements=0))
   s.update(overrides)
   return s
 

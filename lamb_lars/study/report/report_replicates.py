@@ -40,19 +40,30 @@ def adequacy_section(trials: Sequence[Trial], edge_fraction: float) -> list[str]
   searched = {c: g for c, g in _cells(trials).items() if any(t.space for t in g if t.phase != "replicate")}
   if not searched:
     return []
+  # A study with LR refinement (phases.py, search.refine_factor) also shows how close the chosen LR's nearest
+  # tried neighbours are; studies without it keep their published table.
+  refined = any(t.phase.startswith("refine") for g in searched.values() for t in g)
   rows = []
   for c, group in searched.items():
     a = search_adequacy.adequacy(c, group, chosen_of_cell(group), edge_fraction)
     ranges = ", ".join(f"[{lo:.3g}, {hi:.3g}]" for lo, hi in a.ranges) or "—"
-    rows.append([c, a.num_trials, a.num_full_budget, sum(t.promoted for t in group),
-                 f"`{a.chosen}`" if a.chosen else "—", fmt(a.chosen_lr), a.where, ranges])
+    row = [c, a.num_trials, a.num_full_budget, sum(t.promoted for t in group),
+           f"`{a.chosen}`" if a.chosen else "—", fmt(a.chosen_lr), a.where, ranges]
+    if refined:
+      own = [t for t in group if t.phase != "replicate"]
+      below, above = (None, None) if a.chosen_lr is None else search_adequacy.neighbours(
+          a.chosen_lr, search_adequacy.tried_lrs(own))
+      row.append(" / ".join("—" if r is None else f"×{r:.2f}" for r in (below, above)))
+    rows.append(row)
+  note = (" Nearest tried LR: how far the nearest LR tried below and above the chosen one lies (a ratio; the "
+          "runner's refinement tries η/r and η·r until both are within ×r)." if refined else "")
   return (["## Search adequacy", "",
            "Per searched cell: trials (extensions included, replicates not), trials that ran the full budget or "
            "stopped at the target (promoted: pruned trials resumed to the full budget), the trial chosen on the "
            f"validation split, and whether its LR is interior (inside the inner {100 * (1 - 2 * edge_fraction):.0f}% "
-           "of the log range searched, with worse trials on both sides) or at an edge.", ""]
+           "of the log range searched, with worse trials on both sides) or at an edge." + note, ""]
           + table(["cell", "trials", "full budget", "promoted", "chosen (validation)", "LR", "best point",
-                   "LR ranges searched"], rows))
+                   "LR ranges searched"] + (["nearest tried LR below / above"] if refined else []), rows))
 
 
 def _paper_value(opt: str, col_index: int) -> Optional[float]:

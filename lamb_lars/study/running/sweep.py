@@ -272,6 +272,25 @@ def extension_trials(study: ml_collections.ConfigDict, cell: str, round_: int,
   raise ValueError(f"no searched cell {cell!r} in this study.")
 
 
+def refinement_trials(study: ml_collections.ConfigDict, cell: str, round_: int,
+                      points: Sequence[Mapping[str, Any]]) -> list[TrialSpec]:
+  """The trials of the ``round_``-th refinement of ``cell``'s search: the given ``points`` (the chosen trial's
+  searched values with the LR moved, phases.py), ids ``<sweep>-r<round>-…``, phase ``refine<round>``, never pruned
+  (``searched=False``: each runs to its budget or target, so the chosen LR's neighbours are observed, not guessed)."""
+  for sweep in study.sweeps:
+    sweep = dict(sweep)
+    if not sweep.get("search"):
+      continue
+    for combo in itertools.product(*dict(sweep.get("grid") or {}).values()):
+      grid_point = dict(zip(dict(sweep.get("grid") or {}).keys(), combo))
+      if cell_name(sweep, grid_point) != cell:
+        continue
+      specs = _cell_trials(study, sweep, grid_point, [dict(p) for p in points], _fixed(study, sweep),
+                           f"{sweep['name']}-r{round_}", f"refine{round_}")
+      return [dataclasses.replace(s, searched=False) for s in specs]
+  raise ValueError(f"no searched cell {cell!r} in this study.")
+
+
 def _check_study(study: ml_collections.ConfigDict, trials: Sequence[TrialSpec]) -> None:
   """Checks across trials (one baseline, a technique set the sweeps can match, batches within the training set),
   then every trial through the trainer's validator (trial_checks.py)."""
