@@ -398,7 +398,7 @@ def test_refinement_tries_the_chosen_lrs_neighbours_within_the_factor(tmp_path):
   ex, _ = _run(c, str(tmp_path))
   assert ex.submitted == []
   # the report's adequacy table shows the neighbours' ratios (only in a study with refinement)
-  from lamb_lars.study.running import publish
+  from lamb_lars.study.publishing import publish
   text = open(publish.publish(str(tmp_path), str(tmp_path / "report")), encoding="utf-8").read()
   adequacy = text[text.index("## Search adequacy"):text.index("## Replicates")]
   assert "nearest tried LR below / above" in adequacy
