@@ -20,7 +20,8 @@ from lamb_lars.train import checkpoint, metric_writers, run_identity, validate
 from lamb_lars.common import cli_errors, io_utils, workdir_lock
 from lamb_lars.train.run_plan import ConfigError
 from lamb_lars.common import run_files
-from lamb_lars.study.running import publish, runner, search_log, sections, store as st, sweep
+from lamb_lars.study.publishing import publish
+from lamb_lars.study.running import runner, search_log, sections, store as st, sweep
 from lamb_lars.study.running.driver import Active, Driver, ingest_run_dir
 from lamb_lars.study.running import workdir as wd
 

@@ -1,7 +1,8 @@
 """The house rules of the package layout (issue 23), checked on the source tree rather than promised in prose.
 
 - No import cycle between lamb_lars modules, neither among module-level imports (the ones that run at import time)
-  nor counting imports inside functions; nothing in lamb_lars/common/ imports a layer above it.
+  nor counting imports inside functions; nothing in lamb_lars/common/ imports a layer above it; the study's
+  packages import downward only (analysis < report < publishing, running < publishing).
 - No module-level ``__getattr__`` (compatibility shims hide where a name lives).
 - No function over 60 lines under lamb_lars/ (configs are data: exempt); no module size cap (one concept per module).
 - Every lamb_lars module is used by the product (the package, configs, train.py, benchmarks, scripts, notebooks)
@@ -118,7 +119,7 @@ def test_nothing_outside_proj_imports_a_project():
   """lamb_lars/proj/<name>/ (a paper's reproduction, big_vision style) may import everything below it; nothing else
   in lamb_lars imports it, at module level, inside a function or by a literal ``importlib.import_module`` (issue 39).
   The generic report reaches a project only through the import path a study config names (``analysis.reference``;
-  lamb_lars/study/analysis/reference.py), and ``verify`` through the verifier a manifest names."""
+  lamb_lars/study/report/reference.py), and ``verify`` through the verifier a manifest names."""
   upward = {m: sorted(d for d in _imports(p, m, top_level_only=False) | _named_imports(p)
                       if d == "lamb_lars.proj" or d.startswith("lamb_lars.proj."))
             for m, p in MODULES.items() if not m.startswith("lamb_lars.proj")}
@@ -143,6 +144,33 @@ def test_no_symlinks_in_the_package():
            for n in dirs + files if os.path.islink(os.path.join(d, n))]
   assert not links, f"symlinks under lamb_lars/: {links}"
   assert not os.path.exists(os.path.join(REPO, "configs")) and not os.path.exists(os.path.join(REPO, "input_pipeline"))
+
+
+# The study's packages and the study packages each may not import (module level or inside a function). analysis is
+# pure over records; report renders analysis results; running (orchestration) runs trials and keeps the store;
+# publishing turns a workdir into a published folder, so it reads running's store and writes report's report.
+STUDY_FORBIDDEN = {
+    "lamb_lars.study.analysis": ("lamb_lars.study.report", "lamb_lars.study.running", "lamb_lars.study.publishing"),
+    "lamb_lars.study.report": ("lamb_lars.study.running", "lamb_lars.study.publishing"),
+    "lamb_lars.study.running": ("lamb_lars.study.report", "lamb_lars.study.publishing"),
+    "lamb_lars.study.publishing": (),
+}
+# A paper's own code is a project above the general layers (lamb_lars/proj/, big_vision style): its own rule below.
+STUDY_LAYER_EXEMPT: set[str] = set()
+
+
+def test_study_packages_import_only_downward():
+  """analysis < report < publishing and running < publishing: no study package imports one it must not."""
+  bad = {}
+  for m, p in MODULES.items():
+    for pkg, forbidden in STUDY_FORBIDDEN.items():
+      if (m == pkg or m.startswith(pkg + ".")) and m not in STUDY_LAYER_EXEMPT:
+        deps = sorted(d for d in _imports(p, m, top_level_only=False) if d.startswith(forbidden))
+        if deps:
+          bad[m] = deps
+  assert not bad, f"study packages import a layer they must not: {bad}"
+  present = {m.rsplit(".", 1)[0] if m.count(".") > 2 else m for m in MODULES if m.startswith("lamb_lars.study.")}
+  assert set(STUDY_FORBIDDEN) <= present, "a package the layer rule names is gone: update STUDY_FORBIDDEN"
 
 
 def test_no_module_level_getattr():

@@ -367,7 +367,7 @@ def test_optuna_trials_carry_their_searched_values_as_params(tmp_path):
 @pytest.mark.parametrize("v,label", [(1.5, "1.5"), (2.0, "2"), (2.5, "2.5"), (256.0, "256"), (8192.0, "8,192"),
                                      (0.05, "0.05"), (1e-5, "1e-05")])
 def test_log_axis_tick_labels_tell_values_apart(v, label):
-  from lamb_lars.study.analysis import plots
+  from lamb_lars.study.report import plots
   assert plots._plain_number(v) == label
 
 
@@ -379,10 +379,9 @@ TABLE3_FOLDERS = sorted(os.path.basename(os.path.dirname(p)) for p in
 def test_table3_curves_show_each_trial_once_and_name_its_own_status(folder, monkeypatch, tmp_path):
   """The published folders' Table 3 curves, recomputed from their CSVs: one legend entry per trial, and a cell
   whose verdict is not the shown trial's status says which trial it shows."""
-  from lamb_lars.study.analysis import plots, report
-  from lamb_lars.study.running import provenance, publish
+  from lamb_lars.study.publishing import provenance, publish
+  from lamb_lars.study.report import plots, report
   seen = {}
-  monkeypatch.setattr(plots, "_save", lambda fig, out_dir, name: name)
   real = plots.training_curves
 
   def capture(out_dir, name, curves, *a, **k):
@@ -392,7 +391,7 @@ def test_table3_curves_show_each_trial_once_and_name_its_own_status(folder, monk
   d = os.path.join(REPO, "docs", "studies", folder)
   manifest = json.load(open(os.path.join(d, "manifest.json"), encoding="utf-8"))
   trials = publish.load_csvs(d)
-  report.write_report(trials, str(tmp_path), provenance.spec_from_json(manifest["report_spec"]))
+  report.write_report(trials, str(tmp_path), provenance.spec_from_json(manifest["report_spec"]), figures=False)
   curves = seen["table3_curves.png"]
   assert len({id(c) for c in curves.values()}) == len(curves), list(curves)
   status = {id(t.curve): t.status for t in trials if t.curve}

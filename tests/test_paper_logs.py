@@ -14,12 +14,10 @@ import subprocess
 from unittest import mock
 import sys
 
-from lamb_lars.proj.you2020 import paper
-from lamb_lars.proj.you2020 import authors_logs
-from lamb_lars.proj.you2020 import paper_logs
-from lamb_lars.study.running import provenance
-from lamb_lars.study.running import code_state
-from lamb_lars.study.running import manifest as manifest_lib
+from lamb_lars.common import code_state
+from lamb_lars.proj.you2020 import authors_logs, paper, paper_logs
+from lamb_lars.study.publishing import manifest as manifest_lib
+from lamb_lars.study.publishing import provenance
 
 
 def _result(path, acc, status="done"):

@@ -1,4 +1,4 @@
-"""Pre-registration of a study's thresholds (lamb_lars/study/running/preregistration.py; issue 41): the commit that
+"""Pre-registration of a study's thresholds (lamb_lars/study/publishing/preregistration.py; issue 41): the commit that
 last changed the config file is recorded before the first trial, a dirty config refuses to start (one sentence,
 exit 2) unless --allow_dirty, the record is kept on resume, and a config outside git is recorded as such."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from lamb_lars.study.running import preregistration as pr
+from lamb_lars.study.publishing import preregistration as pr
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -8,9 +8,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from lamb_lars.study.running import csv_tables, store as st
-from lamb_lars.study.running import manifest as manifest_lib
-from lamb_lars.study.analysis import report
+from lamb_lars.study.publishing import csv_tables
+from lamb_lars.study.publishing import manifest as manifest_lib
+from lamb_lars.study.running import store as st
+from lamb_lars.study.report import report
 from lamb_lars.study.records import Target
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -231,7 +232,7 @@ def _t(rid, test, val=None, *, batch=256, replicate_of="", seed=0, optimizer="mo
 def test_accuracy_tables_choose_on_validation_and_report_the_replicates(tmp_path):
   """The trial standing for an optimizer at a batch is chosen on validation and reported as its replicates' mean,
   not the best of k on test (biased upward); a group without a validation metric falls back, marked †."""
-  from lamb_lars.study.analysis import report_curves
+  from lamb_lars.study.report import report_curves
   a, b = _t("a", 0.985, 0.990), _t("b", 0.995, 0.980)          # a wins on validation, b on test
   reps = [_t(f"a-seed{s}", acc, 0.99, replicate_of="a", seed=s) for s, acc in ((1, 0.986), (2, 0.988), (3, 0.990))]
   got, value, on_validation = report_curves.representative([a, b] + reps, "validation")

@@ -133,7 +133,7 @@ def test_a_cell_with_fixed_settings_counts_its_first_run_as_a_seed():
   """A cell of one trial drawn from no search space (e.g. a recipe pinned by the authors' log) selected nothing, so
   its first run is an unbiased seed: the accuracy and its interval pool it with the replicates, and every seed's
   verdict counts. A searched cell (a space, or several trials) keeps its chosen trial out."""
-  from lamb_lars.study.analysis import report_replicates
+  from lamb_lars.study.report import report_replicates
 
   def seed(rid, acc, s, of=""):
     t = _tv(rid, acc, acc, opt="lars")

@@ -294,7 +294,8 @@ def test_manifest_records_the_workload_hash_and_verify_sees_a_change(workload_di
   """publish records sha256 of the user module beside our commit; verify fails once the module's source changes."""
   import hashlib
   import ml_collections
-  from lamb_lars.study.running import provenance, publish, store as st
+  from lamb_lars.study.publishing import provenance, publish
+  from lamb_lars.study.running import store as st
   from lamb_lars.study.running import workdir as wd
   path = workload_dir / f"{MODULE}.py"
   work = str(tmp_path / "work")

@@ -23,7 +23,7 @@ The study config is locked: a misspelled ``--config.`` override is an error. Eve
 the validator ``train.py`` uses) before any trial runs; a mistake is one sentence and exit status 2
 (``--verbose`` shows the traceback). ``run`` exits 1 when trials failed, listing each failure's line.
 ``run`` and ``branch`` refuse to start a study whose config file has uncommitted changes (``--allow_dirty``
-overrides); the commit that last changed it is recorded as its pre-registration (running/preregistration.py).
+overrides); the commit that last changed it is recorded as its pre-registration (publishing/preregistration.py).
 ``status`` prints where the study stands (trials done/pruned/diverged/failed/running/pending, a rough ETA, the
 running trials' epochs), read from the store; ``run`` prints the same every minute.
 ``snapshot`` copies what the study needs to be resumed elsewhere (the store, its config and commands, each trial's
@@ -99,7 +99,7 @@ def _run(FLAGS, command: str) -> None:  # noqa: N803
     for t in sweep.expand(study):
       print(t.run_id, t.role, t.technique or "-", dict(t.overrides))
     return
-  from lamb_lars.study.running import preregistration
+  from lamb_lars.study.publishing import preregistration
   if preregistration.load(FLAGS.workdir) is None:  # a new study: its trials checked first, so a mistake writes nothing
     if command == "branch":
       branches.prepare(study)
@@ -123,11 +123,11 @@ def _run(FLAGS, command: str) -> None:  # noqa: N803
 
 def main() -> None:
   if sys.argv[1:2] == ["verify"]:  # folders; --workdir=DIR (the form every other subcommand takes) is one of them
-    from lamb_lars.study.running import provenance
+    from lamb_lars.study.publishing import provenance
     sys.exit(provenance.main([a.split("=", 1)[1] if a.startswith("--workdir=") else a for a in sys.argv[2:]
                               if a != "--workdir"]))
   if sys.argv[1:2] == ["rereport"]:
-    from lamb_lars.study.running import provenance
+    from lamb_lars.study.publishing import provenance
     sys.exit(provenance.rereport_main(sys.argv[2:]))
   from absl import app
 
@@ -153,7 +153,7 @@ def main() -> None:
             f"{k} {v}" for k, v in record["trials"].items()) + f"; code {record['code']['commit']}"
             + (" (dirty)" if record["code"]["dirty"] else ""))
       elif argv[1] == "report":
-        from lamb_lars.study.running.publish import publish
+        from lamb_lars.study.publishing.publish import publish
         print(publish(FLAGS.workdir, FLAGS.out, command=_command()))
       else:
         _run(FLAGS, argv[1])

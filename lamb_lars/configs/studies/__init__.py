@@ -2,5 +2,5 @@
 
 Each is a base training config × sub-sweeps (lamb_lars/study/running/sweep.py) plus the analysis settings the report
 uses
-(lamb_lars/study/study_report.py). Shared pieces live in ``common``.
+(lamb_lars/study/report/report.py). Shared pieces live in ``common``.
 """

@@ -3,7 +3,7 @@ the defaults of every study setting: the runner reads a section a study leaves o
 (lamb_lars/study/running/sections.py).
 
 See lamb_lars/study/running/sweep.py for the sub-sweep fields, lamb_lars/study/running/search.py for ``search``,
-lamb_lars/study/running/runner.py for ``runner`` and lamb_lars/study/running/publish.py for ``analysis``.
+lamb_lars/study/running/runner.py for ``runner`` and lamb_lars/study/publishing/publish.py for ``analysis``.
 """
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ VARIANT_KEYS = {
 
 def analysis(**overrides: Any) -> ml_collections.ConfigDict:
   """The report's settings: the target of steps-to-target (and ``targets``, further goals below it, each with its
-  own S(B) fit; lamb_lars/study/analysis/report_replicates.py), ρ, N, the declared technique set, the published
+  own S(B) fit; lamb_lars/study/report/report_replicates.py), ρ, N, the declared technique set, the published
   results beside ours (``reference``: the import path of a project's reference module,
-  lamb_lars/study/analysis/reference.py; ``paper``: the workload key in its tables, '' = none), Table 3's batch, a
+  lamb_lars/study/report/reference.py; ``paper``: the workload key in its tables, '' = none), Table 3's batch, a
   title and notes; ``noninferiority_margin``: the
   pre-registered margin of a batch-size warmup arm's non-inferiority (accuracy fraction; 0.002 = 0.2 pp;
   lamb_lars/study/analysis/batch_warmup.py). Thresholds live here and are committed before the first trial (the
@@ -57,10 +57,13 @@ def search(**overrides: Any) -> ml_collections.ConfigDict:
   after the longest warmup of the cell with ``rung_after_warmup``); and the
   adequacy rules of a cell's search (lamb_lars/study/running/phases.py): a best LR in the outer ``edge_fraction`` of its
   log range moves the range by its width on that side, at most ``max_extensions`` times; pruned trials are
-  resumed to the full budget until a cell has ``min_full_budget`` full-budget trials."""
+  resumed to the full budget until a cell has ``min_full_budget`` full-budget trials; with ``refine_factor`` = r > 1,
+  the chosen LR's nearest tried neighbours on each side must lie within ×r of it: a missing one is tried at η/r or
+  η·r (the chosen trial's other searched values, never pruned), at most ``max_refinements`` rounds per cell
+  (0 and 0: off, as every study before issue 41)."""
   s = ml_collections.ConfigDict(dict(metric="validation_accuracy", mode="max", min_epochs=2, reduction_factor=3,
                                      pruner="asha", rung_after_warmup=True, edge_fraction=0.1, max_extensions=2,
-                                     min_full_budget=4))
+                                     min_full_budget=4, refine_factor=0.0, max_refinements=0))
   s.update(overrides)
   return s
 

@@ -131,11 +131,89 @@ def republish_config() -> ml_collections.ConfigDict:
   return c
 
 
+# ':to_target' (issue 41): steps to target without the 30-epoch cap. Pre-registered here before its first trial (the
+# manifest records the commit): the targets, the step limit, the batches, the search and its refinement rule.
+TO_TARGET_BATCHES = (256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 8192)
+TO_TARGET_GOAL = 0.99                       # test accuracy; each trial stops at it
+TO_TARGET_TARGETS = (0.98, 0.985, 0.988)    # read from the same curves (sensitivity: each target its own fit)
+TO_TARGET_LIMIT_EPOCHS = 90.0               # the step limit: 3× the paper's 30 epochs (censored beyond it)
+TO_TARGET_EVAL_EPOCHS = 0.5                 # evaluations every half epoch: steps to target to ≤ 54 steps at 256
+TO_TARGET_TRIALS = 8                        # Sobol points per batch, before extensions and refinement
+TO_TARGET_REFINE = 1.5                      # the chosen LR's tried neighbours within ×1.5 on both sides …
+TO_TARGET_REFINE_ROUNDS = 3                 # … in at most 3 refinement rounds per batch
+TO_TARGET_SEEDS = 4                         # replicate seeds of each chosen configuration and of the baseline
+
+
+def to_target_config() -> ml_collections.ConfigDict:
+  """``:to_target`` (issue 41): S(B) on observed steps. The baseline recipe tuned at B0 (``B0_TUNED``, 30 epochs
+  of cosine decay, ``TO_TARGET_SEEDS`` replicates) is its own cell beside the tuned B0 cell; tuned momentum at every
+  batch of ``TO_TARGET_BATCHES`` searches LR (log over [η/100, 2η]·B/256, η = B0_TUNED's) and warmup (0–10 epochs),
+  ``TO_TARGET_TRIALS`` points, ASHA on validation accuracy, the runner's edge extensions, then refinement rounds
+  (``search.refine_factor`` = 1.5, phases.py) until the chosen LR has tried LRs within ×1.5 on both sides; each
+  trial stops at 99.0% test accuracy or at ``TO_TARGET_LIMIT_EPOCHS`` = 90 epochs (its cosine decays over the 90
+  epochs, so a trial stops while its LR is still high, the same at every batch), a miss being a censored point
+  S > limit, recorded as such (scaling_fit.py), not a cap. Targets 98.0, 98.5, 98.8 and 99.0% are fitted each
+  (report_replicates.scaling_section); B_crit's interval over trials and seeds (scaling_fit.bootstrap_trials_and_
+  seeds) and the sensitivity table (leave one batch out, baseline recipe vs tuned B0, each target, with and
+  without censored points) are printed by report_replicates.sensitivity_section with every B_crit.
+
+  Command:  python -m lamb_lars.study run --config=lamb_lars/configs/studies/mnist_batch_ladder.py:to_target \\
+                --workdir=studies/mnist_batch_ladder_to_target
+            python -m lamb_lars.study report --workdir=studies/mnist_batch_ladder_to_target \\
+                --out=docs/studies/mnist_batch_ladder_to_target
+  (or scripts/republish_issue41.sh, resumable, in the background).
+  Expected cost, from docs/studies/mnist_batch_ladder_replicated/runs.csv ``wall_time`` (2-core CPU, two
+  single-threaded trials at once, partly loaded): the tuned cells trained at 3.4–4.6 s per epoch (384: 14.7, under
+  load), the baseline 3.3 s; ≈ 3.9 s per epoch with evaluations every half epoch. Per batch that reaches 99.0% in
+  ≈ 10–20 epochs (256 … 2048): 8 searched trials (ASHA) + ≈ 2 refinement + 4 replicates ≈ 190 epochs ≈ 12 min;
+  per batch that may miss it (3072, 4096, 8192; ASHA's first rung after the cell's longest warmup, ≈ 10 epochs,
+  then 30): 8 trials to the first rung (80 epochs), ≈ 3 to 30 (60 more), ≈ 1 to 90 and 2 promoted to 90 (180
+  more), 2 refinement and 4 replicates at up to 90 epochs (540) ≈ 860 epochs ≈ 57 min; the baseline and its 4
+  replicates 150 epochs ≈ 8 min.
+  Total ≈ 7 × 12 + 3 × 57 + 8 ≈ 263 min of training summed over trials, ≈ 2.2 h of wall time on 2 workers of a
+  quiet 2-core CPU (≈ 4.4 h beside the background studies), up to ≈ 3 h quiet if every large batch also extends
+  its range once.
+
+  Overlap with issue 42 (lamb_lars/configs/studies/critical_batch_axes.py:lenet5, LeNet-5 on 55K, steps to target): it
+  cannot serve both. Its recipe is the untuned η = 0.05 with square-root LR scaling and a fixed 2-epoch warmup, its
+  target 98.7% (its own rule) and its ladder 128 … 8192 in 5 batches, pre-registered for the axes; this part keeps
+  the published ladder's recipe (tuned at B0, linear LR scaling, warmup searched) and targets 98.0–99.0%, so its
+  B_crit is comparable with the folder it republishes. The two share no trial (different configurations, so
+  different run ids); nothing runs twice.
+  """
+  c = republish_config()
+  c.name = "mnist_batch_ladder_to_target"
+  eta = float(c.base.optimizer.learning_rate)
+  c.base.eval_every_epochs = TO_TARGET_EVAL_EPOCHS
+  baseline = next(dict(s) for s in c.sweeps if s["role"] == "baseline")
+  c.sweeps = (
+      baseline,
+      dict(name="tuned", role="technique", technique="tuned_momentum", grid={"batch_size": TO_TARGET_BATCHES},
+           fixed={"num_epochs": TO_TARGET_LIMIT_EPOCHS},
+           search={"optimizer.learning_rate": ("log", eta / 100, eta * 2),
+                   "optimizer.schedule.warmup_epochs": ("linear", 0.0, 10.0)},
+           num_trials=TO_TARGET_TRIALS, seed=400, stop_at_target=True),
+  )
+  c.search = common.search(min_full_budget=3, refine_factor=TO_TARGET_REFINE,
+                           max_refinements=TO_TARGET_REFINE_ROUNDS)
+  c.replicates = common.replicates(num_seeds=TO_TARGET_SEEDS, roles=("baseline", "technique"))
+  c.analysis = common.analysis(
+      title="MNIST / LeNet-5 steps to target without the epoch cap (tuned at B0, step limit 90 epochs, replicated)",
+      paper="mnist_lenet", num_train=FULL, baseline_epochs=30.0, target_goal=TO_TARGET_GOAL,
+      targets=TO_TARGET_TARGETS, techniques=("tuned_momentum",), target_technique="tuned_momentum",
+      notes=f"Step limit {TO_TARGET_LIMIT_EPOCHS:g} epochs (censored beyond it); targets pre-registered; LR "
+            f"refinement ×{TO_TARGET_REFINE:g}.")
+  return c
+
+
+PARTS = {"republish": republish_config, "to_target": to_target_config}
+
+
 def get_config(part: str = "") -> ml_collections.ConfigDict:
-  """``lamb_lars/configs/studies/mnist_batch_ladder.py`` (the published ladder) or ``:republish``
-  (``republish_config``)."""
-  if part == "republish":
-    return republish_config()
+  """``lamb_lars/configs/studies/mnist_batch_ladder.py`` (the published ladder), ``:republish``
+  (``republish_config``) or ``:to_target`` (``to_target_config``)."""
+  if part in PARTS:
+    return PARTS[part]()
   if part:
-    raise ValueError(f"mnist_batch_ladder.py:{part}: the only part is 'republish'.")
+    raise ValueError(f"mnist_batch_ladder.py:{part}: the parts are {', '.join(PARTS)}.")
   return ladder_config()

@@ -28,11 +28,9 @@ import sys
 import time
 from typing import Optional, Sequence
 
-from lamb_lars.common import io_utils, run_files
-from lamb_lars.proj.you2020 import paper
-from lamb_lars.proj.you2020 import authors_logs
-from lamb_lars.study.running import code_state
-from lamb_lars.study.running import manifest as manifest_lib
+from lamb_lars.common import code_state, io_utils, run_files
+from lamb_lars.proj.you2020 import authors_logs, paper
+from lamb_lars.study.publishing import manifest as manifest_lib
 from lamb_lars.study.running.executor import slot_cpus, usable_cpus
 
 KIND = "paper_logs"  # manifest.json's kind

@@ -32,9 +32,9 @@ import math
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from lamb_lars.proj.you2020 import paper as paper_numbers
-from lamb_lars.study.analysis import plots
+from lamb_lars.study.report import plots
 from lamb_lars.study.analysis import replicates as replicates_lib
-from lamb_lars.study.analysis.markdown import pct, table
+from lamb_lars.study.report.markdown import pct, table
 from lamb_lars.study.records import Trial, VARIANTS, chance_threshold, normalise_variant
 from lamb_lars.study.analysis.selection import choose
 
@@ -182,7 +182,7 @@ def render_markdown(table: Table3, paper: Optional[Mapping[str, Sequence[str]]] 
   return "\n".join(lines) + "\n"
 
 
-# --- the study report's sections (reference.py names them; lamb_lars/study/analysis/reference.py calls them)
+# --- the study report's sections (reference.py names them; lamb_lars/study/report/reference.py calls them)
 
 def table3_section(trials: Sequence[Trial], spec: Any, baseline_batch: Optional[int],
                    out_dir: Optional[str]) -> list[str]:

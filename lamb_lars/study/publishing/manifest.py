@@ -23,11 +23,11 @@ from typing import Any, Mapping, Optional, Sequence
 
 from lamb_lars.common import io_utils
 from lamb_lars.configs.studies import common
-from lamb_lars.study.analysis import report
 from lamb_lars.study.records import Target
-from lamb_lars.study.running.csv_tables import read_csv
-from lamb_lars.study.running import workload_provenance
-from lamb_lars.study.running.code_state import code_state, config_sha256, iso, machine, sha256
+from lamb_lars.study.report import report
+from lamb_lars.common.code_state import code_state, config_sha256, iso, machine, sha256
+from lamb_lars.study.publishing import workload_provenance
+from lamb_lars.study.publishing.csv_tables import read_csv
 
 MANIFEST = "manifest.json"
 HASHED = ("runs.csv", "evals.csv", "README.md")

@@ -2,7 +2,7 @@
 S(B) = S_min·(1 + B_crit/B), the step-time fit t(B) = γ + δB with the time-optimal batch B*, the Golmant et al.
 2018 breakdown point, and the gradient noise scale B_simple (McCandlish et al. 2018) against the fitted B_crit,
 with its trajectory over training (noise_trajectory.py).
-Analysis layer: reads records only. Definitions: docs/studies.md.
+Report layer: reads records only. Definitions: docs/studies.md.
 """
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from lamb_lars.study.analysis import critical_batch, noise_trajectory, plots
-from lamb_lars.study.analysis.markdown import fmt, table
-from lamb_lars.study.records import Target, Trial
-from lamb_lars.study.analysis.report_curves import best_per_batch, series
+from lamb_lars.study.analysis import critical_batch, noise_trajectory
 from lamb_lars.study.analysis.steps_to_target import reached_arrays, steps_to_target
+from lamb_lars.study.records import Target, Trial
+from lamb_lars.study.report import plots
+from lamb_lars.study.report.markdown import fmt, table
+from lamb_lars.study.report.report_curves import best_per_batch, series
 
 
 def step_times(trials: Sequence[Trial]) -> dict[int, float]:

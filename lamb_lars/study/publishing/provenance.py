@@ -17,12 +17,12 @@ import tempfile
 import time
 from typing import Mapping, Optional, Sequence
 
-from lamb_lars.common import io_utils
-from lamb_lars.study.analysis import report
-from lamb_lars.study.running import code_state, csv_tables, workload_provenance
-from lamb_lars.study.running.code_state import iso, sha256
-from lamb_lars.study.running.csv_tables import read_csv
-from lamb_lars.study.running.manifest import MANIFEST, HASHED, spec_from_json, trial_counts, write_manifest
+from lamb_lars.common import code_state, io_utils
+from lamb_lars.common.code_state import iso, sha256
+from lamb_lars.study.publishing import csv_tables, workload_provenance
+from lamb_lars.study.publishing.csv_tables import read_csv
+from lamb_lars.study.publishing.manifest import MANIFEST, HASHED, spec_from_json, trial_counts, write_manifest
+from lamb_lars.study.report import report
 
 
 # A folder that is not a study's (its manifest has a ``kind``) is checked by the module its manifest names
@@ -102,7 +102,7 @@ def verify(out_dir: str, claims: Optional[list] = None) -> list[str]:
 def claim_problems(out_dir: str, m: dict, recomputed: str) -> list[str]:
   """The numbers the folder's discussion.md and index row quote that its data do not produce (claims.py); a
   number quoted from another folder (a paragraph linking ``../<folder>/``) is looked up in that folder's README."""
-  from lamb_lars.study.running import claims as claims_lib
+  from lamb_lars.study.publishing import claims as claims_lib
   parent = os.path.dirname(os.path.normpath(out_dir))
 
   def readme_of(name: str) -> Optional[str]:

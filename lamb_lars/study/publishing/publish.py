@@ -13,12 +13,13 @@ from typing import Any, Optional
 
 import ml_collections
 
-from lamb_lars.common import io_utils
-from lamb_lars.study.analysis import report
+from lamb_lars.common import code_state, io_utils
 from lamb_lars.study.records import Target
-from lamb_lars.study.running import code_state, manifest, preregistration, sections, store
+from lamb_lars.study.publishing import manifest, preregistration
+from lamb_lars.study.publishing.csv_tables import export_csvs, load_csvs
+from lamb_lars.study.report import report
+from lamb_lars.study.running import sections, store
 from lamb_lars.study.running import workdir as wd
-from lamb_lars.study.running.csv_tables import export_csvs, load_csvs
 
 
 def _study_window(con, study_name: str) -> tuple[Optional[float], Optional[float], float]:

@@ -13,9 +13,10 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence
 
-from lamb_lars.study.analysis import branching, plots
-from lamb_lars.study.analysis.markdown import fmt, table
+from lamb_lars.study.analysis import branching
 from lamb_lars.study.records import Trial
+from lamb_lars.study.report import plots
+from lamb_lars.study.report.markdown import fmt, table
 
 POINT_KEY = "init_from_examples"   # = lamb_lars.study.running.branches.POINT_KEY (the running layer writes it)
 NOISE_KEY = "noise_scale"

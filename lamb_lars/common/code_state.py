@@ -1,8 +1,10 @@
 """What made a result: the code's commit, the machine, and file and config hashes (a leaf module: imports nothing
 from the study).
 
-Published folders (publish.py, lamb_lars/proj/you2020/paper_logs.py), their manifests (manifest.py) and the
-workdir's ``commands.txt`` (workdir.py) record these, and ``verify`` (provenance.py) recomputes the hashes.
+Both study layers record these: the running side in the workdir's ``commands.txt`` (study/running/workdir.py) and
+a snapshot's ``snapshot.json`` (study/running/snapshot.py), the publishing side in published folders
+(study/publishing/publish.py) and their manifests (manifest.py), whose hashes ``verify`` (provenance.py) recomputes.
+It lives in common/ because both sides need it and neither may import the other's package for it.
 """
 from __future__ import annotations
 
@@ -16,8 +18,8 @@ from typing import Optional
 
 from lamb_lars.common import io_utils
 
-# The checkout lamb_lars runs from: lamb_lars/study/running/ is three folders below it.
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__)))))
+# The checkout lamb_lars runs from: lamb_lars/common/ is two folders below it.
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 
 
 def sha256(path: str) -> str:

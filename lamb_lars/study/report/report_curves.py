@@ -1,6 +1,6 @@
 """The report's curve sections: accuracy vs batch size, training curves of one trial per batch, distance from
 initialisation against log t (Hoffer et al. 2017; You et al. 2020 Figs 11–12) and per-layer trust ratios.
-Analysis layer: reads records only.
+Report layer: reads records only.
 
 Which trial stands for a group of trials (an optimizer at a batch size), ``select_on``:
 
@@ -17,10 +17,11 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from lamb_lars.study.analysis import plots, replicates
-from lamb_lars.study.analysis.markdown import pct, table
+from lamb_lars.study.analysis import replicates
 from lamb_lars.study.analysis.selection import choose
 from lamb_lars.study.records import Trial
+from lamb_lars.study.report import plots
+from lamb_lars.study.report.markdown import pct, table
 
 ACC_KEY = "eval_accuracy"
 

@@ -1,6 +1,6 @@
 """The study report: ``out_dir/README.md`` with PNG plots, composed from the analysis sections and written once.
 
-Input is records only (a list of ``records.Trial`` and a ``ReportSpec``); the running side (publish.py) loads them.
+Input is records only (a list of ``records.Trial`` and a ``ReportSpec``); the publishing side (publish.py) loads them.
 Sections: settings; runs; baseline; regimes (You et al. 2020 Defs 2.1–2.3) with the trials that decide them;
 huge-batch points; the reference's own sections (You et al. 2020's Table 3; reference.py); steps to target
 (Shallue et al. 2018) with the S(B) fit, t(B), B* and the Golmant et al. 2018 breakdown point; predicted (gradient
@@ -20,12 +20,13 @@ import os
 from typing import Optional, Sequence
 
 from lamb_lars.common import io_utils
-from lamb_lars.study.analysis import (batch_warmup, reference, regimes, report_branching, report_curves,
-                                      report_replicates, reach, report_scaling)
+from lamb_lars.study.analysis import batch_warmup, regimes, reach
 from lamb_lars.study.analysis.baseline import baseline_from_trials
-from lamb_lars.study.analysis.markdown import fmt, pct, table
 from lamb_lars.study.analysis.verdict import shown, shown_text
 from lamb_lars.study.records import STATUSES, Baseline, Target, Trial
+from lamb_lars.study.report import (reference, report_batch_warmup, report_branching, report_curves,
+                                    report_replicates, report_scaling)
+from lamb_lars.study.report.markdown import fmt, pct, table
 
 ACC_KEY = "eval_accuracy"
 _BRANCHING_SECTIONS = ("Critical batch over training", "Baseline and Regimes", "Predicted vs fitted critical batch",
@@ -278,7 +279,7 @@ def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = Repor
               ("Distance from initialisation", "no run logged `dist_from_init`",
                report_curves.diffusion_section(trials, fig_dir, spec.max_curves)),
               ("Trust ratios", "no run logged `trust_ratio/<layer>`", report_curves.trust_section(trials, fig_dir)),
-              ("Batch-size warmup", "", batch_warmup.section(trials, fig_dir, spec.noninferiority_margin))]
+              ("Batch-size warmup", "", report_batch_warmup.section(trials, fig_dir, spec.noninferiority_margin))]
   if spec.branch_epsilon > 0:  # a branching study: a reference and its branches, no ladder to fit or replicate
     sections = [s for s in sections if s[0] in _BRANCHING_SECTIONS]
   elif trials and all(t.role == batch_warmup.ROLE for t in trials):

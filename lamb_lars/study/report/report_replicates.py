@@ -1,4 +1,4 @@
-"""The report's sections on how far a study's numbers can be trusted (analysis layer: reads records only):
+"""The report's sections on how far a study's numbers can be trusted (report layer: reads records only):
 
 * **Search adequacy**, per searched cell: trials, full-budget trials (promoted ones counted), the chosen trial
   (on the validation split, selection.py), whether its LR is interior or at an edge, and the LR ranges searched
@@ -17,10 +17,11 @@ import collections
 import functools
 from typing import Optional, Sequence
 
-from lamb_lars.study.analysis import reference, replicates, scaling_fit, search_adequacy
-from lamb_lars.study.analysis.markdown import fmt, pct, table
+from lamb_lars.study.analysis import replicates, scaling_fit, search_adequacy
 from lamb_lars.study.records import Target, Trial
 from lamb_lars.study.analysis.selection import chosen_of_cell, finished_full
+from lamb_lars.study.report import reference
+from lamb_lars.study.report.markdown import fmt, pct, table
 
 ACC = "eval_accuracy"
 
@@ -36,19 +37,30 @@ def adequacy_section(trials: Sequence[Trial], edge_fraction: float) -> list[str]
   searched = {c: g for c, g in _cells(trials).items() if any(t.space for t in g if t.phase != "replicate")}
   if not searched:
     return []
+  # A study with LR refinement (phases.py, search.refine_factor) also shows how close the chosen LR's nearest
+  # tried neighbours are; studies without it keep their published table.
+  refined = any(t.phase.startswith("refine") for g in searched.values() for t in g)
   rows = []
   for c, group in searched.items():
     a = search_adequacy.adequacy(c, group, chosen_of_cell(group), edge_fraction)
     ranges = ", ".join(f"[{lo:.3g}, {hi:.3g}]" for lo, hi in a.ranges) or "—"
-    rows.append([c, a.num_trials, a.num_full_budget, sum(t.promoted for t in group),
-                 f"`{a.chosen}`" if a.chosen else "—", fmt(a.chosen_lr), a.where, ranges])
+    row = [c, a.num_trials, a.num_full_budget, sum(t.promoted for t in group),
+           f"`{a.chosen}`" if a.chosen else "—", fmt(a.chosen_lr), a.where, ranges]
+    if refined:
+      own = [t for t in group if t.phase != "replicate"]
+      below, above = (None, None) if a.chosen_lr is None else search_adequacy.neighbours(
+          a.chosen_lr, search_adequacy.tried_lrs(own))
+      row.append(" / ".join("—" if r is None else f"×{r:.2f}" for r in (below, above)))
+    rows.append(row)
+  note = (" Nearest tried LR: how far the nearest LR tried below and above the chosen one lies (a ratio; the "
+          "runner's refinement tries η/r and η·r until both are within ×r)." if refined else "")
   return (["## Search adequacy", "",
            "Per searched cell: trials (extensions included, replicates not), trials that ran the full budget or "
            "stopped at the target (promoted: pruned trials resumed to the full budget), the trial chosen on the "
            f"validation split, and whether its LR is interior (inside the inner {100 * (1 - 2 * edge_fraction):.0f}% "
-           "of the log range searched, with worse trials on both sides) or at an edge.", ""]
+           "of the log range searched, with worse trials on both sides) or at an edge." + note, ""]
           + table(["cell", "trials", "full budget", "promoted", "chosen (validation)", "LR", "best point",
-                   "LR ranges searched"], rows))
+                   "LR ranges searched"] + (["nearest tried LR below / above"] if refined else []), rows))
 
 
 def replicates_section(trials: Sequence[Trial]) -> list[str]:

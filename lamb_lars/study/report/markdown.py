@@ -1,4 +1,4 @@
-"""Markdown helpers of the study report (analysis layer): number formatting and tables."""
+"""Markdown helpers of the study report (report layer): number formatting and tables."""
 from __future__ import annotations
 
 import math
