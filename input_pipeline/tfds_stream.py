@@ -177,10 +177,19 @@ def _stored_image(config: Any, shape: Optional[tuple], image: Any) -> np.ndarray
                               imagenet.image_size(config))
 
 
+_STATS: dict[tuple, tuple] = {}
+
+
 def register_stats(config: Any) -> None:
-  """Makes ``preprocess(..., dataset=config.dataset)`` standardise with :func:`mean_std` (once per process)."""
-  if config.dataset not in device_preprocess.MEAN_STD:
-    device_preprocess.MEAN_STD[config.dataset] = mean_std(config)
+  """Makes ``preprocess(..., dataset=config.dataset)`` standardise with :func:`mean_std` (read once per process and
+  data dir; a mocked source, with no files, every time)."""
+  key = (config.dataset, resolve_data_dir(config))
+  stats = _STATS.get(key)
+  if stats is None:
+    stats = mean_std(config)
+    if tfds_arrays.source_fingerprint(open_split(config, "train")) is not None:
+      _STATS[key] = stats
+  device_preprocess.MEAN_STD[config.dataset] = stats
 
 
 # --- batches ---------------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The Colab notebook runs top to bottom (smoke mode: synthetic data, two tiny runs, and two of a model defined in a
-cell) from the repository root and from notebooks/, shows its plots inline, and neither its fresh outputs nor its committed ones show a machine path,
-a pip warning, a tqdm warning or a raw fit repr."""
+cell) from the repository root and from notebooks/, shows its plots inline, and neither its fresh outputs nor its
+committed ones show a machine path, a pip warning, a tqdm warning or a raw fit repr."""
 from __future__ import annotations
 
 import os

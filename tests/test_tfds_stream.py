@@ -82,6 +82,7 @@ def data_dir(tmp_path_factory):
         download_config=tfds.download.DownloadConfig(try_download_gcs=False))
   yield d
   tfds_stream._DECIDED.clear()
+  tfds_stream._STATS.clear()
   user_data.clear_memo()
   for name in (NAME, VARYING):
     device_preprocess.MEAN_STD.pop(f"tfds:{name}", None)
@@ -130,10 +131,9 @@ def test_batches_match_a_numpy_reference_in_both_modes(data_dir, mode):
     parts = [collect(ip.eval_batches(c, batch_size=12, split=split, process_index=p, process_count=2))
              for p in range(2)]
     assert len(parts[0]) == len(parts[1]) == -(-len(ys) // 12)
-    seen = np.concatenate([np.concatenate([p[j]["label"][p[j]["mask"]] for p in parts]) for j in range(len(parts[0]))])
-    np.testing.assert_array_equal(seen, ys)   # each example once, in order, padding masked out
-    images = np.concatenate([np.concatenate([p[j]["image"][p[j]["mask"]] for p in parts]) for j in range(len(parts[0]))])
-    np.testing.assert_array_equal(images, xs)
+    kept = lambda key: np.concatenate([p[j][key][p[j]["mask"]] for j in range(len(parts[0])) for p in parts])
+    np.testing.assert_array_equal(kept("label"), ys)   # each example once, in order, padding masked out
+    np.testing.assert_array_equal(kept("image"), xs)
   got_x, got_y = ip.gather_train(c, np.array([[5, 0], [87, 5]]))
   np.testing.assert_array_equal(got_x, x[[[5, 0], [87, 5]]])
   np.testing.assert_array_equal(got_y, y[[[5, 0], [87, 5]]])
@@ -143,6 +143,7 @@ def test_batches_match_a_numpy_reference_in_both_modes(data_dir, mode):
 def test_train_examples_subset_and_statistics_are_the_same_in_both_modes(data_dir, mode, monkeypatch):
   monkeypatch.setattr(tfds_stream, "STATS_EXAMPLES", 30)   # a sample smaller than the split: the sampled rule
   device_preprocess.MEAN_STD.pop(f"tfds:{NAME}", None)
+  tfds_stream._STATS.clear()
   user_data.clear_memo()
   for stale in __import__("glob").glob(os.path.join(data_dir, "npy_cache", NAME, "*", "train.mean_std.json")):
     os.remove(stale)
@@ -163,6 +164,7 @@ def test_train_examples_subset_and_statistics_are_the_same_in_both_modes(data_di
   mean, std = device_preprocess.MEAN_STD[c.dataset]
   np.testing.assert_allclose([mean[0], std[0]], [pixels.mean(), pixels.std()], rtol=1e-12)
   device_preprocess.MEAN_STD.pop(c.dataset)
+  tfds_stream._STATS.clear()
   user_data.clear_memo()
 
 
