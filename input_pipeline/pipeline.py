@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -169,13 +169,15 @@ def gathers_examples(config: Any) -> bool:
   return True
 
 
-def gather_train(config: Any, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  """uint8 images and int32 labels of the training positions ``idx`` (any shape; positions in the
-  ``train_examples`` subset when there is one): ``data_order='examples'``'s host batches."""
+def train_gatherer(config: Any) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+  """``gather(idx)``: uint8 images and int32 labels of the training positions ``idx`` (any shape; positions in the
+  ``train_examples`` subset when there is one), ``data_order='examples'``'s host batches. An in-memory training set
+  is fetched once here, a streamed one read by record key at each call."""
   if user_data.is_streamed(config):
-    return tfds_stream.gather(config, idx, _subset(config, tfds_stream.views(config)["train"].count))
+    subset = _subset(config, tfds_stream.views(config)["train"].count)
+    return lambda idx: tfds_stream.gather(config, idx, subset)
   images, labels = load_arrays(config, "train")
-  return images[idx], labels[idx]
+  return lambda idx: (images[idx], labels[idx])
 
 
 def train_batches(config: Any, *, epoch: int, start_step: int = 0, global_batch_size: int, process_index: int = 0,

@@ -134,7 +134,7 @@ def test_batches_match_a_numpy_reference_in_both_modes(data_dir, mode):
     kept = lambda key: np.concatenate([p[j][key][p[j]["mask"]] for j in range(len(parts[0])) for p in parts])
     np.testing.assert_array_equal(kept("label"), ys)   # each example once, in order, padding masked out
     np.testing.assert_array_equal(kept("image"), xs)
-  got_x, got_y = ip.gather_train(c, np.array([[5, 0], [87, 5]]))
+  got_x, got_y = ip.train_gatherer(c)(np.array([[5, 0], [87, 5]]))
   np.testing.assert_array_equal(got_x, x[[[5, 0], [87, 5]]])
   np.testing.assert_array_equal(got_y, y[[[5, 0], [87, 5]]])
 
@@ -155,7 +155,7 @@ def test_train_examples_subset_and_statistics_are_the_same_in_both_modes(data_di
   batch = collect(ip.train_batches(c, epoch=0, global_batch_size=8))[1]
   want = keep[ip.epoch_permutation(c.seed, 0, 40)[8:16]]
   np.testing.assert_array_equal(batch["image"], x[want])
-  got = ip.gather_train(c, np.arange(40))
+  got = ip.train_gatherer(c)(np.arange(40))
   np.testing.assert_array_equal(got[1], y[keep])
   # 'standardize': per-channel mean/std (float64, [0, 1] scale) of the 30 sampled training images
   sample = np.sort(np.random.default_rng(np.random.SeedSequence([tfds_stream.STATS_KEY, N_TRAIN])).permutation(
