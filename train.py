@@ -1,4 +1,5 @@
-"""Train and evaluate one config: ``python train.py --config=configs/mnist_lenet.py --workdir=runs/mnist_lenet``.
+"""Train and evaluate one config:
+``python train.py --config=lamb_lars/configs/mnist_lenet.py --workdir=runs/mnist_lenet``.
 
 The command line lives in :mod:`lamb_lars.main` (installed as ``lamb_lars_train``); ``--help`` lists the configs.
 """

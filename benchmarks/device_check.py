@@ -15,13 +15,14 @@ left are recorded as ``skipped``):
   resnet50   ResNet-50 v1.5 training throughput on synthetic uint8 224² images in bf16 at per-device batches
              128, 256 (and 512 if time allows): the product's own model (``trainer.build_model``), optimizer (the
              config's momentum SGD + WD), and compiled train step (``strategy.train_chunk``), built from
-             ``configs/imagenet_resnet50.py``. img/s; MFU = XLA cost-analysis FLOPs per step / step time / peak.
+             ``lamb_lars/configs/imagenet_resnet50.py``. img/s; MFU = XLA cost-analysis FLOPs per step / step time
+             / peak.
   step_time  steady-state step time of LeNet-5 and the authors' CNN (mnist_cnn), float32, full batch (no
              micro-batches), at batches 256 … 60,000 (the product's train step on a device-resident batch).
   gpu_tests  ``pytest -m gpu`` over the test files that mark tests ``gpu`` (on CPU they skip; the stage then checks
              that they are collected).
-  faithful   ``python train.py --config=configs/paper/lars_b8192.py`` in a subprocess: wall time, train time,
-             final test accuracy (the authors' log: 99.35%).
+  faithful   ``python train.py --config=lamb_lars/proj/you2020/configs/lars_b8192.py`` in a subprocess: wall time, train
+             time, final test accuracy (the authors' log: 99.35%).
 
 The XLA GPU flags are set only for GPU stages (a CPU jaxlib does not know them and aborts on them).
 """
@@ -209,7 +210,7 @@ def worker_resnet50(p: Dict[str, Any], out: Dict[str, Any], result: str) -> None
   from benchmarks.resnet_throughput import analytic_train_flops  # pylint: disable=import-outside-toplevel
 
   size, peak = p["resnet_image"], p.get("peak")
-  out.update(model="resnet50 v1.5 (lamb_lars.models, configs/imagenet_resnet50.py recipe)", dtype="bfloat16",
+  out.update(model="resnet50 v1.5 (lamb_lars.models, lamb_lars/configs/imagenet_resnet50.py recipe)", dtype="bfloat16",
              image=size, data="synthetic uint8, on device (input pipeline excluded)", peak_bf16_tflops=peak,
              analytic_gflop_img=analytic_train_flops(create_model("resnet50", num_classes=1000), size) / 1e9,
              rows=[])
@@ -264,7 +265,7 @@ def worker_resnet50(p: Dict[str, Any], out: Dict[str, Any], result: str) -> None
 def worker_step_time(p: Dict[str, Any], out: Dict[str, Any], result: str) -> None:
   import jax  # pylint: disable=import-outside-toplevel
   from lamb_lars.configs import mnist_lenet  # pylint: disable=import-outside-toplevel
-  from lamb_lars.configs.paper import lars_b8192  # pylint: disable=import-outside-toplevel
+  from lamb_lars.proj.you2020.configs import lars_b8192  # pylint: disable=import-outside-toplevel
 
   out.update(dtype="float32", data="synthetic uint8 28×28×1 on device", micro_batches=1, rows=[])
   deadline = time.time() + p["time_left_s"]
@@ -448,7 +449,7 @@ def stage_faithful(a: Any, ctx: Dict[str, Any], timeout: float) -> Dict[str, Any
   # A fresh workdir outside <out> (a finished one would only return its recorded result; and the device tool brings
   # back at most 8 files from $OUT): its result.json and last metrics row are copied into the report.
   workdir = os.path.join(tempfile.mkdtemp(prefix="device_check_"), "faithful_lars_b8192")
-  cmd = [sys.executable, "train.py", "--config=configs/paper/lars_b8192.py", f"--workdir={workdir}",
+  cmd = [sys.executable, "train.py", "--config=lamb_lars/proj/you2020/configs/lars_b8192.py", f"--workdir={workdir}",
          "--config.seed=0", "--config.progress=False", *ctx["sizes"]["faithful_args"]]
   rc, secs = _run(cmd, _env(ctx.get("platform"), ctx.get("flags", [])), timeout, os.path.join(a.out, "faithful.log"))
   out: Dict[str, Any] = dict(command=" ".join(cmd[1:]), wall_s=secs, paper_accuracy=0.9935)

@@ -7,9 +7,9 @@
 host_accumulation.py): ``scan`` (one compiled step, a rolled loop), ``unrolled`` (one compiled step, the loop
 unrolled at trace time) or ``host`` (2 + k compiled calls from Python, one micro-batch's buffers alive at a time).
 All three compute the same function (tests/test_host_accumulation.py); this measures what each costs on the
-authors' CNN (configs/paper/, model ``mnist_cnn``). Each loop runs ``train.py``'s trainer in its own process, so the
-peak RSS is its own, for ``--steps`` steps after compilation; the table gives ratios against the first loop.
-``--batch_size`` / ``--microbatch_size`` (0: the config's own) shorten a measurement of a full-batch config.
+authors' CNN (lamb_lars/proj/you2020/configs/, model ``mnist_cnn``). Each loop runs ``train.py``'s trainer in its own
+process, so the peak RSS is its own, for ``--steps`` steps after compilation; the table gives ratios against the first
+loop. ``--batch_size`` / ``--microbatch_size`` (0: the config's own) shorten a measurement of a full-batch config.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ _CHILD = r"""
 import importlib, json, resource, sys
 from lamb_lars.train.trainer import train_and_evaluate
 workdir, name, loop, steps, batch, micro = sys.argv[1:7]
-cfg = importlib.import_module(f"lamb_lars.configs.paper.{name}").get_config()
+cfg = importlib.import_module(f"lamb_lars.proj.you2020.configs.{name}").get_config()
 cfg.microbatch_loop, cfg.num_train_steps = loop, int(steps)
 if int(batch):
   cfg.batch_size = int(batch)
@@ -54,7 +54,7 @@ def run_one(name: str, loop: str, steps: int, batch: int, micro: int) -> dict:
 
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  ap.add_argument("--config", default="lars_b8192", help="a module of configs/paper/")
+  ap.add_argument("--config", default="lars_b8192", help="a module of lamb_lars/proj/you2020/configs/")
   ap.add_argument("--loops", default="host,unrolled")
   ap.add_argument("--steps", type=int, default=3)
   ap.add_argument("--batch_size", type=int, default=0)

@@ -152,7 +152,8 @@ def main() -> None:
   p.add_argument("--epochs", type=float, default=30.0)
   p.add_argument("--batch", type=int, default=8192, help="workers part: the trials' batch")
   p.add_argument("--trials", type=int, default=4, help="workers part: trials per setting")
-  p.add_argument("--cell", default="b8k-adam-original", help="cell part: a sub-sweep of configs/studies/mnist_table3")
+  p.add_argument("--cell", default="b8k-adam-original", help="cell part: a sub-sweep of "
+                 "lamb_lars/configs/studies/mnist_table3")
   p.add_argument("--pinned", action=argparse.BooleanOptionalAction, default=True,
                  help="cell part: run the search with N workers × 1 pinned CPU (default) or 1 worker")
   p.add_argument("--trial_batches", default="16384,55000", help="trial part: the batches")

@@ -1,6 +1,6 @@
 """Command-line entry: train and evaluate one config (``train.py`` at the repo root, or ``lamb_lars_train``).
 
-  python train.py --config=configs/mnist_lenet.py --workdir=runs/mnist_lenet \
+  python train.py --config=lamb_lars/configs/mnist_lenet.py --workdir=runs/mnist_lenet \
       --config.batch_size=8192 --config.optimizer.name=lamb
 
 The config is locked: a misspelled key fails with a message naming it. Re-running the same command resumes from
@@ -24,7 +24,7 @@ def main() -> None:
 
   from lamb_lars.common import cli_errors, cli_help
   sys.modules["__main__"].__doc__ = cli_help.usage()  # --help text
-  config_flags.DEFINE_config_file("config", None, "Training config file (e.g. configs/mnist_lenet.py).",
+  config_flags.DEFINE_config_file("config", None, "Training config file (e.g. lamb_lars/configs/mnist_lenet.py).",
                                   lock_config=True)
   flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics.jsonl, TensorBoard logs, result.json.")
   flags.DEFINE_bool("verbose", False, "Show the traceback of a config, data or workdir mistake too.")

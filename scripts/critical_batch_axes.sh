@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The critical-batch-axes study (issue 42; configs/studies/critical_batch_axes.py): per setting, steps to target
+# The critical-batch-axes study (issue 42; lamb_lars/configs/studies/critical_batch_axes.py): per setting, steps to target
 # (`study run --config=...:<setting>`) then branching (`study branch --config=...:branch-<setting>`), each part
 # published into docs/studies/critical_batch_axes/<part> as soon as it is in, then the cross-setting table and figure
 # (python -m lamb_lars.study.analysis.axes). ≈ 11 h on a quiet 2-core CPU (the config's docstring), more when shared.
@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dir="${STUDIES_DIR:-studies}"
 docs="${DOCS_DIR:-docs/studies/critical_batch_axes}"
-cfg="configs/studies/critical_batch_axes.py"
+cfg="lamb_lars/configs/studies/critical_batch_axes.py"
 mkdir -p "$dir/critical_batch_axes" "$docs"
 exec > >(tee -a "$dir/critical_batch_axes.log") 2>&1
 start=$(date +%s)

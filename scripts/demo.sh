@@ -5,4 +5,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
-python train.py --config=configs/mnist_lenet.py --workdir="${WORKDIR:-runs/mnist_lenet}" "$@"
+python train.py --config=lamb_lars/configs/mnist_lenet.py --workdir="${WORKDIR:-runs/mnist_lenet}" "$@"

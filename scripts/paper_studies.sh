@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The two MNIST paper-budget studies as republished with replicates (issue 22): You et al. 2020 Table 3
-# (configs/studies/mnist_table3.py:republish) and the batch-size ladder with B_L, B_H and steps to target
-# (configs/studies/mnist_batch_ladder.py:republish, whose baseline is Table 3's batch-256 momentum choice), one
+# (lamb_lars/configs/studies/mnist_table3.py:republish) and the batch-size ladder with B_L, B_H and steps to target
+# (lamb_lars/configs/studies/mnist_batch_ladder.py:republish, whose baseline is Table 3's batch-256 momentum choice), one
 # after the other, then their reports and raw CSVs into docs/studies/<name>_replicated. ≈ 1.6 h + ≈ 4 h on a quiet
 # 2-core CPU (the configs' docstrings). Resumable: run it again after an interruption and it picks up where it
 # stopped (and across machines: `python -m lamb_lars.study snapshot`, docs/studies.md). In the background:
@@ -18,7 +18,7 @@ echo "== $(date '+%F %T') start; load: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc
 studies=("mnist_table3:mnist_table3_replicated" "mnist_batch_ladder:mnist_batch_ladder_replicated")
 for entry in "${studies[@]}"; do
   study="${entry%%:*}"; t0=$(date +%s)
-  python -m lamb_lars.study run --config="configs/studies/$study.py:republish" --workdir="$dir/${study}_v2" "$@"
+  python -m lamb_lars.study run --config="lamb_lars/configs/studies/$study.py:republish" --workdir="$dir/${study}_v2" "$@"
   echo "== $(date '+%F %T') $study finished in $(( ($(date +%s) - t0) / 60 )) min; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 done
 for entry in "${studies[@]}"; do

@@ -20,7 +20,8 @@ from lamb_lars.train import checkpoint, metric_writers, run_identity, validate
 from lamb_lars.common import cli_errors, io_utils, workdir_lock
 from lamb_lars.train.run_plan import ConfigError
 from lamb_lars.common import run_files
-from lamb_lars.study.running import publish, runner, search_log, sections, store as st, sweep
+from lamb_lars.study.publishing import publish
+from lamb_lars.study.running import runner, search_log, sections, store as st, sweep
 from lamb_lars.study.running.driver import Active, Driver, ingest_run_dir
 from lamb_lars.study.running import workdir as wd
 
@@ -148,7 +149,8 @@ def test_workdir_lock_is_exclusive_reentrant_and_survives_a_dead_holder(tmp_path
     with workdir_lock.hold(str(tmp_path)):  # re-entrant: run_one holds it and train_and_evaluate asks again
       pass
     before = files(tmp_path)
-    out = subprocess.run([sys.executable, "train.py", "--config=configs/mnist_lenet.py", "--config.dataset=synthetic",
+    out = subprocess.run([sys.executable, "train.py", "--config=lamb_lars/configs/mnist_lenet.py",
+                          "--config.dataset=synthetic",
                           f"--workdir={tmp_path}"], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=120)
     last = out.stderr.strip().splitlines()[-1]
     assert out.returncode == 2 and f"in use by a training run (PID {os.getpid()})" in last and one_sentence(last)
@@ -420,11 +422,12 @@ def test_report_refuses_a_missing_store_and_an_out_file(tmp_path):
 
 
 CLI_CASES = [
-    (["train.py", "--config=configs/mnist_lenet.py", "--config.optimizr.name=lars"], "did you mean 'optimizer'?"),
-    (["train.py", "--config=configs/mnist_lenet.py", "--config.num_classes=5", "--config.dataset=synthetic"],
+    (["train.py", "--config=lamb_lars/configs/mnist_lenet.py", "--config.optimizr.name=lars"],
+     "did you mean 'optimizer'?"),
+    (["train.py", "--config=lamb_lars/configs/mnist_lenet.py", "--config.num_classes=5", "--config.dataset=synthetic"],
      "config.num_classes=5 but dataset 'synthetic' has 10 classes"),
-    (["train.py", "--config=configs/nope.py"], "the config file configs/nope.py does not exist"),
-    (["-m", "lamb_lars.study", "run", "--config=configs/studies/smoke.py", "--config.base.model=resnet9000"],
+    (["train.py", "--config=lamb_lars/configs/nope.py"], "the config file lamb_lars/configs/nope.py does not exist"),
+    (["-m", "lamb_lars.study", "run", "--config=lamb_lars/configs/studies/smoke.py", "--config.base.model=resnet9000"],
      "is not one of lenet5"),
 ]
 

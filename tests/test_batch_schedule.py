@@ -88,7 +88,7 @@ def test_a_stage_that_cannot_be_planned_is_one_sentence_before_compiling(data_di
 
 
 def _cmd(workdir):
-  return [sys.executable, "train.py", "--config=configs/mnist_lenet.py", f"--workdir={workdir}",
+  return [sys.executable, "train.py", "--config=lamb_lars/configs/mnist_lenet.py", f"--workdir={workdir}",
           f"--config.data_dir={DATA_DIR}", "--config.batch_size=128", "--config.num_train_steps=40",
           "--config.data_order=examples", "--config.batch_schedule=2000:256,3500:512",
           "--config.batch_schedule_unit=examples", "--config.eval_every_steps=5", "--config.checkpoint_every_steps=10",

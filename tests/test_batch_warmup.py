@@ -1,4 +1,5 @@
-"""The batch-size warmup comparison (lamb_lars/study/analysis/batch_warmup.py), on hand-made records; expected
+"""The batch-size warmup comparison (lamb_lars/study/analysis/batch_warmup.py; its report section
+lamb_lars/study/report/report_batch_warmup.py), on hand-made records; expected
 values are computed here from the formulas (Student-t interval, per-seed step ratios), not by the module."""
 import math
 
@@ -7,6 +8,7 @@ from scipy import stats
 
 from lamb_lars.study.analysis import batch_warmup as bw
 from lamb_lars.study.records import Trial
+from lamb_lars.study.report import report_batch_warmup
 
 
 def _trial(arm, batch, seed, accs, steps, status="done"):
@@ -51,7 +53,7 @@ def test_non_inferiority_reads_the_interval_of_the_paired_differences():
 
 def test_the_table_gives_steps_and_their_ratio_to_the_base():
   goal = bw.target(BASE)
-  rows = {r[0]: r for r in bw.rows(bw.arms(BASE + WARM + BIG), "fixed_256", goal)}
+  rows = {r[0]: r for r in report_batch_warmup.rows(bw.arms(BASE + WARM + BIG), "fixed_256", goal)}
   assert (rows["fixed_256"][4], rows["fixed_256"][5]) == (400, "—")
   assert (rows["warmup"][4], rows["warmup"][5]) == (250, "0.625")
   assert (rows["fixed_2048"][4], rows["fixed_2048"][5]) == (40, "0.100")
@@ -59,10 +61,10 @@ def test_the_table_gives_steps_and_their_ratio_to_the_base():
 
 
 def test_the_section_has_the_table_and_figure(tmp_path):
-  lines = bw.section(BASE + WARM + BIG, str(tmp_path))
+  lines = report_batch_warmup.section(BASE + WARM + BIG, str(tmp_path))
   assert lines[0] == "## Batch-size warmup against fixed batches"
   assert (tmp_path / "batch_warmup.png").exists()
-  assert bw.section(WARM, str(tmp_path)) == []   # no fixed arm: no base, no section
+  assert report_batch_warmup.section(WARM, str(tmp_path)) == []   # no fixed arm: no base, no section
 
 
 def test_a_searched_arm_is_its_chosen_configuration_with_its_replicates():

@@ -108,7 +108,7 @@ def _parse_config(name, arg):
   from absl import flags
   from ml_collections import config_flags
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  argv = ["prog", f"--config={os.path.join(root, 'configs', name + '.py')}:{arg}"]
+  argv = ["prog", f"--config={os.path.join(root, 'lamb_lars', 'configs', name + '.py')}:{arg}"]
   fv = flags.FlagValues()
   config_flags.DEFINE_config_file("config", None, flag_values=fv, lock_config=True, sys_argv=argv)
   fv(argv)

@@ -103,7 +103,7 @@ def test_a_branch_that_blew_up_fails_its_batch_rather_than_straddling():
 
 
 def test_epsilon_sensitivity_lists_the_bracket_at_every_epsilon():
-  from lamb_lars.study.analysis import report_branching as rb
+  from lamb_lars.study.report import report_branching as rb
   assert rb.other_epsilons(0.5, True) == [0.05, 0.1, 0.2, 0.5]
   assert rb.other_epsilons(0.01, False) == pytest.approx([0.001, 0.002, 0.005, 0.01, 0.02])
   assert rb.other_epsilons(0.1, True, (0.2,)) == [0.1, 0.2]

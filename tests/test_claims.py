@@ -1,4 +1,4 @@
-"""Claims that cannot go stale (lamb_lars/study/running/claims.py; issue 41): the numbers a discussion quotes are
+"""Claims that cannot go stale (lamb_lars/study/publishing/claims.py; issue 41): the numbers a discussion quotes are
 read as written (thousands commas, K, %, decimals), exemptions are honoured, a quoted number matches a data number
 only at its own rounding, and ``verify`` fails a claims-checked folder whose discussion quotes an edited number."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 
-from lamb_lars.study.running import claims, provenance
+from lamb_lars.study.publishing import claims, provenance
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

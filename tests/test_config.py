@@ -9,11 +9,12 @@ from absl import flags
 from ml_collections import config_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIGS = sorted(p for p in glob.glob(os.path.join(ROOT, "configs", "**", "*.py"), recursive=True)
+CONFIGS = sorted(p for p in glob.glob(os.path.join(ROOT, "lamb_lars", "configs", "**", "*.py"), recursive=True)
+                 + glob.glob(os.path.join(ROOT, "lamb_lars", "proj", "*", "configs", "*.py"))
                  if "def get_config" in open(p).read())
 
 
-def parse(*args, path="configs/mnist_lenet.py"):
+def parse(*args, path="lamb_lars/configs/mnist_lenet.py"):
   fv = flags.FlagValues()
   config_flags.DEFINE_config_file("config", os.path.join(ROOT, path), flag_values=fv, lock_config=True,
                                   sys_argv=["prog", *args])
@@ -39,8 +40,9 @@ def test_misspelled_key_fails_naming_it():
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_misspelled_key_fails_on_the_command_line(tmp_path):
-  out = subprocess.run([sys.executable, "train.py", "--config=configs/mnist_lenet.py", f"--workdir={tmp_path}",
-                        "--config.optimizer.nmae=lamb"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+  out = subprocess.run([sys.executable, "train.py", "--config=lamb_lars/configs/mnist_lenet.py",
+                        f"--workdir={tmp_path}", "--config.optimizer.nmae=lamb"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
   assert out.returncode != 0
   assert "nmae" in out.stderr
 
@@ -48,9 +50,9 @@ def test_misspelled_key_fails_on_the_command_line(tmp_path):
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_bad_value_is_one_sentence(tmp_path):
-  out = subprocess.run([sys.executable, "train.py", "--config=configs/mnist_lenet.py", f"--workdir={tmp_path}",
-                        "--config.batch_size=100", "--config.num_devices=8"], cwd=ROOT, capture_output=True,
-                       text=True, timeout=120,
+  out = subprocess.run([sys.executable, "train.py", "--config=lamb_lars/configs/mnist_lenet.py",
+                        f"--workdir={tmp_path}", "--config.batch_size=100", "--config.num_devices=8"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120,
                        env={**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"})
   assert out.returncode == 2, out.stderr[-2000:]
   assert "error: config.batch_size=100 is not divisible by 8 devices" in out.stderr
@@ -72,10 +74,12 @@ def test_every_config_loads_and_validates(path):
 def test_configs_are_data():
   """Configs import only ml_collections and other configs (flax / big_vision style); the library validates them."""
   import ast
-  for path in glob.glob(os.path.join(ROOT, "configs", "*.py")):
+  for path in (glob.glob(os.path.join(ROOT, "lamb_lars", "configs", "*.py"))
+               + glob.glob(os.path.join(ROOT, "lamb_lars", "proj", "*", "configs", "*.py"))):
     for node in ast.walk(ast.parse(open(path).read())):
       names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
           [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
       for name in names:
         assert (name.split(".")[0] in ("ml_collections", "math", "__future__", "typing")
-                or name.startswith("lamb_lars.configs")), (path, name)
+                or name.startswith("lamb_lars.configs")
+                or name.startswith("lamb_lars.proj.") and ".configs" in name), (path, name)

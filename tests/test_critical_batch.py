@@ -170,7 +170,7 @@ def test_breakdown_point_hand_cases():
 def test_report_warns_when_b_crit_lies_beyond_the_data():
   """Steps that halve with every doubling show no bend: the fitted B_crit is only a lower bound, and the report
   says so. With a clear bend inside the batches (S = 100·(1 + 1000/B), B up to 8192) it says nothing."""
-  from lamb_lars.study.analysis.report_scaling import b_crit_caveat
+  from lamb_lars.study.report.report_scaling import b_crit_caveat
   perfect_b = [256, 512, 1024, 1536]
   perfect = cb.fit_inverse_law(perfect_b, [2400 * 256 / b * (1 + 0.01 * (i % 2)) for i, b in enumerate(perfect_b)])
   assert perfect.b_crit > 1536

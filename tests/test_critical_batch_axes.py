@@ -1,4 +1,4 @@
-"""configs/studies/critical_batch_axes.py (issue 42) expands to the planned trials, and its report
+"""lamb_lars/configs/studies/critical_batch_axes.py (issue 42) expands to the planned trials, and its report
 (lamb_lars/study/analysis/axes.py) recovers B_crit from synthetic S(B) = S_min·(1 + B_crit/B) data, checked against an
 independent numpy float64 fit written here, brackets CBS from synthetic branches, and writes its figure."""
 import csv
@@ -214,7 +214,136 @@ def test_launch_script_runs_each_part_then_the_cross_setting_report(tmp_path):
                        check=False, capture_output=True, text=True, env=env, timeout=60)
   assert out.returncode == 0, out.stderr
   log = out.stdout
-  assert "study run --config=configs/studies/critical_batch_axes.py:lenet5 " in log
-  assert "study branch --config=configs/studies/critical_batch_axes.py:branch-lenet5 " in log
+  assert "study run --config=lamb_lars/configs/studies/critical_batch_axes.py:lenet5 " in log
+  assert "study branch --config=lamb_lars/configs/studies/critical_batch_axes.py:branch-lenet5 " in log
   assert f"--out={tmp_path}/docs/branch-lenet5" in log and "lamb_lars.study.analysis.axes" in log
   assert log.index(":lenet5 ") < log.index(":branch-lenet5") < log.index("analysis.axes")
+
+
+# ---- the two claims (Golmant et al., Zhang et al.) from the intervals ----
+
+CLAIM_BATCHES = (128, 512, 1024, 2048, 8192)
+
+
+def _points_for(truth, noise=0.03, seeds=4, seed=0):
+  """{setting: {batch: [(S, False)] × seeds}} with S = S_MIN(1 + B_crit/B)·exp(noise·z) per seed."""
+  rng = np.random.default_rng(seed)
+  return {k: {b: [(float(S_MIN * (1 + bc / b) * math.exp(noise * rng.standard_normal())), False)
+                  for _ in range(seeds)] for b in CLAIM_BATCHES} for k, bc in truth.items()}
+
+
+def _params(k):
+  s = cba.SETTINGS[k]
+  return cba.num_params(s["model"], s["width"])
+
+
+def test_statistics_match_an_independent_numpy_computation_on_exact_points():
+  """Noise-free points: every resample is the data itself, so each interval is the point value; the slopes and the
+  spread difference are checked against np.polyfit / np.std of the true log B_crit."""
+  truth = {k: 1000.0 * (cba.SETTINGS[k]["n"] / 55000) ** 0.7 * (_params(k) / _params("lenet5")) ** 0.2
+           for k in cba.SETTINGS}
+  stats, dropped = axes.axis_statistics(_points_for(truth, noise=0.0), num=20)
+  assert dropped == 0
+  data = [k for k in cba.SETTINGS if "data" in cba.SETTINGS[k]["axes"]]
+  model = [k for k in cba.SETTINGS if "model" in cba.SETTINGS[k]["axes"]]
+  want_d = np.polyfit(np.log([cba.SETTINGS[k]["n"] for k in data]), np.log([truth[k] for k in data]), 1)[0]
+  want_m = np.polyfit(np.log([_params(k) for k in axes.LENET_WIDTHS]),
+                      np.log([truth[k] for k in axes.LENET_WIDTHS]), 1)[0]
+  want_s = np.std(np.log([truth[k] for k in model]), ddof=1) - np.std(np.log([truth[k] for k in data]), ddof=1)
+  assert want_d == pytest.approx(0.7, abs=1e-9) and want_m == pytest.approx(0.2, abs=1e-9)
+  for key, want in (("data slope", want_d), ("model slope", want_m), ("data - |model| slope", want_d - abs(want_m)),
+                    ("spread", want_s)):
+    st = stats[key]
+    assert st.value == pytest.approx(want, abs=1e-4), key
+    assert st.lo == pytest.approx(want, abs=1e-4) and st.hi == pytest.approx(want, abs=1e-4), key
+
+
+def test_b_crit_following_the_data_agrees_with_zhang_and_differs_from_golmant():
+  truth = {k: 1000.0 * cba.SETTINGS[k]["n"] / 55000 for k in cba.SETTINGS}   # ∝ N, the same for every model
+  stats, _ = axes.axis_statistics(_points_for(truth), num=200)
+  golmant, zhang = axes.verdicts(stats)
+  assert (golmant.verdict, zhang.verdict) == ("differs", "agrees"), (golmant.reason, zhang.reason)
+  assert "[" in zhang.reason and "data slope" in zhang.reason
+
+
+def test_b_crit_following_the_model_agrees_with_golmant_and_differs_from_zhang():
+  truth = {k: 1000.0 * (_params(k) / _params("lenet5")) ** 0.8 for k in cba.SETTINGS}   # the same at every N
+  stats, _ = axes.axis_statistics(_points_for(truth), num=200)
+  golmant, zhang = axes.verdicts(stats)
+  assert (golmant.verdict, zhang.verdict) == ("agrees", "differs"), (golmant.reason, zhang.reason)
+
+
+def test_noise_that_hides_a_small_effect_is_inconclusive():
+  truth = {k: 1000.0 for k in cba.SETTINGS}
+  stats, _ = axes.axis_statistics(_points_for(truth, noise=0.6, seeds=3, seed=3), num=200)
+  assert stats["data slope"].sign == 0 and stats["spread"].sign == 0
+  assert axes.verdicts(stats)[0].verdict == "inconclusive"
+  assert axes.verdicts({})[1].verdict == "inconclusive"   # nothing run yet
+
+
+def test_fixed_epoch_reading_recensors_at_epochs_of_each_n():
+  pts = {128: [(100.0, False), (5000.0, False)], 8192: [(60.0, False), (40.0, True)]}
+  got = axes.fixed_epoch_points(pts, 7500, epochs=60)     # limit 450,000 examples: 3515.6 steps at 128, 54.9 at 8192
+  assert got[128] == [(100.0, False), (pytest.approx(450000 / 128), True)]
+  assert got[8192] == [(pytest.approx(450000 / 8192), True), (40.0, True)]
+  assert axes.fixed_epoch_points(pts, 55000, epochs=60) == pts   # 3.3M examples: nothing changes at 55K
+
+
+def test_claims_section_reports_both_readings(tmp_path):
+  truth = {k: 1000.0 * cba.SETTINGS[k]["n"] / 55000 for k in cba.SETTINGS}
+  text = axes.claims_section(_points_for(truth), num=50)
+  assert text.count("| as run") == 1 and text.count("| fixed epochs") == 1
+  assert "Golmant et al. 2018" in text and "Zhang et al. 2024" in text and "training tokens" in text
+
+
+def _branches(folder, passing, rng):
+  """Branches at every point: the batches in ``passing`` lose 5% of the reference loss (pass at ε = 20%), the
+  others 60% (fail)."""
+  runs = []
+  for p in cba.POINTS_EXAMPLES:
+    for seed in cba.BRANCH_SEEDS:
+      ref = 0.1 * (1 + 0.01 * rng.standard_normal())
+      for b in (256, 1024, 4096, 16384):
+        loss = ref if b == 256 else ref * (1.05 if b in passing else 1.6)
+        runs.append(dict(run_id=f"br-{p}-{b}-{seed}", cell="branch", role="branch", batch_size=b, status="done",
+                         steps=1, seed=seed, phase="search", replicate_of="",
+                         overrides=json.dumps({"init_from_examples": p}), final_validation_loss=loss))
+  _write(folder, runs, [])
+
+
+def test_cbs_along_each_axis_names_the_separated_settings(tmp_path):
+  rng = np.random.default_rng(1)
+  root = str(tmp_path)
+  _branches(os.path.join(root, "branch-lenet5"), {1024}, rng)             # CBS in [1024, 4096)
+  _branches(os.path.join(root, "branch-data7500"), {1024, 4096}, rng)     # CBS in [4096, 16384)
+  _branches(os.path.join(root, "branch-mlp"), {1024}, rng)                # the same bracket as lenet5
+  text = axes.cbs_axis_comparison(root)
+  rows = [ln for ln in text.splitlines() if ln.startswith("| 0.5 |")]
+  data = next(r for r in rows if "| data |" in r)
+  model = next(r for r in rows if "| model |" in r)
+  assert "lenet5 < data7500" in data and "data7500 < lenet5" not in data
+  assert "none: no change shown" in model
+  assert len([ln for ln in text.splitlines() if "| data |" in ln]) == len(cba.POINTS_EXAMPLES)
+  assert "Fewer than two" in axes.cbs_axis_comparison(str(tmp_path / "empty"))
+
+
+def test_check_passes_on_a_fresh_report_and_fails_on_an_edited_number(tmp_path, capsys):
+  rng = np.random.default_rng(5)
+  root = str(tmp_path / "published")
+  for name in ("data7500", "lenet5"):
+    _steps_folder(os.path.join(root, name), TRUTH[name], cba.SETTINGS[name]["target"], rng)
+  _branch_folder(os.path.join(root, "branch-lenet5"), rng)
+  axes.report(root, num_bootstrap=30)
+  assert axes.check(root, num_bootstrap=30) == []
+  path = os.path.join(root, "axes.md")
+  text = open(path).read()
+  b = axes.b_crit("lenet5", axes.seed_points(os.path.join(root, "lenet5"), cba.SETTINGS["lenet5"]["target"]),
+                  cba.SETTINGS["lenet5"]["target"], num_bootstrap=30)
+  shown = f"{b.fit.b_crit:,.0f}"
+  assert f"| {shown} |" in text
+  with open(path, "w") as f:
+    f.write(text.replace(f"| {shown} |", f"| {int(b.fit.b_crit) + 7:,} |", 1))
+  diff = axes.check(root, num_bootstrap=30)
+  assert len(diff) == 1 and "recomputed" in diff[0]
+  assert axes.main([root, "--check"]) == 1
+  assert axes.main([root, "--check", "--out=x"]) == 2

@@ -92,7 +92,7 @@ def test_run_files_round_trip(gcs):
 
 def _train_cmd(workdir: str) -> list[str]:
   from tests.test_train import DATA_DIR
-  return [sys.executable, os.path.join(ROOT, "train.py"), f"--config={ROOT}/configs/mnist_lenet.py",
+  return [sys.executable, os.path.join(ROOT, "train.py"), f"--config={ROOT}/lamb_lars/configs/mnist_lenet.py",
           f"--workdir={workdir}",
           f"--config.data_dir={DATA_DIR}", "--config.batch_size=256", "--config.num_train_steps=30",
           "--config.eval_every_steps=10", "--config.checkpoint_every_steps=10", "--config.num_devices=1",
@@ -198,7 +198,9 @@ def test_study_and_report_on_gcs(gcs, tmp_path, monkeypatch):
   assert "# GCS study" in io_utils.read_text(f"{workdir}/report/README.md")
   # The provenance (manifest.json with the study config's hash) is in the bucket and verifies; status reads the
   # store's copy, downloaded on this "machine" too.
-  from lamb_lars.study.running import code_state, provenance, status
+  from lamb_lars.common import code_state
+  from lamb_lars.study.publishing import provenance
+  from lamb_lars.study.running import status
   manifest = io_utils.read_json(f"{workdir}/report/manifest.json")
   config_json = io_utils.read_text(f"{workdir}/study_config.json")
   assert manifest["config_sha256"] == code_state.config_sha256(config_json)

@@ -324,8 +324,8 @@ def test_synthetic_is_deterministic_and_exact():
 
 
 def test_synthetic_sizes_come_from_the_config_only():
-  """configs/default.py is the one table of defaults: a missing ``synthetic.num_train`` is an error, never a second
-  default inside the pipeline (it silently became 60,000 against the config's 2048)."""
+  """lamb_lars/configs/default.py is the one table of defaults: a missing ``synthetic.num_train`` is an error, never a
+  second default inside the pipeline (it silently became 60,000 against the config's 2048)."""
   from lamb_lars.configs import default
   config = default.get_config()
   config.dataset = "synthetic"

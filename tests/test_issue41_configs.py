@@ -14,7 +14,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _load(name):
-  spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "configs", "studies", f"{name}.py"))
+  spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "lamb_lars", "configs", "studies",
+                                                                   f"{name}.py"))
   m = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(m)
   return m

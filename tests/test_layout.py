@@ -1,7 +1,8 @@
 """The house rules of the package layout (issue 23), checked on the source tree rather than promised in prose.
 
 - No import cycle between lamb_lars modules, neither among module-level imports (the ones that run at import time)
-  nor counting imports inside functions; nothing in lamb_lars/common/ imports a layer above it.
+  nor counting imports inside functions; nothing in lamb_lars/common/ imports a layer above it; the study's
+  packages import downward only (analysis < report < publishing, running < publishing).
 - No module-level ``__getattr__`` (compatibility shims hide where a name lives).
 - No function over 60 lines under lamb_lars/ (configs are data: exempt); no module size cap (one concept per module).
 - Every lamb_lars module is used by the product (the package, configs, train.py, benchmarks, scripts, notebooks)
@@ -22,10 +23,10 @@ MAX_FUNCTION_LINES = 60
 
 
 def _modules() -> dict[str, str]:
-  """{dotted name: file} of every module of the installed package (configs/ and input_pipeline/ through the
-  package's symlinks, as they are imported)."""
+  """{dotted name: file} of every module of the installed package (lamb_lars/configs/ and lamb_lars/input_pipeline/
+  included: ordinary subpackages)."""
   out = {}
-  for folder, _, files in os.walk(os.path.join(REPO, "lamb_lars"), followlinks=True):
+  for folder, _, files in os.walk(os.path.join(REPO, "lamb_lars")):
     for name in files:
       if name.endswith(".py"):
         path = os.path.join(folder, name)
@@ -103,6 +104,75 @@ def test_common_imports_nothing_above_it():
   assert not upward, f"lamb_lars/common imports upward: {upward}"
 
 
+def _named_imports(path: str) -> set[str]:
+  """The modules ``importlib.import_module("…")`` / ``__import__("…")`` calls with a literal name import in a file."""
+  out = set()
+  for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+    if (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str) and (getattr(node.func, "attr", None) == "import_module"
+                                                     or getattr(node.func, "id", None) == "__import__")):
+      out.add(node.args[0].value)
+  return out
+
+
+def test_nothing_outside_proj_imports_a_project():
+  """lamb_lars/proj/<name>/ (a paper's reproduction, big_vision style) may import everything below it; nothing else
+  in lamb_lars imports it, at module level, inside a function or by a literal ``importlib.import_module`` (issue 39).
+  The generic report reaches a project only through the import path a study config names (``analysis.reference``;
+  lamb_lars/study/report/reference.py), and ``verify`` through the verifier a manifest names."""
+  upward = {m: sorted(d for d in _imports(p, m, top_level_only=False) | _named_imports(p)
+                      if d == "lamb_lars.proj" or d.startswith("lamb_lars.proj."))
+            for m, p in MODULES.items() if not m.startswith("lamb_lars.proj")}
+  upward = {m: deps for m, deps in upward.items() if deps}
+  assert not upward, f"modules outside lamb_lars/proj import a project: {upward}"
+
+
+def test_the_proj_rule_sees_imports_inside_functions(tmp_path):
+  """The rule above can fail: an import inside a function, and a literal import_module, are both seen."""
+  f = tmp_path / "m.py"
+  f.write_text("import importlib\ndef f():\n  from lamb_lars.proj.you2020 import paper\n"
+               "  return importlib.import_module('lamb_lars.proj.you2020.table3')\n")
+  assert "lamb_lars.proj.you2020.paper" in _imports(str(f), "x", top_level_only=False)
+  assert not _imports(str(f), "x", top_level_only=True)
+  assert _named_imports(str(f)) == {"lamb_lars.proj.you2020.table3"}
+
+
+def test_no_symlinks_in_the_package():
+  """configs/ and input_pipeline/ are real subpackages (issue 39): a symlink in lamb_lars/ would ship a second copy
+  of a folder in the wheel, or none, depending on the installer."""
+  links = [os.path.relpath(os.path.join(d, n), REPO) for d, dirs, files in os.walk(os.path.join(REPO, "lamb_lars"))
+           for n in dirs + files if os.path.islink(os.path.join(d, n))]
+  assert not links, f"symlinks under lamb_lars/: {links}"
+  assert not os.path.exists(os.path.join(REPO, "configs")) and not os.path.exists(os.path.join(REPO, "input_pipeline"))
+
+
+# The study's packages and the study packages each may not import (module level or inside a function). analysis is
+# pure over records; report renders analysis results; running (orchestration) runs trials and keeps the store;
+# publishing turns a workdir into a published folder, so it reads running's store and writes report's report.
+STUDY_FORBIDDEN = {
+    "lamb_lars.study.analysis": ("lamb_lars.study.report", "lamb_lars.study.running", "lamb_lars.study.publishing"),
+    "lamb_lars.study.report": ("lamb_lars.study.running", "lamb_lars.study.publishing"),
+    "lamb_lars.study.running": ("lamb_lars.study.report", "lamb_lars.study.publishing"),
+    "lamb_lars.study.publishing": (),
+}
+# A paper's own code is a project above the general layers (lamb_lars/proj/, big_vision style): its own rule below.
+STUDY_LAYER_EXEMPT: set[str] = set()
+
+
+def test_study_packages_import_only_downward():
+  """analysis < report < publishing and running < publishing: no study package imports one it must not."""
+  bad = {}
+  for m, p in MODULES.items():
+    for pkg, forbidden in STUDY_FORBIDDEN.items():
+      if (m == pkg or m.startswith(pkg + ".")) and m not in STUDY_LAYER_EXEMPT:
+        deps = sorted(d for d in _imports(p, m, top_level_only=False) if d.startswith(forbidden))
+        if deps:
+          bad[m] = deps
+  assert not bad, f"study packages import a layer they must not: {bad}"
+  present = {m.rsplit(".", 1)[0] if m.count(".") > 2 else m for m in MODULES if m.startswith("lamb_lars.study.")}
+  assert set(STUDY_FORBIDDEN) <= present, "a package the layer rule names is gone: update STUDY_FORBIDDEN"
+
+
 def test_no_module_level_getattr():
   shims = [m for m, p in MODULES.items()
            if any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__"
@@ -110,8 +180,13 @@ def test_no_module_level_getattr():
   assert not shims, f"module-level __getattr__ in {shims}"
 
 
+def _is_config(module: str) -> bool:
+  """lamb_lars/configs/ and a project's lamb_lars/proj/<name>/configs/: data, one long table by design."""
+  return module.startswith("lamb_lars.configs") or bool(re.match(r"lamb_lars\.proj\.\w+\.configs\b", module))
+
+
 def _library(module: str) -> bool:
-  return not module.startswith("lamb_lars.configs")  # configs are data: a config is one long table by design
+  return not _is_config(module)
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if _library(m)))
@@ -148,7 +223,7 @@ def test_every_module_is_used_by_the_product():
   sources = _product_sources()
   unused = []
   for m in sorted(MODULES):
-    if m.startswith("lamb_lars.configs") or m.endswith("__main__") or m.count(".") < 2 and m in ("lamb_lars",):
+    if _is_config(m) or m.endswith("__main__") or m.count(".") < 2 and m in ("lamb_lars",):
       continue
     pkg, _, leaf = m.rpartition(".")
     used = re.compile(rf"(\b{re.escape(m)}\b|from {re.escape(pkg)} import [^\n]*\b{leaf}\b|"
@@ -172,5 +247,8 @@ def test_readme_layout_table_matches_the_tree():
   assert not missing, f"README layout names paths that do not exist: {missing}"
   packages = sorted(os.path.relpath(d, REPO) + "/" for d, _, files in os.walk(os.path.join(REPO, "lamb_lars"))
                     if "__init__.py" in files and "__pycache__" not in d)
-  unnamed = [p for p in packages if p not in named]
+  # configs are data: a configs/ folder's subfolders (studies/), and a project's configs/ when its project is named
+  unnamed = [p for p in packages if p not in named
+             and not any(p.startswith(n) and n.endswith("configs/") for n in named)
+             and not (p.endswith("/configs/") and p[:-len("configs/")] in named)]
   assert not unnamed, f"packages the README layout table does not name: {unnamed}"

@@ -109,7 +109,8 @@ def test_trials_differing_in_lr_and_warmup_share_every_compiled_program(tmp_path
   def run(name, *flags):
     env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(tmp_path / name),
            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "XLA_FLAGS": ""}
-    args = [sys.executable, "train.py", "--config=configs/mnist_lenet.py", f"--workdir={tmp_path / name}_{len(flags)}",
+    args = [sys.executable, "train.py", "--config=lamb_lars/configs/mnist_lenet.py",
+            f"--workdir={tmp_path / name}_{len(flags)}",
             "--config.num_train_steps=4", "--config.batch_size=64", "--config.eval_batch_size=1000",
             "--config.eval_every_steps=2", "--config.progress=False",
             f"--config.data_dir={DATA_DIR}",

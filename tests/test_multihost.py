@@ -24,7 +24,7 @@ def _free_port() -> int:
 
 
 def _cmd(workdir, *extra):
-  return [sys.executable, "train.py", "--config=configs/mnist_lenet.py", f"--workdir={workdir}",
+  return [sys.executable, "train.py", "--config=lamb_lars/configs/mnist_lenet.py", f"--workdir={workdir}",
           f"--config.data_dir={DATA_DIR}", "--config.batch_size=256", "--config.num_train_steps=6",
           "--config.eval_every_steps=3", "--config.checkpoint_every_steps=3", "--config.progress=False",
           "--config.eval_batch_size=5000", "--config.bn.group_devices=2", *extra]

@@ -44,7 +44,7 @@ def test_not_learning_thresholds(row, epochs, expected):
 def test_an_exploding_loss_is_flagged_in_result_summary_and_study(tmp_path):
   """LAMB at an absurd LR: the loss runs to ~1e12 without a NaN; result.json, the summary line and a study see it."""
   workdir = tmp_path / "w"
-  out = _train_py("--config=configs/mnist_lenet.py", f"--workdir={workdir}", "--config.dataset=synthetic",
+  out = _train_py("--config=lamb_lars/configs/mnist_lenet.py", f"--workdir={workdir}", "--config.dataset=synthetic",
                   "--config.synthetic.num_train=256", "--config.synthetic.num_eval=64", "--config.batch_size=32",
                   "--config.eval_batch_size=64", "--config.num_train_steps=2", "--config.eval_every_steps=2",
                   "--config.progress=False", "--config.optimizer.name=lamb", "--config.optimizer.learning_rate=1000")
@@ -122,13 +122,13 @@ def _parse(argv: list[str]):
 
 def test_changing_the_optimizer_brings_its_own_learning_rate():
   from lamb_lars.optim import optimizer_config
-  lenet = lambda *a: _parse(["--config=configs/mnist_lenet.py", "--workdir=w", *a]).optimizer
+  lenet = lambda *a: _parse(["--config=lamb_lars/configs/mnist_lenet.py", "--workdir=w", *a]).optimizer
   assert optimizer_config.learning_rate(lenet()) == 0.05                                  # the published baseline
   assert optimizer_config.learning_rate(lenet("--config.optimizer.name=lamb")) == 0.0005  # not momentum's 0.05
   assert optimizer_config.learning_rate(lenet("--config.optimizer.name=lars")) == 0.05
   assert optimizer_config.learning_rate(lenet("--config.optimizer.name=lamb", "--config.optimizer.learning_rate=0.01")
                                         ) == 0.01
-  assert optimizer_config.learning_rate(_parse(["--config=configs/default.py", "--config.optimizer.name=adam"]
+  assert optimizer_config.learning_rate(_parse(["--config=lamb_lars/configs/default.py", "--config.optimizer.name=adam"]
                                                ).optimizer) == 0.001
 
 
@@ -142,8 +142,9 @@ def _documented_commands() -> list[tuple[str, list[str]]]:
   import shlex
   from lamb_lars.common import cli_help
   texts = {"--help": cli_help.usage().replace("%%", "%")}
-  for path in ["train.py", "lamb_lars/main.py", *sorted(glob.glob(os.path.join(REPO, "configs", "**", "*.py"),
-                                                                    recursive=True))]:
+  for path in ["train.py", "lamb_lars/main.py",
+               *sorted(glob.glob(os.path.join(REPO, "lamb_lars", "configs", "**", "*.py"), recursive=True)),
+               *sorted(glob.glob(os.path.join(REPO, "lamb_lars", "proj", "*", "configs", "*.py")))]:
     path = os.path.relpath(os.path.join(REPO, path), REPO)
     texts[path] = ast.get_docstring(ast.parse(open(os.path.join(REPO, path), encoding="utf-8").read())) or ""
   for path in ["README.md", *sorted(glob.glob(os.path.join(REPO, "docs", "*.md")))]:  # the documents' examples too
@@ -251,10 +252,11 @@ CONFIG_FILES = {
     "returns_none.py": ("def get_config():\n  return None\n", "get_config() returned None"),
 }
 CLI_CASES = [
-    (["--config=configs/mnist_lenet.py", "--config.foo=1"], "the config has no key 'foo'"),
-    (["--config=configs/mnist_lenet.py", "--config.num_epochs=inf"], "config.num_epochs=inf must be a finite number"),
-    (["--config=configs/mnist_lenet.py", "--config.eval_batch_size=1000000000000"], "eval_batch_size"),
-    (["--config=configs/mnist_lenet.py", "stray"], "unexpected argument 'stray'"),
+    (["--config=lamb_lars/configs/mnist_lenet.py", "--config.foo=1"], "the config has no key 'foo'"),
+    (["--config=lamb_lars/configs/mnist_lenet.py", "--config.num_epochs=inf"],
+     "config.num_epochs=inf must be a finite number"),
+    (["--config=lamb_lars/configs/mnist_lenet.py", "--config.eval_batch_size=1000000000000"], "eval_batch_size"),
+    (["--config=lamb_lars/configs/mnist_lenet.py", "stray"], "unexpected argument 'stray'"),
     *[([f"--config={{tmp}}/{name}"], expected) for name, (_, expected) in CONFIG_FILES.items()],
 ]
 
@@ -277,7 +279,7 @@ def test_train_py_mistakes_exit_2_with_one_sentence(tmp_path, argv, expected):
 def test_gs_workdir_without_credentials_fails_at_once(tmp_path):
   from lamb_lars.common import cli_errors
   env = {k: v for k, v in ENV.items() if k not in cli_errors.GCS_ENV}
-  out = subprocess.run([sys.executable, "train.py", "--config=configs/mnist_lenet.py", "--workdir=gs://no-bucket/w"],
+  out = subprocess.run([sys.executable, "train.py", "--config=lamb_lars/configs/mnist_lenet.py", "--workdir=gs://no-bucket/w"],
                        cwd=REPO, env={**env, "CLOUDSDK_CONFIG": str(tmp_path)}, capture_output=True, text=True,
                        timeout=60)
   last = out.stderr.strip().splitlines()[-1]
@@ -291,7 +293,7 @@ def test_an_interrupted_run_says_where_and_how_to_resume(tmp_path, sig, rc):
   """SIGINT / SIGTERM after the first evaluation: the loop stops between chunks (no orbax traceback from inside a
   save), one line with the step and the checkpoint to resume from, rc 128 + signal."""
   import time
-  args = [sys.executable, os.path.join(REPO, "train.py"), "--config=configs/mnist_lenet.py",
+  args = [sys.executable, os.path.join(REPO, "train.py"), "--config=lamb_lars/configs/mnist_lenet.py",
           f"--workdir={tmp_path / 'w'}", "--config.dataset=synthetic", "--config.synthetic.num_train=256",
           "--config.synthetic.num_eval=64", "--config.batch_size=32", "--config.eval_batch_size=64",
           "--config.num_train_steps=100000", "--config.eval_every_steps=2", "--config.checkpoint_every_steps=2",
@@ -365,7 +367,7 @@ def test_optuna_trials_carry_their_searched_values_as_params(tmp_path):
 @pytest.mark.parametrize("v,label", [(1.5, "1.5"), (2.0, "2"), (2.5, "2.5"), (256.0, "256"), (8192.0, "8,192"),
                                      (0.05, "0.05"), (1e-5, "1e-05")])
 def test_log_axis_tick_labels_tell_values_apart(v, label):
-  from lamb_lars.study.analysis import plots
+  from lamb_lars.study.report import plots
   assert plots._plain_number(v) == label
 
 
@@ -377,10 +379,9 @@ TABLE3_FOLDERS = sorted(os.path.basename(os.path.dirname(p)) for p in
 def test_table3_curves_show_each_trial_once_and_name_its_own_status(folder, monkeypatch, tmp_path):
   """The published folders' Table 3 curves, recomputed from their CSVs: one legend entry per trial, and a cell
   whose verdict is not the shown trial's status says which trial it shows."""
-  from lamb_lars.study.analysis import plots, report
-  from lamb_lars.study.running import provenance, publish
+  from lamb_lars.study.publishing import provenance, publish
+  from lamb_lars.study.report import plots, report
   seen = {}
-  monkeypatch.setattr(plots, "_save", lambda fig, out_dir, name: name)
   real = plots.training_curves
 
   def capture(out_dir, name, curves, *a, **k):
@@ -390,7 +391,7 @@ def test_table3_curves_show_each_trial_once_and_name_its_own_status(folder, monk
   d = os.path.join(REPO, "docs", "studies", folder)
   manifest = json.load(open(os.path.join(d, "manifest.json"), encoding="utf-8"))
   trials = publish.load_csvs(d)
-  report.write_report(trials, str(tmp_path), provenance.spec_from_json(manifest["report_spec"]))
+  report.write_report(trials, str(tmp_path), provenance.spec_from_json(manifest["report_spec"]), figures=False)
   curves = seen["table3_curves.png"]
   assert len({id(c) for c in curves.values()}) == len(curves), list(curves)
   status = {id(t.curve): t.status for t in trials if t.curve}
@@ -401,8 +402,8 @@ def test_table3_curves_show_each_trial_once_and_name_its_own_status(folder, monk
 
 # --- 10. Fidelity: the paper configs read the data as the authors' input stream does. --------------------------
 
-PAPER = sorted(n[:-3] for n in os.listdir(os.path.join(REPO, "configs", "paper")) if n.endswith(".py")
-               and n not in ("__init__.py", "common.py"))
+PAPER = sorted(n[:-3] for n in os.listdir(os.path.join(REPO, "lamb_lars", "proj", "you2020", "configs"))
+               if n.endswith(".py") and n not in ("__init__.py", "common.py", "mnist_table3_paper.py"))
 
 
 @pytest.mark.parametrize("name", PAPER)
@@ -410,6 +411,6 @@ def test_paper_configs_take_the_authors_data_order(name):
   """``.repeat().shuffle(60000).batch(B, drop_remainder=True)``: batches straddle epochs, no image is dropped."""
   import importlib
   from lamb_lars.train import validate
-  config = importlib.import_module(f"lamb_lars.configs.paper.{name}").get_config()
+  config = importlib.import_module(f"lamb_lars.proj.you2020.configs.{name}").get_config()
   assert config.data_order == "examples"
   assert validate.validate(config, 1).total_steps == config.num_train_steps

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lamb_lars.study.analysis import noise_trajectory as nt
-from lamb_lars.study.analysis import report_scaling
+from lamb_lars.study.report import report_scaling
 from lamb_lars.study.records import Trial
 
 

@@ -1,5 +1,5 @@
-"""The comparison of our runs with the authors' logs (lamb_lars/study/running/paper_logs.py,
-lamb_lars/study/analysis/authors_logs.py), on fabricated run dirs; its manifest and `study verify`."""
+"""The comparison of our runs with the authors' logs (lamb_lars/proj/you2020/paper_logs.py,
+lamb_lars/proj/you2020/authors_logs.py), on fabricated run dirs; its manifest and `study verify`."""
 from __future__ import annotations
 
 import csv
@@ -14,11 +14,10 @@ import subprocess
 from unittest import mock
 import sys
 
-from lamb_lars.study import paper
-from lamb_lars.study.analysis import authors_logs
-from lamb_lars.study.running import paper_logs, provenance
-from lamb_lars.study.running import code_state
-from lamb_lars.study.running import manifest as manifest_lib
+from lamb_lars.common import code_state
+from lamb_lars.proj.you2020 import authors_logs, paper, paper_logs
+from lamb_lars.study.publishing import manifest as manifest_lib
+from lamb_lars.study.publishing import provenance
 
 
 def _result(path, acc, status="done"):
@@ -77,7 +76,7 @@ def test_published_folder_verifies_and_a_changed_number_is_caught(tmp_path):
   w, out = str(tmp_path / "w"), str(tmp_path / "out")
   for seed, acc in enumerate((0.9929, 0.9931)):
     _result(paper_logs.run_dir(w, "lars_b8192", seed), acc)
-  paper_logs.write_report(w, out, "python -m lamb_lars.study.running.paper_logs report")
+  paper_logs.write_report(w, out, "python -m lamb_lars.proj.you2020.paper_logs report")
   assert provenance.verify(out) == []
   cli = subprocess.run([sys.executable, "-m", "lamb_lars.study", "verify", out], capture_output=True, text=True)
   assert cli.returncode == 0, cli.stdout + cli.stderr
@@ -136,7 +135,7 @@ def test_run_records_its_command_and_commit(tmp_path, monkeypatch):
   lines = open(os.path.join(w, "commands.txt")).read().splitlines()
   commit = code_state.code_state()["commit"]
   assert len(lines) == 2 and all(
-      f"  python -m lamb_lars.study.running.paper_logs {' '.join(argv)}   # commit {commit}" in ln for ln in lines)
+      f"  python -m lamb_lars.proj.you2020.paper_logs {' '.join(argv)}   # commit {commit}" in ln for ln in lines)
 
 
 @pytest.mark.slow
@@ -221,7 +220,7 @@ def _with_loop(name, loop):
 def test_their_full_batch_result_among_their_neighbouring_runs():
   """The authors' logged full-batch runs are each one of their LR × warmup sweep's runs (the transcription holds
   them), ranked among those by accuracy; each of our seeds gets the share of their runs below it (numpy reference)."""
-  from lamb_lars.study import paper
+  from lamb_lars.proj.you2020 import paper
   runs = [{"config": "lamb_b60000", "learning_rate": "", "seed": "0", "status": "done", "eval_accuracy": "0.9856"},
           {"config": "lamb_b60000", "learning_rate": "", "seed": "1", "status": "diverged", "eval_accuracy": ""}]
   rows = {r["config"]: r for r in authors_logs.neighbours(runs)}

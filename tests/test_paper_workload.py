@@ -1,4 +1,5 @@
-"""The authors' MNIST workload (configs/paper/): model, schedule and optimizers against float64 references.
+"""The authors' MNIST workload (lamb_lars/proj/you2020/configs/): model, schedule and optimizers against float64
+references.
 
 The references are numpy float64, written from the authors' TensorFlow code (GitHub fastalgo/mnist_tpu:
 ``momentum_lars/mnist_tpu.py`` LARSOptimizer + ``training_ops.apply_momentum``; ``lamb/optimization.py``
@@ -23,7 +24,7 @@ from test_train import data_dir  # noqa: F401  (fixture)
 
 
 def paper_config(name):
-  return importlib.import_module(f"lamb_lars.configs.paper.{name}").get_config()
+  return importlib.import_module(f"lamb_lars.proj.you2020.configs.{name}").get_config()
 
 
 # ---------------------------------------------------------------- model

@@ -236,7 +236,7 @@ def test_default_multi_device_run_of_hundreds_of_steps_completes(devices, tmp_pa
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   data_dir = os.environ.get("LAMB_LARS_TEST_DATA_DIR") or os.path.join(tempfile.gettempdir(), "lamb_lars_test_tfds")
   env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu"}
-  cmd = [sys.executable, "train.py", "--config=configs/mnist_lenet.py", f"--workdir={tmp_path}",
+  cmd = [sys.executable, "train.py", "--config=lamb_lars/configs/mnist_lenet.py", f"--workdir={tmp_path}",
          f"--config.data_dir={data_dir}", "--config.num_train_steps=300", "--config.eval_every_steps=100",
          "--config.checkpoint_every_steps=100", "--config.progress=False"]
   out = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=900)

@@ -3,7 +3,7 @@ and log-axis tick labels are plain numbers."""
 
 import pytest
 
-from lamb_lars.study.analysis import plots
+from lamb_lars.study.report import plots
 
 TABLE3 = [f"{opt} {var}: 98.0%" for opt in ("momentum", "adagrad", "rmsprop", "adam")
           for var in ("original", "layer-wise", "layer-wise + bound")] + ["lars original: 98.4%"]

@@ -1,4 +1,4 @@
-"""Pre-registration of a study's thresholds (lamb_lars/study/running/preregistration.py; issue 41): the commit that
+"""Pre-registration of a study's thresholds (lamb_lars/study/publishing/preregistration.py; issue 41): the commit that
 last changed the config file is recorded before the first trial, a dirty config refuses to start (one sentence,
 exit 2) unless --allow_dirty, the record is kept on resume, and a config outside git is recorded as such."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from lamb_lars.study.running import preregistration as pr
+from lamb_lars.study.publishing import preregistration as pr
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -69,7 +69,7 @@ def test_a_config_outside_git_is_recorded_as_such(tmp_path):
 
 def test_the_cli_refuses_a_dirty_config_with_exit_status_2(repo, tmp_path):
   r, _ = repo
-  smoke = open(os.path.join(REPO, "configs", "studies", "smoke.py")).read()
+  smoke = open(os.path.join(REPO, "lamb_lars", "configs", "studies", "smoke.py")).read()
   (r / "smoke_copy.py").write_text(smoke)             # untracked in its checkout: not committed
   out = subprocess.run([sys.executable, "-m", "lamb_lars.study", "run", f"--config={r / 'smoke_copy.py'}",
                         f"--workdir={tmp_path / 'w'}"], cwd=REPO, capture_output=True, text=True, timeout=300)

@@ -12,10 +12,11 @@ import sys
 import ml_collections
 import pytest
 
-from lamb_lars.study.running import provenance, publish, store as st
+from lamb_lars.study.publishing import provenance, publish
+from lamb_lars.study.running import store as st
 from lamb_lars.study.running import workdir as wd
-from lamb_lars.study.running import code_state
-from lamb_lars.study.running import manifest as manifest_lib
+from lamb_lars.common import code_state
+from lamb_lars.study.publishing import manifest as manifest_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -122,7 +122,7 @@ def test_b_l_is_the_smallest_failing_batch_with_its_bracket():
 
 def test_paper_table2_reads_b_l_as_the_lower_end_of_the_large_range():
   """Table 2 caption: "for ImageNet, B_L = 2K, B_H = 64K"; large = [B_L, B_H]."""
-  from lamb_lars.study.paper import TABLE2
+  from lamb_lars.proj.you2020.paper import TABLE2
   assert {k: (v["b_l"], v["b_h"]) for k, v in TABLE2.items()} == {
       "mnist_lenet": (2048, 8192), "cifar10_resnet50": (2048, 25000), "imagenet_resnet50": (2048, 65536)}
   assert all(v["large"] == (v["b_l"], v["b_h"]) for v in TABLE2.values())

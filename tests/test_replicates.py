@@ -90,7 +90,7 @@ def test_headline_target_is_the_highest_every_baseline_seed_reaches_within_half_
 def test_report_scaling_section_fits_seeds_at_the_headline_target():
   """Seeds on the exact law S = 100·(1 + 1000/B) to 98.5%; one seed at 4096 misses within a 120-step budget (a
   bound below the law's 124 steps, so it costs nothing): the fit gives B_crit = 1000 at the headline target."""
-  from lamb_lars.study.analysis import report_replicates
+  from lamb_lars.study.report import report_replicates
   from lamb_lars.study.records import Target
 
   def run(rid, b, hit, budget_steps, seed, role="technique", phase="replicate"):
@@ -116,7 +116,7 @@ def test_report_scaling_section_fits_seeds_at_the_headline_target():
 def test_baseline_seeds_enter_the_steps_fit_once_when_there_is_no_target_technique():
   """With ``target_technique = ''`` (e.g. the ImageNet ladder), the baseline is among the target trials already;
   adding it again listed each baseline seed twice in S(B), doubling its weight in the fit and the bootstrap."""
-  from lamb_lars.study.analysis import report, report_replicates
+  from lamb_lars.study.report import report, report_replicates
   from lamb_lars.study.records import Target
 
   def run(rid, b, hit, seed, role, phase, of=""):

@@ -6,10 +6,12 @@ import csv
 import dataclasses
 
 import numpy as np
+import pytest
 
-from lamb_lars.study.running import csv_tables, store as st
-from lamb_lars.study.running import manifest as manifest_lib
-from lamb_lars.study.analysis import report
+from lamb_lars.study.publishing import csv_tables
+from lamb_lars.study.publishing import manifest as manifest_lib
+from lamb_lars.study.running import store as st
+from lamb_lars.study.report import report
 from lamb_lars.study.records import Target
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -60,7 +62,8 @@ def _store(tmp_path):
   return con
 
 
-SPEC = report.ReportSpec(title="T", workload="mnist_lenet", target=Target("eval_accuracy", 0.99, "max"),
+SPEC = report.ReportSpec(title="T", workload="mnist_lenet", reference="lamb_lars.proj.you2020.reference",
+                         target=Target("eval_accuracy", 0.99, "max"),
                          baseline_epochs=30.0, num_train=N, techniques=("tuned", "lars"),
                          target_technique="tuned", table3_batch=8192)
 
@@ -229,7 +232,7 @@ def _t(rid, test, val=None, *, batch=256, replicate_of="", seed=0, optimizer="mo
 def test_accuracy_tables_choose_on_validation_and_report_the_replicates(tmp_path):
   """The trial standing for an optimizer at a batch is chosen on validation and reported as its replicates' mean,
   not the best of k on test (biased upward); a group without a validation metric falls back, marked †."""
-  from lamb_lars.study.analysis import report_curves
+  from lamb_lars.study.report import report_curves
   a, b = _t("a", 0.985, 0.990), _t("b", 0.995, 0.980)          # a wins on validation, b on test
   reps = [_t(f"a-seed{s}", acc, 0.99, replicate_of="a", seed=s) for s, acc in ((1, 0.986), (2, 0.988), (3, 0.990))]
   got, value, on_validation = report_curves.representative([a, b] + reps, "validation")
@@ -249,6 +252,29 @@ def test_accuracy_tables_choose_on_validation_and_report_the_replicates(tmp_path
 def test_a_manifest_from_before_select_on_keeps_the_test_rule():
   spec = manifest_lib.spec_from_json({"title": "old"})
   assert spec.select_on == "test" and report.ReportSpec().select_on == "validation"
+
+
+def test_a_manifest_from_before_reference_takes_the_paper_it_was_reported_with():
+  """Every manifest written before ``report_spec.reference`` existed compared with You et al. 2020 (the analysis
+  section's default); one that names its reference keeps it, '' included (no published numbers)."""
+  assert manifest_lib.spec_from_json({"title": "old"}).reference == "lamb_lars.proj.you2020.reference"
+  assert manifest_lib.spec_from_json({"title": "new", "reference": ""}).reference == ""
+  assert report.ReportSpec().reference == ""
+
+
+def test_the_report_takes_the_papers_numbers_and_table3_from_the_reference_only(tmp_path):
+  """Without a reference, the same trials give no paper column and no Table 3 section (the generic report imports no
+  paper); a reference that cannot be imported is one sentence."""
+  csv_tables.export_csvs(_store(tmp_path), "mnist", str(tmp_path / "csv"))
+  trials = csv_tables.load_csvs(str(tmp_path / "csv"))
+  with_ref = open(report.write_report(trials, str(tmp_path / "a"), SPEC, figures=False)).read()
+  without = open(report.write_report(trials, str(tmp_path / "b"), dataclasses.replace(SPEC, reference=""),
+                                     figures=False)).read()
+  assert "## Table 3" in with_ref and "## Table 3" not in without
+  assert "## Huge-batch results" in with_ref and "## Huge-batch results" not in without
+  with pytest.raises(ValueError, match="cannot be imported"):
+    report.write_report(trials, str(tmp_path / "c"), dataclasses.replace(SPEC, reference="no_such.module"),
+                        figures=False)
 
 
 def test_seeds_not_yet_run_are_not_counted_as_failures(tmp_path):

@@ -1,4 +1,4 @@
-"""The Table 3 republish config (configs/studies/mnist_table3.py:republish): one study holding both rounds' LR
+"""The Table 3 republish config (lamb_lars/configs/studies/mnist_table3.py:republish): one study holding both rounds' LR
 ranges, LARS with warmup + polynomial decay (You et al. 2020), every trial valid before compiling."""
 from __future__ import annotations
 

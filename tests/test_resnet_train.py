@@ -1,7 +1,7 @@
 """The recipes' code path through the real trainer on 8 fake CPU devices (tests/conftest.py).
 
-* a tiny ResNet (configs/smoke_resnet18.py: ResNet-18, CIFAR stem, 8×8 synthetic images) with BN statistics pooled
-  over pairs of devices lowers its training loss;
+* a tiny ResNet (lamb_lars/configs/smoke_resnet18.py: ResNet-18, CIFAR stem, 8×8 synthetic images) with BN statistics
+  pooled over pairs of devices lowers its training loss;
 * CIFAR-10 from ``tfds.testing.mock_data``, whose 72-example eval split does not divide the eval batch of 16: every
   example is evaluated exactly once, with the same result as one unpadded batch of 72;
 * gradient accumulation (``num_microbatches=2``) runs through the trainer and equals the one-pass step whose ghost
@@ -171,8 +171,8 @@ RECIPES = {
 
 
 def _parse(name, arg):
-  """Like ``train.py --config=configs/NAME.py[:ARG]``: config_flags with a locked config."""
-  argv = ["prog", f"--config={os.path.join(ROOT, 'configs', name + '.py')}" + (f":{arg}" if arg else "")]
+  """Like ``train.py --config=lamb_lars/configs/NAME.py[:ARG]``: config_flags with a locked config."""
+  argv = ["prog", f"--config={os.path.join(ROOT, 'lamb_lars', 'configs', name + '.py')}" + (f":{arg}" if arg else "")]
   fv = flags.FlagValues()
   config_flags.DEFINE_config_file("config", None, flag_values=fv, lock_config=True, sys_argv=argv)
   fv(argv)

@@ -124,7 +124,7 @@ def test_a_real_kill_between_misaligned_periods_resumes_bit_exactly(tmp_path):
   """train.py killed by SIGKILL after its row at step 20 (checkpoints every 15, evaluation every 10), then re-run:
   metrics.jsonl and result.json equal an uninterrupted run's."""
   args = cli(num_train_steps=40, eval_every_steps=10, checkpoint_every_steps=15)
-  base = ["--config=configs/mnist_lenet.py", *args]
+  base = ["--config=lamb_lars/configs/mnist_lenet.py", *args]
   ref_dir, run_dir = tmp_path / "ref", tmp_path / "run"
   subprocess.run([sys.executable, "train.py", f"--workdir={ref_dir}", *base], cwd=REPO, env=ENV, check=True,
                  capture_output=True, timeout=300)
@@ -179,7 +179,7 @@ def test_without_config_json_another_batch_size_is_refused_by_the_checkpoint(ref
     resume(run, batch_size=16)
   msg = str(e.value)
   assert "checkpoints of a run started with a different config (batch_size)" in msg and "\n" not in msg
-  out = subprocess.run([sys.executable, "train.py", "--config=configs/mnist_lenet.py", f"--workdir={run}",
+  out = subprocess.run([sys.executable, "train.py", "--config=lamb_lars/configs/mnist_lenet.py", f"--workdir={run}",
                         *cli(num_train_steps=14, eval_every_steps=4, checkpoint_every_steps=6, batch_size=16)],
                        cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
   last = out.stderr.strip().splitlines()[-1]

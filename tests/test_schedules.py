@@ -137,8 +137,8 @@ def test_schedules_are_jit_safe_and_follow_x64():
 
 
 def test_create_schedule_keeps_no_defaults_of_its_own():
-  """configs/optimizer.py is the one source of the schedule's defaults: its default decay (cosine) is the schedule's,
-  and a config without a key is an error, not a silent second default (the old code decayed 'constant')."""
+  """lamb_lars/configs/optimizer.py is the one source of the schedule's defaults: its default decay (cosine) is the
+  schedule's, and a config without a key is an error, not a silent second default (the old code decayed 'constant')."""
   defaults = _cfg()
   assert defaults.decay == "cosine"
   sched = S.create_schedule(defaults, PEAK, total_steps=100, num_train=2560, batch_size=256)

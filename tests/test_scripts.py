@@ -23,8 +23,8 @@ def test_paper_studies_script_creates_its_log_folder(tmp_path):
   while "both studies and reports done" not in (log := (studies / "paper_studies.log").read_text()):
     assert time.time() < deadline, log
     time.sleep(0.1)
-  assert "start" in log and "--config=configs/studies/mnist_table3.py:republish" in log and "report" in log
-  assert "--config=configs/studies/mnist_batch_ladder.py:republish" in log
+  assert "start" in log and "--config=lamb_lars/configs/studies/mnist_table3.py:republish" in log and "report" in log
+  assert "--config=lamb_lars/configs/studies/mnist_batch_ladder.py:republish" in log
   assert "--out=docs/studies/mnist_table3_replicated" in log
   assert "--out=docs/studies/mnist_batch_ladder_replicated" in log
   assert "both studies and reports done" in log

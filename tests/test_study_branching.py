@@ -16,12 +16,13 @@ import pytest
 
 from lamb_lars.configs import default
 from lamb_lars.configs.studies import mnist_branching, smoke
-from lamb_lars.study.analysis import report_branching
-from lamb_lars.study.running import branches, csv_tables, provenance, publish, store as st
+from lamb_lars.study.publishing import csv_tables, provenance, publish
+from lamb_lars.study.report import report_branching
+from lamb_lars.study.running import branches, store as st
 from lamb_lars.study.running import workdir as wd
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SMOKE = "configs/studies/mnist_branching.py:smoke"
+SMOKE = "lamb_lars/configs/studies/mnist_branching.py:smoke"
 HAS_INIT_FROM = "init_from_dir" in default.get_config()   # the trainer side of issue 26
 
 

@@ -192,7 +192,7 @@ def test_second_run_does_nothing_and_more_seeds_run_only_the_new_ones(finished, 
 @pytest.mark.e2e
 def test_runs_csv_has_seed_phase_and_replicate_columns(finished, tmp_path):
   import csv
-  from lamb_lars.study.running import csv_tables
+  from lamb_lars.study.publishing import csv_tables
   workdir = finished[0]
   con = st.open_store(wd.store_path(workdir))
   trials = {t.run_id: t for t in st.trials(con)}
@@ -210,7 +210,7 @@ def test_runs_csv_has_seed_phase_and_replicate_columns(finished, tmp_path):
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_report_shows_search_adequacy_and_replicates(finished, tmp_path):
-  from lamb_lars.study.running import publish
+  from lamb_lars.study.publishing import publish
   workdir = finished[0]
   readme = publish.publish(workdir, str(tmp_path / "report"))
   text = open(readme, encoding="utf-8").read()
@@ -360,3 +360,63 @@ def test_an_end_recorded_for_another_chosen_trial_is_decided_again(tmp_path):
     out += sorted((t.run_id, t.status) for t in st.trials(con))
     con.close()
   assert got == want
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_refinement_tries_the_chosen_lrs_neighbours_within_the_factor(tmp_path):
+  """With ``search.refine_factor`` = 1.5, the cell ends with tried LRs within ×1.5 on both sides of the chosen one
+  (checked from the store's LRs, not from the runner's own record), the refinement trials are never pruned, and a
+  second run adds nothing."""
+  c = _study(num_seeds=1)
+  c.sweeps = (dict(name="tuned", role="technique", technique="tuned", fixed={"batch_size": 64},
+                   search={"optimizer.learning_rate": ("log", 0.005, 0.5)}, num_trials=4, seed=3),)
+  c.search.min_full_budget = 2
+  c.search.refine_factor = 1.5
+  c.search.max_refinements = 4
+  _run(c, str(tmp_path))
+  con = st.open_store(wd.store_path(str(tmp_path)))
+  plan = st.plan(con)
+  trials = st.trials(con)
+  con.close()
+  refines = [p for p in plan if p["kind"] == "refine"]
+  assert refines and [p["key"] for p in refines] == [str(k + 1) for k in range(len(refines))]
+  ref_trials = [t for t in trials if t.phase.startswith("refine")]
+  assert ref_trials and all(t.status == "done" and t.ran_full_budget for t in ref_trials)
+  chosen_id = next(p["detail"]["chosen"] for p in plan if p["kind"] == "replicate")
+  chosen_lr = next(t.params["learning_rate"] for t in trials if t.run_id == chosen_id)
+  lrs = sorted(t.params["learning_rate"] for t in trials if t.phase != "replicate" and t.status != "failed")
+  below = max(x for x in lrs if x < chosen_lr * (1 - 1e-9))
+  above = min(x for x in lrs if x > chosen_lr * (1 + 1e-9))
+  assert chosen_lr / below <= 1.5 + 1e-9 and above / chosen_lr <= 1.5 + 1e-9, (below, chosen_lr, above, lrs)
+  # The refinement points are η/1.5 or η·1.5 of the trial chosen when each was decided.
+  by_id = {t.run_id: t for t in trials}
+  for p in refines:
+    lr = by_id[p["detail"]["chosen"]].params["learning_rate"]
+    got = sorted(x["optimizer.learning_rate"] / lr for x in p["detail"]["points"])
+    assert all(min(abs(g - 1 / 1.5), abs(g - 1.5)) < 1e-9 for g in got), got
+  ex, _ = _run(c, str(tmp_path))
+  assert ex.submitted == []
+  # the report's adequacy table shows the neighbours' ratios (only in a study with refinement)
+  from lamb_lars.study.publishing import publish
+  text = open(publish.publish(str(tmp_path), str(tmp_path / "report")), encoding="utf-8").read()
+  adequacy = text[text.index("## Search adequacy"):text.index("## Replicates")]
+  assert "nearest tried LR below / above" in adequacy
+  row = next(ln for ln in adequacy.splitlines() if ln.startswith("| tuned |"))
+  assert f"×{chosen_lr / below:.2f} / ×{above / chosen_lr:.2f}" in row
+
+
+@pytest.mark.parametrize("factor, rounds", [(1.0, 2), (1.5, 0), (0.0, 3), (2.0, -1)])
+def test_bad_refinement_settings_are_one_sentence(factor, rounds):
+  c = _study()
+  c.search.refine_factor = factor
+  c.search.max_refinements = rounds
+  with pytest.raises(ValueError, match="study.search: refine_factor"):
+    runner.checked_settings(c)
+
+
+def test_neighbours_are_the_nearest_tried_lrs_on_each_side():
+  from lamb_lars.study.analysis import search_adequacy
+  assert search_adequacy.neighbours(0.1, [0.01, 0.08, 0.1, 0.2, 0.3]) == pytest.approx((1.25, 2.0))
+  assert search_adequacy.neighbours(0.1, [0.1, 0.2]) == (None, pytest.approx(2.0))
+  assert search_adequacy.neighbours(0.1, []) == (None, None)

@@ -198,7 +198,7 @@ def test_study_survives_sigkill_of_a_trial_and_of_the_runner(tmp_path):
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_cli_bad_study_config_is_one_sentence(tmp_path):
-  base = [sys.executable, "-m", "lamb_lars.study", "run", "--config=configs/studies/smoke.py",
+  base = [sys.executable, "-m", "lamb_lars.study", "run", "--config=lamb_lars/configs/studies/smoke.py",
           f"--workdir={tmp_path / 'w'}"]
   out = subprocess.run(base + ["--dry_run", "--config.base.num_epochs=2"], cwd=REPO, capture_output=True,
                        text=True, timeout=120)
@@ -220,7 +220,8 @@ def test_study_configs_expand_and_every_trial_validates(name):
   """Every ready-made study expands, and each trial passes the library's checks before compiling."""
   from lamb_lars.optim import optimizer_config
   from lamb_lars.train import run_plan
-  spec = importlib.util.spec_from_file_location("study_cfg", os.path.join(REPO, "configs", "studies", name))
+  spec = importlib.util.spec_from_file_location("study_cfg",
+                                                os.path.join(REPO, "lamb_lars", "configs", "studies", name))
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   study = module.get_config()
@@ -235,8 +236,8 @@ def test_study_configs_expand_and_every_trial_validates(name):
 
 
 def test_runner_settings_have_one_source_the_study_config(monkeypatch):
-  """A study that leaves out a settings section gets configs/studies/common.py's: the runner code keeps no defaults
-  of its own (it once said 1 worker where the study configs said 2)."""
+  """A study that leaves out a settings section gets lamb_lars/configs/studies/common.py's: the runner code keeps no
+  defaults of its own (it once said 1 worker where the study configs said 2)."""
   from lamb_lars.configs.studies import common
   study = smoke.get_config()
   with study.unlocked():

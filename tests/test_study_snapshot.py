@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
+from lamb_lars.common import code_state
 from lamb_lars.study.running import snapshot as snap
-from lamb_lars.study.running import code_state
 from lamb_lars.study.running import store as st
 from lamb_lars.study.running import workdir as wd
 from test_study_runner import REPO, TINY_STUDY, _midway_run, _wait_for

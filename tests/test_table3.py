@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 
 from lamb_lars.study.records import Trial, chance_threshold, normalise_variant
-from lamb_lars.study.analysis.table3 import batch_label, build_table3, cell, render_markdown, trial_verdict
+from lamb_lars.proj.you2020.table3 import (batch_label, build_table3, cell, render_markdown,
+                                           table3_replicates_section, trial_verdict)
 
 
 def _t(rid, accs, *, opt="momentum", variant="original", b=8192, status="done", loss=0.05, stopped=None,
@@ -114,14 +115,13 @@ def test_cell_chooses_on_validation_not_test_and_reports_its_replicates():
 def test_the_verdicts_against_the_paper_include_the_b0_cells_of_a_study_without_a_baseline_trial():
   """A Table 3 study (no 'baseline' role) still compares its batch-256 cells with the paper, as its Table 3
   section shows them: the paper's B0 (You et al. 2020 Table 2, MNIST: 256) stands in for the missing baseline."""
-  from lamb_lars.study.analysis import report_replicates
 
   def reps(prefix, b, accs, opt="momentum"):
     chosen = Trial(**{**_tv(prefix, accs[0], 0.99, b=b, opt=opt).__dict__, "space": {"lr": ["log", 0.1, 10.0]}})
     return [chosen] + [Trial(**{**_tv(f"{prefix}-seed{s}", a, 0.99, b=b, opt=opt).__dict__, "phase": "replicate",
                                 "replicate_of": prefix, "seed": s}) for s, a in enumerate(accs, 1)]
   trials = reps("bs256", 256, [0.992, 0.993, 0.991]) + reps("b8k", 8192, [0.95, 0.96, 0.955])
-  lines = report_replicates.table3_section(trials, 8192, None, 10, "mnist_lenet")
+  lines = table3_replicates_section(trials, 8192, None, 10, "mnist_lenet")
   rows = [ln for ln in lines if ln.startswith("| momentum |")]
   # the t interval of 99.2/99.3/99.1: 99.2 ± 4.303·0.1/√3 = [98.95, 99.45], inside 99.2 ± 0.3 (paper 99.2 at B0)
   b0 = next(r for r in rows if "| bs 256 |" in r)
@@ -133,7 +133,7 @@ def test_a_cell_with_fixed_settings_counts_its_first_run_as_a_seed():
   """A cell of one trial drawn from no search space (e.g. a recipe pinned by the authors' log) selected nothing, so
   its first run is an unbiased seed: the accuracy and its interval pool it with the replicates, and every seed's
   verdict counts. A searched cell (a space, or several trials) keeps its chosen trial out."""
-  from lamb_lars.study.analysis import report_replicates
+  from lamb_lars.study.report import report_replicates
 
   def seed(rid, acc, s, of=""):
     t = _tv(rid, acc, acc, opt="lars")

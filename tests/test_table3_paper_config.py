@@ -1,9 +1,10 @@
-"""configs/studies/mnist_table3_paper.py: the faithful Table 3 expands (18 searched cells), and its CPU part runs
-the authors' logged LARS 8K configuration (configs/paper/lars_b8192.py) and linearly scaled momentum."""
+"""lamb_lars/proj/you2020/configs/mnist_table3_paper.py: the faithful Table 3 expands (18 searched cells), and its CPU
+part runs the authors' logged LARS 8K configuration (lamb_lars/proj/you2020/configs/lars_b8192.py) and linearly scaled
+momentum."""
 import pytest
 
-from lamb_lars.configs.paper import lars_b8192, momentum_b1024
-from lamb_lars.configs.studies import mnist_table3_paper as t3p
+from lamb_lars.proj.you2020.configs import lars_b8192, momentum_b1024
+from lamb_lars.proj.you2020.configs import mnist_table3_paper as t3p
 from lamb_lars.study.running import sweep
 
 

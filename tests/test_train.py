@@ -143,7 +143,7 @@ def test_pmap_path_equals_jit_path(data_dir, tmp_path):
 
 
 def _cmd(workdir):
-  return [sys.executable, "train.py", "--config=configs/mnist_lenet.py", f"--workdir={workdir}",
+  return [sys.executable, "train.py", "--config=lamb_lars/configs/mnist_lenet.py", f"--workdir={workdir}",
           f"--config.data_dir={DATA_DIR}", "--config.batch_size=256", "--config.num_train_steps=40",
           "--config.eval_every_steps=10", "--config.checkpoint_every_steps=10", "--config.num_devices=2",
           "--config.steps_per_call=1", "--config.eval_batch_size=5000", "--config.progress=False",

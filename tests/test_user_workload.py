@@ -266,7 +266,7 @@ def test_bad_workload_inside_a_study_is_refused_before_any_trial(workload_dir, o
 
 def test_train_py_exits_2_with_one_sentence(workload_dir, tmp_path):
   env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, str(workload_dir)])}
-  proc = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), "--config=configs/default.py",
+  proc = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), "--config=lamb_lars/configs/default.py",
                          f"--workdir={tmp_path / 'run'}", f"--config.model={MODULE}:Net",
                          f"--config.dataset={MODULE}:load_labels_too_big", "--config.num_classes=3"],
                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -358,7 +358,8 @@ def test_manifest_records_the_workload_hash_and_verify_sees_a_change(workload_di
   """publish records sha256 of the user module beside our commit; verify fails once the module's source changes."""
   import hashlib
   import ml_collections
-  from lamb_lars.study.running import provenance, publish, store as st
+  from lamb_lars.study.publishing import provenance, publish
+  from lamb_lars.study.running import store as st
   from lamb_lars.study.running import workdir as wd
   path = workload_dir / f"{MODULE}.py"
   work = str(tmp_path / "work")

@@ -1,6 +1,7 @@
-"""The text of ``python train.py --help``: how to run, the run configs in ``configs/`` (each with the first line of
-its docstring), and the most-used keys with their defaults and comments, read from ``configs/default.py`` and
-``configs/optimizer.py`` themselves (the configs stay the one place that defines a default)."""
+"""The text of ``python train.py --help``: how to run, the run configs in ``lamb_lars/configs/`` (each with the first
+line of its docstring), and the most-used keys with their defaults and comments, read from
+``lamb_lars/configs/default.py`` and ``lamb_lars/configs/optimizer.py`` themselves (the configs stay the one place that
+defines a default)."""
 from __future__ import annotations
 
 import ast
@@ -35,30 +36,35 @@ def first_doc_line(path: str) -> str:
 
 
 def _configs_dir() -> str:
-  """The repo's ``configs/`` (the package ``lamb_lars.configs``), wherever lamb_lars is imported from."""
+  """The repo's ``lamb_lars/configs/`` (the package ``lamb_lars.configs``), wherever lamb_lars is imported from."""
   from lamb_lars import configs
   return os.path.dirname(configs.__file__)
 
 
 def run_configs() -> list[tuple[str, str]]:
-  """``(configs/NAME.py, first docstring line)`` of every run config: a ``configs/*.py`` whose ``get_config()``
-  has a ``model``, and of ``configs/paper/*.py`` (``configs/optimizer.py`` is a subtree, ``configs/studies/`` are
-  study configs)."""
+  """``(lamb_lars/configs/NAME.py, first docstring line)`` of every run config: a ``lamb_lars/configs/*.py`` whose
+  ``get_config()`` has a ``model``, and the same in every paper project's ``lamb_lars/proj/<name>/configs/``, found on
+  disk (``lamb_lars/configs/optimizer.py`` is a subtree, ``studies/`` and a project's study configs are study
+  configs)."""
+  package = os.path.dirname(_configs_dir())  # lamb_lars/
+  proj = os.path.join(package, "proj")
+  folders = [_configs_dir()] + sorted(os.path.join(proj, p, "configs") for p in
+                                      (os.listdir(proj) if os.path.isdir(proj) else ()))
   out = []
-  for sub in ("", "paper"):  # configs/paper/: the authors' MNIST recipes
-    folder = os.path.join(_configs_dir(), sub)
+  for folder in folders:
+    rel = os.path.relpath(folder, os.path.dirname(package))  # lamb_lars/configs, lamb_lars/proj/you2020/configs
     for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
       if not name.endswith(".py") or name.startswith("_"):
         continue
-      module = importlib.import_module(".".join(p for p in ("lamb_lars.configs", sub, name[:-3]) if p))
+      module = importlib.import_module(rel.replace(os.sep, ".") + "." + name[:-3])
       if "model" in getattr(module, "get_config", dict)():
-        out.append(("/".join(p for p in ("configs", sub, name) if p), first_doc_line(os.path.join(folder, name))))
+        out.append((f"{rel}/{name}", first_doc_line(os.path.join(folder, name))))
   return out
 
 
 def key_comments() -> dict[str, str]:
-  """``{dotted key: its end-of-line comment}`` from configs/default.py and configs/optimizer.py; a comment continued
-  on the next lines (a line holding only a comment) is joined, so no help line stops mid-comment."""
+  """``{dotted key: its end-of-line comment}`` from lamb_lars/configs/default.py and lamb_lars/configs/optimizer.py; a
+  comment continued on the next lines (a line holding only a comment) is joined, so no help line stops mid-comment."""
   out, last = {}, None
   for name in ("default.py", "optimizer.py"):
     with open(os.path.join(_configs_dir(), name), encoding="utf-8") as f:
@@ -85,13 +91,13 @@ def usage() -> str:
   from lamb_lars.configs import default
   config, comments = default.get_config(), key_comments()
   lines = ["Train and evaluate one config (resumes from the newest checkpoint in --workdir).", "",
-           "  python train.py --config=configs/mnist_lenet.py --workdir=runs/mnist \\",
+           "  python train.py --config=lamb_lars/configs/mnist_lenet.py --workdir=runs/mnist \\",
            "      --config.batch_size=8192 --config.optimizer.name=lamb", "", "Configs:"]
   configs = run_configs()
   width = max(len(p) for p, _ in configs)
   lines += [f"  {p:<{width}}  {doc}" for p, doc in configs]
-  lines += ["", "Most-used keys (--config.KEY=VALUE; default; every key with its comment: configs/default.py, "
-            "configs/optimizer.py):"]
+  lines += ["", "Most-used keys (--config.KEY=VALUE; default; every key with its comment: "
+            "lamb_lars/configs/default.py, lamb_lars/configs/optimizer.py):"]
   items = [(f"{k}={_value(config, k)!r}", _WHAT.get(k) or comments.get(k, "")) for k in MAIN_KEYS]
   width = max(len(a) for a, _ in items)
   lines += [f"  {a:<{width}}  {c}".rstrip() for a, c in items]

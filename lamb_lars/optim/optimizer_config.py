@@ -3,7 +3,7 @@
 One downward path: the config is validated (:func:`validate_config`, one sentence per bad key), its trust-ratio keys
 become one :class:`~lamb_lars.optim.trust_ratio.TrustRatio` (:func:`trust_from_config`), and that value goes to the
 alias in :mod:`lamb_lars.optim.optimizers` that the config names. The keys and their defaults are
-``configs/optimizer.py``.
+``lamb_lars/configs/optimizer.py``.
 """
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ def _check_pair(cfg: Any, key: str) -> None:
 
 def learning_rate(cfg: Any) -> Any:
   """The peak LR at ``base_batch_size``: ``cfg.learning_rate``, or when it is None the optimizer's own default
-  ``cfg.default_learning_rate[cfg.name]`` (``configs/optimizer.py``), so a changed ``name`` brings its own LR."""
+  ``cfg.default_learning_rate[cfg.name]`` (``lamb_lars/configs/optimizer.py``), so a changed ``name`` brings its own
+  LR."""
   if cfg["learning_rate"] is not None:
     return cfg["learning_rate"]
   table = cfg.get("default_learning_rate") or {}

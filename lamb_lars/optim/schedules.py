@@ -171,9 +171,9 @@ def _decay(cfg: Any, peak: float, warmup_steps: int, kw: dict[str, int]) -> opta
 def create_schedule(cfg: Any, peak: float, *, total_steps: int, num_train: int, batch_size: int) -> optax.Schedule:
   """The schedule described by ``cfg`` (the ``config.optimizer.schedule`` subtree) with peak LR ``peak``.
 
-  Every key is read from ``cfg``, whose defaults are ``configs/optimizer.py`` (there are none here). Every duration
-  (``warmup_*``, ``cycle_*``, ``step_boundaries_epochs``) goes through :mod:`lamb_lars.common.durations` (epochs are
-  N/B steps, rounded up); step boundaries count from step 0, warmup included.
+  Every key is read from ``cfg``, whose defaults are ``lamb_lars/configs/optimizer.py`` (there are none here). Every
+  duration (``warmup_*``, ``cycle_*``, ``step_boundaries_epochs``) goes through :mod:`lamb_lars.common.durations`
+  (epochs are N/B steps, rounded up); step boundaries count from step 0, warmup included.
   """
   kw = dict(num_train=num_train, batch_size=batch_size, total_steps=total_steps)
   if cfg.decay == "tf_poly":

@@ -1,9 +1,9 @@
 """Command line of the batch-size studies.
 
-  python -m lamb_lars.study run --config=configs/studies/mnist_table3.py --workdir=/tmp/studies/table3 \
+  python -m lamb_lars.study run --config=lamb_lars/configs/studies/mnist_table3.py --workdir=/tmp/studies/table3 \
       [--num_workers=2] [--executor=local|ray] [--ray_address=auto|HOST:PORT] [--dry_run]
-  python -m lamb_lars.study branch --config=configs/studies/mnist_branching.py --workdir=/tmp/studies/branching \
-      [--num_workers=2] [--executor=local|ray] [--ray_address=auto|HOST:PORT]
+  python -m lamb_lars.study branch --config=lamb_lars/configs/studies/mnist_branching.py \
+      --workdir=/tmp/studies/branching [--num_workers=2] [--executor=local|ray] [--ray_address=auto|HOST:PORT]
   python -m lamb_lars.study report --workdir=/tmp/studies/table3 [--out=docs/studies/mnist_table3_replicated]
   python -m lamb_lars.study verify docs/studies/mnist_table3_replicated [DIR ...]
   python -m lamb_lars.study rereport docs/studies/mnist_table3_replicated [DIR ...]
@@ -23,7 +23,7 @@ The study config is locked: a misspelled ``--config.`` override is an error. Eve
 the validator ``train.py`` uses) before any trial runs; a mistake is one sentence and exit status 2
 (``--verbose`` shows the traceback). ``run`` exits 1 when trials failed, listing each failure's line.
 ``run`` and ``branch`` refuse to start a study whose config file has uncommitted changes (``--allow_dirty``
-overrides); the commit that last changed it is recorded as its pre-registration (running/preregistration.py).
+overrides); the commit that last changed it is recorded as its pre-registration (publishing/preregistration.py).
 ``status`` prints where the study stands (trials done/pruned/diverged/failed/running/pending, a rough ETA, the
 running trials' epochs), read from the store; ``run`` prints the same every minute.
 ``snapshot`` copies what the study needs to be resumed elsewhere (the store, its config and commands, each trial's
@@ -45,7 +45,8 @@ def _raise_interrupt(signum, frame):  # SIGTERM → KeyboardInterrupt: the runne
 def _define_flags():
   from absl import flags
   from ml_collections import config_flags
-  config_flags.DEFINE_config_file("config", None, "Study config file (configs/studies/*.py).", lock_config=True)
+  config_flags.DEFINE_config_file("config", None, "Study config file (lamb_lars/configs/studies/*.py).",
+                                  lock_config=True)
   flags.DEFINE_string("workdir", None, "Study directory: study.sqlite, study_config.json, runs/<run_id>/.")
   flags.DEFINE_string("out", None, "report: output directory (default <workdir>/report); snapshot: the snapshot's "
                       "folder (required).")
@@ -84,7 +85,7 @@ def _run(FLAGS, command: str) -> None:  # noqa: N803
 
   from lamb_lars.common import cli_errors
   if not FLAGS["config"].present:
-    raise app.UsageError(f"{command} needs --config=configs/studies/<study>.py")
+    raise app.UsageError(f"{command} needs --config=lamb_lars/configs/studies/<study>.py")
   study = cli_errors.load_config(lambda: FLAGS.config, FLAGS["config"].config_filename)
   from lamb_lars.study.running import branches, runner, sweep
   if branches.is_branching(study) != (command == "branch"):
@@ -98,7 +99,7 @@ def _run(FLAGS, command: str) -> None:  # noqa: N803
     for t in sweep.expand(study):
       print(t.run_id, t.role, t.technique or "-", dict(t.overrides))
     return
-  from lamb_lars.study.running import preregistration
+  from lamb_lars.study.publishing import preregistration
   if preregistration.load(FLAGS.workdir) is None:  # a new study: its trials checked first, so a mistake writes nothing
     if command == "branch":
       branches.prepare(study)
@@ -122,11 +123,11 @@ def _run(FLAGS, command: str) -> None:  # noqa: N803
 
 def main() -> None:
   if sys.argv[1:2] == ["verify"]:  # folders; --workdir=DIR (the form every other subcommand takes) is one of them
-    from lamb_lars.study.running import provenance
+    from lamb_lars.study.publishing import provenance
     sys.exit(provenance.main([a.split("=", 1)[1] if a.startswith("--workdir=") else a for a in sys.argv[2:]
                               if a != "--workdir"]))
   if sys.argv[1:2] == ["rereport"]:
-    from lamb_lars.study.running import provenance
+    from lamb_lars.study.publishing import provenance
     sys.exit(provenance.rereport_main(sys.argv[2:]))
   from absl import app
 
@@ -152,7 +153,7 @@ def main() -> None:
             f"{k} {v}" for k, v in record["trials"].items()) + f"; code {record['code']['commit']}"
             + (" (dirty)" if record["code"]["dirty"] else ""))
       elif argv[1] == "report":
-        from lamb_lars.study.running.publish import publish
+        from lamb_lars.study.publishing.publish import publish
         print(publish(FLAGS.workdir, FLAGS.out, command=_command()))
       else:
         _run(FLAGS, argv[1])

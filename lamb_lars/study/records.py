@@ -121,7 +121,7 @@ class Target:
   """The goal of steps-to-target (Shallue et al. 2018): ``metric`` meets ``goal`` (≥ for 'max', ≤ for 'min')."""
   metric: str
   goal: float
-  mode: str   # 'max' | 'min'; the study's analysis section gives all three (configs/studies/common.py)
+  mode: str   # 'max' | 'min'; the study's analysis section gives all three (lamb_lars/configs/studies/common.py)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -152,7 +152,7 @@ def config_hparams(config: Any, keys: tuple[str, ...] = HPARAM_KEYS) -> dict[str
         break
     if ok:
       out[key] = _hparam_value(node)
-  if out.get("optimizer.learning_rate") == "null":  # the optimizer's default LR (configs/optimizer.py)
+  if out.get("optimizer.learning_rate") == "null":  # the optimizer's default LR (lamb_lars/configs/optimizer.py)
     from lamb_lars.optim import optimizer_config
     out["optimizer.learning_rate"] = optimizer_config.learning_rate(config["optimizer"])
   return out

@@ -1,6 +1,7 @@
-"""The cross-setting answer of the critical-batch-axes study (issue 42; configs/studies/critical_batch_axes.py):
-B_crit with its bootstrap interval per setting, CBS(t) brackets at the pre-registered ε with an ε-sensitivity
-table, B_simple at the branch points, and one figure: B_crit against dataset size and against model size.
+"""The cross-setting answer of the critical-batch-axes study (issue 42;
+lamb_lars/configs/studies/critical_batch_axes.py): B_crit with its bootstrap interval per setting, CBS(t) brackets at
+the pre-registered ε with an ε-sensitivity table, B_simple at the branch points, and one figure: B_crit against dataset
+size and against model size.
 
 Input: a root folder holding one published folder per study part (``study report --out=<root>/<part>``):
 ``<root>/<setting>`` (steps to target: runs.csv, evals.csv) and ``<root>/branch-<setting>`` (branching). A part
@@ -14,9 +15,14 @@ that is missing or has no replicated cells yet is reported as not run; nothing i
 * CBS(t): branching.trajectory on each branch's final validation loss, at the config's ε (relative) and at each
   ε of ``EPSILON_SENSITIVITY``.
 * B_simple: the baseline run's ``noise_scale`` at the first evaluation at or after each branch point.
+* The claims (``claims_section``): Golmant et al. 2018 and Zhang et al. 2024 judged agrees / differs /
+  inconclusive from bootstrap intervals of the slopes of log B_crit along each axis and of the difference of the
+  axes' log spreads (``axis_statistics``, ``verdicts``), under two readings of "data size": as run (the same
+  examples at every N) and fixed epochs (the points re-censored at 60 passes over each N, ``fixed_epoch_points``).
 
 Command: ``python -m lamb_lars.study.analysis.axes <root> [--out=<dir>]`` writes ``axes.md`` and
-``critical_batch_axes.png`` (default: into <root>).
+``critical_batch_axes.png`` (default: into <root>); ``... <root> --check`` recomputes ``axes.md`` from the parts'
+CSVs and exits 1 naming each line that differs (a hand-edited number, or a part republished since).
 """
 from __future__ import annotations
 
@@ -27,6 +33,8 @@ import math
 import os
 import sys
 from typing import Mapping, Optional, Sequence
+
+import numpy as np
 
 from lamb_lars.configs.studies import critical_batch_axes as cba
 from lamb_lars.study.analysis import branching as branching_lib
@@ -169,6 +177,242 @@ def axis_spread(results: Sequence[SettingResult], axis: str) -> str:
   return f"{axis} axis: B_crit spans {max(est) / min(est):.2f}× over {len(rs)} settings; {verdict}."
 
 
+# ---- the two claims, from the intervals ----
+# The verdict rule (written into the code before any cross-setting result was computed; the per-part studies were
+# running): every statistic is computed per bootstrap resample, each setting's seeds resampled per batch
+# independently of the other settings (the settings share no trial), and the verdict reads its 95% percentile
+# interval (nearest rank, as scaling_fit): an interval wholly on one side of 0 decides, one that straddles 0 is
+# inconclusive. A resample where a setting has no fit is dropped (counted); a statistic that is not finite in more
+# than ``MAX_UNBOUNDED`` of the kept resamples (a B_crit of ∞: perfect scaling up to the largest batch) is
+# undecided, whatever its interval.
+LEVEL = 0.95
+MAX_UNBOUNDED = 0.025
+LENET_WIDTHS = ("lenet5_w0.5", "lenet5", "lenet5_w2")   # model size within one family (Zhang et al.'s reading)
+FIXED_EPOCHS = cba.LIMIT_EXAMPLES / cba.FULL           # the fixed-epoch reading's step limit: 60 epochs of N
+
+
+def recensor(points: Points, limit_examples: float) -> Points:
+  """The points as if every trial had stopped at ``limit_examples`` examples: a seed that needed more steps than
+  ``limit_examples``/B, or was censored beyond them, becomes a censored point at that limit."""
+  out: Points = {}
+  for b, pts in points.items():
+    lim = float(limit_examples) / float(b)
+    out[b] = [(lim, True) if s > lim else (s, c) for s, c in pts]
+  return out
+
+
+def fixed_epoch_points(points: Points, n: int, epochs: float = FIXED_EPOCHS) -> Points:
+  """The fixed-epoch reading of "data size" (Golmant et al. train subsets for a fixed number of epochs): the
+  step limit is ``epochs`` passes over the setting's own N examples, not the same number of examples at every N
+  (as this study runs); the points re-censored there (``recensor``)."""
+  return recensor(points, epochs * n)
+
+
+def resampled_b_crit(points_by_setting: Mapping[str, Points], num: int = 1000, seed: int = 0
+                     ) -> tuple[dict[str, np.ndarray], int]:
+  """({setting: B_crit per kept resample}, resamples dropped): resample r draws each setting's seeds per batch with
+  replacement (its own generator per setting) and refits; a resample where any setting has no fit is dropped."""
+  names = [k for k, v in points_by_setting.items() if v]
+  vals = {k: np.full(num, np.nan) for k in names}
+  for i, name in enumerate(names):
+    rng = np.random.default_rng([seed, i])
+    pts = points_by_setting[name]
+    for r in range(num):
+      bs, ys, cs = [], [], []
+      for b in sorted(pts):
+        for j in rng.integers(0, len(pts[b]), len(pts[b])):
+          bs.append(b)
+          ys.append(pts[b][j][0])
+          cs.append(pts[b][j][1])
+      try:
+        vals[name][r] = scaling_fit.fit(bs, ys, cs).b_crit
+      except ValueError:
+        pass
+  keep = np.all([~np.isnan(v) for v in vals.values()], axis=0) if names else np.zeros(num, bool)
+  return {k: v[keep] for k, v in vals.items()}, int(num - keep.sum())
+
+
+def _slope(x: Sequence[float], y: np.ndarray) -> np.ndarray:
+  """OLS slope of log y on log x per resample (rows of ``y``: settings); ∞ B_crit gives a non-finite slope."""
+  lx = np.log(np.asarray(x, np.float64))
+  lx = lx - lx.mean()
+  with np.errstate(invalid="ignore", divide="ignore"):
+    ly = np.log(y)
+    return (lx[:, None] * (ly - ly.mean(axis=0))).sum(axis=0) / (lx ** 2).sum()
+
+
+def _log_spread(y: np.ndarray) -> np.ndarray:
+  """The standard deviation (ddof 1) of log B_crit over the settings per resample (rows: settings): unlike the
+  range max/min, it does not grow with the number of settings on an axis (5 models, 4 dataset sizes)."""
+  with np.errstate(invalid="ignore", divide="ignore"):
+    ly = np.log(y)
+    return np.sqrt(((ly - ly.mean(axis=0)) ** 2).sum(axis=0) / (y.shape[0] - 1))
+
+
+@dataclasses.dataclass(frozen=True)
+class Statistic:
+  """A statistic's point value (on the fits to every seed), its percentile interval over resamples, the share of
+  resamples where it is not finite, and the sign its interval decides (+1, −1, or 0: straddles 0 or unbounded)."""
+  name: str
+  value: float
+  lo: float
+  hi: float
+  unbounded: float
+  num: int
+
+  @property
+  def sign(self) -> int:
+    if self.num == 0 or self.unbounded > MAX_UNBOUNDED or not (math.isfinite(self.lo) and math.isfinite(self.hi)):
+      return 0
+    return 1 if self.lo > 0 else -1 if self.hi < 0 else 0
+
+  def text(self) -> str:
+    if self.num == 0:
+      return f"{self.name}: no resample"
+    unb = f"; not finite in {self.unbounded:.0%} of resamples" if self.unbounded else ""
+    return f"{self.name} = {self.value:+.2f} [{self.lo:+.2f}, {self.hi:+.2f}]{unb}"
+
+
+def _statistic(name: str, value: float, draws: np.ndarray) -> Statistic:
+  fin = np.sort(draws[np.isfinite(draws)])
+  if draws.size == 0:
+    return Statistic(name, value, math.nan, math.nan, 1.0, 0)
+  unbounded = float(np.mean(~np.isfinite(draws)))
+  a = (1.0 - LEVEL) / 2.0
+  v = np.sort(np.where(np.isfinite(draws), draws, np.inf))   # ±∞ and nan sort to the top end: conservative
+  lo, hi = (scaling_fit._order_stat(v, a), scaling_fit._order_stat(v, 1.0 - a)) if fin.size else (math.nan,) * 2
+  return Statistic(name, value, lo, hi, unbounded, int(draws.size))
+
+
+def axis_statistics(points_by_setting: Mapping[str, Points], num: int = 1000, seed: int = 0
+                    ) -> tuple[dict[str, Statistic], int]:
+  """The statistics the verdicts read, each with its bootstrap interval (``resampled_b_crit``):
+
+  * ``data slope``: d log B_crit / d log N over the data axis (LeNet-5 on N = 7.5K … 55K);
+  * ``model slope (LeNet-5 widths)``: d log B_crit / d log(parameters) over LeNet-5 at widths 0.5, 1, 2;
+  * ``data − |model| slope``: the first minus the absolute second (> 0: B_crit follows the data more);
+  * ``model − data log spread``: the sd of log B_crit over the model axis (every family) minus the same over the
+    data axis (> 0: B_crit moves more across models than across dataset sizes).
+  Returns ({name: Statistic}, resamples dropped); a statistic whose settings are not all fitted is left out."""
+  fits = {}
+  for k, v in points_by_setting.items():
+    if v:
+      try:
+        fits[k] = scaling_fit.fit_points(v).b_crit
+      except ValueError:
+        pass
+  draws, dropped = resampled_b_crit({k: v for k, v in points_by_setting.items() if k in fits}, num, seed)
+  data = [k for k in cba.SETTINGS if "data" in cba.SETTINGS[k]["axes"]]
+  model = [k for k in cba.SETTINGS if "model" in cba.SETTINGS[k]["axes"]]
+  widths = list(LENET_WIDTHS)
+  params = {k: cba.num_params(cba.SETTINGS[k]["model"], cba.SETTINGS[k]["width"]) for k in cba.SETTINGS}
+  out: dict[str, Statistic] = {}
+
+  def have(names):
+    return len(names) >= 2 and all(k in fits for k in names)
+
+  def stack(names, source):
+    return np.array([np.atleast_1d(source[k]) for k in names], np.float64)
+
+  if have(data):
+    x = [cba.SETTINGS[k]["n"] for k in data]
+    out["data slope"] = _statistic("data slope", float(_slope(x, stack(data, fits))[0]), _slope(x, stack(data, draws)))
+  if have(widths):
+    x = [params[k] for k in widths]
+    out["model slope"] = _statistic("model slope (LeNet-5 widths)", float(_slope(x, stack(widths, fits))[0]),
+                                    _slope(x, stack(widths, draws)))
+  if "data slope" in out and "model slope" in out:
+    xd, xm = [cba.SETTINGS[k]["n"] for k in data], [params[k] for k in widths]
+    value = float(_slope(xd, stack(data, fits))[0] - abs(_slope(xm, stack(widths, fits))[0]))
+    out["data - |model| slope"] = _statistic("data − |model| slope", value, _slope(xd, stack(data, draws))
+                                             - np.abs(_slope(xm, stack(widths, draws))))
+  if have(data) and have(model):
+    value = float(_log_spread(stack(model, fits))[0] - _log_spread(stack(data, fits))[0])
+    out["spread"] = _statistic("model − data log spread", value,
+                               _log_spread(stack(model, draws)) - _log_spread(stack(data, draws)))
+  return out, dropped
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimVerdict:
+  paper: str
+  claim: str
+  verdict: str        # 'agrees' | 'differs' | 'inconclusive'
+  reason: str
+
+
+GOLMANT = ("Golmant et al. 2018", "B_crit depends more on the model (architecture) than on the dataset size")
+ZHANG = ("Zhang et al. 2024", "B_crit grows with the data size and hardly with the model size")
+
+
+def verdicts(stats: Mapping[str, Statistic]) -> list[ClaimVerdict]:
+  """Golmant et al.: agrees when the model − data log spread's interval lies above 0, differs when below,
+  inconclusive otherwise. Zhang et al.: agrees when the data slope's interval lies above 0 and the data − |model|
+  slope's above 0; differs when the data slope's lies below 0 or the data − |model| slope's below 0; inconclusive
+  otherwise. Each reason quotes the intervals it read."""
+  out = []
+  sp = stats.get("spread")
+  if sp is None:
+    out.append(ClaimVerdict(*GOLMANT, "inconclusive", "not every data-axis and model-axis setting has a B_crit yet."))
+  else:
+    v = {1: "agrees", -1: "differs", 0: "inconclusive"}[sp.sign]
+    why = {1: "B_crit moves more across the models than across the dataset sizes",
+           -1: "B_crit moves more across the dataset sizes than across the models",
+           0: "the interval includes 0 or is unbounded: the two spreads are not told apart"}[sp.sign]
+    out.append(ClaimVerdict(*GOLMANT, v, f"{why} ({sp.text()}, natural-log units)."))
+  ds, gap = stats.get("data slope"), stats.get("data - |model| slope")
+  if ds is None or gap is None:
+    out.append(ClaimVerdict(*ZHANG, "inconclusive", "not every data-axis and LeNet-5-width setting has a B_crit yet."))
+  else:
+    if ds.sign == 1 and gap.sign == 1:
+      v, why = "agrees", "B_crit grows with N, and faster than with LeNet-5's parameters"
+    elif ds.sign == -1 or gap.sign == -1:
+      v = "differs"
+      why = ("B_crit falls with N" if ds.sign == -1 else
+             "B_crit changes more with LeNet-5's parameters than with N")
+    else:
+      v = "inconclusive"
+      why = "an interval includes 0 or is unbounded"
+    out.append(ClaimVerdict(*ZHANG, v, f"{why} ({ds.text()}; {gap.text()}; slopes of log B_crit on log N and on "
+                                       "log parameters)."))
+  return out
+
+
+def claims_section(points_by_setting: Mapping[str, Points], num: int = 1000, seed: int = 0) -> str:
+  """The verdicts under both readings of "data size": as run (the same step limit in examples at every N) and
+  fixed epochs (the limit re-censored at ``FIXED_EPOCHS`` passes over each N)."""
+  readings = (("as run: the same examples at every N (step limit "
+               f"{cba.LIMIT_EXAMPLES:,} examples)", dict(points_by_setting)),
+              (f"fixed epochs: the step limit {FIXED_EPOCHS:g} epochs of each N (re-censored)",
+               {k: fixed_epoch_points(v, cba.SETTINGS[k]["n"]) if v else v for k, v in points_by_setting.items()}))
+  lines = ["### The two claims, from the intervals", "",
+           "Per bootstrap resample (each setting's seeds resampled per batch, independently across settings), the "
+           "slope of log B_crit on log N over the data axis, on log parameters over LeNet-5's widths, and the log "
+           "spread (sd of log B_crit) over each axis; 95% percentile intervals. An interval wholly above or below 0 "
+           "decides; one that includes 0, or a statistic not finite in more than "
+           f"{MAX_UNBOUNDED:.1%} of resamples, is inconclusive. More seeds per batch, or more settings on an axis, "
+           "narrow the intervals of an inconclusive verdict.", "",
+           "| reading of data size | statistics | Golmant et al. | Zhang et al. |", "|---|---|---|---|"]
+  reasons = []
+  for label, pts in readings:
+    stats, dropped = axis_statistics(pts, num, seed)
+    vs = verdicts(stats)
+    text = "; ".join(s.text() for s in stats.values()) or "—"
+    if dropped:
+      text += f" ({dropped} of {num} resamples without a fit dropped)"
+    lines.append(f"| {label} | {text} | {vs[0].verdict} | {vs[1].verdict} |")
+    reasons += [f"- {label}: **{v.paper}** ({v.claim}): {v.verdict}: {v.reason}" for v in vs]
+  lines += ["", *reasons, "",
+            "Which reading each paper uses: Zhang et al. scale the number of training tokens, each seen once, so "
+            "their data size is also their training length; Golmant et al. train subsets for a fixed number of "
+            "epochs, so a larger subset also trains longer. This study holds the training length fixed in examples "
+            "at every N (the step limit and the baseline's length), which separates the dataset size from the "
+            "training length; the fixed-epoch row re-censors the same runs at "
+            f"{FIXED_EPOCHS:g} passes over each N, the nearer reading to Golmant et al.'s (the branching points are "
+            "matched in examples only: CBS(t) has no fixed-epoch reading in this data)."]
+  return "\n".join(lines)
+
+
 def cbs_tables(root: str, epsilons: Sequence[float] = cba.EPSILON_SENSITIVITY) -> str:
   """CBS brackets per setting and point at the pre-registered ε, then the ε-sensitivity table, and B_simple."""
   pre, sens, simple = [], [], []
@@ -200,6 +444,41 @@ def cbs_tables(root: str, epsilons: Sequence[float] = cba.EPSILON_SENSITIVITY) -
     out += ["", "### B_simple (baseline run) at the branch points", "", "| setting | B_simple |", "|---|---|",
             *simple]
   return "\n".join(out)
+
+
+def _separated(a: branching_lib.CriticalBatch, b: branching_lib.CriticalBatch) -> bool:
+  """Whether CBS at ``a`` lies below CBS at ``b``: some batch ≤ b's low (every batch of b up to it passes) is above
+  a's high (a fails at the next tested batch after its high)."""
+  return (not a.censored and a.high is not None and b.low is not None and a.high < b.low)
+
+
+def cbs_axis_comparison(root: str, epsilon: float = cba.EPSILON) -> str:
+  """CBS at matched points of training (the same examples seen), per axis: the settings whose brackets are
+  separated (one's CBS below another's) at each branch point, at the pre-registered ε — the CBS counterpart of the
+  B_crit spread along each axis."""
+  traj: dict[str, list[branching_lib.CriticalBatch]] = {}
+  for name in cba.SETTINGS:
+    folder = os.path.join(root, f"branch-{name}")
+    if os.path.exists(os.path.join(folder, "runs.csv")):
+      bl = branch_losses(folder)
+      if bl:
+        traj[name] = branching_lib.trajectory(bl, cba.B0, epsilon, relative=True)
+  lines = [f"### CBS(t) along each axis at matched points (ε = {epsilon:g}, pre-registered)", "",
+           "| point (epochs of 55K) | axis | brackets | separated (lower < higher) |", "|---|---|---|---|"]
+  any_row = False
+  for i, p in enumerate(cba.POINTS_EXAMPLES):
+    for axis in ("data", "model"):
+      names = [k for k in cba.SETTINGS if axis in cba.SETTINGS[k]["axes"] and k in traj and len(traj[k]) > i]
+      if len(names) < 2:
+        continue
+      any_row = True
+      cs = {k: traj[k][i] for k in names}
+      pairs = [f"{a} < {b}" for a in names for b in names if a != b and _separated(cs[a], cs[b])]
+      lines.append(f"| {p / cba.FULL:.3g} | {axis} | " + "; ".join(f"{k}: {_bracket(c)}" for k, c in cs.items())
+                   + f" | {', '.join(pairs) if pairs else 'none: no change shown'} |")
+  if not any_row:
+    return "\n".join(lines[:2] + ["Fewer than two settings of an axis have branching results yet."])
+  return "\n".join(lines)
 
 
 def figure(results: Sequence[SettingResult], path: str) -> str:
@@ -246,34 +525,71 @@ def figure(results: Sequence[SettingResult], path: str) -> str:
   return path
 
 
-def report(root: str, out: Optional[str] = None, num_bootstrap: int = 1000) -> str:
-  """Writes ``axes.md`` and ``critical_batch_axes.png`` into ``out`` (default ``root``); returns the markdown."""
-  out = out or root
-  os.makedirs(out, exist_ok=True)
+def _results(root: str, num_bootstrap: int) -> list[SettingResult]:
   results = []
   for name, s in cba.SETTINGS.items():
     folder = os.path.join(root, name)
     pts = seed_points(folder, s["target"]) if os.path.exists(os.path.join(folder, "runs.csv")) else {}
     results.append(b_crit(name, pts, s["target"], num_bootstrap=num_bootstrap))
-  figure(results, os.path.join(out, "critical_batch_axes.png"))
-  text = "\n".join([
+  return results
+
+
+def markdown(root: str, results: Sequence[SettingResult], num_bootstrap: int = 1000) -> str:
+  """The text of ``axes.md``, computed from the parts' CSVs alone (fixed bootstrap seeds: reproducible)."""
+  return "\n".join([
       "## Critical batch: data axis against model axis", "",
-      f"Targets and ε pre-registered in configs/studies/critical_batch_axes.py; step limit "
+      f"Targets and ε pre-registered in lamb_lars/configs/studies/critical_batch_axes.py; step limit "
       f"{cba.LIMIT_EXAMPLES:,} examples (a miss is a censored point).", "",
       steps_table(results), "", "- " + axis_spread(results, "data"), "- " + axis_spread(results, "model"), "",
-      cbs_tables(root), "", "![B_crit against data and model size](critical_batch_axes.png)", ""])
+      claims_section({r.name: r.points for r in results}, num=num_bootstrap), "",
+      cbs_tables(root), "", cbs_axis_comparison(root), "",
+      "![B_crit against data and model size](critical_batch_axes.png)", ""])
+
+
+def report(root: str, out: Optional[str] = None, num_bootstrap: int = 1000) -> str:
+  """Writes ``axes.md`` and ``critical_batch_axes.png`` into ``out`` (default ``root``); returns the markdown."""
+  out = out or root
+  os.makedirs(out, exist_ok=True)
+  results = _results(root, num_bootstrap)
+  figure(results, os.path.join(out, "critical_batch_axes.png"))
+  text = markdown(root, results, num_bootstrap)
   with open(os.path.join(out, "axes.md"), "w") as f:
     f.write(text)
   return text
 
 
+def check(root: str, num_bootstrap: int = 1000) -> list[str]:
+  """The lines of ``<root>/axes.md`` that differ from a recomputation from the parts' CSVs (empty: it holds), so a
+  hand-edited number or a part republished after the cross-setting report fails (issue 41's claims that cannot go
+  stale, for this report)."""
+  path = os.path.join(root, "axes.md")
+  if not os.path.exists(path):
+    return [f"{path} does not exist"]
+  with open(path) as f:
+    have = f.read().splitlines()
+  want = markdown(root, _results(root, num_bootstrap), num_bootstrap).splitlines()
+  diff = [f"line {k + 1}: {a!r} ≠ recomputed {b!r}" for k, (a, b) in enumerate(zip(have, want)) if a != b]
+  if len(have) != len(want):
+    diff.append(f"{len(have)} lines, recomputed {len(want)}")
+  return diff
+
+
 def main(argv: Sequence[str]) -> int:
-  args = [a for a in argv if not a.startswith("--out=")]
+  """``<root> [--out=<dir>]`` writes the report; ``<root> --check`` exits 1 when ``<root>/axes.md`` is not what the
+  parts' CSVs give."""
+  args = [a for a in argv if not a.startswith("--out=") and a != "--check"]
   outs = [a[len("--out="):] for a in argv if a.startswith("--out=")]
-  if len(args) != 1 or not os.path.isdir(args[0]):
+  if len(args) != 1 or not os.path.isdir(args[0]) or ("--check" in argv and outs):
     print("error: give one existing folder holding the published parts (<root>/<setting>, <root>/branch-<setting>), "
-          "e.g. python -m lamb_lars.study.analysis.axes docs/studies/critical_batch_axes.", file=sys.stderr)
+          "e.g. python -m lamb_lars.study.analysis.axes docs/studies/critical_batch_axes [--out=DIR | --check].",
+          file=sys.stderr)
     return 2
+  if "--check" in argv:
+    diff = check(args[0])
+    for d in diff:
+      print(f"{args[0]}/axes.md: {d}", file=sys.stderr)
+    print(f"{args[0]}/axes.md: " + ("verified" if not diff else f"{len(diff)} mismatches"))
+    return 1 if diff else 0
   print(report(args[0], outs[0] if outs else None))
   return 0
 

@@ -47,6 +47,14 @@ def tried_lrs(trials: Sequence[Trial]) -> list[float]:
           if t.status != "failed" and t.params.get("learning_rate") is not None]
 
 
+def neighbours(lr: float, tried: Sequence[float]) -> tuple[Optional[float], Optional[float]]:
+  """(ratio to the nearest tried LR below ``lr``, ratio to the nearest above), each ≥ 1, None where nothing was
+  tried on that side (an LR equal to ``lr`` within 1e-9 is ``lr``'s own trial)."""
+  below = [lr / x for x in tried if x < lr * (1.0 - 1e-9)]
+  above = [x / lr for x in tried if x > lr * (1.0 + 1e-9)]
+  return (min(below) if below else None, min(above) if above else None)
+
+
 def shifted(lo: float, hi: float, side: str, width: float) -> tuple[float, float]:
   """The range next to [lo, hi] on ``side``, ``width`` (a ratio hi/lo) wide."""
   return (lo / width, lo) if side == "low" else (hi, hi * width)

@@ -1,1 +1,2 @@
-"""The running layer of a study: processes, files, the search, the store, publishing."""
+"""The running layer of a study: processes, files, the search, the store (orchestration; publishing is
+study/publishing/)."""

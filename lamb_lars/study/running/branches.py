@@ -1,7 +1,7 @@
 """Branching from a reference run (Merrill et al. 2025, arXiv:2505.23971): ``python -m lamb_lars.study branch``.
 
-A branching study config (e.g. configs/studies/mnist_branching.py) holds, besides the usual sections, a
-``branching`` section (configs/studies/common.py) and two kinds of sub-sweeps (sweep.py):
+A branching study config (e.g. lamb_lars/configs/studies/mnist_branching.py) holds, besides the usual sections, a
+``branching`` section (lamb_lars/configs/studies/common.py) and two kinds of sub-sweeps (sweep.py):
 
 * one *reference* sub-sweep (role ``baseline``, one trial): the run the branches start from. It must save a
   checkpoint at or just after every branch point and keep it to its end (``checkpoint_every_*``,

@@ -21,6 +21,13 @@ Per cell, in order, once every trial of the cell has finished (done, diverged, p
 2. **Promotion** (searched cells; ``search.min_full_budget``): while fewer trials of the cell ran their full budget
    (or stopped at the target) than ``min_full_budget``, the pruned trials that got furthest (then with the best
    search metric at their last evaluation) resume from their checkpoints to the full budget, never pruned again.
+   **Refinement** (searched cells; ``search.refine_factor`` = r > 1, ``search.max_refinements``; off by default):
+   once the cell's search has ended for its chosen trial (step 1), the chosen LR η needs a tried LR on each side
+   within ×r (search_adequacy.neighbours; trials that diverged or were pruned count, failed ones do not). A side
+   without one gets a trial at η/r or η·r with the chosen trial's other searched values, never pruned; trials
+   ``<sweep>-r<k>-…``, phase ``refine<k>``. When a refinement trial becomes the chosen one, the cell is decided
+   again (step 1, then another round), at most ``max_refinements`` rounds (issue 41: the chosen LR's neighbours
+   within 1.5× near the optimum).
 3. **Replicates** (``replicates.num_seeds`` = k, ``replicates.roles``): the chosen configuration (selection.py, on
    the validation split) is re-run with seeds s₀+1 … s₀+k (s₀ its own seed), ids ``<chosen>-seed<s>``, phase
    ``replicate``, never pruned. An unsearched cell (a baseline, a linear-scaling point) has one trial: it is its
@@ -58,6 +65,8 @@ def planned(study, con, specs: Sequence[sweep.TrialSpec]) -> list[sweep.TrialSpe
   for p in log:
     if p["kind"] == "extend" and not _is_end(p["key"]):
       out += sweep.extension_trials(study, p["cell"], int(p["key"]), p["detail"]["space"])
+    elif p["kind"] == "refine":
+      out += sweep.refinement_trials(study, p["cell"], int(p["key"]), p["detail"]["points"])
   by_id = {s.run_id: s for s in list(specs) + out}
   for p in log:
     if p["kind"] == "replicate":
@@ -105,6 +114,10 @@ def follow_ups(study, con, specs: Sequence[sweep.TrialSpec], search_cfg: Mapping
         if ext:
           new += [s for s in ext if s.run_id not in known]
           continue
+      ref = _refinement(study, con, cell, own, ts, chosen, search_cfg, log)
+      if ref:
+        new += [s for s in ref if s.run_id not in known]
+        continue
       need = int(search_cfg["min_full_budget"]) - sum(finished_full(t) for t in ts)
       if need > 0:
         pool = sorted((t for t in ts if t.status == "pruned" and not t.promoted),
@@ -171,6 +184,33 @@ def _extension(study, con, cell, own, ts, chosen, search_cfg, log, end_key="end"
   store.log_plan(con, "extend", cell, end_key, {"rounds": rounds, "where": where,
                                              "chosen": None if chosen is None else chosen.run_id})
   return []
+
+
+def _refinement(study, con, cell, own, ts, chosen, search_cfg, log) -> list[sweep.TrialSpec]:
+  """The next refinement round of the cell around ``chosen`` (module docstring), or [] when none is due."""
+  factor, most = float(search_cfg["refine_factor"]), int(search_cfg["max_refinements"])
+  if factor <= 1.0 or chosen is None or adequacy_lib.lr_range(own[0].space) is None:
+    return []
+  rounds = max((int(s.phase[len("refine"):]) for s in own if s.phase.startswith("refine")), default=0)
+  lr = chosen.params.get(adequacy_lib.LR_KEY, chosen.params.get("learning_rate"))
+  if lr is None or rounds >= most:
+    return []
+  lr = float(lr)
+  below, above = adequacy_lib.neighbours(lr, adequacy_lib.tried_lrs(ts))
+  moves = [(side, m) for side, m, n in (("low", 1.0 / factor, below), ("high", factor, above))
+           if n is None or n > factor * (1.0 + 1e-9)]
+  if not moves:
+    return []
+  keys = [k for k in own[0].space if k != adequacy_lib.LR_KEY]
+  points = [{**{k: chosen.params[k] for k in keys if k in chosen.params}, adequacy_lib.LR_KEY: lr * m}
+            for _, m in moves]
+  why = ", ".join(f"{side}: nearest tried LR " + ("none" if n is None else f"×{n:.3g} away")
+                  for side, _, n in (("low", 0, below), ("high", 0, above)))
+  store.log_plan(con, "refine", cell, str(rounds + 1), {"chosen": chosen.run_id, "lr": lr, "factor": factor,
+                                                       "why": why, "points": points})
+  tries = ", ".join(f"{p[adequacy_lib.LR_KEY]:.4g}" for p in points)
+  log(f"         {cell}: chosen LR {lr:.4g} ({why}); trying {tries} (refinement {rounds + 1})")
+  return sweep.refinement_trials(study, cell, rounds + 1, points)
 
 
 def _replicates(con, cell, cell_specs, chosen, rep_cfg, known, plan, log) -> list[sweep.TrialSpec]:

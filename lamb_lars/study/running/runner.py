@@ -84,6 +84,10 @@ def checked_settings(study: ml_collections.ConfigDict) -> tuple[dict, dict, dict
     raise ValueError(f"study.search: edge_fraction must be in [0, 0.5) and max_extensions, min_full_budget ≥ 0; got "
                      f"{search_cfg['edge_fraction']!r}, {search_cfg['max_extensions']!r}, "
                      f"{search_cfg['min_full_budget']!r}.")
+  factor, rounds = float(search_cfg["refine_factor"]), int(search_cfg["max_refinements"])
+  if not (factor == 0.0 or factor > 1.0) or rounds < 0 or (rounds > 0) != (factor > 1.0):
+    raise ValueError(f"study.search: refine_factor must be 0 (off) or > 1 and max_refinements ≥ 0, both set or both "
+                     f"off; got {search_cfg['refine_factor']!r}, {search_cfg['max_refinements']!r}.")
   if search_cfg["pruner"] not in ("asha", "none") or search_cfg["mode"] not in ("max", "min"):
     raise ValueError(f"study.search: pruner must be 'asha' or 'none' and mode 'max' or 'min'; got "
                      f"{search_cfg['pruner']!r}, {search_cfg['mode']!r}.")

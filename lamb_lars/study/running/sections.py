@@ -1,7 +1,7 @@
 """The settings sections of a study config — ``search``, ``runner``, ``replicates``, ``analysis``, ``branching`` —
 completed from
-their one source of defaults, the factories of ``configs/studies/common.py``. The code keeps no defaults of its
-own: a section a study leaves out, or a key a section leaves out (a study config saved before the key existed),
+their one source of defaults, the factories of ``lamb_lars/configs/studies/common.py``. The code keeps no defaults of
+its own: a section a study leaves out, or a key a section leaves out (a study config saved before the key existed),
 reads as ``common.<section>()`` gives it.
 """
 from __future__ import annotations

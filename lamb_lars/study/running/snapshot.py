@@ -27,8 +27,8 @@ import sqlite3
 import time
 from typing import Optional
 
-from lamb_lars.common import io_utils, run_files, workdir_lock
-from lamb_lars.study.running import code_state, store
+from lamb_lars.common import code_state, io_utils, run_files, workdir_lock
+from lamb_lars.study.running import store
 from lamb_lars.study.running import workdir as wd
 
 SNAPSHOT_FILE = "snapshot.json"

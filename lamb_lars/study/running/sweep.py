@@ -2,9 +2,9 @@
 config keys, each trial tagged with what it is for. Everything a study config can get wrong fails here, with one
 sentence, before anything runs.
 
-A study config (``configs/studies/*.py``, plain data) has
+A study config (``lamb_lars/configs/studies/*.py``, plain data) has
 
-* ``name``; ``base``: a complete training config (``configs/default.py`` keys);
+* ``name``; ``base``: a complete training config (``lamb_lars/configs/default.py`` keys);
 * ``sweeps``: a tuple of dicts, one *sub-sweep* each (their union is the study)::
 
     dict(name='b8k-adam-lw',              # run-id prefix (required, unique)
@@ -25,8 +25,8 @@ A study config (``configs/studies/*.py``, plain data) has
   scaling is the baseline recipe with η·B/B0 and nothing else; the base config must scale the LR linearly).
 * ``search``: how searched cells are pruned (``lamb_lars/study/running/search.py``);
 * ``runner``: workers, threads, timeouts (``lamb_lars/study/running/runner.py``);
-* ``analysis``: the report's settings (``lamb_lars/study/running/publish.py``), including ``techniques``, the declared
-  technique set of Def. 2.2, which must name techniques of the sub-sweeps.
+* ``analysis``: the report's settings (``lamb_lars/study/publishing/publish.py``), including ``techniques``, the
+  declared technique set of Def. 2.2, which must name techniques of the sub-sweeps.
 
 A trial = ``base`` with its overrides applied (fixed, then grid, then search point). Run ids read like the sweep
 that made them, ``<sweep>-<swept values>-<4 hex>``, e.g. ``b8k-adam-lw-lr0.00123-wu1.5-3f2a``, and are
@@ -269,6 +269,25 @@ def extension_trials(study: ml_collections.ConfigDict, cell: str, round_: int,
       points = search_lib.sample(dict(space), int(sweep["num_trials"]), seed)
       return _cell_trials(study, sweep, grid_point, points, _fixed(study, sweep), f"{sweep['name']}-x{round_}",
                           f"extend{round_}", space)
+  raise ValueError(f"no searched cell {cell!r} in this study.")
+
+
+def refinement_trials(study: ml_collections.ConfigDict, cell: str, round_: int,
+                      points: Sequence[Mapping[str, Any]]) -> list[TrialSpec]:
+  """The trials of the ``round_``-th refinement of ``cell``'s search: the given ``points`` (the chosen trial's
+  searched values with the LR moved, phases.py), ids ``<sweep>-r<round>-…``, phase ``refine<round>``, never pruned
+  (``searched=False``: each runs to its budget or target, so the chosen LR's neighbours are observed, not guessed)."""
+  for sweep in study.sweeps:
+    sweep = dict(sweep)
+    if not sweep.get("search"):
+      continue
+    for combo in itertools.product(*dict(sweep.get("grid") or {}).values()):
+      grid_point = dict(zip(dict(sweep.get("grid") or {}).keys(), combo))
+      if cell_name(sweep, grid_point) != cell:
+        continue
+      specs = _cell_trials(study, sweep, grid_point, [dict(p) for p in points], _fixed(study, sweep),
+                           f"{sweep['name']}-r{round_}", f"refine{round_}")
+      return [dataclasses.replace(s, searched=False) for s in specs]
   raise ValueError(f"no searched cell {cell!r} in this study.")
 
 

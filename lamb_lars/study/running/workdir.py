@@ -19,9 +19,9 @@ from typing import Optional
 
 import ml_collections
 
-from lamb_lars.common import io_utils, run_files
+from lamb_lars.common import code_state, io_utils, run_files
 from lamb_lars.common.io_utils import write_text_atomic
-from lamb_lars.study.running import code_state, store
+from lamb_lars.study.running import store
 
 STORE_FILE = "study.sqlite"
 STUDY_CONFIG_FILE = "study_config.json"

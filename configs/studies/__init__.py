@@ -1,6 +1,0 @@
-"""Ready-made study configs for ``python -m lamb_lars.study run --config=configs/studies/<name>.py``.
-
-Each is a base training config × sub-sweeps (lamb_lars/study/running/sweep.py) plus the analysis settings the report
-uses
-(lamb_lars/study/study_report.py). Shared pieces live in ``common``.
-"""

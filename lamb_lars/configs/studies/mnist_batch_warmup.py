@@ -1,0 +1,97 @@
+"""Batch-size warmup against fixed batches on MNIST / LeNet-5 (issue 26; Merrill et al. 2025, "Critical Batch Size
+Revisited", arXiv:2505.23971, §5; Smith et al. 2017, "Don't Decay the Learning Rate, Increase the Batch Size").
+
+Command:  python -m lamb_lars.study run --config=lamb_lars/configs/studies/mnist_batch_warmup.py \\
+            --workdir=studies/mnist_batch_warmup
+          python -m lamb_lars.study report --workdir=studies/mnist_batch_warmup --out=docs/studies/mnist_batch_warmup
+Hardware: the 2-core CPU, two single-threaded trials at once (runner defaults). Cost: 12 runs of 16 epochs.
+
+Every arm (role ``warmup``; lamb_lars/study/analysis/batch_warmup.py) is the reference recipe of the branching study
+(lamb_lars/configs/studies/mnist_branching.py: the ladder's baseline, momentum 0.9, η = 0.05 at 256 scaled linearly,
+cosine decay over 16 epochs, wd 5e-4, 55K/5K split), with ``data_order='examples'``, so that seed s of every arm sees
+the same examples in the same order. Each runs 16 epochs (880,000 examples), is evaluated every quarter epoch, with
+seeds 0, 1, 2 (the seed-0 trial and two replicates):
+
+* ``fixed_256``: the base batch B0 = 256 throughout (3,438 steps);
+* ``warmup``: :data:`SCHEDULE`, the batch-size warmup that the measured CBS(t) implies
+  (docs/studies/mnist_branching: double the batch while the conservative end of the CBS bracket, ``low``, is at
+  least twice it; ε = 50% of the loss): 512 from 0.25 epochs, 1024 from 0.50, 2048 from 8.04. The LR is the base
+  cosine read at the examples seen, times B/256 (``batch_schedule_lr='linear'``, the branches' rule);
+* ``warmup_bsimple``: :data:`BSIMPLE_SCHEDULE`, the same doubling rule applied to the reference's gradient noise
+  scale B_simple(t) instead of CBS(t) (McCandlish et al. 2018's proxy, which Merrill et al. find unreliable):
+  B_simple is 14, 22, 44, 180, 843 and 1,872 at the branch points, so 512 from 4.02 epochs and 1024 from 8.04;
+* ``fixed_2048``: the final CBS (its bracket at 8 epochs is [2048, 2048]) throughout, η·2048/256.
+
+``:lr_warmup_control`` (issue 41; not run yet) is a new study ``mnist_batch_warmup_control``, the published four arms
+plus the obvious control the published comparison lacks: ``fixed_2048_lrwarmup``, a fixed batch of 2048 with its
+LR warmup and its LR searched (:data:`CONTROL_TRIALS` quasi-random points of base LR η ∈ [0.0125, 0.1], scaled
+×2048/256 to [0.1, 0.8], and linear LR warmup 0–8 epochs; ASHA on validation accuracy), its chosen configuration
+(on validation) replicated with seeds 1 and 2, so that the arm is compared seed by seed like the others. Its
+pre-registered non-inferiority margin is ``analysis.noninferiority_margin`` = 0.2 pp, as published. Expected cost,
+from the published folder's recorded trial times (runs.csv ``wall_time``, 2-core CPU beside other work): fixed_256
+179 s, warmup 99 s, warmup_bsimple 117 s, fixed_2048 84 s per run; the control ≈ 84 s per full run, 8 search points
+(some pruned) + 2 replicates ≈ 10 × 84 s ≈ 14 min; the whole variant (12 + 10 runs) ≈ 24 + 14 = 38 min of training,
+≈ 20 min of wall time on 2 workers.
+"""
+import ml_collections
+
+from lamb_lars.configs.studies import common
+from lamb_lars.configs.studies import mnist_table3
+
+B0 = 256
+FULL = 55000
+# From docs/studies/mnist_branching (the warmup schedules printed there), in examples:
+SCHEDULE = "13824:512,27648:1024,442368:2048"
+BSIMPLE_SCHEDULE = "221184:512,442368:1024"
+FINAL_CBS = 2048
+
+
+def base_config() -> ml_collections.ConfigDict:
+  """The branching study's reference recipe (lamb_lars/configs/studies/mnist_branching.py), in the examples order."""
+  base = mnist_table3.base_config()
+  base.optimizer.lr_table = False
+  base.stop.dead_after_fraction = 0.0   # a fixed large batch that stalls early is a result, run to the end
+  base.num_epochs = 16.0
+  base.batch_size = B0
+  base.data_order = "examples"
+  base.eval_every_epochs = 0.25
+  base.checkpoint_every_epochs = 2.0
+  base.batch_schedule_unit = "examples"
+  base.batch_schedule_lr = "linear"
+  return base
+
+
+CONTROL_TRIALS = 8
+CONTROL_LR = (0.0125, 0.1)       # the base LR at 256, scaled linearly to the arm's batch (×8 at 2048)
+CONTROL_WARMUP = (0.0, 8.0)      # epochs of linear LR warmup
+
+
+def control_arm() -> dict:
+  """The fixed-large-batch arm with a searched LR and LR warmup (``:lr_warmup_control``)."""
+  return dict(name=f"fixed_{FINAL_CBS}_lrwarmup", role="warmup", technique=f"fixed_{FINAL_CBS}_lrwarmup",
+              fixed={"batch_size": FINAL_CBS},
+              search={"optimizer.learning_rate": ("log",) + CONTROL_LR,
+                      "optimizer.schedule.warmup_epochs": ("linear",) + CONTROL_WARMUP},
+              num_trials=CONTROL_TRIALS, seed=41)
+
+
+def get_config(variant: str = "") -> ml_collections.ConfigDict:
+  if variant not in ("", "lr_warmup_control"):
+    raise ValueError(f"unknown variant {variant!r} of mnist_batch_warmup; use '' or 'lr_warmup_control'.")
+  c = ml_collections.ConfigDict()
+  c.name = "mnist_batch_warmup" + ("_control" if variant else "")
+  c.base = base_config()
+  c.sweeps = (
+      dict(name="fixed_256", role="warmup", technique="fixed_256", fixed={}),
+      dict(name="warmup", role="warmup", technique="warmup", fixed={"batch_schedule": SCHEDULE}),
+      dict(name="warmup_bsimple", role="warmup", technique="warmup_bsimple",
+           fixed={"batch_schedule": BSIMPLE_SCHEDULE}),
+      dict(name=f"fixed_{FINAL_CBS}", role="warmup", technique=f"fixed_{FINAL_CBS}", fixed={"batch_size": FINAL_CBS}),
+  ) + ((control_arm(),) if variant else ())
+  c.search = common.search()
+  c.runner = common.runner()
+  c.replicates = common.replicates(num_seeds=2, roles=("warmup",))
+  c.analysis = common.analysis(
+      title="MNIST / LeNet-5: batch-size warmup against fixed batches (Merrill et al. 2025 §5)",
+      num_train=FULL, baseline_epochs=16.0, target_goal=0.99)
+  return c
