@@ -209,8 +209,8 @@ def test_a_streamed_dataset_validates_with_data_order_examples(data_dir):
 def _train_py(args, cwd, timeout=600):
   env = {**os.environ, "PYTHONPATH": ROOT}
   env.pop("XLA_FLAGS", None)
-  return subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), "--config=lamb_lars/configs/default.py"] + args,
-                        cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+  command = [sys.executable, os.path.join(ROOT, "train.py"), "--config=lamb_lars/configs/default.py"] + args
+  return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.slow
