@@ -49,6 +49,16 @@ def test_mnist_cnn_parameter_count(w):
     assert want == 3_274_634
 
 
+@pytest.mark.parametrize("w", WIDTHS)
+def test_small_cnn_parameter_count(w):
+  c1, c2 = s(8, w), s(16, w)
+  # conv 3×3 → BN (γ, β) → pool → conv 3×3 → BN → global mean → dense
+  want = conv(3, 1, c1) + 2 * c1 + conv(3, c1, c2) + 2 * c2 + dense(c2, 10)
+  assert count(models.create_model("small_cnn", num_classes=10, width=w)) == want
+  if w == 1.0:
+    assert want == 1_466
+
+
 @pytest.mark.parametrize("w,depth,hidden", [(1.0, 0, (300, 100)), (0.5, 0, (300, 100)), (2.0, 3, (300, 100)),
                                             (1.0, 1, (64, 32)), (0.3, 4, (50,))])
 def test_mlp_parameter_count(w, depth, hidden):

@@ -1,6 +1,6 @@
-"""The Colab notebook runs top to bottom (smoke mode: synthetic data, two tiny runs) from the repository root and
-from notebooks/, shows its plots inline, and neither its fresh outputs nor its committed ones show a machine path,
-a pip warning, a tqdm warning or a raw fit repr."""
+"""The Colab notebook runs top to bottom (smoke mode: synthetic data, two tiny runs, and two of a model defined in a
+cell) from the repository root and from notebooks/, shows its plots inline, and neither its fresh outputs nor its
+committed ones show a machine path, a pip warning, a tqdm warning or a raw fit repr."""
 from __future__ import annotations
 
 import os
@@ -55,6 +55,10 @@ def test_notebook_executes_in_smoke_mode(tmp_path, monkeypatch, cwd):
   assert not _UNWANTED.findall(text.replace(str(tmp_path), "TMP"))
   assert ROOT not in text
   assert (tmp_path / "study" / "report" / "README.md").exists()
+  # Part 3: the model a cell defines (written to my_workload.py) trained in both trials, reported with its hash
+  own = tmp_path / "study_own_model"
+  assert (own / "workload" / "my_workload.py").exists() and (own / "report" / "README.md").exists()
+  assert "my_workload:TinyNet: my_workload.py, sha256" in text and "'done': 2" in text
 
 
 def test_find_checkout_walks_up_or_finds_a_clone(tmp_path):

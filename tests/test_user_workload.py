@@ -194,6 +194,31 @@ def test_bn_groups_reach_the_users_batchnorm(workload_dir):
     np.testing.assert_allclose(np.asarray(got[half]), np.asarray(want), rtol=1e-4, atol=1e-5)
 
 
+def test_the_trainer_builds_the_users_batchnorm_from_config_bn(workload_dir):
+  """trainer.build_model hands the user's module the norm of config.bn: with ghost batches of 4 the running mean and
+  variance after one training step are momentum·init + (1 − momentum)·(the mean over ghost batches of each one's
+  mean and *unbiased* variance), recomputed here in float64 from the user's own conv output."""
+  import flax.linen as nn
+  from lamb_lars.train import mesh as mesh_lib, parallel, trainer
+  c = config(batch_size=8, **{"bn.ghost_batch_size": 4, "bn.momentum": 0.8}, num_devices=1)
+  plan = validate.validate(c, 1)
+  model = trainer.build_model(c, plan, parallel.make(c, mesh_lib.make_mesh(1, jax.devices()[:1])))
+  x = np.array(jax.random.normal(jax.random.PRNGKey(0), (8, 8, 8, 1)), np.float32)
+  x[4:] += 3.0
+  v = model.init(jax.random.PRNGKey(1), jnp.asarray(x), train=False)
+  mesh = mesh_lib.make_mesh(1, jax.devices()[:1])
+  P = jax.sharding.PartitionSpec
+  step = jax.shard_map(lambda v, x: model.apply(v, x, train=True, mutable=["batch_stats"])[1], mesh=mesh,
+                       in_specs=(P(), P(mesh_lib.DATA_AXES)), out_specs=P())   # as the train step runs it
+  new = step(v, jnp.asarray(x))
+  h = np.asarray(nn.Conv(8, (3, 3)).apply({"params": v["params"]["conv"]}, jnp.asarray(x)), np.float64)
+  groups = h.reshape(2, 4 * 8 * 8, 8)                       # ghost batches of 4 examples × 8×8 positions
+  want_mean = 0.2 * groups.mean(1).mean(0)
+  want_var = 0.8 + 0.2 * groups.var(1, ddof=1).mean(0)
+  np.testing.assert_allclose(np.asarray(new["batch_stats"]["bn"]["mean"]), want_mean, rtol=1e-4, atol=1e-6)
+  np.testing.assert_allclose(np.asarray(new["batch_stats"]["bn"]["var"]), want_var, rtol=1e-4, atol=1e-6)
+
+
 BAD = [
     (dict(model="uw_no_such_module:Net"), "module 'uw_no_such_module' cannot be imported"),
     (dict(model=f"{MODULE}:Missing"), "has no attribute 'Missing'"),
@@ -226,7 +251,7 @@ def test_bad_workload_is_one_sentence(workload_dir, overrides, message):
   assert "\n" not in text and text.endswith((".", ")")), text
 
 
-@pytest.mark.parametrize("overrides,message", BAD[2:3] + BAD[9:10], ids=["signature", "labels"])
+@pytest.mark.parametrize("overrides,message", BAD, ids=[m[:40] for _, m in BAD])
 def test_bad_workload_inside_a_study_is_refused_before_any_trial(workload_dir, overrides, message):
   from lamb_lars.study.running import trial_checks
 
@@ -248,6 +273,45 @@ def test_train_py_exits_2_with_one_sentence(workload_dir, tmp_path):
   assert proc.returncode == 2, proc.stderr[-2000:]
   lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
   assert len(lines) == 1 and "outside [0, num_classes) = [0, 2)" in lines[0], proc.stderr[-2000:]
+
+
+STUDY = textwrap.dedent('''
+    """A tiny study on the test workload (tests/test_user_workload.py)."""
+    import ml_collections
+    from lamb_lars.configs import default
+    from lamb_lars.configs.studies import common
+
+
+    def get_config(part=""):
+      base = default.get_config()
+      base.model, base.dataset, base.num_classes = "uw_test_workload:Net", "uw_test_workload:" + (part or "load"), 3
+      base.num_epochs, base.progress, base.eval_batch_size = 1.0, False, 20
+      base.optimizer.base_batch_size, base.optimizer.lr_scaling = 16, "linear"
+      base.diagnostics.noise_scale = False
+      c = ml_collections.ConfigDict()
+      c.name, c.base = "uw_tiny", base
+      c.sweeps = (dict(name="baseline", role="baseline", fixed={"batch_size": 16}),
+                  dict(name="linear", role="linear", grid={"batch_size": (32,)}))
+      c.search = common.search()
+      c.replicates = common.replicates(num_seeds=0)
+      c.runner = common.runner(num_workers=1, cpus_per_trial=0)
+      c.analysis = common.analysis(num_train=96, baseline_epochs=1.0, target_goal=0.5)
+      return c
+    ''')
+
+
+@pytest.mark.slow
+def test_study_cli_refuses_a_bad_workload_before_any_trial(workload_dir, tmp_path):
+  """`python -m lamb_lars.study run` on a study whose loader breaks the contract: one sentence naming the trial,
+  exit status 2, and no workdir (nothing started)."""
+  (tmp_path / "uw_study.py").write_text(STUDY)
+  env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, str(workload_dir)])}
+  proc = subprocess.run([sys.executable, "-m", "lamb_lars.study", "run", "--config=uw_study.py:load_labels_too_big",
+                         "--workdir=w"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+  assert len(lines) == 1 and lines[0].startswith("error: trial ") and "outside [0, num_classes) = [0, 2)" in lines[0]
+  assert not (tmp_path / "w").exists()
 
 
 def test_tfds_dataset_through_data_source_without_tensorflow():

@@ -31,6 +31,8 @@ def data(config: ml_collections.ConfigDict) -> None:
   config.grain_workers = 0            # ImageNet: grain worker processes (0 = in-process)
   config.grain_threads = 0            # ImageNet: grain reader threads (0 = min(16, 2 × CPUs))
   config.data_on_device = "auto"      # auto | yes | no: keep an in-memory training set on every device
+  config.dataset_in_memory = "auto"   # tfds:NAME: auto (in memory when fixed-shape and ≤ 2 GiB decoded, else streamed
+                                      # by record key: the same batches) | yes | no (docs/workloads.md)
   config.train_examples = 0           # >0: train on a fixed seeded subset of this many training examples (in-memory
                                       # datasets; after the validation hold-out); 0 = all
   config.train_examples_seed = 0      # which subset: the first train_examples of a permutation keyed by this seed,

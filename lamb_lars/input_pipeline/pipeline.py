@@ -8,9 +8,10 @@ crop), ``synthetic``
 (image_shape, num_classes, num_train, num_eval, seed), ``grain_workers`` (ImageNet; 0 = in-process threads),
 ``grain_threads``. ``lamb_lars/configs/default.py`` is the one table of their defaults; nothing here has its own.
 
-A researcher's own data (``tfds:NAME``, ``pkg.module:load_fn``) is held in memory like MNIST (``user_data.py``).
-``train_examples`` (> 0) trains on a fixed subset of that many training examples of any in-memory dataset
-(:func:`train_subset`): every order, epoch and resume then counts that subset as the training set.
+A researcher's own data (``tfds:NAME``, ``pkg.module:load_fn``) is held in memory like MNIST (``user_data.py``),
+or for a ``tfds:NAME`` too large for it (``dataset_in_memory``) streamed by record key (``tfds_stream.py``), with the
+same batches. ``train_examples`` (> 0) trains on a fixed subset of that many training examples of any dataset but
+imagenet2012 (:func:`train_subset`): every order, epoch and resume then counts that subset as the training set.
 
 Batch sizes given here are global; each process gets ``B / process_count`` examples of every batch. A resumed
 run passes ``epoch = step // batches_per_epoch`` and ``start_step = step % batches_per_epoch``.
@@ -19,11 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from lamb_lars.input_pipeline import imagenet, in_memory, synthetic, user_data
+from lamb_lars.input_pipeline import imagenet, in_memory, synthetic, tfds_stream, user_data
 from lamb_lars.input_pipeline.common import (EVAL_SPLITS, DatasetInfo, check_split, eval_index_batches, gather_batch,
                                    gather_eval_batch, batches_per_epoch, train_index_batches)
 
@@ -99,6 +100,11 @@ def get_info(config: Any) -> DatasetInfo:
     v = imagenet.views(config)
     return DatasetInfo(name, v["train"].count, v["test"].count, imagenet.info_shape(config), imagenet.NUM_CLASSES,
                        False, v["validation"].count)
+  elif user_data.is_streamed(config):
+    v = tfds_stream.views(config)
+    tfds_stream.register_stats(config)
+    info = DatasetInfo(name, v["train"].count, v["test"].count, tfds_stream.image_shape(config),
+                       tfds_stream.num_classes(config), False, v["validation"].count)
   elif user_data.is_user_dataset(name):
     v = user_data.views(config)
     info = DatasetInfo(name, v["train"].count, v["test"].count, user_data.image_shape(config),
@@ -115,7 +121,8 @@ def has_validation(config: Any) -> bool:
   """Whether there is a 'validation' split: ``validation_split`` > 0, or a user loader that returns its own."""
   if int(config.validation_split) > 0:
     return True
-  return user_data.is_user_dataset(config.dataset) and user_data.views(config)["validation"].count > 0
+  return (user_data.is_user_dataset(config.dataset) and not user_data.is_streamed(config)
+          and user_data.views(config)["validation"].count > 0)
 
 
 def num_train_batches_per_epoch(config: Any, global_batch_size: int) -> int:
@@ -128,6 +135,8 @@ def prepare(config: Any) -> None:
   name = _dataset(config)
   if name in in_memory.DATASETS:
     in_memory.prepare(config)
+  elif user_data.is_streamed(config):
+    tfds_stream.register_stats(config)
   elif user_data.is_user_dataset(name):
     user_data.views(config)
   elif name == "imagenet2012":
@@ -144,9 +153,31 @@ def load_arrays(config: Any, split: str) -> tuple[np.ndarray, np.ndarray]:
   if name == "synthetic":
     images, labels = synthetic.load_arrays(config, split)
     return _subset_arrays(config, images, labels) if split == "train" else (images, labels)
-  if name == "imagenet2012":
-    raise ValueError("imagenet2012 is not held in memory; use train_batches/eval_batches.")
+  if name == "imagenet2012" or user_data.is_streamed(config):
+    raise ValueError(f"{name} is not held in memory; use train_batches/eval_batches.")
   return _in_memory_arrays(config, split)
+
+
+def gathers_examples(config: Any) -> bool:
+  """Whether ``data_order='examples'`` can read this dataset: one held in memory, or a streamed ``tfds:NAME`` of
+  fixed-shape images (read by record key); not imagenet2012 (its crops are keyed by epoch)."""
+  name = _dataset(config)
+  if name == "imagenet2012":
+    return False
+  if user_data.is_streamed(config):
+    return tfds_stream.features(config, tfds_stream.open_split(config, "train"))[0] is not None
+  return True
+
+
+def train_gatherer(config: Any) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+  """``gather(idx)``: uint8 images and int32 labels of the training positions ``idx`` (any shape; positions in the
+  ``train_examples`` subset when there is one), ``data_order='examples'``'s host batches. An in-memory training set
+  is fetched once here, a streamed one read by record key at each call."""
+  if user_data.is_streamed(config):
+    subset = _subset(config, tfds_stream.views(config)["train"].count)
+    return lambda idx: tfds_stream.gather(config, idx, subset)
+  images, labels = load_arrays(config, "train")
+  return lambda idx: (images[idx], labels[idx])
 
 
 def train_batches(config: Any, *, epoch: int, start_step: int = 0, global_batch_size: int, process_index: int = 0,
@@ -161,6 +192,9 @@ def train_batches(config: Any, *, epoch: int, start_step: int = 0, global_batch_
                 process_index=process_index, process_count=process_count)
   if name == "imagenet2012":
     return imagenet.train_batches(config, **kwargs)
+  if user_data.is_streamed(config):
+    return tfds_stream.train_batches(config, subset=_subset(config, tfds_stream.views(config)["train"].count),
+                                     **kwargs)
   seed = int(config.seed)
   if name == "synthetic":
     n = synthetic.views(config)["train"].count
@@ -209,6 +243,9 @@ def eval_batches(config: Any, *, batch_size: int, split: str = "test", process_i
   if name == "imagenet2012":
     return imagenet.eval_batches(config, batch_size=batch_size, split=split, process_index=process_index,
                                  process_count=process_count)
+  if user_data.is_streamed(config):
+    return tfds_stream.eval_batches(config, batch_size=batch_size, split=split, process_index=process_index,
+                                    process_count=process_count)
   if name == "synthetic":
     n = synthetic.views(config)[split].count
     parts = eval_index_batches(n=n, global_batch_size=batch_size, process_index=process_index,

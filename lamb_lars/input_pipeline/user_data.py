@@ -5,15 +5,17 @@ evaluation (pad + mask), per-process shards, keyed resumable order, the on-devic
 ``validation_split`` and ``train_examples``.
 
 * ``tfds:NAME``: a TFDS dataset prepared (ArrayRecord) under ``config.data_dir``, read through ``tfds.data_source``
-  (no TensorFlow) once into memory (and a ``.npy`` cache, ``tfds_arrays``); splits 'train' and 'test', features
-  'image' (uint8 [H, W, C]) and 'label' (``ClassLabel``: its ``num_classes``).
+  (no TensorFlow) once into memory (and a ``.npy`` cache, ``tfds_arrays``) when ``tfds_stream.holds_in_memory``
+  says so, else streamed (``tfds_stream.py``, the same batches); splits 'train' and 'test', features 'image'
+  (uint8 [H, W, C]) and 'label' (``ClassLabel``: its ``num_classes``).
 * ``pkg.module:load_fn`` (:mod:`lamb_lars.common.import_path`): ``load_fn()`` returns a dict with ``'train'`` and
   ``'test'``, each ``(images, labels)``: images uint8 [N, H, W, C] (pixels 0–255), labels integer [N] in
   [0, num_classes); optionally ``'validation'`` (the same form: then ``config.validation_split`` must be 0) and
   ``'num_classes'`` (else max label + 1). Anything else is a one-sentence ConfigError (docs/workloads.md).
 
 ``input_scaling='standardize'`` normalises with the per-channel mean and standard deviation of the training split
-(on the [0, 1] scale), computed when the arrays are loaded.
+(on the [0, 1] scale), computed when the arrays are loaded; for ``tfds:NAME`` of its fixed sample
+(``tfds_stream.stats_keys``), the same whether held in memory or streamed.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ import numpy as np
 
 from lamb_lars.common import import_path
 from lamb_lars.errors import ConfigError
-from lamb_lars.input_pipeline import device_preprocess
+from lamb_lars.input_pipeline import device_preprocess, tfds_stream
 from lamb_lars.input_pipeline.common import SplitView, check_split, resolve_data_dir, split_views
 
 TFDS_PREFIX = "tfds:"
@@ -33,6 +35,12 @@ _MEMO: dict[tuple, dict] = {}
 
 def is_user_dataset(name: Any) -> bool:
   return isinstance(name, str) and (name.startswith(TFDS_PREFIX) or import_path.is_import_path(name))
+
+
+def is_streamed(config: Any) -> bool:
+  """Whether ``config.dataset`` is a ``tfds:NAME`` streamed from disk (``tfds_stream.holds_in_memory``)."""
+  name = config.dataset
+  return isinstance(name, str) and name.startswith(TFDS_PREFIX) and not tfds_stream.holds_in_memory(config)
 
 
 def _check_pair(name: str, split: str, pair: Any, num_classes: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -90,24 +98,15 @@ def _from_loader(name: str) -> dict:
   return {"splits": splits, "num_classes": int(num_classes)}
 
 
-def _from_tfds(name: str, data_dir: str) -> dict:
+def _from_tfds(config: Any, name: str, data_dir: str) -> dict:
   from lamb_lars.input_pipeline import tfds_arrays  # noqa: PLC0415  (imports tensorflow_datasets)
-  tfds_name = name[len(TFDS_PREFIX):]
-  how = (f"No prepared TFDS dataset {tfds_name!r} (ArrayRecord) in {data_dir}: run `tfds build {tfds_name} "
-         f"--file_format=array_record --data_dir={data_dir}` where TensorFlow and the network are available, or set "
-         f"config.data_dir to where it is.")
   splits, num_classes, on_disk = {}, None, True
   for split in ("train", "test"):
-    source = tfds_arrays.open_tfds_source(tfds_name, split, data_dir, how)
-    features = source.dataset_info.features
-    if "image" not in features or "label" not in features:
-      raise ConfigError(f"config.dataset={name!r} has features {sorted(features)}; an image classification dataset "
-                        f"needs 'image' and 'label'.")
-    shape = tuple(features["image"].shape)
-    if len(shape) != 3 or None in shape:
-      raise ConfigError(f"config.dataset={name!r} has images of shape {shape}; a fixed (height, width, channels) "
-                        f"is needed to hold them in memory.")
-    num_classes = int(features["label"].num_classes)
+    source = tfds_stream.open_split(config, split)
+    shape, num_classes = tfds_stream.features(config, source)
+    if shape is None:
+      raise ConfigError(f"config.dataset={name!r} has images of varying size, which cannot be held in memory; set "
+                        f"config.dataset_in_memory='auto' or 'no' (streamed, cropped to image_size).")
     images, labels = tfds_arrays.cached_split_arrays(source, data_dir=data_dir, image_shape=shape)
     on_disk = on_disk and tfds_arrays.source_fingerprint(source) is not None
     splits[split] = _check_pair(name, split, (images, labels), num_classes)
@@ -122,15 +121,15 @@ def _load(config: Any) -> dict:
     key = (name, data_dir)
     if key in _MEMO:
       return _MEMO[key]
-    data = _from_tfds(name, data_dir)
+    data = _from_tfds(config, name, data_dir)
+    images = data["splits"]["train"][0]
+    data["mean_std"] = tfds_stream.channel_mean_std(images[tfds_stream.stats_keys(len(images))])
   else:
     key = (name,)
     if key in _MEMO:
       return _MEMO[key]
     data = _from_loader(name)
-  images = data["splits"]["train"][0]
-  x = images.reshape(-1, images.shape[-1]).astype(np.float64) / 255.0
-  data["mean_std"] = (tuple(x.mean(0).tolist()), tuple(np.maximum(x.std(0), 1e-3).tolist()))
+    data["mean_std"] = tfds_stream.channel_mean_std(data["splits"]["train"][0])
   device_preprocess.MEAN_STD[name] = data["mean_std"]   # 'standardize' for this dataset: its training statistics
   if data.get("memo", True):   # a mocked tfds source (tests) is re-read every time, as in in_memory.py
     _MEMO[key] = data

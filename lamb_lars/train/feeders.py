@@ -130,11 +130,12 @@ class HostFeeder(_Feeder):
     super().__init__(config, plan, strategy, lambda stage: make_chunk(stage, resident=False))
 
   def _gathered(self, step: int, k: int, key) -> Iterator[tuple[int, tuple]]:
-    """``data_order='examples'``: each call's batches gathered from the in-memory training set."""
-    images, labels = input_pipeline.load_arrays(self.config, "train")
+    """``data_order='examples'``: each call's batches gathered from the training set (in memory, or read by record
+    key from a streamed ``tfds:NAME``)."""
+    gather = input_pipeline.train_gatherer(self.config)
     idx = _step_indices(self.config.seed, step, k, self.plan)
     for a, size in _pieces(k, self.plan.steps_per_call):
-      yield size, self.strategy.put_batch(images[idx[a:a + size]], labels[idx[a:a + size]], key)
+      yield size, self.strategy.put_batch(*gather(idx[a:a + size]), key)
 
   def _placed(self, step: int, k: int, key) -> Iterator[tuple[int, tuple]]:
     if self.plan.data_order == "examples":

@@ -26,7 +26,8 @@ from lamb_lars.train.run_plan import ConfigError
 
 CONFIG_FILE = run_files.CONFIG_FILE
 ALLOWED = ("progress", "eval_every_epochs", "eval_every_steps", "checkpoint_every_epochs", "checkpoint_every_steps",
-           "keep_checkpoints", "steps_per_fetch", "data_dir", "grain_workers", "data_on_device", "distributed.",
+           "keep_checkpoints", "steps_per_fetch", "data_dir", "grain_workers", "data_on_device", "dataset_in_memory",
+           "distributed.",
            "microbatch_loop", "unroll_microbatches")
 
 

@@ -21,6 +21,7 @@ _CHOICES = {
     "dataset": ("mnist", "cifar10", "imagenet2012", "synthetic"),
     "data_source": ("offline", "tfds"),
     "data_on_device": ("auto", "yes", "no"),
+    "dataset_in_memory": ("auto", "yes", "no"),
     "dtype": ("float32", "bfloat16"),
     "parallelism": ("jit", "pmap"),
     "input_scaling": ("standardize", "unit"),
@@ -99,7 +100,7 @@ class RunPlan:
 
 
 def _check_choice(config: Any, key: str) -> None:
-  value = config[key]
+  value = config.get(key, "auto") if key == "dataset_in_memory" else config[key]  # a config from before the key
   if key == "dataset" and isinstance(value, str) and (value.startswith("tfds:") or ":" in value):
     return  # a researcher's dataset (lamb_lars/input_pipeline/user_data.py), checked when it is read
   if value not in _CHOICES[key]:

@@ -198,9 +198,13 @@ def validate(config: Any, devices: Union[int, Sequence[Any]],
   except ValueError as e:
     raise ConfigError(str(e)) from None
   stopping.validate(config)
-  if config.data_order == "examples" and not info.in_memory:
-    raise ConfigError(f"config.data_order='examples' needs a dataset held in memory; {info.name!r} is streamed, "
-                      f"so use data_order='batches' (and no batch_schedule or init_from_dir).")
+  if config.data_order == "examples" and not info.in_memory and not input_pipeline.gathers_examples(config):
+    raise ConfigError(f"config.data_order='examples' needs a dataset held in memory or images of one fixed shape; "
+                      f"{info.name!r} is streamed with crops, so use data_order='batches' (and no batch_schedule or "
+                      f"init_from_dir).")
+  if config.data_on_device == "yes" and config.parallelism == "jit" and not info.in_memory:
+    raise ConfigError(f"config.data_on_device='yes' needs a dataset held in memory; {info.name!r} is streamed, so "
+                      f"set config.data_on_device='auto' or 'no'.")
   plan = run_plan.make_plan(config, num_train=info.num_train, num_devices=devices)
   ref = init_from.resolve(config, devices)
   if ref is not None:

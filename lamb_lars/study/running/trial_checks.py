@@ -53,7 +53,7 @@ def _dataset_info(config: ml_collections.ConfigDict, cache: dict) -> Any:
   from lamb_lars.input_pipeline import DatasetNotFoundError  # noqa: PLC0415
   from lamb_lars.train.validate import dataset_info as get_info  # noqa: PLC0415
   keys = ("dataset", "data_source", "data_dir", "validation_split", "image_size", "train_examples",
-          "train_examples_seed")
+          "train_examples_seed", "dataset_in_memory")
   key = json.dumps([config.get(k) for k in keys] + [config.synthetic.to_dict()], default=str)
   if key not in cache:
     try:
