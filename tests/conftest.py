@@ -36,7 +36,16 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-  """Skip gpu-marked tests unless JAX's default backend is a GPU (JAX is imported only when such a test exists)."""
+  """Under pytest-xdist, slow tests first; skip gpu-marked tests unless JAX's default backend is a GPU (JAX is
+  imported only when such a test exists).
+
+  Slow first: xdist hands the tests out in collection order (``--dist loadgroup``: groups first, the largest
+  first), so the long subprocess tests start early and the run ends on the fast tier's tests of a few seconds,
+  not on one worker finishing a two-minute test while the other waits. The order within each tier is kept.
+  Without xdist (``-n 0``) the order is pytest's own.
+  """
+  if hasattr(config, "workerinput"):
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)   # stable
   gpu_items = [item for item in items if item.get_closest_marker("gpu")]
   if not gpu_items:
     return
