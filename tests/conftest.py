@@ -4,6 +4,8 @@ Cheap compilation: one persistent XLA compilation cache for the whole test sessi
 subprocess a test starts: train.py, study trials), so a program that many tests compile — the LeNet-5 train step of
 the small MNIST runs — is compiled once. A cached executable is the same code, so results stay bit-identical (the
 optimizers against optax, a resumed run against an uninterrupted one). ``LAMB_LARS_TEST_JAX_CACHE=0`` turns it off.
+A test that compares programs it compiles itself can also ask for the ``unoptimized_xla`` fixture (flax's
+``jax_disable_most_optimizations``): compiling is then several times faster.
 
 Tiers (markers in pyproject.toml): ``pytest -m "not slow"`` is the fast tier to run while working; ``slow`` marks a
 test that starts a subprocess, trains end to end or takes more than about 5 s; ``e2e``, ``ray`` and ``gcs`` name what
@@ -12,6 +14,8 @@ a slow test needs.
 import os
 import shutil
 import tempfile
+
+import pytest
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -22,6 +26,18 @@ _CACHE = os.path.join(tempfile.gettempdir(), f"lamb_lars_test_jax_cache_{os.getp
 if os.environ.get("LAMB_LARS_TEST_JAX_CACHE", "1") != "0" and "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")  # the train steps, not every jnp op
+
+
+@pytest.fixture
+def unoptimized_xla():
+  """flax's cheap compilation (``jax_disable_most_optimizations``, as in its train_test.py) for a test that compares
+  programs it compiles in this process: both sides compile the same way, several times faster. Not for a test that
+  measures a compiled program (its memory) or compares with another process's run."""
+  import jax  # pylint: disable=import-outside-toplevel
+  old = jax.config.read("jax_disable_most_optimizations")
+  jax.config.update("jax_disable_most_optimizations", True)
+  yield
+  jax.config.update("jax_disable_most_optimizations", old)
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -36,7 +52,16 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-  """Skip gpu-marked tests unless JAX's default backend is a GPU (JAX is imported only when such a test exists)."""
+  """Under pytest-xdist, slow tests first; skip gpu-marked tests unless JAX's default backend is a GPU (JAX is
+  imported only when such a test exists).
+
+  Slow first: xdist hands the tests out in collection order (``--dist loadgroup``: groups first, the largest
+  first), so the long subprocess tests start early and the run ends on the fast tier's tests of a few seconds,
+  not on one worker finishing a two-minute test while the other waits. The order within each tier is kept.
+  Without xdist (``-n 0``) the order is pytest's own.
+  """
+  if hasattr(config, "workerinput"):
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)   # stable
   gpu_items = [item for item in items if item.get_closest_marker("gpu")]
   if not gpu_items:
     return

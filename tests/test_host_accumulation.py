@@ -22,6 +22,7 @@ NOISE = dict(weight_noise=1e-3, activation_noise=1e-2, gradient_noise=1e-3, labe
     (2, 1, 4, 4, True),     # the training set resident on the devices
     (1, 1, 32, 1, False),   # one micro-batch
 ])
+@pytest.mark.usefixtures("unoptimized_xla")   # cheap compilation (tests/conftest.py), not in the memory test
 def test_host_loop_equals_scanned_accumulation(ndev, group, ghost, k, resident):
   a, ma = run_jit(ndev, group, ghost, k=k, resident=resident)
   h, mh = run_jit(ndev, group, ghost, k=k, resident=resident, microbatch_loop="host")
@@ -33,6 +34,7 @@ def test_host_loop_equals_scanned_accumulation(ndev, group, ghost, k, resident):
 
 
 @pytest.mark.slow  # over 4 CPU-seconds: compiles several programs
+@pytest.mark.usefixtures("unoptimized_xla")   # cheap compilation (tests/conftest.py), not in the memory test
 def test_host_loop_uses_the_same_random_keys():
   """With input, label, weight and gradient noise on, a different key anywhere would change the state by ≫ 1e-6."""
   a, ma = run_jit(2, 1, 4, k=4, **NOISE)
@@ -60,6 +62,7 @@ def _ahead_of_time(k, ghost=4, ndev=2, batch=None):
 
 
 @pytest.mark.slow  # over 4 CPU-seconds: compiles several programs
+@pytest.mark.usefixtures("unoptimized_xla")   # cheap compilation (tests/conftest.py), not in the memory test
 def test_ahead_of_time_compilation_equals_the_jitted_host_loop():
   _, (state, metrics) = _ahead_of_time(4)
   h, mh = run_jit(2, 1, 4, k=4, microbatch_loop="host")

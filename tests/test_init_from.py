@@ -9,13 +9,17 @@ from lamb_lars.train import checkpoint, init_from, run_plan, validate
 from lamb_lars.train.trainer import train_and_evaluate
 from test_train import data_dir, small_config  # noqa: F401  (fixture)
 
-COMMON = dict(data_order="examples", eval_every_steps=5, checkpoint_every_steps=10, keep_checkpoints=10,
+COMMON = dict(data_order="examples", eval_every_steps=10, checkpoint_every_steps=10, keep_checkpoints=10,
               **{"optimizer.schedule.decay": "constant"})
+# The tests that read the module's reference run go to one pytest-xdist worker (--dist loadgroup), which trains it
+# once; left to themselves, both workers would train it.
+ON_REFERENCE_WORKER = pytest.mark.xdist_group("init_from_reference")
 
 
 @pytest.fixture(scope="module")
 def reference(data_dir, tmp_path_factory):
-  """20 steps at batch 128, constant LR 0.05·128/256 = 0.025, checkpoints at steps 10 and 20."""
+  """20 steps at batch 128, constant LR 0.05·128/256 = 0.025, checkpoints and evaluations (on the 10K test
+  examples) at steps 10 and 20."""
   workdir = str(tmp_path_factory.mktemp("ref"))
   result = train_and_evaluate(small_config(data_dir, batch_size=128, num_train_steps=20, **COMMON), workdir)
   return workdir, result
@@ -27,6 +31,7 @@ def _branch(data_dir, ref_dir, **kw):
 
 @pytest.mark.slow
 @pytest.mark.e2e
+@ON_REFERENCE_WORKER
 def test_a_branch_starts_from_the_reference_state_exactly(data_dir, reference):
   cfg = _branch(data_dir, reference[0], batch_size=512, num_train_steps=5)
   plan = validate.validate(cfg, 1)
@@ -48,6 +53,7 @@ def test_a_branch_starts_from_the_reference_state_exactly(data_dir, reference):
 
 @pytest.mark.slow
 @pytest.mark.e2e
+@ON_REFERENCE_WORKER
 def test_a_branch_at_the_same_batch_and_seed_continues_the_reference(data_dir, reference, tmp_path):
   """rule 'none' at B_ref with the reference's seed: its 10 steps are the reference's steps 11–20, bit for bit."""
   got = train_and_evaluate(_branch(data_dir, reference[0], batch_size=128, num_train_steps=10,
@@ -60,6 +66,7 @@ def test_a_branch_at_the_same_batch_and_seed_continues_the_reference(data_dir, r
 @pytest.mark.slow
 @pytest.mark.e2e
 @pytest.mark.parametrize("rule, mult, lr", [("linear", 1.0, 0.1), ("sqrt", 1.0, 0.05), ("none", 0.5, 0.0125)])
+@ON_REFERENCE_WORKER
 def test_the_branch_lr_is_the_rule_times_the_reference_lr(data_dir, reference, rule, mult, lr):
   plan = validate.validate(_branch(data_dir, reference[0], batch_size=512, num_train_steps=5, init_from_lr_rule=rule,
                                    init_from_lr_multiplier=mult), 1)
@@ -76,6 +83,7 @@ def test_the_branch_lr_is_the_rule_times_the_reference_lr(data_dir, reference, r
     (dict(init_from_lr_rule="cubic"), "init_from_lr_rule"),
     (dict(model="small_cnn"), "does not fit"),
 ])
+@ON_REFERENCE_WORKER
 def test_a_bad_branch_is_one_sentence(data_dir, reference, tmp_path, kw, fragment):
   cfg = _branch(data_dir, reference[0], batch_size=256, num_train_steps=2, **kw)
   with pytest.raises(run_plan.ConfigError, match=fragment) as e:

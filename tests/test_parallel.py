@@ -12,6 +12,9 @@ from lamb_lars.models import bn_groups
 from lamb_lars.train import mesh as mesh_lib, parallel, train_step as ts
 from lamb_lars.models.small_cnn import SmallCNN
 
+# Every test compares programs compiled here (tests/conftest.py: cheap compilation); a subprocess compiles its own.
+pytestmark = pytest.mark.usefixtures("unoptimized_xla")
+
 STEPS, BATCH = 3, 32
 pre = lambda im, lab, rng: im.astype(jnp.float32) / 255.0
 

@@ -76,6 +76,10 @@ def _cifar_config(data_dir, **overrides):
   return cfg
 
 
+# The two tests that read cifar_runs go to one pytest-xdist worker (--dist loadgroup), which trains the runs once.
+ON_CIFAR_WORKER = pytest.mark.xdist_group("resnet_train_cifar")
+
+
 @pytest.fixture(scope="module")
 def cifar_runs(tmp_path_factory):
   """Two runs on the same mocked CIFAR-10: accumulated + padded eval, and one pass + one exact eval batch."""
@@ -100,6 +104,7 @@ def cifar_runs(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.e2e
+@ON_CIFAR_WORKER
 def test_eval_counts_every_example_once(cifar_runs):
   padded = cifar_runs["accumulated"]["result"]["final"]
   exact = cifar_runs["one_pass"]["result"]["final"]
@@ -113,6 +118,7 @@ def test_eval_counts_every_example_once(cifar_runs):
 
 @pytest.mark.slow
 @pytest.mark.e2e
+@ON_CIFAR_WORKER
 def test_gradient_accumulation_through_the_trainer(cifar_runs):
   acc, one = cifar_runs["accumulated"], cifar_runs["one_pass"]
   assert (acc["plan"].num_microbatches, acc["plan"].per_device_batch) == (2, 2)

@@ -25,6 +25,9 @@ ENV = {**{k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}, "PYTHONPATH"
 TIMING = ("wall_time", "compile_time", "examples_per_sec", "step_time", "train_time")
 TINY = {"dataset": "synthetic", "synthetic.num_train": 256, "synthetic.num_eval": 64, "batch_size": 32,
         "eval_batch_size": 64, "keep_checkpoints": 20, "progress": False}
+# The tests that read the module's uninterrupted run go to one pytest-xdist worker (--dist loadgroup), which trains
+# it once; left to themselves, both workers would train it.
+ON_REF_WORKER = pytest.mark.xdist_group("resume_ref")
 
 
 def tiny_config(**overrides):
@@ -98,6 +101,7 @@ def resume(workdir, lines=None, **overrides) -> dict:
 # --- The training window across a checkpoint between two evaluations (item 4). ----------------------------------
 
 @pytest.mark.parametrize("last_checkpoint, rows_until", [(6, 8), (6, 6), (12, 12)])
+@ON_REF_WORKER
 def test_a_resume_between_evaluations_gives_the_uninterrupted_rows(ref, tmp_path, last_checkpoint, rows_until):
   """Killed after the checkpoint at step 6 (rows to 8, or to 4) or at 12: the rows at 8 (steps 5–8) and 14 (steps
   13–14) average the same steps as the uninterrupted run's, not only those after the checkpoint."""
@@ -141,6 +145,7 @@ def test_a_real_kill_between_misaligned_periods_resumes_bit_exactly(tmp_path):
 
 # --- Checkpoints verified on restore (item 3). -------------------------------------------------------------------
 
+@ON_REF_WORKER
 def test_flipped_bytes_in_the_newest_checkpoint_fall_back_to_the_previous_one(ref, tmp_path):
   run = killed_copy(ref, tmp_path / "run", last_checkpoint=12, rows_until=12)
   flip_bytes(os.path.join(run, "checkpoints", "12"))
@@ -171,6 +176,7 @@ def test_checksum_covers_every_leaf_and_its_bytes():
 
 # --- The checkpoint carries the config and the rows; a save cut short is moved aside (item 6). ------------------
 
+@ON_REF_WORKER
 def test_without_config_json_another_batch_size_is_refused_by_the_checkpoint(ref, tmp_path):
   run = killed_copy(ref, tmp_path / "run", last_checkpoint=6, rows_until=8)
   os.remove(os.path.join(run, run_identity.CONFIG_FILE))
@@ -206,6 +212,7 @@ def _garble_first_row(path):
 
 
 @pytest.mark.parametrize("damage", [_delete, _cut_inside_second_row, _garble_first_row])
+@ON_REF_WORKER
 def test_rows_lost_or_damaged_in_a_killed_run_are_restored_from_the_checkpoint(ref, tmp_path, damage):
   run = killed_copy(ref, tmp_path / "run", last_checkpoint=12, rows_until=12)
   damage(os.path.join(run, "metrics.jsonl"))
@@ -215,12 +222,14 @@ def test_rows_lost_or_damaged_in_a_killed_run_are_restored_from_the_checkpoint(r
   assert sum("rewrote it from the checkpoint" in l for l in lines) == 1, lines
 
 
+@ON_REF_WORKER
 def test_a_run_killed_after_its_last_checkpoint_keeps_its_final_row(ref, tmp_path):
   run = killed_copy(ref, tmp_path / "run", last_checkpoint=14, rows_until=14)
   resume(run)
   assert final(run) == final(ref) and final(ref)["final"]["eval_accuracy"] is not None
 
 
+@ON_REF_WORKER
 def test_a_step_folder_cut_short_is_moved_aside_and_the_run_resumes_exactly(ref, tmp_path):
   """A save cut short by a kill: ``checkpoints/14`` holds part of ``state/`` and nothing else."""
   run = killed_copy(ref, tmp_path / "run", last_checkpoint=12, rows_until=12)

@@ -19,6 +19,9 @@ from lamb_lars.study.running import workdir as wd
 LR_OPT = 0.05   # the simulated optimum: above the first range [0.001, 0.01], inside the first extension
 DIVERGE_LR = 2.0   # simulated trials above this LR diverge
 SLOW = {"above": math.inf}   # simulated trials above this LR start far behind (ASHA prunes them) and end ahead
+# The tests that read the module's finished study go to one pytest-xdist worker (--dist loadgroup), which runs it
+# once; they also share its store (one of them adds a seed, which the report test allows for).
+ON_FINISHED_WORKER = pytest.mark.xdist_group("study_phases_finished")
 
 
 def _simulated_rows(cfg: dict) -> list[dict]:
@@ -123,6 +126,7 @@ def finished(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.e2e
+@ON_FINISHED_WORKER
 def test_best_lr_at_the_edge_extends_the_range_once_recorded(finished):
   _, _, lines, trials, plan = finished
   ext = [p for p in plan if p["kind"] == "extend"]
@@ -139,6 +143,7 @@ def test_best_lr_at_the_edge_extends_the_range_once_recorded(finished):
 
 @pytest.mark.slow
 @pytest.mark.e2e
+@ON_FINISHED_WORKER
 def test_pruned_trials_are_promoted_to_the_minimum_of_full_budget_trials(finished):
   _, _, _, trials, plan = finished
   tuned = [t for t in trials.values() if t.cell == "tuned" and t.phase != "replicate"]
@@ -156,6 +161,7 @@ def test_pruned_trials_are_promoted_to_the_minimum_of_full_budget_trials(finishe
 
 @pytest.mark.slow
 @pytest.mark.e2e
+@ON_FINISHED_WORKER
 def test_chosen_on_validation_is_replicated_with_fresh_seeds(finished):
   workdir, _, _, trials, plan = finished
   tuned = [t for t in trials.values() if t.cell == "tuned" and t.phase != "replicate" and t.status == "done"]
@@ -175,6 +181,7 @@ def test_chosen_on_validation_is_replicated_with_fresh_seeds(finished):
 
 @pytest.mark.slow
 @pytest.mark.e2e
+@ON_FINISHED_WORKER
 def test_second_run_does_nothing_and_more_seeds_run_only_the_new_ones(finished, tmp_path):
   workdir, _, _, trials, plan = finished
   ex, lines = _run(_study(), workdir)
@@ -190,6 +197,7 @@ def test_second_run_does_nothing_and_more_seeds_run_only_the_new_ones(finished, 
 
 @pytest.mark.slow
 @pytest.mark.e2e
+@ON_FINISHED_WORKER
 def test_runs_csv_has_seed_phase_and_replicate_columns(finished, tmp_path):
   import csv
   from lamb_lars.study.publishing import csv_tables
@@ -209,6 +217,7 @@ def test_runs_csv_has_seed_phase_and_replicate_columns(finished, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.e2e
+@ON_FINISHED_WORKER
 def test_report_shows_search_adequacy_and_replicates(finished, tmp_path):
   from lamb_lars.study.publishing import publish
   workdir = finished[0]
