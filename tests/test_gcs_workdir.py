@@ -90,6 +90,24 @@ def test_run_files_round_trip(gcs):
   assert not os.path.exists(os.path.join(ROOT, "gs:")), "a URL was treated as a local path"
 
 
+def test_move_tree_on_gcs_moves_every_object(gcs, tmp_path):
+  """A checkpoint folder moved aside on gs:// (quarantine), where a folder rename does not exist: every object
+  arrives under its new name with its bytes, none stays behind; locally the same call is one rename."""
+  src, dst = f"gs://{BUCKET}/mv/checkpoints/7", f"gs://{BUCKET}/mv/checkpoints_quarantine/7-x"
+  blobs = {"_METADATA": b"meta", "state/a.bin": bytes(range(256)), "state/b/c.bin": b"\x00" * 1000}
+  for name, data in blobs.items():
+    io_utils.write_bytes_atomic(f"{src}/{name}", data)
+  io_utils.move_tree(src, dst)
+  for name, data in blobs.items():
+    assert io_utils.read_bytes(f"{dst}/{name}") == data, name
+    assert not io_utils.exists(f"{src}/{name}"), name
+  assert "7" not in io_utils.listdir(f"gs://{BUCKET}/mv/checkpoints")
+  (tmp_path / "a" / "s").mkdir(parents=True)
+  (tmp_path / "a" / "s" / "f").write_bytes(b"x")
+  io_utils.move_tree(str(tmp_path / "a"), str(tmp_path / "q" / "a-1"))
+  assert (tmp_path / "q" / "a-1" / "s" / "f").read_bytes() == b"x" and not (tmp_path / "a").exists()
+
+
 def _train_cmd(workdir: str) -> list[str]:
   from tests.test_train import DATA_DIR
   return [sys.executable, os.path.join(ROOT, "train.py"), f"--config={ROOT}/lamb_lars/configs/mnist_lenet.py",

@@ -78,6 +78,31 @@ def makedirs(path: str) -> None:
     os.makedirs(path, exist_ok=True)
 
 
+def move_tree(src: str, dst: str) -> None:
+  """Moves folder ``src`` to ``dst`` (which must not exist). Locally one rename; on an object store, which has no
+  folders to rename, each object is copied to its new name and then deleted, so a move cut short leaves every
+  object in one place or the other, never lost."""
+  if not is_remote(src):
+    os.makedirs(os.path.dirname(dst.rstrip("/")) or ".", exist_ok=True)
+    os.rename(src, dst)
+    return
+  _fresh(src)
+  root = _epath(src)
+  files, folders = [], [root]
+  while folders:  # gs:// has no recursive glob: walk one level at a time
+    for p in folders.pop().iterdir():
+      (folders if p.is_dir() else files).append(p)
+  for f in files:
+    target = _epath(dst) / str(f.relative_to(root))
+    target.write_bytes(f.read_bytes())
+  for f in files:
+    f.unlink()
+  try:
+    root.rmtree()
+  except FileNotFoundError:  # no folder objects left: nothing to remove
+    pass
+
+
 def exists(path: str) -> bool:
   if is_remote(path):
     _fresh(path)

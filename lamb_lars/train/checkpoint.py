@@ -131,13 +131,10 @@ class Checkpointer:
 
   def quarantine(self, step: int) -> str:
     """Moves checkpoint ``step`` to the quarantine folder (a rename, so nothing is lost); returns its new path."""
-    from etils import epath  # orbax's own path library: a rename on local disks and on gs://
-    quarantine = epath.Path(self._quarantine)
-    quarantine.mkdir(parents=True, exist_ok=True)
-    dest = quarantine / f"{step}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    (epath.Path(self._dir) / str(step)).rename(dest)
+    dest = f"{self._quarantine.rstrip('/')}/{step}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    io_utils.move_tree(f"{str(self._dir).rstrip('/')}/{step}", dest)   # on gs:// object by object
     self._mngr.reload()
-    return str(dest)
+    return dest
 
   def quarantine_unlisted(self, log: Callable[[str], None] = print) -> None:
     """Moves aside each step folder that orbax does not list as a checkpoint (a save cut short), one log line each;
