@@ -7,7 +7,7 @@ alike; the printed ratio is the median over repeats of JAX img/s ÷ PyTorch img/
 both sides give the same logits (dropout off for the guard).
 
   /work/venv-torch215/bin/python benchmarks/mnist_cnn_vs_pytorch.py     # batch 256, and 8192 in micro-batches
-  python benchmarks/mnist_cnn_vs_pytorch.py --batches 256 --repeats 3 --steps 5
+  python benchmarks/mnist_cnn_vs_pytorch.py --batches 256 --repeats 3 --images 1280
   python benchmarks/mnist_cnn_vs_pytorch.py --quick            # smoke run
 
 Needs jax and torch in one interpreter: a venv made with ``--system-site-packages`` (jax from the system) and
@@ -139,12 +139,14 @@ def make_torch_step(net, batch: int, micro: int):
   return step
 
 
-def run(batches, micro: int, steps: int, repeats: int, variants, unroll: int = 0, peak: float = 0.0) -> list[dict]:
+def run(batches, micro: int, images: int, repeats: int, variants, unroll: int = 0, peak: float = 0.0) -> list[dict]:
+  """Each repeat times max(1, images // batch) steps per side; returns one row of medians per batch."""
   import jax
   import torch
   rng = np.random.default_rng(0)
   rows = []
   for batch in batches:
+    steps = max(1, images // batch)
     x = rng.random((batch, 28, 28, 1), dtype=np.float32)
     y = rng.integers(0, 10, batch)
     xt, yt = torch.from_numpy(np.transpose(x, (0, 3, 1, 2)).copy()), torch.from_numpy(y)
@@ -238,7 +240,7 @@ def main():
   ap.add_argument("--batches", default="256,8192")
   ap.add_argument("--micro", type=int, default=256)
   ap.add_argument("--unroll", type=int, default=0, help="lax.scan unroll of the micro-batch loop; 0 = fully")
-  ap.add_argument("--steps", type=int, default=10)
+  ap.add_argument("--images", type=int, default=2560, help="images per timed repeat and side (≥ 1 step)")
   ap.add_argument("--repeats", type=int, default=5)
   ap.add_argument("--variants", default="model")
   ap.add_argument("--threads", type=int, default=0)
@@ -252,7 +254,7 @@ def main():
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                                f" --xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads={a.threads}")
   if a.quick:
-    a.batches, a.steps, a.repeats = "64", 2, 1
+    a.batches, a.images, a.repeats = "64", 128, 1
   import jax
   import torch
   cores = a.threads or len(os.sched_getaffinity(0))
@@ -267,7 +269,7 @@ def main():
   if diff > 1e-3:
     raise SystemExit("the two models differ; not timing them")
   print(f"load average before timing: {os.getloadavg()}")
-  run([int(b) for b in a.batches.split(",")], a.micro, a.steps, a.repeats, a.variants.split(","), a.unroll, peak)
+  run([int(b) for b in a.batches.split(",")], a.micro, a.images, a.repeats, a.variants.split(","), a.unroll, peak)
   print(f"load average after timing: {os.getloadavg()}")
 
 
