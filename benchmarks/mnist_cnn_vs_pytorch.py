@@ -25,6 +25,8 @@ percentage of the CPU's float32 peak, cores × GHz × FLOP per cycle per core (3
 at the nominal clock of /proc/cpuinfo (``--ghz`` to override; boost clocks make the true peak higher). A torch
 2048² float32 matmul, timed once, gives the GEMM rate this machine reaches at the moment.
 Threads: both sides use all cores unless ``--threads`` is given (torch.set_num_threads; XLA via its intra-op flag).
+``--cpu_devices 2`` runs JAX instead as two single-threaded CPU devices, the step data-parallel over them (what
+two single-threaded processes at once gained in docs/BENCHMARKS.md §18, within one step).
 """
 from __future__ import annotations
 
@@ -62,11 +64,16 @@ def jax_model(variant: str):
 
 
 def make_jax_step(variant: str, batch: int, micro: int, unroll: int = 0):
-  """jit(params, opt_state, x, y, key) → (params, opt_state, loss): one momentum-SGD step, micro-batched."""
+  """jit(params, opt_state, x, y, key) → (params, opt_state, loss): one momentum-SGD step, micro-batched.
+
+  With several JAX CPU devices (``--cpu_devices``), the step is data-parallel over them (``shard_map``: each device
+  takes batch / devices images, micro-batched the same way, and the gradients are averaged with ``pmean``)."""
   import jax
   import optax
+  from jax.sharding import PartitionSpec as P
   model, tx = jax_model(variant), optax.sgd(LR, MOMENTUM)
-  k = max(batch // micro, 1)
+  n_dev = jax.device_count()
+  k = max(batch // (micro * n_dev), 1)
 
   def loss_fn(p, x, y, key):
     logits = model.apply({"params": p}, x, train=True, rngs={"dropout": key})
@@ -75,6 +82,8 @@ def make_jax_step(variant: str, batch: int, micro: int, unroll: int = 0):
   grad_fn = jax.value_and_grad(loss_fn)
 
   def step(p, s, x, y, key):
+    if n_dev > 1:
+      key = jax.random.fold_in(key, jax.lax.axis_index("d"))
     if k == 1:
       loss, g = grad_fn(p, x, y, key)
     else:
@@ -86,9 +95,16 @@ def make_jax_step(variant: str, batch: int, micro: int, unroll: int = 0):
         return jax.tree.map(lambda a, b: a + b / k, acc, g), l
       g, losses = jax.lax.scan(body, jax.tree.map(jax.numpy.zeros_like, p), (xs, ys, keys), unroll=unroll or k)
       loss = losses.mean()
+    if n_dev > 1:
+      g, loss = jax.lax.pmean((g, loss), "d")
     u, s = tx.update(g, s, p)
     return optax.apply_updates(p, u), s, loss
 
+  if n_dev > 1:
+    mesh = jax.make_mesh((n_dev,), ("d",))
+    # check_vma=False: the replicated kernels meet device-varying activations inside conv_wgrad's custom VJP
+    step = jax.shard_map(step, mesh=mesh, in_specs=(P(), P(), P("d"), P("d"), P()), out_specs=(P(), P(), P()),
+                         check_vma=False)
   init = jax.jit(lambda key: model.init(key, jax.numpy.zeros((1, 28, 28, 1)))["params"])
   return jax.jit(step, donate_argnums=(0, 1)), init, tx
 
@@ -150,6 +166,10 @@ def run(batches, micro: int, images: int, repeats: int, variants, unroll: int = 
     x = rng.random((batch, 28, 28, 1), dtype=np.float32)
     y = rng.integers(0, 10, batch)
     xt, yt = torch.from_numpy(np.transpose(x, (0, 3, 1, 2)).copy()), torch.from_numpy(y)
+    if jax.device_count() > 1:   # the batch split over the CPU devices, as the data-parallel step takes it
+      from jax.sharding import NamedSharding, PartitionSpec
+      split = NamedSharding(jax.make_mesh((jax.device_count(),), ("d",)), PartitionSpec("d"))
+      x, y = jax.device_put(x, split), jax.device_put(y, split)
     jax_steps = {}
     for v in variants:
       step, init, tx = make_jax_step(v, batch, micro, unroll)
@@ -244,6 +264,8 @@ def main():
   ap.add_argument("--repeats", type=int, default=5)
   ap.add_argument("--variants", default="model")
   ap.add_argument("--threads", type=int, default=0)
+  ap.add_argument("--cpu_devices", type=int, default=1,
+                  help="JAX CPU devices, each single-threaded, the step data-parallel over them (XLA_FLAGS)")
   ap.add_argument("--ghz", type=float, default=0.0, help="clock for the peak; 0 = /proc/cpuinfo's")
   ap.add_argument("--flops_per_cycle", type=int, default=32, help="float32 FLOP per cycle per core (Zen 4: 32)")
   ap.add_argument("--quick", action="store_true")
@@ -253,6 +275,9 @@ def main():
     torch.set_num_threads(a.threads)
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                                f" --xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads={a.threads}")
+  if a.cpu_devices > 1:
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count="
+                               f"{a.cpu_devices} --xla_cpu_multi_thread_eigen=false")
   if a.quick:
     a.batches, a.images, a.repeats = "64", 128, 1
   import jax
@@ -260,7 +285,8 @@ def main():
   cores = a.threads or len(os.sched_getaffinity(0))
   ghz = a.ghz or nominal_ghz()
   peak = cores * ghz * a.flops_per_cycle
-  print(f"jax {jax.__version__}, torch {torch.__version__} ({torch.get_num_threads()} threads); "
+  print(f"jax {jax.__version__} ({jax.device_count()} CPU devices), torch {torch.__version__} "
+        f"({torch.get_num_threads()} threads); "
         f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
   print(f"peak = {cores} cores × {ghz:.2f} GHz × {a.flops_per_cycle} FLOP/cycle = {peak:.1f} GFLOP/s float32; "
         f"training FLOPs {TRAIN_FLOPS / 1e6:.2f} M per image; torch 2048² matmul now: {gemm_gflops():.1f} GFLOP/s")
