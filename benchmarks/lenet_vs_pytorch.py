@@ -11,7 +11,7 @@ both sides give the same loss and parameters.
 
 JAX variants (name: steps per compiled call K, micro-batch): k1 (K=1), k10 (K=10 via lax.scan), acc256 (K=1,
 gradient accumulated over micro-batches of 256 inside the step), ref (the textbook Flax model, K=1).
-PyTorch (`pip install torch==2.13.0`, CPU build) is a benchmark-only extra. ``time_pure_step`` is the reusable
+PyTorch (`pip install -c constraints.txt torch`: 2.15.0) is a benchmark-only extra. ``time_pure_step`` is the reusable
 piece for comparing train.py's epoch time with the bare step.
 """
 from __future__ import annotations

@@ -1,22 +1,23 @@
-"""A stride-1 NHWC convolution whose weight gradient XLA:CPU computes 2.4× faster: chunked im2col GEMMs in a rolled
-loop, for the authors' MNIST CNN (lamb_lars/models/mnist_cnn.py).
+"""A stride-1 NHWC convolution whose weight gradient XLA:CPU computes 4× faster (per chunk of the batch, a forward
+convolution with batch and channels swapped, in a rolled loop), for the authors' MNIST CNN (models/mnist_cnn.py).
 
 Why. On the 2-core CPU, XLA's own weight-gradient convolution of the CNN's conv2 (5×5, 32 → 64 channels on 14×14, batch
 256) took 245 ms against 70 ms for the forward convolution of the same FLOPs. A straight im2col GEMM was no faster
 (its 160 MB patch tensor is memory-bound), nor was an unrolled sum over chunks. A ``lax.scan`` over chunks of 8
-images, each an im2col (25 shifted slices) and one einsum, took 104 ms. The whole train step went from 493–525 to
-641–650 img/s (docs/BENCHMARKS.md §16).
+images, each an im2col (25 shifted slices) and one einsum, took 104 ms (docs/BENCHMARKS.md §16). Each chunk as the
+forward convolution below runs at the forward convolution's speed: 54 against 101–122 ms of one core for the im2col
+chunks (CPU time, pinned to one core, loaded machine), and conv1's 7.5 against 18.5 ms.
 
 What. ``conv_general_dilated`` has ``lax.conv_general_dilated``'s signature, so it drops into ``nn.Conv``
 (``conv_general_dilated=``). Its forward pass and input gradient are XLA's. Its weight gradient is
 
   ∂L/∂W[i, j, c, o] = Σ_b Σ_{h,w} x_pad[b, h + i, w + j, c] · ∂L/∂y[b, h, w, o],
 
-summed over chunks of the batch in a rolled loop. This is the same function as XLA's weight gradient, up to
-float32 summation order (tests/test_paper_workload.py checks it against XLA's in float64). A case it does not cover
-(strides, dilation, feature groups, other layouts) goes to ``lax.conv_general_dilated`` unchanged, and so does every
-convolution when JAX's default backend is not the CPU: on a GPU the rolled loop would launch one small GEMM per 8
-images (7,500 per step at batch 60K), where cuDNN's own weight gradient is one kernel.
+summed over chunks of the batch in a rolled loop (``_weight_grad_chunk``). This is the same function as XLA's weight
+gradient, up to float32 summation order (tests/test_paper_workload.py checks it against XLA's in float64). A case it
+does not cover (strides, dilation, feature groups, other layouts) goes to ``lax.conv_general_dilated`` unchanged,
+and so does every convolution when JAX's default backend is not the CPU: on a GPU the rolled loop would launch one
+small conv per 8 images (7,500 per step at batch 60K), where cuDNN's own weight gradient is one kernel.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ import jax.numpy as jnp
 from jax import lax
 
 LAYOUT = ("NHWC", "HWIO", "NHWC")
-CHUNK = 8  # images per im2col GEMM: the fastest of 4–32 for conv2 on the 2-core CPU
+CHUNK = 8  # images per chunk: the fastest of 2–64 for conv1 and conv2 on one core (4–16 within 4%)
 
 
 def _chunk(batch: int) -> int:
@@ -40,11 +41,16 @@ def _conv(x: jnp.ndarray, w: jnp.ndarray, pads: tuple) -> jnp.ndarray:
 
 
 def _weight_grad_chunk(x: jnp.ndarray, dy: jnp.ndarray, w_shape: tuple, pads: tuple) -> jnp.ndarray:
-  kh, kw = w_shape[:2]
-  xp = jnp.pad(x, ((0, 0), pads[0], pads[1], (0, 0)))
-  h, w = dy.shape[1:3]
-  cols = jnp.stack([xp[:, i:i + h, j:j + w, :] for i in range(kh) for j in range(kw)], axis=3)
-  return jnp.einsum("bhwkc,bhwo->kco", cols, dy).reshape(w_shape)
+  """One chunk's weight gradient as a forward convolution with batch and channels swapped.
+
+  dW[i, j, c, o] = Σ_{b,h,w} x_pad[b, h + i, w + j, c] · dy[b, h, w, o] is the NHWC forward convolution of
+  x as [c, H, W, b] (its channels as the batch, its images as the input channels) with dy as an HWIO kernel
+  [h, w, b, o], whose output [c, kh, kw, o] is dW transposed. The transposes must be explicit: the same
+  convolution through dimension numbers alone (("CHWN", "IHWO", "HWNC")) took 40× longer on XLA:CPU.
+  """
+  dw = lax.conv_general_dilated(x.transpose(3, 1, 2, 0), dy.transpose(1, 2, 0, 3), (1, 1), pads,
+                                dimension_numbers=LAYOUT)
+  return dw.transpose(1, 2, 0, 3).reshape(w_shape)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))

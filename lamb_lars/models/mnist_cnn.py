@@ -18,8 +18,8 @@ than a reshape + max over the window (pool and ReLU of conv1's output, forward a
 beside a study on the 2-core CPU: 12 against 58 ms). Each pool comes before its ReLU: max commutes with ReLU, so
 relu(pool(x)) = pool(relu(x)) exactly, on a quarter of the elements. Without ties, the gradient goes to each
 window's maximum, as TensorFlow's (with ReLU first, ties were common, but among zeros whose gradient is zero).
-Both convolutions take their weight gradient from lamb_lars/models/conv_wgrad.py (chunked im2col GEMMs: the same
-function, 1.27× the whole step on CPU).
+Both convolutions take their weight gradient from lamb_lars/models/conv_wgrad.py (per chunk of 8 images, a forward
+convolution with batch and channels swapped: the same function, 4× faster than XLA's on CPU).
 """
 from __future__ import annotations
 
