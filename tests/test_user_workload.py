@@ -394,17 +394,3 @@ def test_manifest_records_the_workload_hash_and_verify_sees_a_change(workload_di
   finally:
     path.write_text(original)
   assert len(problems) == 2 and all("changed since the study was reported" in p for p in problems), problems
-
-
-def test_missing_dataset_is_refused_before_a_local_study_runs(tmp_path):
-  """A dataset missing on this machine stops a study on the local executor before any trial (its data would be
-  on the nodes only under ray, where the trial reports it), in one sentence naming the first trial."""
-  from lamb_lars.configs.studies import smoke
-  from lamb_lars.study.running import runner
-  study = smoke.get_config()
-  study.base.dataset = "tfds:no_such_dataset"
-  study.base.data_dir = str(tmp_path / "data")
-  with pytest.raises(ValueError, match="^trial ") as e:
-    runner.run_study(study, str(tmp_path / "study"), log=lambda _: None)
-  assert "\n" not in str(e.value) and "no_such_dataset" in str(e.value), str(e.value)
-  assert not (tmp_path / "study" / "study.sqlite").exists()

@@ -35,7 +35,6 @@ from lamb_lars.study.running import phases, sections, store, sweep
 from lamb_lars.study.running import search as search_lib
 from lamb_lars.study.running import workdir as wd
 from lamb_lars.study.running.driver import Driver
-from lamb_lars.study.running import trial_checks
 from lamb_lars.study.running.executor import Executor, LocalExecutor
 from lamb_lars.study.running.search_log import rebuild_searches
 from lamb_lars.study.records import FINISHED, ROLES, STATUSES
@@ -114,8 +113,6 @@ def run_study(study: ml_collections.ConfigDict, workdir: str, *, executor: Optio
   search_cfg, runner_cfg, rep_cfg = checked_settings(study)
   runner_cfg.update({k: v for k, v in (("retry_failed", retry_failed), ("timeout_s", timeout_s)) if v is not None})
   executor = executor or make_executor(study, num_workers)
-  if isinstance(executor, LocalExecutor):   # trials run here: their data must be here (ray's are on its nodes)
-    trial_checks.require_local_data(specs)
   executor.check_workdir(workdir)
   io_utils.makedirs(workdir)
   with workdir_lock.hold(workdir, workdir_lock.STUDY_LOCK, what="a study runner"):

@@ -63,23 +63,6 @@ def _dataset_info(config: ml_collections.ConfigDict, cache: dict) -> Any:
   return cache[key]
 
 
-def require_local_data(trials: Sequence[Any]) -> None:
-  """Every trial's dataset is on this machine: the check for trials that run here (the local executor), where a
-  missing dataset would otherwise fail trial after trial. A ValueError naming the first trial, in one sentence."""
-  from lamb_lars.input_pipeline import DatasetNotFoundError  # noqa: PLC0415
-  from lamb_lars.train.validate import dataset_info as get_info  # noqa: PLC0415
-  seen: set[str] = set()
-  for t in trials:
-    key = json.dumps([t.config.get(k) for k in ("dataset", "data_source", "data_dir")], default=str)
-    if key in seen:
-      continue
-    seen.add(key)
-    try:
-      get_info(t.config)
-    except DatasetNotFoundError as e:
-      raise ValueError(f"trial {t.run_id}: {e}") from None
-
-
 def validate_trials(trials: Sequence[Any], runner_env: Mapping[str, str]) -> None:
   """Every trial (a ``sweep.TrialSpec``) through :func:`validate_trial`; a ValueError naming the first bad one."""
   infos: dict[str, Any] = {}
