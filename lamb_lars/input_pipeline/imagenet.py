@@ -178,15 +178,22 @@ def train_batches(config: Any, *, epoch: int, start_step: int, global_batch_size
   return _iterate(records, transform, b, config)
 
 
+def eval_keys(count: int, batch_size: int, process_index: int, process_count: int) -> tuple[np.ndarray, np.ndarray]:
+  """This process's record keys (offsets into a split of ``count`` examples) for exact evaluation, padded to whole
+  batches, and the mask that marks the real ones."""
+  parts = list(eval_index_batches(n=count, global_batch_size=batch_size, process_index=process_index,
+                                  process_count=process_count))
+  keys = np.concatenate([idx for idx, _ in parts]) if parts else np.zeros((0,), np.int64)
+  mask = np.concatenate([m for _, m in parts]) if parts else np.zeros((0,), bool)
+  return keys, mask
+
+
 def eval_batches(config: Any, *, batch_size: int, split: str = "test", process_index: int,
                  process_count: int) -> Iterator[dict]:
   """This process's padded batches ``{'image', 'label', 'mask'}`` of 'test' or 'validation'; each example once."""
   view = views(config)[split]
   b = local_batch_size(batch_size, process_count)
-  parts = list(eval_index_batches(n=view.count, global_batch_size=batch_size, process_index=process_index,
-                                  process_count=process_count))
-  keys = np.concatenate([idx for idx, _ in parts]) if parts else np.zeros((0,), np.int64)
-  mask = np.concatenate([m for _, m in parts]) if parts else np.zeros((0,), bool)
+  keys, mask = eval_keys(view.count, batch_size, process_index, process_count)
   records = KeyedRecords(open_split(resolve_data_dir(config), view.split), view.start + keys, mask)
   return _iterate(records, EvalCrop(image_size(config)), b, config)
 

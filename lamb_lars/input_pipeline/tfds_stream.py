@@ -30,7 +30,7 @@ import numpy as np
 from lamb_lars.common import io_utils
 from lamb_lars.errors import ConfigError
 from lamb_lars.input_pipeline import device_preprocess, imagenet, tfds_arrays
-from lamb_lars.input_pipeline.common import (SplitView, eval_index_batches, local_batch_size, resolve_data_dir,
+from lamb_lars.input_pipeline.common import (SplitView, local_batch_size, resolve_data_dir,
                                              split_views, train_index_batches)
 
 PREFIX = "tfds:"
@@ -255,10 +255,7 @@ def eval_batches(config: Any, *, batch_size: int, split: str, process_index: int
   """This process's padded batches ``{'image', 'label', 'mask'}`` of 'test' or 'validation'; each example once."""
   view = views(config)[split]
   b = local_batch_size(batch_size, process_count)
-  parts = list(eval_index_batches(n=view.count, global_batch_size=batch_size, process_index=process_index,
-                                  process_count=process_count))
-  keys = np.concatenate([idx for idx, _ in parts]) if parts else np.zeros((0,), np.int64)
-  mask = np.concatenate([m for _, m in parts]) if parts else np.zeros((0,), bool)
+  keys, mask = imagenet.eval_keys(view.count, batch_size, process_index, process_count)
   records = imagenet.KeyedRecords(open_split(config, view.split), view.start + keys, mask)
   shape, _ = features(config, open_split(config, "train"))
   transform = Stored(shape, with_mask=True) if shape is not None else imagenet.EvalCrop(imagenet.image_size(config))
