@@ -20,7 +20,7 @@ import os
 from typing import Optional, Sequence
 
 from lamb_lars.common import io_utils
-from lamb_lars.study.analysis import batch_warmup, regimes, reach
+from lamb_lars.study.analysis import batch_warmup, critical_batch, regimes, reach
 from lamb_lars.study.analysis.baseline import baseline_from_trials
 from lamb_lars.study.analysis.verdict import shown, shown_text
 from lamb_lars.study.records import STATUSES, Baseline, Target, Trial
@@ -156,12 +156,7 @@ def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec
   loss_key = ("validation_loss" if any(t.curve and t.curve[-1].get("validation_loss") is not None for t in trials)
               else "eval_loss")
   r = regimes.classify_trials(baseline, trials, spec.techniques, loss_key=loss_key)
-  lines += [f"Large batch (Def. 2.1): linear scaling of the baseline recipe reaches ≥ 99.5%·A = "
-            f"{pct(regimes.ACC_FRACTION * baseline.accuracy)}% test accuracy and ≤ 1.2·ξ = "
-            f"{regimes.LOSS_FACTOR * baseline.val_loss:.4f} validation loss within ρ = {baseline.epochs:g} epochs for "
-            "every B < B_L; B ≥ B_L is large. Huge (Def. 2.2, B > B_H): every technique of the declared set "
-            f"{list(spec.techniques)} fails to reach 99.5%·A. Large = [B_L, B_H], huge = (B_H, B_F] (You et al. "
-            "2020 Table 2).", ""]
+  lines += _regimes_definitions(baseline, spec)
   ref = reference.table2(spec)
   rule = lambda b, name: [s for t in trials if t.role == "linear" and t.batch_size == b
                           and regimes.scaling_rule(t) == name for s in reach.seeds_of(reps, t)]
@@ -170,10 +165,35 @@ def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec
   d21v = {b: v.verdict for b, v in d21.items()}
   sqrt_v = {b: regimes.linear_verdict(ts, baseline, loss_key=loss_key).verdict for b, ts in sqrt.items() if ts}
   d22 = {b: v for b in r.labels if (v := reach.reach_evidence(trials, reps, spec.techniques, b, baseline))}
-  ev = lambda b: (f"{b}: Def. 2.1 {shown(d21v[b])} (acc {shown_text(d21[b].accuracy)}; "
+  lines += _brackets_table(r, baseline, d21, d22, ref)
+  if sqrt_v:  # the paper's Optimization 0 (§3.1) takes linear or square-root scaling, whichever is better
+    lines += _sqrt_scaling_note(trials, baseline, loss_key)
+  lines += [_regimes_verdict_note(), ""]
+  lines += _regimes_table(trials, spec, r, lin, d21v, sqrt_v, d22)
+  lines += [_REGIMES_BEST_NOTE, ""]
+  lines += _other_reading(own_trials=trials, reps=reps, baseline=baseline, spec=spec, loss_key=loss_key, r=r,
+                          lin=lin, d21v=d21v, d22=d22)
+  cautions = reach.disagreements(r, d21v, d22)
+  lines += [f"- anomaly: {a}" for a in r.anomalies] + [f"- caution: {c}" for c in cautions]
+  return lines + ([""] if r.anomalies or cautions else [])
+
+
+def _regimes_definitions(baseline: Baseline, spec: ReportSpec) -> list[str]:
+  """Defs 2.1–2.2 with this baseline's thresholds filled in."""
+  return [f"Large batch (Def. 2.1): linear scaling of the baseline recipe reaches ≥ 99.5%·A = "
+          f"{pct(regimes.ACC_FRACTION * baseline.accuracy)}% test accuracy and ≤ 1.2·ξ = "
+          f"{regimes.LOSS_FACTOR * baseline.val_loss:.4f} validation loss within ρ = {baseline.epochs:g} epochs for "
+          "every B < B_L; B ≥ B_L is large. Huge (Def. 2.2, B > B_H): every technique of the declared set "
+          f"{list(spec.techniques)} fails to reach 99.5%·A. Large = [B_L, B_H], huge = (B_H, B_F] (You et al. "
+          "2020 Table 2).", ""]
+
+
+def _brackets_table(r: regimes.Regimes, baseline: Baseline, d21: dict, d22: dict, ref: dict) -> list[str]:
+  """B_L, B_H and B_F with the tested batches that bracket them, their verdicts, and the paper's values."""
+  ev = lambda b: (f"{b}: Def. 2.1 {shown(d21[b].verdict)} (acc {shown_text(d21[b].accuracy)}; "
                   f"loss {shown_text(d21[b].loss)})"
                   if b in d21 else f"{b} (B0)" if b == baseline.batch_size else f"{b}: no linear run")
-  lines += table(["quantity", "measured", "bracket and evidence", "paper"], [
+  return table(["quantity", "measured", "bracket and evidence", "paper"], [
       ["B_L", fmt(r.b_l) if r.b_l is not None else f"> {fmt(r.b_l_last_pass)} (no tested batch fails)",
        f"last pass {ev(r.b_l_last_pass)}; first fail " + (ev(r.b_l) if r.b_l is not None else "none"),
        fmt(ref.get("b_l"))],
@@ -182,26 +202,28 @@ def _regimes_section(trials: Sequence[Trial], baseline: Optional[Baseline], spec
            f", Def. 2.2 there: {d22[r.b_h_next_huge].text()}" if r.b_h_next_huge in d22 else ""),
        fmt(ref.get("b_h"))],
       ["B_F", fmt(r.b_f), "—", fmt(ref.get("b_f"))]])
-  if sqrt_v:  # the paper's Optimization 0 (§3.1) takes linear or square-root scaling, whichever is better
-    fail, last = regimes.first_failure(regimes.linear_evidence(trials, baseline, rule="sqrt", loss_key=loss_key),
-                                       baseline.batch_size)
-    lines += [f"Square-root scaling (η·√(B/B0), the alternative of the paper's Optimization 0, §3.1) under the same "
-              f"test: first failing tested batch {fmt(fail)}, last passing below it {fmt(last)}. B_L above is "
-              "linear scaling's (Def. 2.1).", ""]
-  lines += [_regimes_verdict_note(), ""]
+
+
+def _sqrt_scaling_note(trials: Sequence[Trial], baseline: Baseline, loss_key: str) -> list[str]:
+  """Where square-root scaling first fails Def. 2.1's test (the alternative of the paper's Optimization 0)."""
+  fail, last = regimes.first_failure(regimes.linear_evidence(trials, baseline, rule="sqrt", loss_key=loss_key),
+                                     baseline.batch_size)
+  return [f"Square-root scaling (η·√(B/B0), the alternative of the paper's Optimization 0, §3.1) under the same "
+          f"test: first failing tested batch {fmt(fail)}, last passing below it {fmt(last)}. B_L above is "
+          "linear scaling's (Def. 2.1).", ""]
+
+
+def _regimes_table(trials: Sequence[Trial], spec: ReportSpec, r: regimes.Regimes, lin: dict, d21v: dict,
+                   sqrt_v: dict, d22: dict) -> list[str]:
+  """Per tested batch: its regime, the linear-scaling runs with their Def. 2.1 verdict (and square-root scaling's,
+  when run), the techniques' trials and the Def. 2.2 reach."""
   rows = [[b, label, ", ".join(f"`{t.run_id}` {t.status} {pct(t.best(ACC_KEY))}%" for t in lin[b]) or "not run",
            shown(d21v.get(b, "—"))] + ([shown(sqrt_v.get(b, "—"))] if sqrt_v else [])
           + [_techniques_cell(trials, spec.techniques, b), d22[b].short() if b in d22 else "—"]
           for b, label in r.labels.items()]
-  lines += table(["batch", "regime", "linear scaling (best test acc)", "Def. 2.1"]
-                 + (["√ scaling, same test"] if sqrt_v else []) + ["techniques (best test acc within ρ)",
-                                                                  "Def. 2.2 reach (chosen, its seeds)"], rows)
-  lines += [_REGIMES_BEST_NOTE, ""]
-  lines += _other_reading(own_trials=trials, reps=reps, baseline=baseline, spec=spec, loss_key=loss_key, r=r,
-                          lin=lin, d21v=d21v, d22=d22)
-  cautions = reach.disagreements(r, d21v, d22)
-  lines += [f"- anomaly: {a}" for a in r.anomalies] + [f"- caution: {c}" for c in cautions]
-  return lines + ([""] if r.anomalies or cautions else [])
+  return table(["batch", "regime", "linear scaling (best test acc)", "Def. 2.1"]
+               + (["√ scaling, same test"] if sqrt_v else []) + ["techniques (best test acc within ρ)",
+                                                                "Def. 2.2 reach (chosen, its seeds)"], rows)
 
 
 def _other_reading(*, own_trials, reps, baseline, spec, loss_key, r, lin, d21v, d22) -> list[str]:
@@ -252,34 +274,8 @@ def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = Repor
   baseline, note = _baseline(own, spec, reps)
   target_trials = [t for t in own if not spec.target_technique or t.technique == spec.target_technique]
   steps_lines, fit = report_scaling.steps_section(target_trials, spec.target, fig_dir)
-  goal = spec.target.goal if spec.target and spec.target.metric == ACC_KEY else None
-  sections = [("Critical batch over training", "", report_branching.section(
-                  everything, fig_dir, num_train=spec.num_train, epsilon=spec.branch_epsilon,
-                  relative=spec.branch_relative, loss_key=spec.branch_loss,
-                  other_epsilons=spec.branch_epsilons) if spec.branch_epsilon > 0 else []),
-              ("Baseline and Regimes", "no baseline trial (role `baseline`), which You et al. 2020 Defs 2.1–2.3 need",
-               [] if baseline is None and not any(t.role == "baseline" for t in trials)
-               else _baseline_section(baseline, note, spec)
-               + ([] if spec.branch_epsilon > 0 else _regimes_section(own, baseline, spec, reps))),
-              ("Huge-batch results next to the paper", "", report_curves.points_section(
-                  trials, reference.points(spec), spec.num_train, spec.select_on)),
-              ("Table 3", "", reference.section(spec, "table3_section", trials, spec,
-                                               baseline.batch_size if baseline else None, fig_dir)),
-              ("Replicates and search adequacy", "",
-               report_replicates.sections(trials, spec, baseline.batch_size if baseline else None)),
-              ("Steps to target", f"no trial of technique `{spec.target_technique}`" if spec.target_technique
-               else "", steps_lines),
-              ("Predicted vs fitted critical batch", "no run logged `noise_scale` (McCandlish et al. 2018)",
-               report_scaling.noise_section(trials, fig_dir, fit, spec.max_curves)),
-              ("Accuracy vs batch size", "no finished run logged `eval_accuracy`",
-               report_curves.accuracy_section(trials, fig_dir, spec.select_on)),
-              ("Training curves", "no run has evaluations",
-               report_curves.curves_section(trials, fig_dir, spec.max_curves, target=goal,
-                                            select_on=spec.select_on)),
-              ("Distance from initialisation", "no run logged `dist_from_init`",
-               report_curves.diffusion_section(trials, fig_dir, spec.max_curves)),
-              ("Trust ratios", "no run logged `trust_ratio/<layer>`", report_curves.trust_section(trials, fig_dir)),
-              ("Batch-size warmup", "", report_batch_warmup.section(trials, fig_dir, spec.noninferiority_margin))]
+  sections = (_regime_sections(everything, trials, own, reps, baseline, note, spec, fig_dir)
+              + _scaling_and_curve_sections(trials, spec, fig_dir, steps_lines, fit))
   if spec.branch_epsilon > 0:  # a branching study: a reference and its branches, no ladder to fit or replicate
     sections = [s for s in sections if s[0] in _BRANCHING_SECTIONS]
   elif trials and all(t.role == batch_warmup.ROLE for t in trials):
@@ -292,3 +288,47 @@ def write_report(trials: Sequence[Trial], out_dir: str, spec: ReportSpec = Repor
   path = os.path.join(out_dir, "README.md")
   io_utils.write_text_atomic(path, "\n".join(parts).rstrip() + "\n")
   return path
+
+
+# A report section: its heading, why it is left out when it has no lines ('': left out silently), its lines.
+_Section = tuple[str, str, list[str]]
+
+
+def _regime_sections(everything: Sequence[Trial], trials: Sequence[Trial], own: Sequence[Trial],
+                     reps: Sequence[Trial], baseline: Optional[Baseline], note: str, spec: ReportSpec,
+                     fig_dir: Optional[str]) -> list[_Section]:
+  """The sections up to the replicates, in report order: CBS(t), baseline and regimes, the huge-batch points, the
+  reference's Table 3, and the replicates with search adequacy."""
+  b0 = baseline.batch_size if baseline else None
+  return [("Critical batch over training", "", report_branching.section(
+              everything, fig_dir, num_train=spec.num_train, epsilon=spec.branch_epsilon,
+              relative=spec.branch_relative, loss_key=spec.branch_loss,
+              other_epsilons=spec.branch_epsilons) if spec.branch_epsilon > 0 else []),
+          ("Baseline and Regimes", "no baseline trial (role `baseline`), which You et al. 2020 Defs 2.1–2.3 need",
+           [] if baseline is None and not any(t.role == "baseline" for t in trials)
+           else _baseline_section(baseline, note, spec)
+           + ([] if spec.branch_epsilon > 0 else _regimes_section(own, baseline, spec, reps))),
+          ("Huge-batch results next to the paper", "", report_curves.points_section(
+              trials, reference.points(spec), spec.num_train, spec.select_on)),
+          ("Table 3", "", reference.section(spec, "table3_section", trials, spec, b0, fig_dir)),
+          ("Replicates and search adequacy", "", report_replicates.sections(trials, spec, b0))]
+
+
+def _scaling_and_curve_sections(trials: Sequence[Trial], spec: ReportSpec, fig_dir: Optional[str],
+                                steps_lines: list[str], fit: Optional[critical_batch.InverseLawFit]) -> list[_Section]:
+  """The sections from steps to target on, in report order: steps to target (computed by the caller, whose S(B) fit
+  ``fit`` the noise section compares with), the noise scale, accuracy, curves, distance, trust ratios and the
+  batch-size warmup."""
+  goal = spec.target.goal if spec.target and spec.target.metric == ACC_KEY else None
+  return [("Steps to target", f"no trial of technique `{spec.target_technique}`" if spec.target_technique
+           else "", steps_lines),
+          ("Predicted vs fitted critical batch", "no run logged `noise_scale` (McCandlish et al. 2018)",
+           report_scaling.noise_section(trials, fig_dir, fit, spec.max_curves)),
+          ("Accuracy vs batch size", "no finished run logged `eval_accuracy`",
+           report_curves.accuracy_section(trials, fig_dir, spec.select_on)),
+          ("Training curves", "no run has evaluations",
+           report_curves.curves_section(trials, fig_dir, spec.max_curves, target=goal, select_on=spec.select_on)),
+          ("Distance from initialisation", "no run logged `dist_from_init`",
+           report_curves.diffusion_section(trials, fig_dir, spec.max_curves)),
+          ("Trust ratios", "no run logged `trust_ratio/<layer>`", report_curves.trust_section(trials, fig_dir)),
+          ("Batch-size warmup", "", report_batch_warmup.section(trials, fig_dir, spec.noninferiority_margin))]
