@@ -59,45 +59,60 @@ def steps_section(trials, target: Optional[Target],
   lines += ["Best run = the feasible trial that reached the goal in the fewest steps; steps, epochs and wall-clock "
             "seconds are that trial's (at its first evaluation past the goal).", ""]
   bs, steps = reached_arrays(res)
-  fit = None
-  if len(set(bs)) >= 2:
-    fit = critical_batch.fit_inverse_law(bs, steps)
-    lines += [f"Fit S(B) = S_min·(1 + B_crit/B) (least squares in log S): S_min = {fmt(fit.s_min)}, "
-              f"B_crit = {fmt(fit.b_crit)}, E_min = S_min·B_crit = {fmt(fit.e_min)} examples, "
-              f"rms log residual {fit.rms_log_residual:.3f} over {fit.num_points} batch sizes"
-              + (" (two points for two parameters: the curve passes through both, so it does not test the law)."
-                 if fit.num_points == 2 else "."), ""]
-    caveat = b_crit_caveat(fit, bs)
-    if caveat:
-      lines += [caveat, ""]
-  else:
-    lines += ["Fewer than two batch sizes reached the goal: no S(B) fit.", ""]
+  fit_lines, fit = _inverse_law_lines(bs, steps)
+  lines += fit_lines
   if bs:
     name = plots.steps_vs_batch(out_dir, "steps_to_target.png", bs, steps, fit, target=goal)
     lines += [f"![steps to target]({name})", ""]
+  lines += _step_time_lines(trials, fit)
+  lines += _breakdown_lines(trials, target)
+  return lines, fit
+
+
+def _inverse_law_lines(bs: Sequence[int], steps: Sequence[float]
+                       ) -> tuple[list[str], Optional[critical_batch.InverseLawFit]]:
+  """The S(B) fit over the batches that reached the goal (at least two), with its caveat; and the fit (None: none)."""
+  if len(set(bs)) < 2:
+    return ["Fewer than two batch sizes reached the goal: no S(B) fit.", ""], None
+  fit = critical_batch.fit_inverse_law(bs, steps)
+  lines = [f"Fit S(B) = S_min·(1 + B_crit/B) (least squares in log S): S_min = {fmt(fit.s_min)}, "
+           f"B_crit = {fmt(fit.b_crit)}, E_min = S_min·B_crit = {fmt(fit.e_min)} examples, "
+           f"rms log residual {fit.rms_log_residual:.3f} over {fit.num_points} batch sizes"
+           + (" (two points for two parameters: the curve passes through both, so it does not test the law)."
+              if fit.num_points == 2 else "."), ""]
+  caveat = b_crit_caveat(fit, bs)
+  if caveat:
+    lines += [caveat, ""]
+  return lines, fit
+
+
+def _step_time_lines(trials: Sequence[Trial], fit: Optional[critical_batch.InverseLawFit]) -> list[str]:
+  """The step-time fit t(B) = γ + δB and, with an S(B) fit, the time-optimal batch B*."""
   times = step_times(trials)
-  if len(times) >= 2:
-    stf = critical_batch.fit_step_time(list(times), list(times.values()))
-    lines += [f"Step time t(B) = γ + δ·B: γ = {stf.gamma:.4g} s, δ = {stf.delta:.4g} s/example "
-              "(median Δwall/Δstep per batch, first eval interval skipped; "
-              "least squares in relative error, γ, δ ≥ 0)."]
-    if fit is not None and stf.delta == 0:
-      lines += ["δ = 0: a step costs the same at every batch, so a larger batch is always faster (B* = ∞)."]
-    elif fit is not None and stf.gamma > 0:
-      lines += [f"Time-optimal batch B* = √(B_crit·γ/δ) = {fmt(critical_batch.optimal_batch(fit, stf))}."]
-    elif fit is not None:
-      lines += ["γ = 0: a step has no fixed cost to amortise, so the time to the goal T(B) = S(B)·δ·B = "
-                "δ·S_min·(B + B_crit) grows with B and the smallest batch is the fastest here (B* = 0): on this "
-                "machine a larger batch buys no parallelism."]
-    lines += [""]
-  else:
-    lines += ["Step times at fewer than two batch sizes: no t(B) fit, no B*.", ""]
+  if len(times) < 2:
+    return ["Step times at fewer than two batch sizes: no t(B) fit, no B*.", ""]
+  stf = critical_batch.fit_step_time(list(times), list(times.values()))
+  lines = [f"Step time t(B) = γ + δ·B: γ = {stf.gamma:.4g} s, δ = {stf.delta:.4g} s/example "
+           "(median Δwall/Δstep per batch, first eval interval skipped; "
+           "least squares in relative error, γ, δ ≥ 0)."]
+  if fit is not None and stf.delta == 0:
+    lines += ["δ = 0: a step costs the same at every batch, so a larger batch is always faster (B* = ∞)."]
+  elif fit is not None and stf.gamma > 0:
+    lines += [f"Time-optimal batch B* = √(B_crit·γ/δ) = {fmt(critical_batch.optimal_batch(fit, stf))}."]
+  elif fit is not None:
+    lines += ["γ = 0: a step has no fixed cost to amortise, so the time to the goal T(B) = S(B)·δ·B = "
+              "δ·S_min·(B + B_crit) grows with B and the smallest batch is the fastest here (B* = 0): on this "
+              "machine a larger batch buys no parallelism."]
+  return lines + [""]
+
+
+def _breakdown_lines(trials: Sequence[Trial], target: Target) -> list[str]:
+  """The Golmant et al. 2018 breakdown point in wall-clock time to the goal."""
   by_time = steps_to_target(trials, target.metric, target.goal, target.mode, by="wall_time")
   point = critical_batch.breakdown_point(list(by_time), [r.wall_time for r in by_time.values()])
-  lines += ["Breakdown point (Golmant et al. 2018; smallest batch beyond which no larger batch reaches the goal "
-            f"more than 5% faster in wall-clock): {fmt(point) if point else 'not observed in the measured range'}.",
-            ""]
-  return lines, fit
+  return ["Breakdown point (Golmant et al. 2018; smallest batch beyond which no larger batch reaches the goal "
+          f"more than 5% faster in wall-clock): {fmt(point) if point else 'not observed in the measured range'}.",
+          ""]
 
 
 def goal_text(target: Target) -> str:
