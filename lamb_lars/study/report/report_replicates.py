@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import collections
-import functools
 from typing import Optional, Sequence
 
 from lamb_lars.study.analysis import replicates, scaling_fit, search_adequacy
@@ -113,28 +112,29 @@ def scaling_section(trials: Sequence[Trial], target: Optional[Target], targets: 
             "percentile interval is rough and tends to be too narrow; resamples left with reached points at fewer "
             "than two batch sizes cannot be fitted and are counted, and the interval is conditional on the rest.",
             ""]
-  rows = []
-  for goal in goals:
-    pts: dict[int, list[tuple[float, bool]]] = {}
-    for s in replicates.steps_per_seed(reps, target.metric, goal, target.mode):
-      pts.setdefault(s.batch_size, []).append((s.steps, s.censored))
-    seeds = "; ".join(f"{b}: " + ", ".join(f"{'>' if c else ''}{y:g}" for y, c in v) for b, v in sorted(pts.items()))
-    try:
-      f = scaling_fit.fit_points(pts)
-    except ValueError as e:
-      rows.append([f"{100 * goal:.2f}%" + (" (headline)" if goal == headline else ""), "—", "—", "—", str(e), seeds])
-      continue
-    ci = scaling_fit.bootstrap(pts, num=bootstrap_num)
-    lobo = scaling_fit.leave_one_batch_out(pts)
-    ci_txt = "—" if ci is None else (f"[{fmt(ci.lo)}, {fmt(ci.hi)}]" + (f", ∞ in {100 * ci.infinite:.0f}%"
-                                                                         if ci.infinite else "")
-                                     + (f"; {ci.failed} of {ci.num + ci.failed} resamples had no fit (left out)"
-                                        if ci.failed else ""))
-    rows.append([f"{100 * goal:.2f}%" + (" (headline)" if goal == headline else ""), fmt(f.b_crit), ci_txt,
-                 fmt(f.s_min), ", ".join(f"−{b}: {fmt(v)}" for b, v in lobo.items()), seeds])
+  rows = [_scaling_row(reps, target, goal, goal == headline, bootstrap_num) for goal in goals]
   lines += table(["target", "B_crit", "95% bootstrap", "S_min", "leave one batch out", "steps per seed "
                   "(>: censored)"], rows)
   return lines + sensitivity_section(trials, target, goals, headline, target_technique, bootstrap_num)
+
+
+def _scaling_row(reps: Sequence[Trial], target: Target, goal: float, headline: bool, bootstrap_num: int) -> list:
+  """One target's row: the censored S(B) fit over every seed, its bootstrap interval, the leave-one-batch-out
+  values and the steps of each seed (the fit's error in place of its numbers when it cannot be fitted)."""
+  pts = _points(reps, target.metric, goal, target.mode)
+  seeds = "; ".join(f"{b}: " + ", ".join(f"{'>' if c else ''}{y:g}" for y, c in v) for b, v in sorted(pts.items()))
+  name = f"{100 * goal:.2f}%" + (" (headline)" if headline else "")
+  try:
+    f = scaling_fit.fit_points(pts)
+  except ValueError as e:
+    return [name, "—", "—", "—", str(e), seeds]
+  ci = scaling_fit.bootstrap(pts, num=bootstrap_num)
+  lobo = scaling_fit.leave_one_batch_out(pts)
+  ci_txt = "—" if ci is None else (f"[{fmt(ci.lo)}, {fmt(ci.hi)}]" + (f", ∞ in {100 * ci.infinite:.0f}%"
+                                                                       if ci.infinite else "")
+                                   + (f"; {ci.failed} of {ci.num + ci.failed} resamples had no fit (left out)"
+                                      if ci.failed else ""))
+  return [name, fmt(f.b_crit), ci_txt, fmt(f.s_min), ", ".join(f"−{b}: {fmt(v)}" for b, v in lobo.items()), seeds]
 
 
 def _interval_text(ci: Optional[scaling_fit.Interval]) -> str:
@@ -194,10 +194,29 @@ def sensitivity_section(trials: Sequence[Trial], target: Target, goals: Sequence
   batch left out. A claim about B_crit holds only if it holds across the row group."""
   reps = [t for t in trials if t.phase == "replicate" and (not target_technique or t.technique == target_technique)]
   base = [t for t in trials if t.role == "baseline"]
-  b0 = base[0].batch_size if base else None
   rows, spans = [], []
+  for goal in goals:
+    name = f"{100 * goal:.2f}%" + (" (headline)" if goal == headline else "")
+    group, values = _sensitivity_rows(name, goal, trials, reps, base, target, bootstrap_num)
+    rows += group
+    if values:
+      spans.append(f"{name}: {fmt(min(values))} … {fmt(max(values))}")
+  if not rows:
+    return []
+  return (["### B_crit sensitivity", "", _SENSITIVITY_INTRO, ""]
+          + table(["target", "variant", "B_crit", "95% interval", "points"], rows)
+          + ["B_crit over every variant, interval and left-out batch of the table: " + "; ".join(spans) + ".", ""])
 
-  def add_row(name: str, values: list, label: str, p: dict, interval=None) -> None:
+
+def _sensitivity_rows(name: str, goal: float, trials: Sequence[Trial], reps: Sequence[Trial],
+                      base: Sequence[Trial], target: Target, bootstrap_num: int) -> tuple[list[list], list[float]]:
+  """One target's row group of the sensitivity table (row label ``name``), and every B_crit and interval end in it
+  (its span)."""
+  b0 = base[0].batch_size if base else None
+  rows: list[list] = []
+  values: list[float] = []
+
+  def add(label: str, p: dict, interval=None) -> None:
     """One row: the fit of ``p`` with ``interval`` (default: over seeds); its B_crit and ends join ``values``."""
     try:
       f = scaling_fit.fit_points(p)
@@ -211,38 +230,27 @@ def sensitivity_section(trials: Sequence[Trial], target: Target, goals: Sequence
     if ci is not None:
       values.extend([ci.lo, ci.hi])
 
-  for goal in goals:
-    name = f"{100 * goal:.2f}%" + (" (headline)" if goal == headline else "")
-    pts = _points(reps, target.metric, goal, target.mode)
-    values: list[float] = []
-    add = functools.partial(add_row, name, values)
-    add("tuned B0, censored as bounds; interval over seeds", pts)
-    cands = _candidates(trials, reps, target.metric, goal, target.mode)
-    if cands and any(len(c) > 1 for c in cands.values()):
-      add("same fit; interval over trials and seeds", pts,
-          scaling_fit.bootstrap_trials_and_seeds(cands, num=bootstrap_num))
-    add("reached seeds only (censored left out)", scaling_fit.reached_only(pts))
-    if b0 is not None and b0 in pts and base:
-      swapped = dict(pts)
-      swapped[b0] = [(s.steps, s.censored) for s in replicates.steps_per_seed(base, target.metric, goal,
-                                                                               target.mode)]
-      if swapped[b0]:
-        add(f"baseline recipe at B0 = {b0} instead of the tuned cell", swapped)
-    try:
-      lobo = [v for v in scaling_fit.leave_one_batch_out(pts).values() if v is not None]
-    except ValueError:
-      lobo = []
-    if lobo:
-      rows.append([name, "leave one batch out (range over the batches)", f"{fmt(min(lobo))} … {fmt(max(lobo))}",
-                   "—", f"{len(lobo)} refits"])
-      values += lobo
-    if values:
-      spans.append(f"{name}: {fmt(min(values))} … {fmt(max(values))}")
-  if not rows:
-    return []
-  return (["### B_crit sensitivity", "", _SENSITIVITY_INTRO, ""]
-          + table(["target", "variant", "B_crit", "95% interval", "points"], rows)
-          + ["B_crit over every variant, interval and left-out batch of the table: " + "; ".join(spans) + ".", ""])
+  pts = _points(reps, target.metric, goal, target.mode)
+  add("tuned B0, censored as bounds; interval over seeds", pts)
+  cands = _candidates(trials, reps, target.metric, goal, target.mode)
+  if cands and any(len(c) > 1 for c in cands.values()):
+    add("same fit; interval over trials and seeds", pts,
+        scaling_fit.bootstrap_trials_and_seeds(cands, num=bootstrap_num))
+  add("reached seeds only (censored left out)", scaling_fit.reached_only(pts))
+  if b0 is not None and b0 in pts and base:
+    swapped = dict(pts)
+    swapped[b0] = [(s.steps, s.censored) for s in replicates.steps_per_seed(base, target.metric, goal, target.mode)]
+    if swapped[b0]:
+      add(f"baseline recipe at B0 = {b0} instead of the tuned cell", swapped)
+  try:
+    lobo = [v for v in scaling_fit.leave_one_batch_out(pts).values() if v is not None]
+  except ValueError:
+    lobo = []
+  if lobo:
+    rows.append([name, "leave one batch out (range over the batches)", f"{fmt(min(lobo))} … {fmt(max(lobo))}",
+                 "—", f"{len(lobo)} refits"])
+    values += lobo
+  return rows, values
 
 
 def sections(trials: Sequence[Trial], spec, baseline_batch: Optional[int]) -> list[str]:
