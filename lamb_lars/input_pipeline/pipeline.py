@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -91,30 +91,31 @@ def get_info(config: Any) -> DatasetInfo:
   name = _dataset(config)
   if name == "synthetic":
     s, v = synthetic.settings(config), synthetic.views(config)
-    info = DatasetInfo(name, v["train"].count, v["test"].count, s["image_shape"], int(s["num_classes"]),
-                       synthetic.fits_in_memory(config), v["validation"].count)
+    info = _from_views(name, v, s["image_shape"], int(s["num_classes"]), synthetic.fits_in_memory(config))
   elif name == "imagenet2012":
     if int(config.get("train_examples", 0)):
       raise ValueError("config.train_examples needs a dataset held in memory; imagenet2012 is streamed, so set "
                        "config.train_examples=0.")
-    v = imagenet.views(config)
-    return DatasetInfo(name, v["train"].count, v["test"].count, imagenet.info_shape(config), imagenet.NUM_CLASSES,
-                       False, v["validation"].count)
+    return _from_views(name, imagenet.views(config), imagenet.info_shape(config), imagenet.NUM_CLASSES, False)
   elif user_data.is_streamed(config):
     v = tfds_stream.views(config)
     tfds_stream.register_stats(config)
-    info = DatasetInfo(name, v["train"].count, v["test"].count, tfds_stream.image_shape(config),
-                       tfds_stream.num_classes(config), False, v["validation"].count)
+    info = _from_views(name, v, tfds_stream.image_shape(config), tfds_stream.num_classes(config), False)
   elif user_data.is_user_dataset(name):
     v = user_data.views(config)
-    info = DatasetInfo(name, v["train"].count, v["test"].count, user_data.image_shape(config),
-                       user_data.num_classes(config), True, v["validation"].count)
+    info = _from_views(name, v, user_data.image_shape(config), user_data.num_classes(config), True)
   else:
     v = in_memory.views(config)
-    info = DatasetInfo(name, v["train"].count, v["test"].count, in_memory.image_shape(name),
-                       in_memory.num_classes(name), True, v["validation"].count)
+    info = _from_views(name, v, in_memory.image_shape(name), in_memory.num_classes(name), True)
   subset = _subset(config, info.num_train)
   return info if subset is None else dataclasses.replace(info, num_train=len(subset))
+
+
+def _from_views(name: str, views: Mapping[str, Any], image_shape: tuple, num_classes: int,
+                fits_in_memory: bool) -> DatasetInfo:
+  """A dataset's DatasetInfo from its split views (their example counts), its image shape and class count."""
+  return DatasetInfo(name, views["train"].count, views["test"].count, image_shape, num_classes, fits_in_memory,
+                     views["validation"].count)
 
 
 def has_validation(config: Any) -> bool:
