@@ -145,13 +145,7 @@ def main() -> None:
         from lamb_lars.study.running import status
         print(status.report(FLAGS.workdir))
       elif argv[1] == "snapshot":
-        if not FLAGS.out:
-          raise app.UsageError("snapshot needs --out=DIR, the folder to write the snapshot to")
-        from lamb_lars.study.running import snapshot
-        record = snapshot.snapshot(FLAGS.workdir, FLAGS.out, FLAGS.code_dir)
-        print(f"snapshot of {FLAGS.workdir} in {FLAGS.out}: trials " + ", ".join(
-            f"{k} {v}" for k, v in record["trials"].items()) + f"; code {record['code']['commit']}"
-            + (" (dirty)" if record["code"]["dirty"] else ""))
+        _snapshot(FLAGS)
       elif argv[1] == "report":
         from lamb_lars.study.publishing.publish import publish
         print(publish(FLAGS.workdir, FLAGS.out, command=_command()))
@@ -165,6 +159,18 @@ def main() -> None:
       raise
 
   app.run(run, flags_parser=cli_errors.flags_parser)
+
+
+def _snapshot(FLAGS) -> None:  # noqa: N803
+  """``snapshot``: copies what the study needs to be resumed elsewhere (running/snapshot.py) and says what it holds."""
+  from absl import app
+  if not FLAGS.out:
+    raise app.UsageError("snapshot needs --out=DIR, the folder to write the snapshot to")
+  from lamb_lars.study.running import snapshot
+  record = snapshot.snapshot(FLAGS.workdir, FLAGS.out, FLAGS.code_dir)
+  print(f"snapshot of {FLAGS.workdir} in {FLAGS.out}: trials " + ", ".join(
+      f"{k} {v}" for k, v in record["trials"].items()) + f"; code {record['code']['commit']}"
+      + (" (dirty)" if record["code"]["dirty"] else ""))
 
 
 def _exit_failed(workdir: str, study_name: str) -> None:
