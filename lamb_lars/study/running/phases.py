@@ -120,20 +120,29 @@ def follow_ups(study, con, specs: Sequence[sweep.TrialSpec], search_cfg: Mapping
         continue
       need = int(search_cfg["min_full_budget"]) - sum(finished_full(t) for t in ts)
       if need > 0:
-        pool = sorted((t for t in ts if t.status == "pruned" and not t.promoted),
-                      key=lambda t: _promotion_order(t, metric, mode))
-        for t in pool[:need]:  # logged first: a runner killed in between promotes the same trial next time
-          store.log_plan(con, "promote", cell, t.run_id, {"epoch": t.final_epoch, "reason": f"{need} short of "
-                         f"search.min_full_budget={search_cfg['min_full_budget']}"})
-          store.promote(con, t.run_id)
-          log(f"         {cell}: promoting pruned {t.run_id} (epoch {t.final_epoch}) to its full budget")
-          promoted += 1
-        if pool[:need]:
+        n = _promote(con, cell, ts, need, search_cfg, log)
+        promoted += n
+        if n:
           continue
     else:
       chosen = ts[0] if len(ts) == 1 and ts[0].status in ("done", "diverged") else None
     new += _replicates(con, cell, cell_specs, chosen, rep_cfg, known, plan, log)
   return new, promoted
+
+
+def _promote(con, cell: str, ts: Sequence[Trial], need: int, search_cfg: Mapping[str, Any],
+             log: Callable[[str], None]) -> int:
+  """Promotes up to ``need`` pruned trials of ``cell`` to their full budget (furthest trained first, then best);
+  returns how many."""
+  metric, mode = search_cfg["metric"], search_cfg["mode"]
+  pool = sorted((t for t in ts if t.status == "pruned" and not t.promoted),
+                key=lambda t: _promotion_order(t, metric, mode))
+  for t in pool[:need]:  # logged first: a runner killed in between promotes the same trial next time
+    store.log_plan(con, "promote", cell, t.run_id, {"epoch": t.final_epoch, "reason": f"{need} short of "
+                   f"search.min_full_budget={search_cfg['min_full_budget']}"})
+    store.promote(con, t.run_id)
+    log(f"         {cell}: promoting pruned {t.run_id} (epoch {t.final_epoch}) to its full budget")
+  return len(pool[:need])
 
 
 def _is_end(key: str) -> bool:
