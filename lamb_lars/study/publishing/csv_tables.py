@@ -50,21 +50,7 @@ def export_csvs(con, study_name: str, out_dir: str) -> tuple[str, str]:
   run_rows, eval_rows, extra = [], [], []
   for d in store.runs(con, study=study_name):
     t = store.to_trial(d, store.evals(con, d["run_id"]))
-    final = t.curve[-1] if t.curve else {}
-    overrides = {k: v for k, v in d["params"].items() if k not in _PARAM_KEYS}
-    run_rows.append({
-        "run_id": t.run_id, "study": d["study"], "cell": t.cell, "role": t.role, "technique": t.technique,
-        "batch_size": t.batch_size, "optimizer": t.optimizer, "variant": t.variant,
-        **{k: d["params"].get(k) for k in _PARAM_KEYS}, "num_epochs": t.final_epoch,
-        "budget_epochs": t.budget_epochs, "status": t.status, "stopped": t.stopped,
-        "final_test_accuracy": final.get("eval_accuracy"), "final_test_loss": final.get("eval_loss"),
-        "final_validation_accuracy": final.get("validation_accuracy"),
-        "final_validation_loss": final.get("validation_loss"), "best_test_accuracy": t.best("eval_accuracy"),
-        "steps": d["steps"], "wall_time": t.wall_time, "started": d["started"], "finished": d["finished"],
-        "error": (t.error or "").strip().splitlines()[-1] if t.error else "",
-        "overrides": json.dumps(overrides, sort_keys=True), "seed": t.seed, "phase": t.phase,
-        "replicate_of": t.replicate_of, "promoted": int(t.promoted),
-        "search_space": json.dumps(t.space, sort_keys=True)})
+    run_rows.append(_run_row(d, t))
     for r in t.curve:
       row = {"run_id": t.run_id, **{_RENAME.get(k, k): v for k, v in r.items()}}
       extra += [k for k in row if k not in EVAL_COLUMNS and k not in extra]
@@ -79,6 +65,25 @@ def export_csvs(con, study_name: str, out_dir: str) -> tuple[str, str]:
       w.writerow({k: _cell(row.get(k)) for k in columns})
     io_utils.write_text_atomic(path, f.getvalue())
   return runs_path, evals_path
+
+
+def _run_row(d: dict, t: Trial) -> dict:
+  """The runs.csv row of the store's run ``d`` (store.runs), read as the trial ``t``."""
+  final = t.curve[-1] if t.curve else {}
+  overrides = {k: v for k, v in d["params"].items() if k not in _PARAM_KEYS}
+  return {
+      "run_id": t.run_id, "study": d["study"], "cell": t.cell, "role": t.role, "technique": t.technique,
+      "batch_size": t.batch_size, "optimizer": t.optimizer, "variant": t.variant,
+      **{k: d["params"].get(k) for k in _PARAM_KEYS}, "num_epochs": t.final_epoch,
+      "budget_epochs": t.budget_epochs, "status": t.status, "stopped": t.stopped,
+      "final_test_accuracy": final.get("eval_accuracy"), "final_test_loss": final.get("eval_loss"),
+      "final_validation_accuracy": final.get("validation_accuracy"),
+      "final_validation_loss": final.get("validation_loss"), "best_test_accuracy": t.best("eval_accuracy"),
+      "steps": d["steps"], "wall_time": t.wall_time, "started": d["started"], "finished": d["finished"],
+      "error": (t.error or "").strip().splitlines()[-1] if t.error else "",
+      "overrides": json.dumps(overrides, sort_keys=True), "seed": t.seed, "phase": t.phase,
+      "replicate_of": t.replicate_of, "promoted": int(t.promoted),
+      "search_space": json.dumps(t.space, sort_keys=True)}
 
 
 def _num(text: str) -> Any:

@@ -125,21 +125,7 @@ def section(trials: Sequence[Trial], out_dir: Optional[str], *, num_train: int, 
   b0 = reference.batch_size if reference is not None else min(b.batch_size for b in found)
   traj = branching.trajectory(found, b0, epsilon, relative=relative)
   batches = sorted({b.batch_size for b in found if b.batch_size != b0})
-  eps = f"{100 * epsilon:g}% of the mean B0 branch loss" if relative else f"{epsilon:g}"
-  lines = ["## Critical batch over training", "",
-           "Merrill et al. 2025 (arXiv:2505.23971) measure the critical batch locally instead of as one number per "
-           "workload: from checkpoints of one reference run, short branches train on at larger batches, the LR "
-           "scaled by a rule, and each is compared with the reference batch after the same number of examples. "
-           f"Here the reference trains at B0 = {b0}; from its checkpoint at each point every branch seed trains "
-           f"{_recipe(trials, num_train)} at every batch, B0 included (the reference's own continuation, the pair "
-           f"of each comparison). A batch does not lose when the paired difference of `{loss_key}` after Δ, "
-           f"L(B) − L(B0), is within ε = {eps} (95% interval over the seeds: `pass` when wholly ≤ ε, `fail` when "
-           f"wholly > ε, else `borderline`; a batch with a branch that blew up, loss non-finite or ≥ "
-           f"{branching.BLOWUP:g}, is `fail`). CBS(t) is a bracket: low = the largest "
-           "batch with every tested batch up to it passing, high = the largest with none up to it failing; "
-           "*censored* = every tested batch passes (CBS ≥ the largest tested: the ladder was too short). "
-           "B_simple(t) beside it is the gradient noise scale of McCandlish et al. 2018 logged by the reference "
-           "(the critical batch they predict from gradient statistics); Merrill et al. find it a poor proxy.", ""]
+  lines = ["## Critical batch over training", "", _intro(trials, b0, num_train, epsilon, relative, loss_key), ""]
   lines += _tables(traj, batches, reference, num_train)
   lines += sensitivity(found, b0, epsilon, relative, other_epsilons)
   if missing:
@@ -155,3 +141,21 @@ def section(trials: Sequence[Trial], out_dir: Optional[str], *, num_train: int, 
             f"{', '.join(f'{b} from {e:.4g}' for e, b in by_noise)}).", ""]
   name = plots.cbs_trajectory(out_dir, "critical_batch_over_training.png", traj, b0, noise)
   return lines + [f"![CBS(t) and B_simple(t)]({name})", ""]
+
+
+def _intro(trials: Sequence[Trial], b0: int, num_train: int, epsilon: float, relative: bool, loss_key: str) -> str:
+  """The section's first paragraph: Merrill et al.'s measurement and this study's reference, ε and brackets."""
+  eps = f"{100 * epsilon:g}% of the mean B0 branch loss" if relative else f"{epsilon:g}"
+  return ("Merrill et al. 2025 (arXiv:2505.23971) measure the critical batch locally instead of as one number per "
+          "workload: from checkpoints of one reference run, short branches train on at larger batches, the LR "
+          "scaled by a rule, and each is compared with the reference batch after the same number of examples. "
+          f"Here the reference trains at B0 = {b0}; from its checkpoint at each point every branch seed trains "
+          f"{_recipe(trials, num_train)} at every batch, B0 included (the reference's own continuation, the pair "
+          f"of each comparison). A batch does not lose when the paired difference of `{loss_key}` after Δ, "
+          f"L(B) − L(B0), is within ε = {eps} (95% interval over the seeds: `pass` when wholly ≤ ε, `fail` when "
+          f"wholly > ε, else `borderline`; a batch with a branch that blew up, loss non-finite or ≥ "
+          f"{branching.BLOWUP:g}, is `fail`). CBS(t) is a bracket: low = the largest "
+          "batch with every tested batch up to it passing, high = the largest with none up to it failing; "
+          "*censored* = every tested batch passes (CBS ≥ the largest tested: the ladder was too short). "
+          "B_simple(t) beside it is the gradient noise scale of McCandlish et al. 2018 logged by the reference "
+          "(the critical batch they predict from gradient statistics); Merrill et al. find it a poor proxy.")
