@@ -213,35 +213,21 @@ def _sensitivity_rows(name: str, goal: float, trials: Sequence[Trial], reps: Seq
   """One target's row group of the sensitivity table (row label ``name``), and every B_crit and interval end in it
   (its span)."""
   b0 = base[0].batch_size if base else None
-  rows: list[list] = []
-  values: list[float] = []
-
-  def add(label: str, p: dict, interval=None) -> None:
-    """One row: the fit of ``p`` with ``interval`` (default: over seeds); its B_crit and ends join ``values``."""
-    try:
-      f = scaling_fit.fit_points(p)
-    except ValueError as e:
-      rows.append([name, label, "—", "—", str(e)])
-      return
-    ci = interval if interval is not None else scaling_fit.bootstrap(p, num=bootstrap_num)
-    n, nc = sum(len(v) for v in p.values()), sum(c for v in p.values() for _, c in v)
-    rows.append([name, label, fmt(f.b_crit), _interval_text(ci), f"{n} ({nc} censored)"])
-    values.append(f.b_crit)
-    if ci is not None:
-      values.extend([ci.lo, ci.hi])
-
   pts = _points(reps, target.metric, goal, target.mode)
-  add("tuned B0, censored as bounds; interval over seeds", pts)
+  fits = [_variant_row(name, "tuned B0, censored as bounds; interval over seeds", pts, bootstrap_num)]
   cands = _candidates(trials, reps, target.metric, goal, target.mode)
   if cands and any(len(c) > 1 for c in cands.values()):
-    add("same fit; interval over trials and seeds", pts,
-        scaling_fit.bootstrap_trials_and_seeds(cands, num=bootstrap_num))
-  add("reached seeds only (censored left out)", scaling_fit.reached_only(pts))
+    fits.append(_variant_row(name, "same fit; interval over trials and seeds", pts, bootstrap_num,
+                             scaling_fit.bootstrap_trials_and_seeds(cands, num=bootstrap_num)))
+  fits.append(_variant_row(name, "reached seeds only (censored left out)", scaling_fit.reached_only(pts),
+                           bootstrap_num))
   if b0 is not None and b0 in pts and base:
     swapped = dict(pts)
     swapped[b0] = [(s.steps, s.censored) for s in replicates.steps_per_seed(base, target.metric, goal, target.mode)]
     if swapped[b0]:
-      add(f"baseline recipe at B0 = {b0} instead of the tuned cell", swapped)
+      fits.append(_variant_row(name, f"baseline recipe at B0 = {b0} instead of the tuned cell", swapped,
+                               bootstrap_num))
+  rows, values = [row for row, _ in fits], [v for _, vs in fits for v in vs]
   try:
     lobo = [v for v in scaling_fit.leave_one_batch_out(pts).values() if v is not None]
   except ValueError:
@@ -251,6 +237,20 @@ def _sensitivity_rows(name: str, goal: float, trials: Sequence[Trial], reps: Seq
                  "—", f"{len(lobo)} refits"])
     values += lobo
   return rows, values
+
+
+def _variant_row(name: str, label: str, p: dict, bootstrap_num: int,
+                 interval: Optional[scaling_fit.Interval] = None) -> tuple[list, list[float]]:
+  """One row of the sensitivity table: the fit of ``p`` with ``interval`` (default: over seeds); and its B_crit and
+  interval ends, which join its target's span (none when ``p`` cannot be fitted)."""
+  try:
+    f = scaling_fit.fit_points(p)
+  except ValueError as e:
+    return [name, label, "—", "—", str(e)], []
+  ci = interval if interval is not None else scaling_fit.bootstrap(p, num=bootstrap_num)
+  n, nc = sum(len(v) for v in p.values()), sum(c for v in p.values() for _, c in v)
+  row = [name, label, fmt(f.b_crit), _interval_text(ci), f"{n} ({nc} censored)"]
+  return row, [f.b_crit] + ([ci.lo, ci.hi] if ci is not None else [])
 
 
 def sections(trials: Sequence[Trial], spec, baseline_batch: Optional[int]) -> list[str]:
