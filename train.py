@@ -3,6 +3,7 @@
 
 The command line lives in :mod:`lamb_lars.main` (installed as ``lamb_lars_train``); ``--help`` lists the configs.
 """
+
 from lamb_lars.main import main, train_and_evaluate  # noqa: F401  (train.train_and_evaluate for notebooks)
 
 if __name__ == "__main__":

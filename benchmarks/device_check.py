@@ -26,6 +26,7 @@ left are recorded as ``skipped``):
 
 The XLA GPU flags are set only for GPU stages (a CPU jaxlib does not know them and aborts on them).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,41 +48,85 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The XLA flags that matter for a one-GPU convnet step, each with why (values as set; checked to exist in the env
 # stage, docs: docs.jax.dev gpu_performance_tips, NVIDIA JAX-Toolbox GPU performance):
 GPU_XLA_FLAGS = {
-    # Schedules independent work (and, on several GPUs, the gradient all-reduce) to overlap; JAX-Toolbox default.
-    "--xla_gpu_enable_latency_hiding_scheduler": "true",
-    # GEMMs through cuBLAS rather than Triton-generated kernels (JAX-Toolbox's setting for convnets/LLMs; ResNet's
-    # convolutions go to cuDNN either way, this only touches the classifier's dense layer and fused dots).
-    "--xla_gpu_enable_triton_gemm": "false",
-    # Autotune every cuDNN/cuBLAS algorithm choice at compile time (4 = the most thorough, XLA's default; named
-    # so that a run with a lowered level is visible).
-    "--xla_gpu_autotune_level": "4",
+  # Schedules independent work (and, on several GPUs, the gradient all-reduce) to overlap; JAX-Toolbox default.
+  "--xla_gpu_enable_latency_hiding_scheduler": "true",
+  # GEMMs through cuBLAS rather than Triton-generated kernels (JAX-Toolbox's setting for convnets/LLMs; ResNet's
+  # convolutions go to cuDNN either way, this only touches the classifier's dense layer and fused dots).
+  "--xla_gpu_enable_triton_gemm": "false",
+  # Autotune every cuDNN/cuBLAS algorithm choice at compile time (4 = the most thorough, XLA's default; named
+  # so that a run with a lowered level is visible).
+  "--xla_gpu_autotune_level": "4",
 }
 
 # Dense bf16 peak TFLOP/s per chip by device kind (NVIDIA/Google datasheets, without sparsity). First match wins.
 PEAK_BF16_TFLOPS = (
-    ("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.0), ("H200", 989.0), ("H800", 989.0),
-    ("GH200", 989.0), ("B200", 2250.0), ("A100", 312.0), ("L40S", 362.0), ("L4", 121.0), ("A10G", 70.0),
-    ("V100", 125.0), ("TPU v3", 123.0), ("TPU v4", 275.0), ("TPU v5 lite", 197.0), ("TPU v5e", 197.0),
-    ("TPU v5p", 459.0), ("TPU v6", 918.0),
+  ("H100 PCIe", 756.0),
+  ("H100 NVL", 835.0),
+  ("H100", 989.0),
+  ("H200", 989.0),
+  ("H800", 989.0),
+  ("GH200", 989.0),
+  ("B200", 2250.0),
+  ("A100", 312.0),
+  ("L40S", 362.0),
+  ("L4", 121.0),
+  ("A10G", 70.0),
+  ("V100", 125.0),
+  ("TPU v3", 123.0),
+  ("TPU v4", 275.0),
+  ("TPU v5 lite", 197.0),
+  ("TPU v5e", 197.0),
+  ("TPU v5p", 459.0),
+  ("TPU v6", 918.0),
 )
 
 # Memory bandwidth per chip (TB/s, datasheets) for the roofline bound max(FLOPs / peak, bytes / bandwidth).
-HBM_TBPS = (("H100 PCIe", 2.0), ("H100 NVL", 3.9), ("H100", 3.35), ("H200", 4.8), ("H800", 3.35), ("GH200", 4.0),
-            ("B200", 8.0), ("A100", 2.0), ("L40S", 0.864), ("L4", 0.3), ("A10G", 0.6), ("V100", 0.9))
+HBM_TBPS = (
+  ("H100 PCIe", 2.0),
+  ("H100 NVL", 3.9),
+  ("H100", 3.35),
+  ("H200", 4.8),
+  ("H800", 3.35),
+  ("GH200", 4.0),
+  ("B200", 8.0),
+  ("A100", 2.0),
+  ("L40S", 0.864),
+  ("L4", 0.3),
+  ("A10G", 0.6),
+  ("V100", 0.9),
+)
 
 STAGES = ("env", "resnet50", "step_time", "gpu_tests", "faithful")
-FULL = dict(budget_s=450.0, resnet_batches=(128, 256, 512), resnet_image=224, resnet_steps=20,
-            cnn_batches=(256, 1024, 4096, 8192, 16384, 32768, 60000), cnn_min_time_s=1.0, faithful_args=(),
-            compile_options=None)
+FULL = dict(
+  budget_s=450.0,
+  resnet_batches=(128, 256, 512),
+  resnet_image=224,
+  resnet_steps=20,
+  cnn_batches=(256, 1024, 4096, 8192, 16384, 32768, 60000),
+  cnn_min_time_s=1.0,
+  faithful_args=(),
+  compile_options=None,
+)
 # Tiny sizes for the CPU dry run: ResNet-50 itself (all 50 layers, real widths) at 32², batch 2; LeNet/CNN at 8, 16;
 # the faithful run shortened to 3 steps of 256 (micro-batches of 128) with one evaluation; cheap compiles (the dry
 # run checks that every stage works, not its speed). The budget leaves room for a loaded 2-core CPU (≈ 75 s of CPU).
-DRY = dict(budget_s=420.0, resnet_batches=(2,), resnet_image=32, resnet_steps=2,
-           cnn_batches=(8, 16), cnn_min_time_s=0.0,
-           faithful_args=("--config.num_train_steps=3", "--config.batch_size=256", "--config.microbatch_size=128",
-                          "--config.eval_every_steps=3", "--config.checkpoint_every_steps=3",
-                          "--config.optimizer.schedule.warmup_epochs=0.005"),
-           compile_options={"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True})
+DRY = dict(
+  budget_s=420.0,
+  resnet_batches=(2,),
+  resnet_image=32,
+  resnet_steps=2,
+  cnn_batches=(8, 16),
+  cnn_min_time_s=0.0,
+  faithful_args=(
+    "--config.num_train_steps=3",
+    "--config.batch_size=256",
+    "--config.microbatch_size=128",
+    "--config.eval_every_steps=3",
+    "--config.checkpoint_every_steps=3",
+    "--config.optimizer.schedule.warmup_epochs=0.005",
+  ),
+  compile_options={"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True},
+)
 # Least time a stage needs to be worth starting (s, full run); the dry run scales these by 0.2.
 MIN_STAGE_S = {"env": 10, "resnet50": 60, "step_time": 40, "gpu_tests": 20, "faithful": 45}
 
@@ -109,12 +154,22 @@ def _write(path: str, obj: Dict[str, Any]) -> None:
 def worker_env(p: Dict[str, Any], out: Dict[str, Any], result: str) -> None:
   import jax  # pylint: disable=import-outside-toplevel
   import jaxlib  # pylint: disable=import-outside-toplevel
+
   devs = jax.devices()
   kind = devs[0].device_kind
-  out.update(jax=jax.__version__, jaxlib=jaxlib.__version__, python=platform.python_version(),
-             host=platform.node(), host_cpus=os.cpu_count(), platform=jax.default_backend(), device_kind=kind,
-             devices=[str(d) for d in devs], device_count=len(devs),
-             xla_flags=os.environ.get("XLA_FLAGS", ""), jax_platforms=os.environ.get("JAX_PLATFORMS", ""))
+  out.update(
+    jax=jax.__version__,
+    jaxlib=jaxlib.__version__,
+    python=platform.python_version(),
+    host=platform.node(),
+    host_cpus=os.cpu_count(),
+    platform=jax.default_backend(),
+    device_kind=kind,
+    devices=[str(d) for d in devs],
+    device_count=len(devs),
+    xla_flags=os.environ.get("XLA_FLAGS", ""),
+    jax_platforms=os.environ.get("JAX_PLATFORMS", ""),
+  )
   peak = p.get("peak_tflops") or peak_tflops(kind)
   out["peak_bf16_tflops"] = peak
   out["hbm_tb_s"] = peak_tflops(kind, HBM_TBPS)
@@ -145,8 +200,9 @@ def _product_step(config: Any, batch: int, seed: int = 0, compile_options: Optio
   model = trainer.build_model(config, plan, strategy)
   opts = trainer.step_options(config, plan)
   state, key = trainer.create_train_state(model, tx, mesh, info.image_shape, seed)
-  preprocess = lambda im, lab, rng: input_pipeline.preprocess(im, lab, dataset=config.dataset, train=True, rng=rng,
-                                                              scaling=config.input_scaling)
+  preprocess = lambda im, lab, rng: input_pipeline.preprocess(
+    im, lab, dataset=config.dataset, train=True, rng=rng, scaling=config.input_scaling
+  )
   fn = strategy.train_chunk(model, tx, opts, preprocess, resident=False)
   rng = np.random.default_rng(seed)
   images = rng.integers(0, 256, (1, batch) + tuple(info.image_shape), dtype=np.uint8)
@@ -167,6 +223,7 @@ def _time_steps(compiled: Any, state: Any, args: tuple, warmup: int, steps: int,
   """(seconds per step in steady state, steps timed, last loss, state): ``warmup`` untimed calls, then calls dispatched
   back to back (as the trainer does) until ``steps`` calls and ``min_time_s`` have passed, blocked once at the end."""
   import jax  # pylint: disable=import-outside-toplevel
+
   for _ in range(warmup):
     state, metrics = compiled(state, *args)
     jax.block_until_ready(metrics)
@@ -186,6 +243,7 @@ def _profile(compiled: Any, state: Any, args: tuple, out_dir: str) -> str:
   ``.xplane.pb`` inside with TensorBoard's profile plugin or xprof); returns its path."""
   import tarfile  # pylint: disable=import-outside-toplevel
   import jax  # pylint: disable=import-outside-toplevel
+
   tmp = tempfile.mkdtemp(prefix="device_check_trace_")
   with jax.profiler.trace(tmp):
     for _ in range(3):
@@ -210,10 +268,15 @@ def worker_resnet50(p: Dict[str, Any], out: Dict[str, Any], result: str) -> None
   from benchmarks.resnet_throughput import analytic_train_flops  # pylint: disable=import-outside-toplevel
 
   size, peak = p["resnet_image"], p.get("peak")
-  out.update(model="resnet50 v1.5 (lamb_lars.models, lamb_lars/configs/imagenet_resnet50.py recipe)", dtype="bfloat16",
-             image=size, data="synthetic uint8, on device (input pipeline excluded)", peak_bf16_tflops=peak,
-             analytic_gflop_img=analytic_train_flops(create_model("resnet50", num_classes=1000), size) / 1e9,
-             rows=[])
+  out.update(
+    model="resnet50 v1.5 (lamb_lars.models, lamb_lars/configs/imagenet_resnet50.py recipe)",
+    dtype="bfloat16",
+    image=size,
+    data="synthetic uint8, on device (input pipeline excluded)",
+    peak_bf16_tflops=peak,
+    analytic_gflop_img=analytic_train_flops(create_model("resnet50", num_classes=1000), size) / 1e9,
+    rows=[],
+  )
   _write(result, out)
   deadline = time.time() + p["time_left_s"]
   for batch in p["resnet_batches"]:
@@ -234,13 +297,22 @@ def worker_resnet50(p: Dict[str, Any], out: Dict[str, Any], result: str) -> None
       compiled, state, args, compile_s = _product_step(config, batch, compile_options=p["compile_options"])
       flops, nbytes = _flops(compiled)
       dt, n, loss, state = _time_steps(compiled, state, args, warmup=3, steps=p["resnet_steps"])
-      row.update(status="ok", compile_s=compile_s, step_ms=1e3 * dt, steps_timed=n, img_s=batch / dt,
-                 xla_gflop_step=flops / 1e9, xla_gflop_img=flops / batch / 1e9, xla_gbytes_step=nbytes / 1e9,
-                 loss=loss, finite=bool(loss == loss and abs(loss) < 1e30))
+      row.update(
+        status="ok",
+        compile_s=compile_s,
+        step_ms=1e3 * dt,
+        steps_timed=n,
+        img_s=batch / dt,
+        xla_gflop_step=flops / 1e9,
+        xla_gflop_img=flops / batch / 1e9,
+        xla_gbytes_step=nbytes / 1e9,
+        loss=loss,
+        finite=bool(loss == loss and abs(loss) < 1e30),
+      )
       if peak:
         row["mfu_xla"] = flops / dt / (peak * 1e12)
         row["mfu_analytic"] = out["analytic_gflop_img"] * 1e9 * batch / dt / (peak * 1e12)
-        if p.get("hbm"):   # roofline: the step can take no less than its FLOPs at peak or its bytes at bandwidth
+        if p.get("hbm"):  # roofline: the step can take no less than its FLOPs at peak or its bytes at bandwidth
           row["roofline_ms"] = 1e3 * max(flops / (peak * 1e12), nbytes / (p["hbm"] * 1e12))
           row["bound"] = "memory" if nbytes / (p["hbm"] * 1e12) > flops / (peak * 1e12) else "compute"
       if p.get("profile") and batch == p["resnet_batches"][-1]:
@@ -258,8 +330,7 @@ def worker_resnet50(p: Dict[str, Any], out: Dict[str, Any], result: str) -> None
   if not ok:
     raise RuntimeError("no ResNet-50 batch ran: " + "; ".join(r.get("error", r["status"]) for r in out["rows"]))
   best = max(ok, key=lambda r: r["img_s"])
-  out.update(best_img_s=best["img_s"], best_batch=best["batch"], target_img_s=5000,
-             meets_target=best["img_s"] >= 5000)
+  out.update(best_img_s=best["img_s"], best_batch=best["batch"], target_img_s=5000, meets_target=best["img_s"] >= 5000)
 
 
 def worker_step_time(p: Dict[str, Any], out: Dict[str, Any], result: str) -> None:
@@ -291,8 +362,16 @@ def worker_step_time(p: Dict[str, Any], out: Dict[str, Any], result: str) -> Non
         compiled, state, args, compile_s = _product_step(config, batch, compile_options=p["compile_options"])
         flops, _ = _flops(compiled)
         dt, n, loss, state = _time_steps(compiled, state, args, warmup=2, steps=3, min_time_s=p["cnn_min_time_s"])
-        row.update(status="ok", compile_s=compile_s, step_ms=1e3 * dt, steps_timed=n, img_s=batch / dt,
-                   xla_gflop_step=flops / 1e9, tflop_s=flops / dt / 1e12, loss=loss)
+        row.update(
+          status="ok",
+          compile_s=compile_s,
+          step_ms=1e3 * dt,
+          steps_timed=n,
+          img_s=batch / dt,
+          xla_gflop_step=flops / 1e9,
+          tflop_s=flops / dt / 1e12,
+          loss=loss,
+        )
         del state, args, compiled
       except Exception as e:  # pylint: disable=broad-except
         row.update(status="OOM" if _is_oom(e) else "error", error=f"{type(e).__name__}: {str(e)[:300]}")
@@ -343,7 +422,7 @@ def _run(cmd: List[str], env: Dict[str, str], timeout: float, log_path: str) -> 
     try:
       rc: Any = proc.wait(timeout=max(timeout, 1.0))
     except subprocess.TimeoutExpired:
-      os.killpg(proc.pid, 9)   # the stage's own process group: the worker and anything it started
+      os.killpg(proc.pid, 9)  # the stage's own process group: the worker and anything it started
       proc.wait()
       rc = "timeout"
   return rc, time.perf_counter() - t0
@@ -365,6 +444,7 @@ def check_flags(env: Dict[str, str], flags: Sequence[str], log_dir: str) -> tupl
     e = dict(env)
     e["XLA_FLAGS"] = " ".join([env.get("XLA_FLAGS", "")] + list(fl)).strip()
     return _run(probe, e, 120, os.path.join(log_dir, ".flag_probe.log"))[0] == 0
+
   try:
     if ok(flags):
       return list(flags), []
@@ -379,10 +459,22 @@ def stage_worker(name: str, a: Any, ctx: Dict[str, Any], timeout: float) -> Dict
   result = os.path.join(a.out, f".{name}.json")
   if os.path.exists(result):
     os.remove(result)
-  params = dict(ctx["sizes"], peak=ctx.get("peak"), hbm=ctx.get("hbm"), peak_tflops=a.peak_tflops,
-                time_left_s=timeout - 15, profile=a.profile, out=a.out)
-  cmd = [sys.executable, os.path.abspath(__file__), f"--worker={name}", f"--params={json.dumps(params)}",
-         f"--result={result}"]
+  params = dict(
+    ctx["sizes"],
+    peak=ctx.get("peak"),
+    hbm=ctx.get("hbm"),
+    peak_tflops=a.peak_tflops,
+    time_left_s=timeout - 15,
+    profile=a.profile,
+    out=a.out,
+  )
+  cmd = [
+    sys.executable,
+    os.path.abspath(__file__),
+    f"--worker={name}",
+    f"--params={json.dumps(params)}",
+    f"--result={result}",
+  ]
   log = os.path.join(a.out, f"{name}.log")
   rc, secs = _run(cmd, _env(ctx.get("platform"), ctx.get("flags", [])), timeout, log)
   try:
@@ -422,11 +514,27 @@ def stage_gpu_tests(a: Any, ctx: Dict[str, Any], timeout: float) -> Dict[str, An
     env["JAX_PLATFORMS"] = ""
     env.setdefault("XLA_FLAGS", "")
   # Only the files that mark tests gpu are collected (collecting all of tests/ takes ~30 s on a 2-core CPU).
-  files = sorted(os.path.join("tests", f) for f in os.listdir(os.path.join(REPO, "tests"))
-                 if f.startswith("test_") and f.endswith(".py")
-                 and "mark.gpu" in open(os.path.join(REPO, "tests", f), encoding="utf-8").read())
-  cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-rs",
-         *(files or ["tests/"])]
+  files = sorted(
+    os.path.join("tests", f)
+    for f in os.listdir(os.path.join(REPO, "tests"))
+    if f.startswith("test_")
+    and f.endswith(".py")
+    and "mark.gpu" in open(os.path.join(REPO, "tests", f), encoding="utf-8").read()
+  )
+  cmd = [
+    sys.executable,
+    "-m",
+    "pytest",
+    "-m",
+    "gpu",
+    "-q",
+    "-p",
+    "no:cacheprovider",
+    "-p",
+    "no:xdist",
+    "-rs",
+    *(files or ["tests/"]),
+  ]
   log = os.path.join(a.out, "gpu_tests.log")
   rc, _ = _run(cmd, env, timeout, log)
   text = _tail(log, 4000)
@@ -449,8 +557,15 @@ def stage_faithful(a: Any, ctx: Dict[str, Any], timeout: float) -> Dict[str, Any
   # A fresh workdir outside <out> (a finished one would only return its recorded result; and the device tool brings
   # back at most 8 files from $OUT): its result.json and last metrics row are copied into the report.
   workdir = os.path.join(tempfile.mkdtemp(prefix="device_check_"), "faithful_lars_b8192")
-  cmd = [sys.executable, "train.py", "--config=lamb_lars/proj/you2020/configs/lars_b8192.py", f"--workdir={workdir}",
-         "--config.seed=0", "--config.progress=False", *ctx["sizes"]["faithful_args"]]
+  cmd = [
+    sys.executable,
+    "train.py",
+    "--config=lamb_lars/proj/you2020/configs/lars_b8192.py",
+    f"--workdir={workdir}",
+    "--config.seed=0",
+    "--config.progress=False",
+    *ctx["sizes"]["faithful_args"],
+  ]
   rc, secs = _run(cmd, _env(ctx.get("platform"), ctx.get("flags", [])), timeout, os.path.join(a.out, "faithful.log"))
   out: Dict[str, Any] = dict(command=" ".join(cmd[1:]), wall_s=secs, paper_accuracy=0.9935)
   try:
@@ -459,9 +574,14 @@ def stage_faithful(a: Any, ctx: Dict[str, Any], timeout: float) -> Dict[str, Any
   except (OSError, ValueError):
     res = {}
   final = res.get("final") or {}
-  out.update(result_status=res.get("status"), steps=res.get("step"), train_time_s=res.get("train_time"),
-             compile_time_s=final.get("compile_time"), eval_accuracy=final.get("eval_accuracy"),
-             eval_loss=final.get("eval_loss"))
+  out.update(
+    result_status=res.get("status"),
+    steps=res.get("step"),
+    train_time_s=res.get("train_time"),
+    compile_time_s=final.get("compile_time"),
+    eval_accuracy=final.get("eval_accuracy"),
+    eval_loss=final.get("eval_loss"),
+  )
   if rc == "timeout":
     out.update(status="timeout", error=f"killed after {timeout:.0f} s")
   elif rc != 0 or res.get("status") != "done":
@@ -473,9 +593,13 @@ def stage_faithful(a: Any, ctx: Dict[str, Any], timeout: float) -> Dict[str, Any
   return out
 
 
-STAGE_FNS = {"env": stage_env, "resnet50": lambda a, c, t: stage_worker("resnet50", a, c, t),
-             "step_time": lambda a, c, t: stage_worker("step_time", a, c, t),
-             "gpu_tests": stage_gpu_tests, "faithful": stage_faithful}
+STAGE_FNS = {
+  "env": stage_env,
+  "resnet50": lambda a, c, t: stage_worker("resnet50", a, c, t),
+  "step_time": lambda a, c, t: stage_worker("step_time", a, c, t),
+  "gpu_tests": stage_gpu_tests,
+  "faithful": stage_faithful,
+}
 STAGE_CAP_S = {"env": 90, "resnet50": 240, "step_time": 150, "gpu_tests": 120, "faithful": 240}
 
 
@@ -491,47 +615,75 @@ def markdown(report: Dict[str, Any]) -> str:
   """The summary: one table per stage."""
   st, lines = report["stages"], []
   env = st.get("env", {})
-  lines += [f"# Device check — {report['date']}", "",
-            f"Command: `{report['command']}`  ", f"Device: {env.get('device_kind')} × {env.get('device_count')} "
-            f"({env.get('platform')}), jax {env.get('jax')}, host CPUs {env.get('host_cpus')}  ",
-            f"XLA flags: `{' '.join(env.get('gpu_xla_flags') or []) or env.get('gpu_xla_flags_note', '')}`  ",
-            f"Peak for MFU: {env.get('peak_bf16_tflops')} TFLOP/s bf16 dense ({env.get('peak_source')}); memory "
-            f"bandwidth for the roofline: {env.get('hbm_tb_s')} TB/s  ",
-            f"Total: {report['total_s']:.0f} s of budget {report['budget_s']:.0f} s", "",
-            "| stage | status | seconds | note |", "|---|---|---|---|"]
+  lines += [
+    f"# Device check — {report['date']}",
+    "",
+    f"Command: `{report['command']}`  ",
+    f"Device: {env.get('device_kind')} × {env.get('device_count')} "
+    f"({env.get('platform')}), jax {env.get('jax')}, host CPUs {env.get('host_cpus')}  ",
+    f"XLA flags: `{' '.join(env.get('gpu_xla_flags') or []) or env.get('gpu_xla_flags_note', '')}`  ",
+    f"Peak for MFU: {env.get('peak_bf16_tflops')} TFLOP/s bf16 dense ({env.get('peak_source')}); memory "
+    f"bandwidth for the roofline: {env.get('hbm_tb_s')} TB/s  ",
+    f"Total: {report['total_s']:.0f} s of budget {report['budget_s']:.0f} s",
+    "",
+    "| stage | status | seconds | note |",
+    "|---|---|---|---|",
+  ]
   for name in [n for n in STAGES if n in st]:
     s = st[name]
-    lines.append(f"| {name} | {s.get('status', '')} | {_fmt(s.get('seconds'), '{:.0f}')} | "
-                 f"{str(s.get('error', ''))[:120].replace('|', '/').replace(chr(10), ' ')} |")
+    lines.append(
+      f"| {name} | {s.get('status', '')} | {_fmt(s.get('seconds'), '{:.0f}')} | "
+      f"{str(s.get('error', ''))[:120].replace('|', '/').replace(chr(10), ' ')} |"
+    )
   r = st.get("resnet50", {})
   if r.get("rows"):
-    lines += ["", f"## ResNet-50 v1.5 training, bf16, {r.get('image')}², synthetic (the product's train step)", "",
-              "| batch | step ms | img/s | XLA GFLOP/img | XLA GB/step | MFU (XLA) | MFU (analytic) | roofline ms "
-              "(bound) | compile s | status |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+      "",
+      f"## ResNet-50 v1.5 training, bf16, {r.get('image')}², synthetic (the product's train step)",
+      "",
+      "| batch | step ms | img/s | XLA GFLOP/img | XLA GB/step | MFU (XLA) | MFU (analytic) | roofline ms "
+      "(bound) | compile s | status |",
+      "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for row in r["rows"]:
-      lines.append(f"| {row['batch']} | {_fmt(row.get('step_ms'))} | {_fmt(row.get('img_s'), '{:.0f}')} | "
-                   f"{_fmt(row.get('xla_gflop_img'), '{:.2f}')} | {_fmt(row.get('xla_gbytes_step'), '{:.1f}')} | "
-                   f"{_fmt(row.get('mfu_xla'), '{:.1%}')} | {_fmt(row.get('mfu_analytic'), '{:.1%}')} | "
-                   f"{_fmt(row.get('roofline_ms'))} {('(' + row['bound'] + ')') if row.get('bound') else ''} | "
-                   f"{_fmt(row.get('compile_s'))} | {row.get('status')} |")
-    lines.append(f"\nAnalytic: {r.get('analytic_gflop_img', 0):.2f} GFLOP/img (3 × 2 × conv/dense MACs). "
-                 f"Aim: ≥ 5,000 img/s on one H100.")
+      lines.append(
+        f"| {row['batch']} | {_fmt(row.get('step_ms'))} | {_fmt(row.get('img_s'), '{:.0f}')} | "
+        f"{_fmt(row.get('xla_gflop_img'), '{:.2f}')} | {_fmt(row.get('xla_gbytes_step'), '{:.1f}')} | "
+        f"{_fmt(row.get('mfu_xla'), '{:.1%}')} | {_fmt(row.get('mfu_analytic'), '{:.1%}')} | "
+        f"{_fmt(row.get('roofline_ms'))} {('(' + row['bound'] + ')') if row.get('bound') else ''} | "
+        f"{_fmt(row.get('compile_s'))} | {row.get('status')} |"
+      )
+    lines.append(
+      f"\nAnalytic: {r.get('analytic_gflop_img', 0):.2f} GFLOP/img (3 × 2 × conv/dense MACs). "
+      f"Aim: ≥ 5,000 img/s on one H100."
+    )
   s = st.get("step_time", {})
   if s.get("rows"):
-    lines += ["", "## Step time vs batch, float32, full batch (the product's train step, batch on device)", "",
-              "| model | batch | step ms | img/s | TFLOP/s (XLA) | compile s | status |",
-              "|---|---|---|---|---|---|---|"]
+    lines += [
+      "",
+      "## Step time vs batch, float32, full batch (the product's train step, batch on device)",
+      "",
+      "| model | batch | step ms | img/s | TFLOP/s (XLA) | compile s | status |",
+      "|---|---|---|---|---|---|---|",
+    ]
     for row in s["rows"]:
-      lines.append(f"| {row['model']} | {row['batch']} | {_fmt(row.get('step_ms'), '{:.2f}')} | "
-                   f"{_fmt(row.get('img_s'), '{:.0f}')} | {_fmt(row.get('tflop_s'), '{:.2f}')} | "
-                   f"{_fmt(row.get('compile_s'))} | {row.get('status')} |")
+      lines.append(
+        f"| {row['model']} | {row['batch']} | {_fmt(row.get('step_ms'), '{:.2f}')} | "
+        f"{_fmt(row.get('img_s'), '{:.0f}')} | {_fmt(row.get('tflop_s'), '{:.2f}')} | "
+        f"{_fmt(row.get('compile_s'))} | {row.get('status')} |"
+      )
   f = st.get("faithful", {})
   if f.get("command"):
     acc = f.get("eval_accuracy")
-    lines += ["", "## Faithful run", "", f"`{f['command']}`: status {f.get('status')}, wall {_fmt(f.get('wall_s'))} s, "
-              f"train {_fmt(f.get('train_time_s'))} s, compile {_fmt(f.get('compile_time_s'))} s, "
-              f"{f.get('steps')} steps, test accuracy {acc if acc is None else f'{100 * acc:.2f}%'} "
-              f"(authors' log: 99.35%)."]
+    lines += [
+      "",
+      "## Faithful run",
+      "",
+      f"`{f['command']}`: status {f.get('status')}, wall {_fmt(f.get('wall_s'))} s, "
+      f"train {_fmt(f.get('train_time_s'))} s, compile {_fmt(f.get('compile_time_s'))} s, "
+      f"{f.get('steps')} steps, test accuracy {acc if acc is None else f'{100 * acc:.2f}%'} "
+      f"(authors' log: 99.35%).",
+    ]
   g = st.get("gpu_tests", {})
   if g.get("command"):
     lines += ["", "## GPU tests", "", f"`{g['command']}`: {g.get('counts')}"]
@@ -545,8 +697,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   p.add_argument("--budget_s", type=float, default=None, help="global time budget (default 450; dry run 420)")
   p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {','.join(STAGES)}")
   p.add_argument("--peak_tflops", type=float, default=None, help="override the device's bf16 peak for MFU")
-  p.add_argument("--profile", action="store_true",
-                 help="also trace 3 ResNet-50 steps at the largest batch into <out>/resnet50_trace.tar.gz")
+  p.add_argument(
+    "--profile",
+    action="store_true",
+    help="also trace 3 ResNet-50 steps at the largest batch into <out>/resnet50_trace.tar.gz",
+  )
   p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
   p.add_argument("--params", default=None, help=argparse.SUPPRESS)
   p.add_argument("--result", default=None, help=argparse.SUPPRESS)
@@ -559,7 +714,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"device_check: unknown stage(s) {', '.join(unknown)}; choose from {', '.join(STAGES)}.", file=sys.stderr)
     return 2
   if "env" not in stages:
-    stages.insert(0, "env")   # every other stage needs the platform it finds
+    stages.insert(0, "env")  # every other stage needs the platform it finds
   if a.peak_tflops is not None and not a.peak_tflops > 0:
     print("device_check: --peak_tflops must be a positive number of TFLOP/s.", file=sys.stderr)
     return 2
@@ -570,9 +725,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   os.makedirs(a.out, exist_ok=True)
   if a.cpu_dry_run:
     os.environ["JAX_PLATFORMS"] = "cpu"
-  report: Dict[str, Any] = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                                command="bash benchmarks/device_check.sh " + " ".join(sys.argv[1:]),
-                                dry_run=a.cpu_dry_run, budget_s=budget, stages={})
+  report: Dict[str, Any] = dict(
+    date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    command="bash benchmarks/device_check.sh " + " ".join(sys.argv[1:]),
+    dry_run=a.cpu_dry_run,
+    budget_s=budget,
+    stages={},
+  )
   ctx: Dict[str, Any] = dict(sizes=sizes)
   t_start = time.perf_counter()
   scale = 0.2 if a.cpu_dry_run else 1.0

@@ -7,6 +7,7 @@ CPU device, with the training set fed from the host (``data_on_device=no``) so m
 one (micro-)batch. Prints a table: micro-batches, micro-batch size, peak RSS, median step time, and ratios against
 the unaccumulated run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,14 +55,20 @@ def main() -> None:
   ap.add_argument("--steps", type=int, default=2)
   ap.add_argument("--data_dir", default="")
   args = ap.parse_args()
-  print(f"{'micro-batches':>13} {'micro-batch':>11} {'peak RSS MiB':>12} {'RSS ratio':>9} {'step s':>8} "
-        f"{'time ratio':>10} {'train loss':>10}", flush=True)
+  print(
+    f"{'micro-batches':>13} {'micro-batch':>11} {'peak RSS MiB':>12} {'RSS ratio':>9} {'step s':>8} "
+    f"{'time ratio':>10} {'train loss':>10}",
+    flush=True,
+  )
   base = None
   for k in args.microbatches.split(","):  # each row as soon as it is measured
     r = run_one(int(k), args.steps, args.data_dir)
     base = base or r
-    print(f"{r['k']:>13} {60000 // r['k']:>11} {r['rss_mib']:>12.0f} {r['rss_mib'] / base['rss_mib']:>9.2f} "
-          f"{r['step_time']:>8.2f} {r['step_time'] / base['step_time']:>10.2f} {r['train_loss']:>10.4f}", flush=True)
+    print(
+      f"{r['k']:>13} {60000 // r['k']:>11} {r['rss_mib']:>12.0f} {r['rss_mib'] / base['rss_mib']:>9.2f} "
+      f"{r['step_time']:>8.2f} {r['step_time'] / base['step_time']:>10.2f} {r['train_loss']:>10.4f}",
+      flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ gradient accumulated over micro-batches of 256 inside the step), ref (the textbo
 PyTorch (`pip install -c constraints.txt torch`: 2.15.0) is a benchmark-only extra. ``time_pure_step`` is the reusable
 piece for comparing train.py's epoch time with the bare step.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,6 +32,7 @@ LAMB_LR, LAMB_WD = 0.01, 1e-4
 @dataclasses.dataclass(frozen=True)
 class StepConfig:
   """One JAX training-step setting."""
+
   batch_size: int = 256
   optimizer: str = "sgd"
   steps_per_call: int = 1  # K steps per compiled call (lax.scan), state donated
@@ -41,10 +43,10 @@ class StepConfig:
 
 
 VARIANTS = {
-    "k1": dict(steps_per_call=1),
-    "k10": dict(steps_per_call=10),
-    "acc256": dict(microbatch=256),
-    "ref": dict(model="reference"),
+  "k1": dict(steps_per_call=1),
+  "k10": dict(steps_per_call=10),
+  "acc256": dict(microbatch=256),
+  "ref": dict(model="reference"),
 }
 
 
@@ -53,11 +55,13 @@ def make_jax_optimizer(name: str):
   decay
   and trust ratio on every tensor, which equals optax.lamb). The torch side runs the same formula for both LAMBs."""
   import optax
+
   factories = {
-      "sgd": lambda: optax.sgd(0.05, momentum=0.9),
-      "lamb": lambda: optax.lamb(LAMB_LR, b1=0.9, b2=0.999, eps=1e-6, weight_decay=LAMB_WD),
-      "lamb-project": lambda: __import__("lamb_lars.optim.optimizers", fromlist=["lamb"]).lamb(
-          LAMB_LR, b1=0.9, b2=0.999, eps=1e-6, weight_decay=LAMB_WD, weight_decay_mask=True, adaptation_mask=True),
+    "sgd": lambda: optax.sgd(0.05, momentum=0.9),
+    "lamb": lambda: optax.lamb(LAMB_LR, b1=0.9, b2=0.999, eps=1e-6, weight_decay=LAMB_WD),
+    "lamb-project": lambda: __import__("lamb_lars.optim.optimizers", fromlist=["lamb"]).lamb(
+      LAMB_LR, b1=0.9, b2=0.999, eps=1e-6, weight_decay=LAMB_WD, weight_decay_mask=True, adaptation_mask=True
+    ),
   }
   return factories[name]()
 
@@ -66,12 +70,14 @@ def init_params(seed: int = 0):
   import jax
   import jax.numpy as jnp
   from lamb_lars.models.lenet import LeNet5
+
   return jax.jit(LeNet5().init)(jax.random.PRNGKey(seed), jnp.zeros((1, 28, 28, 1)))["params"]
 
 
 def synthetic_batch(batch_size: int, seed: int = 0):
   """Standard-normal images (NHWC float32) and random labels, as numpy arrays."""
   import numpy as np
+
   rng = np.random.default_rng(seed)
   return rng.standard_normal((batch_size, 28, 28, 1)).astype(np.float32), rng.integers(0, 10, batch_size)
 
@@ -95,8 +101,10 @@ def make_jax_step(config: StepConfig) -> Callable:
     if not mb or mb >= x.shape[0]:
       return jax.value_and_grad(loss_fn)(p, x, y)
     n = x.shape[0] // mb  # equal micro-batches: the mean of their mean losses is the batch's mean loss
+
     def body(acc, xy):
       return jax.tree.map(jnp.add, acc, jax.value_and_grad(loss_fn)(p, *xy)), None
+
     zero = (jnp.zeros((), jnp.float32), jax.tree.map(jnp.zeros_like, p))
     acc, _ = jax.lax.scan(body, zero, (x.reshape(n, mb, *x.shape[1:]), y.reshape(n, mb)))
     return jax.tree.map(lambda t: t / n, acc)
@@ -122,6 +130,7 @@ class JaxRunner:
   def __init__(self, config: StepConfig, params=None):
     import jax
     import jax.numpy as jnp
+
     self.config = config
     params = init_params(config.seed) if params is None else params
     self.state = (jax.tree.map(jnp.copy, params), make_jax_optimizer(config.optimizer).init(params))
@@ -151,27 +160,51 @@ def time_pure_step(config: StepConfig, num_examples: int) -> dict[str, float]:
   calls = max(1, -(-num_examples // runner.images_per_call))
   seconds = runner.run(calls)
   examples = calls * runner.images_per_call
-  return {"seconds": seconds, "examples": examples, "img_per_s": examples / seconds,
-          "compile_seconds": runner.compile_seconds}
+  return {
+    "seconds": seconds,
+    "examples": examples,
+    "img_per_s": examples / seconds,
+    "compile_seconds": runner.compile_seconds,
+  }
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # PyTorch side.
 
+
 def torch_lenet(params) -> Any:
   """torch LeNet-5 with the given JAX parameters (HWIO → OIHW, [in,out] → [out,in], fc1 rows (h,w,c) → (c,h,w))."""
   import numpy as np
   import torch
+
   net = torch.nn.Sequential(
-      torch.nn.Conv2d(1, 6, 5, padding=2), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-      torch.nn.Conv2d(6, 16, 5), torch.nn.ReLU(), torch.nn.MaxPool2d(2), torch.nn.Flatten(),
-      torch.nn.Linear(400, 120), torch.nn.ReLU(), torch.nn.Linear(120, 84), torch.nn.ReLU(), torch.nn.Linear(84, 10))
+    torch.nn.Conv2d(1, 6, 5, padding=2),
+    torch.nn.ReLU(),
+    torch.nn.MaxPool2d(2),
+    torch.nn.Conv2d(6, 16, 5),
+    torch.nn.ReLU(),
+    torch.nn.MaxPool2d(2),
+    torch.nn.Flatten(),
+    torch.nn.Linear(400, 120),
+    torch.nn.ReLU(),
+    torch.nn.Linear(120, 84),
+    torch.nn.ReLU(),
+    torch.nn.Linear(84, 10),
+  )
   a = lambda t: np.array(t, np.float32)  # a writable copy
   fc1 = a(params["fc1"]["kernel"]).reshape(5, 5, 16, 120).transpose(3, 2, 0, 1).reshape(120, 400)
-  weights = [a(params["conv1"]["kernel"]).transpose(3, 2, 0, 1), a(params["conv1"]["bias"]),
-             a(params["conv2"]["kernel"]).transpose(3, 2, 0, 1), a(params["conv2"]["bias"]),
-             fc1, a(params["fc1"]["bias"]), a(params["fc2"]["kernel"]).T, a(params["fc2"]["bias"]),
-             a(params["fc3"]["kernel"]).T, a(params["fc3"]["bias"])]
+  weights = [
+    a(params["conv1"]["kernel"]).transpose(3, 2, 0, 1),
+    a(params["conv1"]["bias"]),
+    a(params["conv2"]["kernel"]).transpose(3, 2, 0, 1),
+    a(params["conv2"]["bias"]),
+    fc1,
+    a(params["fc1"]["bias"]),
+    a(params["fc2"]["kernel"]).T,
+    a(params["fc2"]["bias"]),
+    a(params["fc3"]["kernel"]).T,
+    a(params["fc3"]["bias"]),
+  ]
   with torch.no_grad():
     for p, w in zip(net.parameters(), weights):
       p.copy_(torch.from_numpy(np.ascontiguousarray(w)))  # the copy above is writable
@@ -184,6 +217,7 @@ class TorchLamb:
 
   def __init__(self, params, lr: float, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6, wd: float = 0.0):
     import torch
+
     self.params, self.lr, self.b1, self.b2, self.eps, self.wd, self.t = list(params), lr, b1, b2, eps, wd, 0
     self.m = [torch.zeros_like(p) for p in self.params]
     self.v = [torch.zeros_like(p) for p in self.params]
@@ -194,8 +228,9 @@ class TorchLamb:
 
   def step(self) -> None:
     import torch
+
     self.t += 1
-    c1, c2 = 1 - self.b1 ** self.t, 1 - self.b2 ** self.t
+    c1, c2 = 1 - self.b1**self.t, 1 - self.b2**self.t
     with torch.no_grad():
       for p, m, v in zip(self.params, self.m, self.v):
         m.mul_(self.b1).add_(p.grad, alpha=1 - self.b1)
@@ -208,6 +243,7 @@ class TorchLamb:
 
 def torch_optimizer(name: str, net) -> Any:
   import torch
+
   if name == "sgd":
     return torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
   if name.startswith("lamb"):
@@ -217,6 +253,7 @@ def torch_optimizer(name: str, net) -> Any:
 
 def torch_batch(x, y) -> tuple[Any, Any]:
   import torch
+
   return torch.from_numpy(x.transpose(0, 3, 1, 2).copy()), torch.from_numpy(y)
 
 
@@ -233,6 +270,7 @@ class TorchRunner:
 
   def step(self) -> Any:
     import torch
+
     self.opt.zero_grad()
     loss = torch.nn.functional.cross_entropy(self.net(self.x), self.y)
     loss.backward()
@@ -259,11 +297,13 @@ def correctness_guard(optimizer: str, batch_size: int = 64) -> float:
   import jax
   import jax.numpy as jnp
   import numpy as np
+
   params = init_params(0)
   x, y = synthetic_batch(batch_size, 1)
   state = (jax.tree.map(jnp.copy, params), make_jax_optimizer(optimizer).init(params))  # donated below
   (p_jax, _), loss_jax = make_jax_step(StepConfig(batch_size=batch_size, optimizer=optimizer))(
-      state, jax.device_put(x), jax.device_put(y))
+    state, jax.device_put(x), jax.device_put(y)
+  )
   runner = TorchRunner(optimizer, batch_size, params, warm_up=False)
   runner.x, runner.y = torch_batch(x, y)
   loss_torch = runner.step().item()
@@ -277,10 +317,12 @@ def correctness_guard(optimizer: str, batch_size: int = 64) -> float:
 def interleaved(optimizer: str, batch_size: int, variants: list[str], repeats: int, min_seconds: float) -> list[dict]:
   """Times torch and each JAX variant in alternation; one row per variant with medians over repeats."""
   import numpy as np
+
   params = init_params(0)
   torch_runner = TorchRunner(optimizer, batch_size, params)
-  jax_runners = {v: JaxRunner(StepConfig(batch_size=batch_size, optimizer=optimizer, **VARIANTS[v]), params)
-                 for v in variants}
+  jax_runners = {
+    v: JaxRunner(StepConfig(batch_size=batch_size, optimizer=optimizer, **VARIANTS[v]), params) for v in variants
+  }
   calls = {}  # calls per timed block, so each block lasts about min_seconds
   for name, r in [("torch", torch_runner), *jax_runners.items()]:
     per_call = r.run(1)
@@ -292,20 +334,33 @@ def interleaved(optimizer: str, batch_size: int, variants: list[str], repeats: i
   rows = []
   for v in variants:
     ratios = np.array(rates[v]) / np.array(rates["torch"])
-    rows.append({"optimizer": optimizer, "batch": batch_size, "variant": v,
-                 "torch_img_s": float(np.median(rates["torch"])), "jax_img_s": float(np.median(rates[v])),
-                 "ratio": float(np.median(ratios)), "ratio_min": float(ratios.min()), "ratio_max": float(ratios.max()),
-                 "compile_s": jax_runners[v].compile_seconds})
+    rows.append(
+      {
+        "optimizer": optimizer,
+        "batch": batch_size,
+        "variant": v,
+        "torch_img_s": float(np.median(rates["torch"])),
+        "jax_img_s": float(np.median(rates[v])),
+        "ratio": float(np.median(ratios)),
+        "ratio_min": float(ratios.min()),
+        "ratio_max": float(ratios.max()),
+        "compile_s": jax_runners[v].compile_seconds,
+      }
+    )
   return rows
 
 
 def run_one_setting(args) -> list[dict]:
   """Everything for one thread count, in this process."""
   import torch
+
   torch.set_num_threads(args.threads_one)
   import jax
-  print(f"# threads={args.threads_one} jax {jax.__version__} torch {torch.__version__} "
-        f"load {os.getloadavg()[0]:.1f}", flush=True)
+
+  print(
+    f"# threads={args.threads_one} jax {jax.__version__} torch {torch.__version__} load {os.getloadavg()[0]:.1f}",
+    flush=True,
+  )
   for opt in args.optimizers:
     diff = correctness_guard(opt)
     print(f"# correctness guard {opt}: max relative difference after one step {diff:.2e}", flush=True)
@@ -317,15 +372,17 @@ def run_one_setting(args) -> list[dict]:
       # K=10 only matters where a call is short; micro-batches only where the batch is larger than one.
       variants = [v for v in args.variants if not (v == "acc256" and b <= 256) and not (v == "k10" and b > 1024)]
       rows += interleaved(opt, b, variants, args.repeats, args.min_seconds)
-      for r in rows[-len(variants):]:
+      for r in rows[-len(variants) :]:
         print(_fmt(r, args.threads_one), flush=True)
   print(f"# load after {os.getloadavg()[0]:.1f}", flush=True)
   return rows
 
 
 def _fmt(r: dict, threads: int) -> str:
-  return (f"{threads:>7} | {r['optimizer']:>4} | {r['batch']:>5} | {r['variant']:>6} | {r['torch_img_s']:>9.0f} | "
-          f"{r['jax_img_s']:>9.0f} | {r['ratio']:>5.2f} ({r['ratio_min']:.2f}–{r['ratio_max']:.2f})")
+  return (
+    f"{threads:>7} | {r['optimizer']:>4} | {r['batch']:>5} | {r['variant']:>6} | {r['torch_img_s']:>9.0f} | "
+    f"{r['jax_img_s']:>9.0f} | {r['ratio']:>5.2f} ({r['ratio_min']:.2f}–{r['ratio_max']:.2f})"
+  )
 
 
 HEADER = "threads |  opt | batch | jax    | torch img/s | jax img/s | jax/torch median (range)"
@@ -340,9 +397,12 @@ def main(argv: list[str] | None = None) -> None:
   p.add_argument("--repeats", type=int, default=7)
   p.add_argument("--min-seconds", type=float, default=1.0, help="length of one timed block")
   p.add_argument("--quick", action="store_true", help="smoke run: batch 256, sgd, 2 repeats of short blocks")
-  p.add_argument("--torch-passive-wait", action="store_true",
-                 help="OMP_WAIT_POLICY=PASSIVE for torch: fairer to torch on a loaded machine, where its spinning "
-                      "OpenMP threads collapse (use only there; on a quiet machine the default is faster)")
+  p.add_argument(
+    "--torch-passive-wait",
+    action="store_true",
+    help="OMP_WAIT_POLICY=PASSIVE for torch: fairer to torch on a loaded machine, where its spinning "
+    "OpenMP threads collapse (use only there; on a quiet machine the default is faster)",
+  )
   p.add_argument("--json", help="write the rows here")
   p.add_argument("--threads-one", type=int, help=argparse.SUPPRESS)
   args = p.parse_args(argv)
@@ -359,9 +419,22 @@ def main(argv: list[str] | None = None) -> None:
       env["OMP_WAIT_POLICY"] = "PASSIVE"
     if t == 1:  # one core for both frameworks; XLA also told to stay single-threaded
       env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false").strip()
-    cmd = [sys.executable, os.path.abspath(__file__), "--threads-one", str(t), "--batches", *map(str, args.batches),
-           "--optimizers", *args.optimizers, "--variants", *args.variants, "--repeats", str(args.repeats),
-           "--min-seconds", str(args.min_seconds)]
+    cmd = [
+      sys.executable,
+      os.path.abspath(__file__),
+      "--threads-one",
+      str(t),
+      "--batches",
+      *map(str, args.batches),
+      "--optimizers",
+      *args.optimizers,
+      "--variants",
+      *args.variants,
+      "--repeats",
+      str(args.repeats),
+      "--min-seconds",
+      str(args.min_seconds),
+    ]
     if t == 1:
       cmd = ["taskset", "-c", "0"] + cmd
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)

@@ -14,6 +14,7 @@ The device idles for ``1 − T_dev / T_loop`` of the loop's time. Printed: T_loo
 new loop is faster), T_dev and the idle fraction of each loop. On CPU the "device" and the host share cores, so
 the overlap gains little there; the idle fraction is what a GPU or TPU would waste.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,7 @@ import time
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-CHILD = r'''
+CHILD = r"""
 import json, sys, time
 import jax, numpy as np
 from lamb_lars.configs import default
@@ -72,16 +73,22 @@ if new:
   jax.block_until_ready((state, m))
   out["t_dev"] = (time.perf_counter() - t0) / n
 print("RESULT " + json.dumps(out))
-'''
+"""
 
 
 def run_child(tree: str, new: bool, steps: int, fetch: int) -> dict:
   env = dict(os.environ, PYTHONPATH=tree, JAX_PLATFORMS="cpu")
   with tempfile.TemporaryDirectory() as workdir:
-    out = subprocess.run([sys.executable, "-c", CHILD, str(steps), str(fetch), "new" if new else "old", workdir],
-                         cwd=tree, env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+      [sys.executable, "-c", CHILD, str(steps), str(fetch), "new" if new else "old", workdir],
+      cwd=tree,
+      env=env,
+      capture_output=True,
+      text=True,
+      check=True,
+    )
   line = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")][-1]
-  return json.loads(line[len("RESULT "):])
+  return json.loads(line[len("RESULT ") :])
 
 
 def old_tree(rev: str, dest: str) -> str:
@@ -107,8 +114,10 @@ def main() -> None:
   t_old = min(r["t_loop"] for r in runs["old"])
   t_new = min(r["t_loop"] for r in runs["new"])
   t_dev = min(r["t_dev"] for r in runs["new"])
-  print(f"loop_overlap: {a.steps} steps, batch 256, LeNet-5, host-fed synthetic, fetch every {a.steps_per_fetch} "
-        f"steps, best of {a.repeats} ({time.time() - t0:.0f} s, load {os.getloadavg()[0]:.1f})")
+  print(
+    f"loop_overlap: {a.steps} steps, batch 256, LeNet-5, host-fed synthetic, fetch every {a.steps_per_fetch} "
+    f"steps, best of {a.repeats} ({time.time() - t0:.0f} s, load {os.getloadavg()[0]:.1f})"
+  )
   print(f"  T_loop per step   old {1e3 * t_old:.2f} ms   new {1e3 * t_new:.2f} ms   old/new {t_old / t_new:.3f}")
   print(f"  T_dev per step    {1e3 * t_dev:.2f} ms (same compiled call back to back, batches on the device)")
   print(f"  device idle       old {max(0.0, 1 - t_dev / t_old):.1%}   new {max(0.0, 1 - t_dev / t_new):.1%}")

@@ -11,6 +11,7 @@ authors' CNN (lamb_lars/proj/you2020/configs/, model ``mnist_cnn``). Each loop r
 process, so the peak RSS is its own, for ``--steps`` steps after compilation; the table gives ratios against the first
 loop. ``--batch_size`` / ``--microbatch_size`` (0: the config's own) shorten a measurement of a full-batch config.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,15 +61,21 @@ def main() -> None:
   ap.add_argument("--batch_size", type=int, default=0)
   ap.add_argument("--microbatch_size", type=int, default=0)
   a = ap.parse_args()
-  print(f"{'loop':>9} {'batch':>6} {'micro':>6} {'compile s':>9} {'step s':>7} {'img/s':>7} {'time ratio':>10} "
-        f"{'peak RSS MiB':>12} {'RSS ratio':>9}", flush=True)
+  print(
+    f"{'loop':>9} {'batch':>6} {'micro':>6} {'compile s':>9} {'step s':>7} {'img/s':>7} {'time ratio':>10} "
+    f"{'peak RSS MiB':>12} {'RSS ratio':>9}",
+    flush=True,
+  )
   base = None
   for loop in a.loops.split(","):  # each row as soon as it is measured
     r = run_one(a.config, loop, a.steps, a.batch_size, a.microbatch_size)
     base = base or r
-    print(f"{loop:>9} {r['batch']:>6} {r['micro']:>6} {r['compile_time']:>9.1f} {r['step_time']:>7.2f} "
-          f"{r['batch'] / r['step_time']:>7.0f} {r['step_time'] / base['step_time']:>10.2f} {r['rss_mib']:>12.0f} "
-          f"{r['rss_mib'] / base['rss_mib']:>9.2f}", flush=True)
+    print(
+      f"{loop:>9} {r['batch']:>6} {r['micro']:>6} {r['compile_time']:>9.1f} {r['step_time']:>7.2f} "
+      f"{r['batch'] / r['step_time']:>7.0f} {r['step_time'] / base['step_time']:>10.2f} {r['rss_mib']:>12.0f} "
+      f"{r['rss_mib'] / base['rss_mib']:>9.2f}",
+      flush=True,
+    )
 
 
 if __name__ == "__main__":

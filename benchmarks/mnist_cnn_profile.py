@@ -6,6 +6,7 @@ wall-clock and CPU (process) time, so run it pinned (``taskset -c 0 ... --thread
 
   taskset -c 0 python benchmarks/mnist_cnn_profile.py --threads 1 --batch 256
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,6 +24,7 @@ def main():
   ap.add_argument("--threads", type=int, default=1)
   a = ap.parse_args()
   import torch
+
   torch.set_num_threads(a.threads)
   import jax
   import jax.numpy as jnp
@@ -46,10 +48,14 @@ def main():
 
   def fwd_bwd(f, argnums):
     """jit of the VJP of sum(f(...)) w.r.t. argnums."""
+
     def run(*args):
-      out, vjp = jax.vjp(lambda *d: f(*[d[argnums.index(i)] if i in argnums else args[i] for i in range(len(args))]),
-                         *[args[i] for i in argnums])
+      out, vjp = jax.vjp(
+        lambda *d: f(*[d[argnums.index(i)] if i in argnums else args[i] for i in range(len(args))]),
+        *[args[i] for i in argnums],
+      )
       return vjp(jnp.ones_like(out))
+
     return jax.jit(run)
 
   def head(feats, w1, c1, w2, c2):
@@ -63,18 +69,23 @@ def main():
   upd = jax.jit(lambda g, s, p: optax.apply_updates(p, tx.update(g, s, p)[0]))
   pool = lambda y: jax.nn.relu(mnist_cnn.max_pool_2x2(y))
   jax_parts = {
-      "conv1 block: conv+bias+pool+relu, fwd + weight grad": (fwd_bwd(block, [1, 2]), (x, k1, b1)),
-      "conv2 block: conv+bias+pool+relu, fwd + both grads": (fwd_bwd(block, [0, 1, 2]), (n1, k2, b2)),
-      "  of which conv2 forward": (jax.jit(conv), (n1, k2)),
-      "  of which conv2 input grad (XLA)": (jax.jit(lambda x, k, d: jax.vjp(lambda x: conv(x, k), x)[1](d)[0]),
-                                            (n1, k2, dy2)),
-      "  of which conv2 weight grad (conv_wgrad)": (jax.jit(lambda x, k, d: jax.vjp(lambda k: conv(x, k), k)[1](d)[0]),
-                                                    (n1, k2, dy2)),
-      "  of which pool+relu of conv2, fwd+bwd": (fwd_bwd(pool, [0]), (y2,)),
-      "fc1+relu+dropout+fc2+loss, fwd+bwd": (fwd_bwd(head, [0, 1, 2, 3, 4]),
-                                             (feats, p["fc1"]["kernel"], p["fc1"]["bias"], p["fc2"]["kernel"],
-                                              p["fc2"]["bias"])),
-      "optimizer update (momentum)": (upd, (p, tx.init(p), p)),
+    "conv1 block: conv+bias+pool+relu, fwd + weight grad": (fwd_bwd(block, [1, 2]), (x, k1, b1)),
+    "conv2 block: conv+bias+pool+relu, fwd + both grads": (fwd_bwd(block, [0, 1, 2]), (n1, k2, b2)),
+    "  of which conv2 forward": (jax.jit(conv), (n1, k2)),
+    "  of which conv2 input grad (XLA)": (
+      jax.jit(lambda x, k, d: jax.vjp(lambda x: conv(x, k), x)[1](d)[0]),
+      (n1, k2, dy2),
+    ),
+    "  of which conv2 weight grad (conv_wgrad)": (
+      jax.jit(lambda x, k, d: jax.vjp(lambda k: conv(x, k), k)[1](d)[0]),
+      (n1, k2, dy2),
+    ),
+    "  of which pool+relu of conv2, fwd+bwd": (fwd_bwd(pool, [0]), (y2,)),
+    "fc1+relu+dropout+fc2+loss, fwd+bwd": (
+      fwd_bwd(head, [0, 1, 2, 3, 4]),
+      (feats, p["fc1"]["kernel"], p["fc1"]["bias"], p["fc2"]["kernel"], p["fc2"]["bias"]),
+    ),
+    "optimizer update (momentum)": (upd, (p, tx.init(p), p)),
   }
 
   def time_jax(f, args):
@@ -109,6 +120,7 @@ def main():
     r, state = time_step(state)
     res["JAX whole step"].append(r)
   from torch.profiler import ProfilerActivity, profile
+
   with profile(activities=[ProfilerActivity.CPU]) as prof:
     for _ in range(a.repeats):
       tstep(xt, yt)

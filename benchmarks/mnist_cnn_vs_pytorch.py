@@ -29,6 +29,7 @@ Threads: both sides use all cores unless ``--threads`` is given (torch.set_num_t
 ``--cpu_devices 2`` runs JAX instead as two single-threaded CPU devices, the step data-parallel over them (what
 two single-threaded processes at once gained in docs/BENCHMARKS.md §18, within one step).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,6 +49,7 @@ TRAIN_FLOPS = 3 * sum(FWD_FLOPS) - FWD_FLOPS[0]
 def jax_model(variant: str):
   import flax.linen as nn
   from lamb_lars.models import mnist_cnn
+
   if variant == "model":
     return mnist_cnn.MnistCNN()
 
@@ -61,6 +63,7 @@ def jax_model(variant: str):
       x = nn.relu(nn.Dense(1024, kernel_init=init, name="fc1")(x.reshape((x.shape[0], -1))))
       x = nn.Dropout(self.dropout_rate, deterministic=not train)(x)
       return nn.Dense(self.num_classes, kernel_init=init, name="fc2")(x)
+
   return XlaPool()
 
 
@@ -72,6 +75,7 @@ def make_jax_step(variant: str, batch: int, micro: int, unroll: int = 0):
   import jax
   import optax
   from jax.sharding import PartitionSpec as P
+
   model, tx = jax_model(variant), optax.sgd(LR, MOMENTUM)
   n_dev = jax.device_count()
   k = max(batch // (micro * n_dev), 1)
@@ -94,6 +98,7 @@ def make_jax_step(variant: str, batch: int, micro: int, unroll: int = 0):
       def body(acc, xyk):
         l, g = grad_fn(p, *xyk)
         return jax.tree.map(lambda a, b: a + b / k, acc, g), l
+
       g, losses = jax.lax.scan(body, jax.tree.map(jax.numpy.zeros_like, p), (xs, ys, keys), unroll=unroll or k)
       loss = losses.mean()
     if n_dev > 1:
@@ -104,8 +109,9 @@ def make_jax_step(variant: str, batch: int, micro: int, unroll: int = 0):
   if n_dev > 1:
     mesh = jax.make_mesh((n_dev,), ("d",))
     # check_vma=False: the replicated kernels meet device-varying activations inside conv_wgrad's custom VJP
-    step = jax.shard_map(step, mesh=mesh, in_specs=(P(), P(), P("d"), P("d"), P()), out_specs=(P(), P(), P()),
-                         check_vma=False)
+    step = jax.shard_map(
+      step, mesh=mesh, in_specs=(P(), P(), P("d"), P("d"), P()), out_specs=(P(), P(), P()), check_vma=False
+    )
   init = jax.jit(lambda key: model.init(key, jax.numpy.zeros((1, 28, 28, 1)))["params"])
   return jax.jit(step, donate_argnums=(0, 1)), init, tx
 
@@ -124,7 +130,7 @@ def torch_model(params):
     def forward(self, x):
       x = torch.max_pool2d(torch.relu(self.conv1(x)), 2)
       x = torch.max_pool2d(torch.relu(self.conv2(x)), 2)
-      x = x.permute(0, 2, 3, 1).reshape(x.shape[0], -1)   # NHWC flatten, as the JAX model
+      x = x.permute(0, 2, 3, 1).reshape(x.shape[0], -1)  # NHWC flatten, as the JAX model
       return self.fc2(self.drop(torch.relu(self.fc1(x))))
 
   net = Net()
@@ -141,6 +147,7 @@ def torch_model(params):
 
 def make_torch_step(net, batch: int, micro: int):
   import torch
+
   opt = torch.optim.SGD(net.parameters(), lr=LR, momentum=MOMENTUM)
   k = max(batch // micro, 1)
 
@@ -153,6 +160,7 @@ def make_torch_step(net, batch: int, micro: int):
       total += float(loss.detach())
     opt.step()
     return total
+
   return step
 
 
@@ -160,6 +168,7 @@ def run(batches, micro: int, images: int, repeats: int, variants, unroll: int = 
   """Each repeat times max(1, images // batch) steps per side; returns one row of medians per batch."""
   import jax
   import torch
+
   rng = np.random.default_rng(0)
   rows = []
   for batch in batches:
@@ -167,8 +176,9 @@ def run(batches, micro: int, images: int, repeats: int, variants, unroll: int = 
     x = rng.random((batch, 28, 28, 1), dtype=np.float32)
     y = rng.integers(0, 10, batch)
     xt, yt = torch.from_numpy(np.transpose(x, (0, 3, 1, 2)).copy()), torch.from_numpy(y)
-    if jax.device_count() > 1:   # the batch split over the CPU devices, as the data-parallel step takes it
+    if jax.device_count() > 1:  # the batch split over the CPU devices, as the data-parallel step takes it
       from jax.sharding import NamedSharding, PartitionSpec
+
       split = NamedSharding(jax.make_mesh((jax.device_count(),), ("d",)), PartitionSpec("d"))
       x, y = jax.device_put(x, split), jax.device_put(y, split)
     jax_steps = {}
@@ -177,13 +187,13 @@ def run(batches, micro: int, images: int, repeats: int, variants, unroll: int = 
       p = init(jax.random.key(0))
       host_params = jax.device_get(p)
       s = tx.init(p)
-      p, s, loss = step(p, s, x, y, jax.random.key(1))   # compile
+      p, s, loss = step(p, s, x, y, jax.random.key(1))  # compile
       loss.block_until_ready()
       jax_steps[v] = [step, p, s]
     net = torch_model(host_params)
     net.train()
     tstep = make_torch_step(net, batch, micro)
-    tstep(xt, yt)   # warm-up
+    tstep(xt, yt)  # warm-up
     times = {"torch": [], **{v: [] for v in variants}}
     for _ in range(repeats):
       t0 = time.perf_counter()
@@ -214,8 +224,11 @@ def run(batches, micro: int, images: int, repeats: int, variants, unroll: int = 
     for n in ["torch", *variants]:
       ratio = "" if n == "torch" else f"   {n} ÷ torch {row[f'{n}_vs_torch']:.2f}×"
       pct = f"  {row[f'{n}_pct_peak']:5.1f}% of peak" if peak else ""
-      print(f"  batch {batch:>6} (micro {row['micro']}): {n:>9} {row[f'{n}_img_s']:8.1f} img/s "
-            f"{row[f'{n}_gflop_s']:6.1f} GFLOP/s{pct}{ratio}", flush=True)
+      print(
+        f"  batch {batch:>6} (micro {row['micro']}): {n:>9} {row[f'{n}_img_s']:8.1f} img/s "
+        f"{row[f'{n}_gflop_s']:6.1f} GFLOP/s{pct}{ratio}",
+        flush=True,
+      )
   return rows
 
 
@@ -224,6 +237,7 @@ def guard() -> float:
   import jax
   import torch
   from lamb_lars.models import mnist_cnn
+
   model = mnist_cnn.MnistCNN()
   x = np.random.default_rng(1).random((64, 28, 28, 1), dtype=np.float32)
   params = jax.device_get(model.init(jax.random.key(0), x[:1])["params"])
@@ -246,6 +260,7 @@ def nominal_ghz() -> float:
 def gemm_gflops(n: int = 2048, reps: int = 5) -> float:
   """Median GFLOP/s of a torch n×n float32 matmul: what the GEMM library reaches on this machine now."""
   import torch
+
   a, b = torch.rand(n, n), torch.rand(n, n)
   a @ b
   times = []
@@ -253,7 +268,7 @@ def gemm_gflops(n: int = 2048, reps: int = 5) -> float:
     t0 = time.perf_counter()
     a @ b
     times.append(time.perf_counter() - t0)
-  return 2 * n ** 3 / statistics.median(times) / 1e9
+  return 2 * n**3 / statistics.median(times) / 1e9
 
 
 def main():
@@ -265,32 +280,45 @@ def main():
   ap.add_argument("--repeats", type=int, default=5)
   ap.add_argument("--variants", default="model")
   ap.add_argument("--threads", type=int, default=0)
-  ap.add_argument("--cpu_devices", type=int, default=1,
-                  help="JAX CPU devices, each single-threaded, the step data-parallel over them (XLA_FLAGS)")
+  ap.add_argument(
+    "--cpu_devices",
+    type=int,
+    default=1,
+    help="JAX CPU devices, each single-threaded, the step data-parallel over them (XLA_FLAGS)",
+  )
   ap.add_argument("--ghz", type=float, default=0.0, help="clock for the peak; 0 = /proc/cpuinfo's")
   ap.add_argument("--flops_per_cycle", type=int, default=32, help="float32 FLOP per cycle per core (Zen 4: 32)")
   ap.add_argument("--quick", action="store_true")
   a = ap.parse_args()
   if a.threads:
     import torch
+
     torch.set_num_threads(a.threads)
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                               f" --xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads={a.threads}")
+    os.environ["XLA_FLAGS"] = (
+      os.environ.get("XLA_FLAGS", "") + f" --xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads={a.threads}"
+    )
   if a.cpu_devices > 1:
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count="
-                               f"{a.cpu_devices} --xla_cpu_multi_thread_eigen=false")
+    os.environ["XLA_FLAGS"] = (
+      os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count="
+      f"{a.cpu_devices} --xla_cpu_multi_thread_eigen=false"
+    )
   if a.quick:
     a.batches, a.images, a.repeats = "64", 128, 1
   import jax
   import torch
+
   cores = a.threads or len(os.sched_getaffinity(0))
   ghz = a.ghz or nominal_ghz()
   peak = cores * ghz * a.flops_per_cycle
-  print(f"jax {jax.__version__} ({jax.device_count()} CPU devices), torch {torch.__version__} "
-        f"({torch.get_num_threads()} threads); "
-        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
-  print(f"peak = {cores} cores × {ghz:.2f} GHz × {a.flops_per_cycle} FLOP/cycle = {peak:.1f} GFLOP/s float32; "
-        f"training FLOPs {TRAIN_FLOPS / 1e6:.2f} M per image; torch 2048² matmul now: {gemm_gflops():.1f} GFLOP/s")
+  print(
+    f"jax {jax.__version__} ({jax.device_count()} CPU devices), torch {torch.__version__} "
+    f"({torch.get_num_threads()} threads); "
+    f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}"
+  )
+  print(
+    f"peak = {cores} cores × {ghz:.2f} GHz × {a.flops_per_cycle} FLOP/cycle = {peak:.1f} GFLOP/s float32; "
+    f"training FLOPs {TRAIN_FLOPS / 1e6:.2f} M per image; torch 2048² matmul now: {gemm_gflops():.1f} GFLOP/s"
+  )
   diff = guard()
   print(f"guard: max |logit difference| JAX vs torch = {diff:.2e}")
   if diff > 1e-3:

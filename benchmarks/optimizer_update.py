@@ -8,6 +8,7 @@ optax's own ``lars`` / ``lamb``.
 Repeats are interleaved (every optimizer once per round), so machine load hits all optimizers alike; the table shows
 the median and the minimum over rounds of the mean time per update within a round.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,13 +23,16 @@ import numpy as np
 import optax
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from lamb_lars.optim import optimizers as O# noqa: E402
+from lamb_lars.optim import optimizers as O  # noqa: E402
 
 
 def resnet50_shapes() -> dict[str, tuple[int, ...]]:
   """Param shapes of ResNet-50 v1.5 (flax examples/imagenet naming): 161 leaves, 25,557,032 parameters."""
-  shapes: dict[str, tuple[int, ...]] = {"conv_init/kernel": (7, 7, 3, 64), "bn_init/scale": (64,),
-                                        "bn_init/bias": (64,)}
+  shapes: dict[str, tuple[int, ...]] = {
+    "conv_init/kernel": (7, 7, 3, 64),
+    "bn_init/scale": (64,),
+    "bn_init/bias": (64,),
+  }
   cin, block = 64, 0
   for stage, (blocks, f) in enumerate(zip([3, 4, 6, 3], [64, 128, 256, 512])):
     for b in range(blocks):
@@ -63,16 +67,17 @@ def nest(flat: dict) -> dict:
 def optimizers(lr: float = 0.1, wd: float = 1e-4) -> dict[str, optax.GradientTransformation]:
   """The contenders. 'optax form' rows use all-True masks, as optax does by default."""
   return {
-      "momentum SGD (optax.sgd)": optax.sgd(lr, momentum=0.9),
-      "LARS paper (ours)": O.lars(lr, weight_decay=wd),
-      "LARS optax form (ours)": O.lars(lr, weight_decay=wd, denominator="optax", weight_decay_mask=True,
-                                       adaptation_mask=True),
-      "optax.lars": optax.lars(lr, weight_decay=wd),
-      "LAMB (ours)": O.lamb(lr, weight_decay=wd),
-      "LAMB optax form (ours)": O.lamb(lr, weight_decay=wd, weight_decay_mask=True, adaptation_mask=True),
-      "optax.lamb": optax.lamb(lr, weight_decay=wd),
-      "layer-wise Adam + bounds (ours)": O.layerwise_adam(lr, weight_decay=wd, ratio_bounds=(0.01, 10.0)),
-      "Adam (optax.adam)": optax.adam(lr),
+    "momentum SGD (optax.sgd)": optax.sgd(lr, momentum=0.9),
+    "LARS paper (ours)": O.lars(lr, weight_decay=wd),
+    "LARS optax form (ours)": O.lars(
+      lr, weight_decay=wd, denominator="optax", weight_decay_mask=True, adaptation_mask=True
+    ),
+    "optax.lars": optax.lars(lr, weight_decay=wd),
+    "LAMB (ours)": O.lamb(lr, weight_decay=wd),
+    "LAMB optax form (ours)": O.lamb(lr, weight_decay=wd, weight_decay_mask=True, adaptation_mask=True),
+    "optax.lamb": optax.lamb(lr, weight_decay=wd),
+    "layer-wise Adam + bounds (ours)": O.layerwise_adam(lr, weight_decay=wd, ratio_bounds=(0.01, 10.0)),
+    "Adam (optax.adam)": optax.adam(lr),
   }
 
 
@@ -80,6 +85,7 @@ def make_step(tx: optax.GradientTransformation) -> Callable:
   def step(params, state, grads):
     updates, state = tx.update(grads, state, params)
     return optax.apply_updates(params, updates), state
+
   return jax.jit(step, donate_argnums=(0, 1))
 
 
@@ -95,11 +101,12 @@ def main(argv: list[str] | None = None) -> dict[str, np.ndarray]:
   host_params = {k: (rng.standard_normal(s) * 0.05).astype(np.float32) for k, s in shapes.items()}
   grads = nest({k: jnp.asarray((rng.standard_normal(s) * 1e-3).astype(np.float32)) for k, s in shapes.items()})
   n = sum(int(np.prod(s)) for s in shapes.values())
-  print(f"ResNet-50 v1.5 tree: {len(shapes)} leaves, {n:,} params; jax {jax.__version__}, optax {optax.__version__},"
-        f" {jax.devices()[0].platform} x{os.cpu_count()} cores")
+  print(
+    f"ResNet-50 v1.5 tree: {len(shapes)} leaves, {n:,} params; jax {jax.__version__}, optax {optax.__version__},"
+    f" {jax.devices()[0].platform} x{os.cpu_count()} cores"
+  )
 
-  txs = {k: v for k, v in optimizers().items()
-         if not args.only or any(s.strip() in k for s in args.only.split(","))}
+  txs = {k: v for k, v in optimizers().items() if not args.only or any(s.strip() in k for s in args.only.split(","))}
   runs = {}
   for name, tx in txs.items():
     params = nest({k: jnp.asarray(v) for k, v in host_params.items()})
@@ -125,8 +132,10 @@ def main(argv: list[str] | None = None) -> dict[str, np.ndarray]:
   base, adam = "momentum SGD (optax.sgd)", "Adam (optax.adam)"
   ref_for = lambda k: "optax.lars" if "LARS" in k else ("optax.lamb" if "LAMB" in k else None)
   ratio = lambda k, o: f"{med[k] / med[o]:.2f}x" if o in med and o != k else "-"
-  print(f"\n{'optimizer':34s} {'median ms':>10s} {'min ms':>8s} {'/ SGD-m':>8s} {'/ optax':>8s} {'/ Adam':>8s}"
-        "   (ratios of medians)")
+  print(
+    f"\n{'optimizer':34s} {'median ms':>10s} {'min ms':>8s} {'/ SGD-m':>8s} {'/ optax':>8s} {'/ Adam':>8s}"
+    "   (ratios of medians)"
+  )
   for k in runs:
     vs_adam = ratio(k, adam) if ("LAMB" in k or "Adam" in k) else "-"
     print(f"{k:34s} {med[k]:10.1f} {mn[k]:8.1f} {ratio(k, base):>8s} {ratio(k, ref_for(k)):>8s} {vs_adam:>8s}")

@@ -18,6 +18,7 @@ GPU (H100 dense bf16 peak 989 TFLOP/s; largest batch that fits is the last row w
   python benchmarks/resnet_throughput.py --model resnet50 --image_size 224 --batch_size 128,256,512,1024 \
       --dtype bfloat16 --steps 20 --warmup 5 --peak_tflops 989
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,21 +69,32 @@ def make_train_step(model: Any, tx: optax.GradientTransformation):
   """Pure train step: (state, images, labels) → (state, loss)."""
 
   def loss_fn(params, batch_stats, images, labels):
-    logits, new = model.apply({"params": params, "batch_stats": batch_stats}, images, train=True,
-                              mutable=["batch_stats"])
+    logits, new = model.apply(
+      {"params": params, "batch_stats": batch_stats}, images, train=True, mutable=["batch_stats"]
+    )
     return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean(), new["batch_stats"]
 
   def step(state: TrainState, images: jnp.ndarray, labels: jnp.ndarray):
     (loss, batch_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        state.params, state.batch_stats, images, labels)
+      state.params, state.batch_stats, images, labels
+    )
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     return TrainState(optax.apply_updates(state.params, updates), batch_stats, opt_state), loss
 
   return step
 
 
-def run_one(name: str, image_size: int, batch_size: int, dtype: str, steps: int, warmup: int,
-            num_classes: int, peak_tflops: Optional[float], seed: int = 0) -> Dict[str, Any]:
+def run_one(
+  name: str,
+  image_size: int,
+  batch_size: int,
+  dtype: str,
+  steps: int,
+  warmup: int,
+  num_classes: int,
+  peak_tflops: Optional[float],
+  seed: int = 0,
+) -> Dict[str, Any]:
   """Benchmark one configuration; returns a row for the table."""
   devices = jax.devices()
   n_dev = len(devices)
@@ -103,8 +115,12 @@ def run_one(name: str, image_size: int, batch_size: int, dtype: str, steps: int,
     return TrainState(v["params"], v["batch_stats"], tx.init(v["params"]))
 
   state = jax.jit(init, out_shardings=replicated).lower(kp).compile(compiler_options=_FAST_COMPILE)(kp)
-  step = jax.jit(make_train_step(model, tx), in_shardings=(replicated, sharded, sharded),
-                 out_shardings=(replicated, replicated), donate_argnums=(0,))
+  step = jax.jit(
+    make_train_step(model, tx),
+    in_shardings=(replicated, sharded, sharded),
+    out_shardings=(replicated, replicated),
+    donate_argnums=(0,),
+  )
   t0 = time.perf_counter()
   try:
     compiled = step.lower(state, images, labels).compile()
@@ -128,8 +144,13 @@ def run_one(name: str, image_size: int, batch_size: int, dtype: str, steps: int,
   if not np.isfinite(float(loss)):
     raise FloatingPointError(f"non-finite loss {float(loss)}")
   step_s = statistics.median(times)
-  row.update(step_ms=1e3 * step_s, cpu_ms=1e3 * statistics.median(cpu_times), img_s=batch_size / step_s,
-             status="ok", gflop_img=analytic_train_flops(model, image_size) / 1e9)
+  row.update(
+    step_ms=1e3 * step_s,
+    cpu_ms=1e3 * statistics.median(cpu_times),
+    img_s=batch_size / step_s,
+    status="ok",
+    gflop_img=analytic_train_flops(model, image_size) / 1e9,
+  )
   if peak_tflops:
     row["mfu"] = row["gflop_img"] * 1e9 * row["img_s"] / (peak_tflops * 1e12)
   return row
@@ -137,11 +158,31 @@ def run_one(name: str, image_size: int, batch_size: int, dtype: str, steps: int,
 
 def format_table(rows: Sequence[Dict[str, Any]]) -> str:
   """Markdown table of benchmark rows."""
-  cols = ["model", "image", "batch", "dtype", "devices", "compile_s", "step_ms", "cpu_ms", "img_s", "gflop_img",
-          "xla_gflop_img", "mfu", "status"]
+  cols = [
+    "model",
+    "image",
+    "batch",
+    "dtype",
+    "devices",
+    "compile_s",
+    "step_ms",
+    "cpu_ms",
+    "img_s",
+    "gflop_img",
+    "xla_gflop_img",
+    "mfu",
+    "status",
+  ]
   cols = [c for c in cols if any(c in r for r in rows)]
-  fmt = {"compile_s": "{:.1f}", "step_ms": "{:.1f}", "cpu_ms": "{:.0f}", "img_s": "{:.1f}", "gflop_img": "{:.3f}",
-         "xla_gflop_img": "{:.3f}", "mfu": "{:.1%}"}
+  fmt = {
+    "compile_s": "{:.1f}",
+    "step_ms": "{:.1f}",
+    "cpu_ms": "{:.0f}",
+    "img_s": "{:.1f}",
+    "gflop_img": "{:.3f}",
+    "xla_gflop_img": "{:.3f}",
+    "mfu": "{:.1%}",
+  }
   lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
   for r in rows:
     lines.append("| " + " | ".join(fmt.get(c, "{}").format(r[c]) if c in r else "" for c in cols) + " |")
@@ -161,8 +202,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   a = p.parse_args(argv)
   num_classes = a.num_classes or (10 if a.model.endswith("_cifar") else 1000)
   rows = []
-  print(f"# {jax.devices()[0].device_kind} × {jax.device_count()} ({jax.default_backend()}), jax {jax.__version__}",
-        file=sys.stderr)
+  print(
+    f"# {jax.devices()[0].device_kind} × {jax.device_count()} ({jax.default_backend()}), jax {jax.__version__}",
+    file=sys.stderr,
+  )
   for dtype in a.dtype.split(","):
     for batch in (int(b) for b in a.batch_size.split(",")):
       rows.append(run_one(a.model, a.image_size, batch, dtype, a.steps, a.warmup, num_classes, a.peak_tflops))

@@ -10,6 +10,7 @@ of Ray per trial and the ratio. The cluster's start and the driver's connection 
 printed apart (not in the per-trial numbers). A warm-up trial fills the JAX compilation cache first, so neither mode
 pays for compilation.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,9 +36,12 @@ def tiny_study(trials: int, cache: str):
   c.sweeps = (dict(name="same", fixed={"batch_size": 32}, grid={"seed": tuple(range(trials))}),)
   c.analysis.techniques = ()
   c.analysis.target_technique = ""
-  c.runner.env = {"JAX_COMPILATION_CACHE_DIR": cache, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-                  "JAX_PLATFORMS": "cpu",
-                  "XLA_FLAGS": "--xla_force_host_platform_device_count=1 --xla_cpu_multi_thread_eigen=false"}
+  c.runner.env = {
+    "JAX_COMPILATION_CACHE_DIR": cache,
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    "JAX_PLATFORMS": "cpu",
+    "XLA_FLAGS": "--xla_force_host_platform_device_count=1 --xla_cpu_multi_thread_eigen=false",
+  }
   return c
 
 
@@ -94,15 +98,19 @@ def main() -> None:
     shutil.rmtree(tmp, ignore_errors=True)
   n = args.trials
   local, ray = min(walls["local"]) / n, min(walls["ray"]) / n
-  print(f"{n} identical tiny trials (LeNet-5, synthetic, 3 steps), one at a time; best of {args.repeats}; "
-        f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+  print(
+    f"{n} identical tiny trials (LeNet-5, synthetic, 3 steps), one at a time; best of {args.repeats}; "
+    f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs"
+  )
   print(f"{'executor':<9} {'s/trial':>8} {'runs (s/trial)':<28} {'overhead s/trial':>17} {'ratio':>6}")
   for name, per in (("local", local), ("ray", ray)):
     runs = " ".join(f"{w / n:.2f}" for w in walls[name])
     over = "—" if name == "local" else f"{per - local:+.2f}"
     print(f"{name:<9} {per:>8.2f} {runs:<28} {over:>17} {per / local:>6.2f}")
-  print(f"one-off per study: connect {min(connects):.1f} s, workdir probe on every node {min(probes):.1f} s; "
-        f"start a 1-node cluster {t_cluster:.1f} s")
+  print(
+    f"one-off per study: connect {min(connects):.1f} s, workdir probe on every node {min(probes):.1f} s; "
+    f"start a 1-node cluster {t_cluster:.1f} s"
+  )
 
 
 if __name__ == "__main__":

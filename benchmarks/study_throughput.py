@@ -22,6 +22,7 @@
 
 Run it alone on a quiet machine; record the load beside the numbers (docs/BENCHMARKS.md).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from lamb_lars.configs.studies import mnist_table3  # noqa: E402
-from lamb_lars.study.running import runner, store# noqa: E402
-from lamb_lars.study.running import workdir as wd# noqa: E402
+from lamb_lars.study.running import runner, store  # noqa: E402
+from lamb_lars.study.running import workdir as wd  # noqa: E402
 from lamb_lars.study.running.executor import LocalExecutor  # noqa: E402
 
 
@@ -47,7 +48,7 @@ def _study(name: str, sweeps: tuple, epochs: float, pruner: str = "asha"):
   c.sweeps = sweeps
   c.search.pruner = pruner
   c.search.min_epochs = max(1, int(round(epochs / 15)))
-  c.search.max_extensions = c.search.min_full_budget = 0   # the search alone: no follow-ups (phases.py)
+  c.search.max_extensions = c.search.min_full_budget = 0  # the search alone: no follow-ups (phases.py)
   c.replicates.num_seeds = 0
   c.analysis.techniques = ()
   return c
@@ -73,14 +74,26 @@ def _run(study, executor, root: str) -> tuple[float, list[dict]]:
 
 def part_workers(args, root: str) -> None:
   ncpu = len(os.sched_getaffinity(0))
-  sweeps = (dict(name="w", fixed={"batch_size": args.batch, "optimizer.name": "momentum",
-                                  "optimizer.learning_rate": 0.05 * args.batch / 256},
-                 grid={"seed": tuple(range(args.trials))}),)
-  print(f"\n== 1. workers: {args.trials} identical trials (seed differs), batch {args.batch}, {args.epochs:g} epochs, "
-        f"{ncpu} CPUs")
+  sweeps = (
+    dict(
+      name="w",
+      fixed={
+        "batch_size": args.batch,
+        "optimizer.name": "momentum",
+        "optimizer.learning_rate": 0.05 * args.batch / 256,
+      },
+      grid={"seed": tuple(range(args.trials))},
+    ),
+  )
+  print(
+    f"\n== 1. workers: {args.trials} identical trials (seed differs), batch {args.batch}, {args.epochs:g} epochs, "
+    f"{ncpu} CPUs"
+  )
   rows = []
-  for label, ex in ((f"1 worker × {ncpu} threads", LocalExecutor(slots=1)),
-                    (f"{ncpu} workers × 1 pinned CPU", LocalExecutor(slots=ncpu, cpus_per_trial=1))):
+  for label, ex in (
+    (f"1 worker × {ncpu} threads", LocalExecutor(slots=1)),
+    (f"{ncpu} workers × 1 pinned CPU", LocalExecutor(slots=ncpu, cpus_per_trial=1)),
+  ):
     seconds, recs = _run(_study(f"workers{len(rows)}", sweeps, args.epochs, "none"), ex, root)
     rows.append((label, seconds, len(recs)))
   for label, seconds, n in rows:
@@ -93,28 +106,39 @@ def part_cell(args, root: str) -> None:
   cell = dict(cells[args.cell])
   lo, hi = cell["search"]["optimizer.learning_rate"][1:]
   center = (lo * hi) ** 0.5
-  grid = dict(name=cell["name"] + "-grid", role="table3", variant=cell.get("variant", "original"),
-              fixed=dict(cell["fixed"]), grid={"optimizer.learning_rate": (center / 2, center, center * 2)})
+  grid = dict(
+    name=cell["name"] + "-grid",
+    role="table3",
+    variant=cell.get("variant", "original"),
+    fixed=dict(cell["fixed"]),
+    grid={"optimizer.learning_rate": (center / 2, center, center * 2)},
+  )
   ncpu = len(os.sched_getaffinity(0))
   best_ex = LocalExecutor(slots=ncpu, cpus_per_trial=1) if args.pinned else LocalExecutor(slots=1)
   print(f"\n== 2. Table 3 cell {args.cell}, {args.epochs:g}-epoch budget")
   results = []
   old = _study("grid", (grid,), args.epochs, "none")  # the runner before issue 10: no accumulation, no shared
-  old.base.microbatch_size = 0                         # compiled programs
+  old.base.microbatch_size = 0  # compiled programs
   old.base.optimizer.lr_table = False
   old.runner.compilation_cache = False
   for label, study, ex in (
-      ("grid runner (3 LRs, full budget, 1 worker)", old, LocalExecutor(slots=1)),
-      (f"search runner ({cell['num_trials']} points, ASHA, {'pinned workers' if args.pinned else '1 worker'})",
-       _study("search", (cell,), args.epochs), best_ex)):
+    ("grid runner (3 LRs, full budget, 1 worker)", old, LocalExecutor(slots=1)),
+    (
+      f"search runner ({cell['num_trials']} points, ASHA, {'pinned workers' if args.pinned else '1 worker'})",
+      _study("search", (cell,), args.epochs),
+      best_ex,
+    ),
+  ):
     seconds, recs = _run(study, ex, root)
     epochs = sum(float(r["epochs"] or 0) for r in recs)
     best = max((r["final_acc"] for r in recs if r["status"] == "done" and r["final_acc"] is not None), default=None)
     results.append((label, seconds, len(recs), epochs, best, [r["status"] for r in recs]))
   for label, seconds, n, epochs, best, statuses in results:
-    print(f"  {label:<52} {seconds:7.1f} s  {n} configurations ({', '.join(statuses)}), {epochs:.0f} epochs "
-          f"trained, best final test acc {'—' if best is None else f'{100 * best:.2f}%'}, "
-          f"{3600 * n / seconds:.1f} full-budget-equivalent runs/h")
+    print(
+      f"  {label:<52} {seconds:7.1f} s  {n} configurations ({', '.join(statuses)}), {epochs:.0f} epochs "
+      f"trained, best final test acc {'—' if best is None else f'{100 * best:.2f}%'}, "
+      f"{3600 * n / seconds:.1f} full-budget-equivalent runs/h"
+    )
   (_, s0, n0, *_), (_, s1, n1, *_) = results
   print(f"  ratio (search / grid, full-budget-equivalent runs per hour): {(n1 / s1) / (n0 / s0):.2f}×")
 
@@ -123,13 +147,24 @@ def part_trial(args, root: str) -> None:
   print(f"\n== 3. one trial's cost: LAMB, {args.epochs:g} epochs, 2 trials per setting, 1 pinned worker")
   for batch in (int(b) for b in args.trial_batches.split(",")):
     rows = []
-    for label, micro, cache, table in (("in-model chunks, no cache", 0, False, False),
-                                       ("micro-batches of 256, no cache", 256, False, False),
-                                       ("micro-batches of 256, shared cache", 256, True, False),
-                                       ("micro-batches, shared cache, LR table", 256, True, True)):
-      sweeps = (dict(name="t", fixed={"batch_size": batch, "optimizer.name": "lamb", "optimizer.learning_rate": 0.01,
-                                      "optimizer.lr_scaling": "none"},
-                     grid={"optimizer.schedule.warmup_epochs": (1.0, 2.0)}),)
+    for label, micro, cache, table in (
+      ("in-model chunks, no cache", 0, False, False),
+      ("micro-batches of 256, no cache", 256, False, False),
+      ("micro-batches of 256, shared cache", 256, True, False),
+      ("micro-batches, shared cache, LR table", 256, True, True),
+    ):
+      sweeps = (
+        dict(
+          name="t",
+          fixed={
+            "batch_size": batch,
+            "optimizer.name": "lamb",
+            "optimizer.learning_rate": 0.01,
+            "optimizer.lr_scaling": "none",
+          },
+          grid={"optimizer.schedule.warmup_epochs": (1.0, 2.0)},
+        ),
+      )
       study = _study(f"trial-b{batch}-{len(rows)}", sweeps, args.epochs, "none")
       study.base.microbatch_size = micro
       study.runner.compilation_cache = cache
@@ -138,12 +173,17 @@ def part_trial(args, root: str) -> None:
       seconds, recs = _run(study, LocalExecutor(slots=1, cpus_per_trial=1), root)
       walls = [float(r["wall_time"] or 0) for r in sorted(recs, key=lambda r: r["run_id"])]
       rows.append((label, walls))
-      print(f"  batch {batch:>6}  {label:<38} per trial {' / '.join(f'{w:5.1f} s' for w in walls)}  "
-            f"(whole study {seconds:.1f} s)", flush=True)
+      print(
+        f"  batch {batch:>6}  {label:<38} per trial {' / '.join(f'{w:5.1f} s' for w in walls)}  "
+        f"(whole study {seconds:.1f} s)",
+        flush=True,
+      )
     base = sum(rows[0][1])
     for label, walls in rows[1:]:
-      print(f"  batch {batch:>6}  {label:<38} {base / sum(walls):.2f}× faster than in-model chunks, no cache; "
-          f"second trial {rows[0][1][-1] / walls[-1]:.2f}×")
+      print(
+        f"  batch {batch:>6}  {label:<38} {base / sum(walls):.2f}× faster than in-model chunks, no cache; "
+        f"second trial {rows[0][1][-1] / walls[-1]:.2f}×"
+      )
 
 
 def main() -> None:
@@ -152,10 +192,15 @@ def main() -> None:
   p.add_argument("--epochs", type=float, default=30.0)
   p.add_argument("--batch", type=int, default=8192, help="workers part: the trials' batch")
   p.add_argument("--trials", type=int, default=4, help="workers part: trials per setting")
-  p.add_argument("--cell", default="b8k-adam-original", help="cell part: a sub-sweep of "
-                 "lamb_lars/configs/studies/mnist_table3")
-  p.add_argument("--pinned", action=argparse.BooleanOptionalAction, default=True,
-                 help="cell part: run the search with N workers × 1 pinned CPU (default) or 1 worker")
+  p.add_argument(
+    "--cell", default="b8k-adam-original", help="cell part: a sub-sweep of lamb_lars/configs/studies/mnist_table3"
+  )
+  p.add_argument(
+    "--pinned",
+    action=argparse.BooleanOptionalAction,
+    default=True,
+    help="cell part: run the search with N workers × 1 pinned CPU (default) or 1 worker",
+  )
   p.add_argument("--trial_batches", default="16384,55000", help="trial part: the batches")
   p.add_argument("--workdir", default="", help="where the benchmark studies go (default: a temporary directory)")
   args = p.parse_args()

@@ -9,6 +9,7 @@ sentence and exit status 2 (``lamb_lars/common/cli_errors.py``); ``--verbose`` s
 module defines no flags (``train_and_evaluate`` is importable
 from a notebook); flags exist only when it runs as a script.
 """
+
 from __future__ import annotations
 
 import signal
@@ -23,19 +24,24 @@ def main() -> None:
   from ml_collections import config_flags
 
   from lamb_lars.common import cli_errors, cli_help
+
   sys.modules["__main__"].__doc__ = cli_help.usage()  # --help text
-  config_flags.DEFINE_config_file("config", None, "Training config file (e.g. lamb_lars/configs/mnist_lenet.py).",
-                                  lock_config=True)
+  config_flags.DEFINE_config_file(
+    "config", None, "Training config file (e.g. lamb_lars/configs/mnist_lenet.py).", lock_config=True
+  )
   flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics.jsonl, TensorBoard logs, result.json.")
   flags.DEFINE_bool("verbose", False, "Show the traceback of a config, data or workdir mistake too.")
   flags.mark_flags_as_required(["config", "workdir"])
 
   def run(argv):
     from absl import logging
+
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
     if len(argv) > 1:  # a stray word (an unquoted space in a value, a missing --): one sentence, exit 2
-      print(f"error: unexpected argument {argv[1]!r}; every setting is a flag (--config.KEY=VALUE, --workdir=DIR).",
-            file=sys.stderr)
+      print(
+        f"error: unexpected argument {argv[1]!r}; every setting is a flag (--config.KEY=VALUE, --workdir=DIR).",
+        file=sys.stderr,
+      )
       sys.exit(2)
     config = cli_errors.load_config(lambda: flags.FLAGS.config, flags.FLAGS["config"].config_filename)
     cli_errors.check_gcs_access(flags.FLAGS.workdir)
@@ -51,9 +57,11 @@ def main() -> None:
     final = result.get("final") or {}
     acc = final.get("eval_accuracy")
     flag = f" (not_learning: {result['not_learning']})" if result.get("not_learning") else ""
-    print(f"{result['status']}{flag}: step {result['step']}/{result.get('total_steps')}"
-          + (f", eval accuracy {100 * acc:.2f}%" if acc is not None else "")
-          + (f" ({result['error']})" if result.get("error") else ""))
+    print(
+      f"{result['status']}{flag}: step {result['step']}/{result.get('total_steps')}"
+      + (f", eval accuracy {100 * acc:.2f}%" if acc is not None else "")
+      + (f" ({result['error']})" if result.get("error") else "")
+    )
 
   app.run(run, flags_parser=cli_errors.flags_parser)
 

@@ -11,6 +11,7 @@ Tiers (markers in pyproject.toml): ``pytest -m "not slow"`` is the fast tier to 
 test that starts a subprocess, trains end to end or takes more than about 5 s; ``e2e``, ``ray`` and ``gcs`` name what
 a slow test needs.
 """
+
 import os
 import shutil
 import tempfile
@@ -34,6 +35,7 @@ def unoptimized_xla():
   programs it compiles in this process: both sides compile the same way, several times faster. Not for a test that
   measures a compiled program (its memory) or compares with another process's run."""
   import jax  # pylint: disable=import-outside-toplevel
+
   old = jax.config.read("jax_disable_most_optimizations")
   jax.config.update("jax_disable_most_optimizations", True)
   yield
@@ -47,8 +49,11 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_configure(config):
-  config.addinivalue_line("markers", "gpu: needs a GPU backend (skipped elsewhere); benchmarks/device_check.sh runs "
-                                     "`pytest -m gpu` on the accelerator machine")
+  config.addinivalue_line(
+    "markers",
+    "gpu: needs a GPU backend (skipped elsewhere); benchmarks/device_check.sh runs "
+    "`pytest -m gpu` on the accelerator machine",
+  )
 
 
 def pytest_collection_modifyitems(config, items):
@@ -61,14 +66,16 @@ def pytest_collection_modifyitems(config, items):
   Without xdist (``-n 0``) the order is pytest's own.
   """
   if hasattr(config, "workerinput"):
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)   # stable
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
   gpu_items = [item for item in items if item.get_closest_marker("gpu")]
   if not gpu_items:
     return
   import jax  # pylint: disable=import-outside-toplevel
+
   if jax.default_backend() == "gpu":
     return
   import pytest  # pylint: disable=import-outside-toplevel
+
   skip = pytest.mark.skip(reason=f"needs a GPU (JAX backend is {jax.default_backend()!r})")
   for item in gpu_items:
     item.add_marker(skip)

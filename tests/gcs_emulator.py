@@ -7,6 +7,7 @@ every object as generation 0, and its next conditional write (orbax's OCDBT mani
 fails with "Malformed StorageGeneration". The emulator does not enforce ``ifGenerationMatch`` preconditions
 (its handlers never read them), so this server can test single-writer storage, not concurrent writers.
 """
+
 import sys
 
 from gcp_storage_emulator import server

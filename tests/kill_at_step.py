@@ -1,6 +1,7 @@
 """``python tests/kill_at_step.py STEP train.py-arguments...``: train.py, killed by SIGKILL right after the loop's
 host work at step STEP (its evaluation row written, and the checkpoint saves under way finished), so that a kill
 lands at a chosen point between two checkpoints, deterministically. A test harness (tests/test_resume.py)."""
+
 import os
 import signal
 import sys
@@ -22,4 +23,5 @@ loop._Run.at_boundary = _at_boundary_then_kill
 
 if __name__ == "__main__":
   from lamb_lars import main
+
   main.main()

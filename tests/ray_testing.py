@@ -6,6 +6,7 @@ everything under it (its workers and their trainers), as a crashed machine would
 processes of this cluster (those whose command line names its temp dir, and their descendants), never another
 user's Ray: ``ray stop`` would end every Ray cluster on the machine.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,12 @@ from typing import Mapping, Optional, Sequence
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Notice a dead node within ~2 s (defaults: ~15-30 s).
-FAST_HEALTH_CHECKS = {"RAY_health_check_initial_delay_ms": "0", "RAY_health_check_period_ms": "500",
-                      "RAY_health_check_timeout_ms": "1000", "RAY_health_check_failure_threshold": "3"}
+FAST_HEALTH_CHECKS = {
+  "RAY_health_check_initial_delay_ms": "0",
+  "RAY_health_check_period_ms": "500",
+  "RAY_health_check_timeout_ms": "1000",
+  "RAY_health_check_failure_threshold": "3",
+}
 
 
 def free_port() -> int:
@@ -50,8 +55,12 @@ class LocalRayCluster:
   so its workers do not see what the driver writes there: a workdir that is not shared (``can_hide_paths()``).
   """
 
-  def __init__(self, nodes: Sequence[Mapping] = ({"num_cpus": 1}, {"num_cpus": 1, "resources": {"node2": 1}}),
-               env: Optional[Mapping[str, str]] = None, object_store_mb: int = 80):
+  def __init__(
+    self,
+    nodes: Sequence[Mapping] = ({"num_cpus": 1}, {"num_cpus": 1, "resources": {"node2": 1}}),
+    env: Optional[Mapping[str, str]] = None,
+    object_store_mb: int = 80,
+  ):
     self.nodes = [dict(n) for n in nodes]
     self.temp_dir = tempfile.mkdtemp(prefix="rl", dir="/tmp")  # short: Ray's unix socket paths have a length limit
     self.port = free_port()
@@ -66,9 +75,14 @@ class LocalRayCluster:
 
   def _start_node(self, i: int) -> None:
     n = self.nodes[i]
-    cmd = _ray_cli() + ["start", f"--num-cpus={int(n.get('num_cpus', 1))}", f"--temp-dir={self.temp_dir}",
-                        f"--node-manager-port={self.node_ports[i]}", "--disable-usage-stats",
-                        f"--object-store-memory={self.object_store_mb * 2**20}"]
+    cmd = _ray_cli() + [
+      "start",
+      f"--num-cpus={int(n.get('num_cpus', 1))}",
+      f"--temp-dir={self.temp_dir}",
+      f"--node-manager-port={self.node_ports[i]}",
+      "--disable-usage-stats",
+      f"--object-store-memory={self.object_store_mb * 2**20}",
+    ]
     if n.get("resources"):
       cmd.append(f"--resources={json.dumps(dict(n['resources']))}")
     if i == 0:
@@ -76,8 +90,16 @@ class LocalRayCluster:
     else:
       cmd += [f"--address={self.address}", "--node-ip-address=127.0.0.1"]
     if n.get("hide"):
-      cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-             'mount -t tmpfs none "$0" && exec "$@"', n["hide"]] + cmd
+      cmd = [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        'mount -t tmpfs none "$0" && exec "$@"',
+        n["hide"],
+      ] + cmd
     out = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=180)
     if out.returncode != 0:
       raise RuntimeError(f"ray start (node {i}) failed:\n{out.stdout}\n{out.stderr}")
@@ -96,6 +118,7 @@ class LocalRayCluster:
 
   def _procs(self):
     import psutil  # noqa: PLC0415  (a Ray dependency)
+
     roots = []
     for p in psutil.process_iter(["cmdline"]):
       try:
@@ -108,6 +131,7 @@ class LocalRayCluster:
   @staticmethod
   def _kill_tree(roots) -> int:
     import psutil  # noqa: PLC0415
+
     procs = {}
     for r in roots:
       try:

@@ -11,6 +11,7 @@ Params and gradients are flat ``{path: np.ndarray}`` dicts. One ``Reference`` ob
 A ratio is ρ₀ (1) where ‖w‖ = 0 or the direction norm is 0. Leaves excluded by the adaptation mask get r = 1;
 leaves excluded by the weight-decay mask get β = 0. Stacked leaves get one ratio per slice of axis 0.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,7 +27,7 @@ def _norm(x: np.ndarray, stacked: bool) -> np.ndarray:
   x = np.asarray(x, np.float64)
   if stacked:
     return np.sqrt((x.reshape(x.shape[0], -1) ** 2).sum(axis=1))
-  return np.asarray(math.sqrt(float((x ** 2).sum())))
+  return np.asarray(math.sqrt(float((x**2).sum())))
 
 
 def _per_layer(r: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -36,16 +37,44 @@ def _per_layer(r: np.ndarray, x: np.ndarray) -> np.ndarray:
 class Reference:
   """One optimizer; ``step(params, grads)`` returns the new params (and keeps the optimizer state)."""
 
-  def __init__(self, kind: str, lr: Union[float, Callable[[int], float]], *, base: str = "sgd",
-               momentum: float = 0.0, nesterov: bool = False, b1: float = 0.9, b2: float = 0.999,
-               eps: float = 1e-8, eps_root: float = 0.0, bias_correction: bool = True, rho: float = 0.9,
-               acc0: float = 0.1, weight_decay: float = 0.0, trust_coefficient: float = 1.0,
-               trust_eps: float = 0.0, denominator: str = "optax", ratio_bounds=None, phi_bounds=None,
-               zero_norm_ratio: float = 1.0, wd_exclude: Optional[str] = EXCLUDE,
-               adapt_exclude: Optional[str] = EXCLUDE, stacked: Optional[str] = None):
+  def __init__(
+    self,
+    kind: str,
+    lr: Union[float, Callable[[int], float]],
+    *,
+    base: str = "sgd",
+    momentum: float = 0.0,
+    nesterov: bool = False,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+    eps_root: float = 0.0,
+    bias_correction: bool = True,
+    rho: float = 0.9,
+    acc0: float = 0.1,
+    weight_decay: float = 0.0,
+    trust_coefficient: float = 1.0,
+    trust_eps: float = 0.0,
+    denominator: str = "optax",
+    ratio_bounds=None,
+    phi_bounds=None,
+    zero_norm_ratio: float = 1.0,
+    wd_exclude: Optional[str] = EXCLUDE,
+    adapt_exclude: Optional[str] = EXCLUDE,
+    stacked: Optional[str] = None,
+  ):
     self.kind, self.lr, self.base = kind, lr, base
-    self.h = dict(momentum=momentum, nesterov=nesterov, b1=b1, b2=b2, eps=eps, eps_root=eps_root,
-                  bias_correction=bias_correction, rho=rho, acc0=acc0)
+    self.h = dict(
+      momentum=momentum,
+      nesterov=nesterov,
+      b1=b1,
+      b2=b2,
+      eps=eps,
+      eps_root=eps_root,
+      bias_correction=bias_correction,
+      rho=rho,
+      acc0=acc0,
+    )
     self.beta, self.tc, self.teps, self.den = weight_decay, trust_coefficient, trust_eps, denominator
     self.bounds, self.phi, self.rho0 = ratio_bounds, phi_bounds, zero_norm_ratio
     self.wd_exclude, self.adapt_exclude, self.stacked = wd_exclude, adapt_exclude, stacked
@@ -91,8 +120,9 @@ class Reference:
       denom = dn
     phi = pn
     if self.phi:
-      phi = np.clip(pn, self.phi[0] if self.phi[0] is not None else -np.inf,
-                    self.phi[1] if self.phi[1] is not None else np.inf)
+      phi = np.clip(
+        pn, self.phi[0] if self.phi[0] is not None else -np.inf, self.phi[1] if self.phi[1] is not None else np.inf
+      )
     with np.errstate(divide="ignore", invalid="ignore"):
       raw = self.tc * phi / (denom + self.teps)
     raw = np.where((pn == 0) | (dn == 0), self.rho0, raw)
@@ -133,8 +163,16 @@ class Reference:
 
 # ------------------------------------------------------------------------------------------------ test problem
 
-SHAPES = {"conv1/kernel": (3, 3, 2, 4), "conv1/bias": (4,), "bn1/scale": (4,), "bn1/bias": (4,),
-          "fc1/kernel": (8, 5), "fc1/bias": (5,), "zero/kernel": (4, 3), "stack/kernel": (3, 4, 2)}
+SHAPES = {
+  "conv1/kernel": (3, 3, 2, 4),
+  "conv1/bias": (4,),
+  "bn1/scale": (4,),
+  "bn1/bias": (4,),
+  "fc1/kernel": (8, 5),
+  "fc1/bias": (5,),
+  "zero/kernel": (4, 3),
+  "stack/kernel": (3, 4, 2),
+}
 # Weight scales spread the trust ratios over orders of magnitude, so bounds clip some leaves and not others.
 W_SCALE = {"conv1/kernel": 0.5, "fc1/kernel": 20.0, "zero/kernel": 0.0, "bn1/scale": 0.2}
 

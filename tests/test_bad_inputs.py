@@ -1,6 +1,7 @@
 """Bad inputs and faults a hostile but fair user meets: each is refused with one sentence (exit status 2 on the
 command line), and nothing is written or lost. Most cases run in-process through the one validator
 (lamb_lars/train/validate.py) and the small helpers; a few run train.py or the study CLI end to end."""
+
 from __future__ import annotations
 
 import glob
@@ -39,7 +40,7 @@ def tiny_config(**overrides):
   cfg.eval_every_steps = cfg.checkpoint_every_steps = 2
   cfg.keep_checkpoints = 3
   cfg.progress = False
-  cfg.update_from_flattened_dict(overrides)   # dotted keys, e.g. {"optimizer.name": "lars"}
+  cfg.update_from_flattened_dict(overrides)  # dotted keys, e.g. {"optimizer.name": "lars"}
   return cfg
 
 
@@ -60,23 +61,23 @@ def files(path) -> dict:
 # --- 1. Numeric bounds and the data (issue items 2 and 6): the validator train.py and the study runner share. ------
 
 VALIDATOR_CASES = [
-    ({"num_classes": 5}, "config.num_classes=5 but dataset 'synthetic' has 10 classes"),
-    ({"optimizer.learning_rate": float("inf")}, "learning_rate=inf must be a finite number > 0"),
-    ({"optimizer.learning_rate": float("nan")}, "learning_rate=nan must be a finite number > 0"),
-    ({"optimizer.learning_rate": 0.0}, "learning_rate=0.0 must be a finite number > 0"),
-    ({"bn.momentum": 1.5}, "config.bn.momentum=1.5 must be in [0, 1)"),
-    ({"bn.momentum": 1.0}, "config.bn.momentum=1.0 must be in [0, 1)"),
-    ({"bn.epsilon": -1.0}, "config.bn.epsilon=-1.0 must be a finite number > 0"),
-    ({"bn.epsilon": 0.0}, "config.bn.epsilon=0.0 must be a finite number > 0"),
-    ({"optimizer.schedule.warmup_steps": 7}, "the warmup (7 steps) is longer than training (6 steps)"),
-    ({"keep_checkpoints": 0}, "config.keep_checkpoints=0 must be an integer ≥ 1"),
-    ({"num_microbatches": 0}, "config.num_microbatches=0 must be an integer ≥ 1"),
-    ({"num_train_steps": 10 ** 10}, "the run has 10,000,000,000 steps"),
-    ({"model": "resnet9000"}, "config.model='resnet9000' is not one of lenet5"),
-    ({"synthetic.image_shape": (8, 8, 1)}, "needs images of at least 12×12"),
-    ({"eval_batch_size": 0}, "config.eval_batch_size=0 must be an integer ≥ 1"),
-    ({"microbatch_loop": "rolled"}, "config.microbatch_loop='rolled' is not one of 'scan', 'unrolled', 'host'"),
-    ({"microbatch_loop": "host", "parallelism": "pmap"}, "microbatch_loop='host' drives the micro-batches of the jit"),
+  ({"num_classes": 5}, "config.num_classes=5 but dataset 'synthetic' has 10 classes"),
+  ({"optimizer.learning_rate": float("inf")}, "learning_rate=inf must be a finite number > 0"),
+  ({"optimizer.learning_rate": float("nan")}, "learning_rate=nan must be a finite number > 0"),
+  ({"optimizer.learning_rate": 0.0}, "learning_rate=0.0 must be a finite number > 0"),
+  ({"bn.momentum": 1.5}, "config.bn.momentum=1.5 must be in [0, 1)"),
+  ({"bn.momentum": 1.0}, "config.bn.momentum=1.0 must be in [0, 1)"),
+  ({"bn.epsilon": -1.0}, "config.bn.epsilon=-1.0 must be a finite number > 0"),
+  ({"bn.epsilon": 0.0}, "config.bn.epsilon=0.0 must be a finite number > 0"),
+  ({"optimizer.schedule.warmup_steps": 7}, "the warmup (7 steps) is longer than training (6 steps)"),
+  ({"keep_checkpoints": 0}, "config.keep_checkpoints=0 must be an integer ≥ 1"),
+  ({"num_microbatches": 0}, "config.num_microbatches=0 must be an integer ≥ 1"),
+  ({"num_train_steps": 10**10}, "the run has 10,000,000,000 steps"),
+  ({"model": "resnet9000"}, "config.model='resnet9000' is not one of lenet5"),
+  ({"synthetic.image_shape": (8, 8, 1)}, "needs images of at least 12×12"),
+  ({"eval_batch_size": 0}, "config.eval_batch_size=0 must be an integer ≥ 1"),
+  ({"microbatch_loop": "rolled"}, "config.microbatch_loop='rolled' is not one of 'scan', 'unrolled', 'host'"),
+  ({"microbatch_loop": "host", "parallelism": "pmap"}, "microbatch_loop='host' drives the micro-batches of the jit"),
 ]
 
 
@@ -88,9 +89,15 @@ def test_validator_refuses_in_one_sentence(overrides, expected):
   assert expected in str(e.value) and one_sentence(str(e.value)), str(e.value)
 
 
-@pytest.mark.parametrize("overrides", [{}, {"optimizer.schedule.warmup_steps": 7,
-                                            "optimizer.schedule.allow_long_warmup": True},
-                                       {"optimizer.schedule.warmup_steps": 6}, {"bn.momentum": 0.0}])
+@pytest.mark.parametrize(
+  "overrides",
+  [
+    {},
+    {"optimizer.schedule.warmup_steps": 7, "optimizer.schedule.allow_long_warmup": True},
+    {"optimizer.schedule.warmup_steps": 6},
+    {"bn.momentum": 0.0},
+  ],
+)
 def test_validator_accepts_what_can_be_right(overrides):
   cfg = tiny_config(**overrides)
   assert validate.validate(cfg, 1).total_steps == 6
@@ -99,8 +106,9 @@ def test_validator_accepts_what_can_be_right(overrides):
 def test_the_lr_table_is_checked_before_it_is_allocated(monkeypatch):
   """1e10 steps are refused by the plan check, before ``lr_table.tabulate`` could allocate 80 GB."""
   from lamb_lars.optim import lr_table
+
   monkeypatch.setattr(lr_table, "tabulate", lambda *a, **k: pytest.fail("tabulated an absurd LR table"))
-  cfg = tiny_config(num_train_steps=10 ** 10)
+  cfg = tiny_config(num_train_steps=10**10)
   with pytest.raises(ConfigError, match="host LR table"):
     validate.validate(cfg, [None])
 
@@ -108,9 +116,9 @@ def test_the_lr_table_is_checked_before_it_is_allocated(monkeypatch):
 # --- 2. The run identity check (item 1). ------------------------------------------------------------------------
 
 IDENTITY_CASES = [
-    ({"batch_size": 64}, ["batch_size"]),
-    ({"optimizer.name": "lamb", "optimizer.learning_rate": 0.01}, ["optimizer.learning_rate", "optimizer.name"]),
-    ({"progress": True, "eval_every_steps": 3, "checkpoint_every_steps": 3, "keep_checkpoints": 5}, []),
+  ({"batch_size": 64}, ["batch_size"]),
+  ({"optimizer.name": "lamb", "optimizer.learning_rate": 0.01}, ["optimizer.learning_rate", "optimizer.name"]),
+  ({"progress": True, "eval_every_steps": 3, "checkpoint_every_steps": 3, "keep_checkpoints": 5}, []),
 ]
 
 
@@ -138,6 +146,7 @@ def test_a_key_added_by_an_upgrade_is_not_a_change(tmp_path):
 
 # --- 3. Workdir locks (item 3). --------------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_workdir_lock_is_exclusive_reentrant_and_survives_a_dead_holder(tmp_path):
@@ -149,9 +158,20 @@ def test_workdir_lock_is_exclusive_reentrant_and_survives_a_dead_holder(tmp_path
     with workdir_lock.hold(str(tmp_path)):  # re-entrant: run_one holds it and train_and_evaluate asks again
       pass
     before = files(tmp_path)
-    out = subprocess.run([sys.executable, "train.py", "--config=lamb_lars/configs/mnist_lenet.py",
-                          "--config.dataset=synthetic",
-                          f"--workdir={tmp_path}"], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+      [
+        sys.executable,
+        "train.py",
+        "--config=lamb_lars/configs/mnist_lenet.py",
+        "--config.dataset=synthetic",
+        f"--workdir={tmp_path}",
+      ],
+      cwd=REPO,
+      env=ENV,
+      capture_output=True,
+      text=True,
+      timeout=120,
+    )
     last = out.stderr.strip().splitlines()[-1]
     assert out.returncode == 2 and f"in use by a training run (PID {os.getpid()})" in last and one_sentence(last)
     assert files(tmp_path) == before
@@ -168,12 +188,13 @@ def test_second_study_runner_is_refused_before_it_writes(tmp_path):
   with workdir_lock.hold(workdir, workdir_lock.STUDY_LOCK, what="a study runner"):
     before = files(workdir)
     # The lock is per process and re-entrant, so the second runner is another process.
-    code = ("import sys; sys.path.insert(0, sys.argv[2]); from lamb_lars.configs.studies import smoke\n"
-            "from lamb_lars.study.running import runner; from lamb_lars.common import workdir_lock as w\n"
-            "try:\n  runner.run_study(smoke.get_config(), sys.argv[1])\n"
-            "except w.WorkdirLocked as e:\n  print(e); sys.exit(2)")
-    out = subprocess.run([sys.executable, "-c", code, workdir, REPO], env=ENV, capture_output=True, text=True,
-                         cwd=REPO)
+    code = (
+      "import sys; sys.path.insert(0, sys.argv[2]); from lamb_lars.configs.studies import smoke\n"
+      "from lamb_lars.study.running import runner; from lamb_lars.common import workdir_lock as w\n"
+      "try:\n  runner.run_study(smoke.get_config(), sys.argv[1])\n"
+      "except w.WorkdirLocked as e:\n  print(e); sys.exit(2)"
+    )
+    out = subprocess.run([sys.executable, "-c", code, workdir, REPO], env=ENV, capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 2 and "in use by a study runner" in out.stdout and one_sentence(out.stdout), out
     assert files(workdir) == before
   del study
@@ -203,6 +224,7 @@ def test_duplicated_decisions_are_impossible_and_a_damaged_log_is_repaired(tmp_p
 
 
 # --- 4. Checkpoint fallback (item 4). ---------------------------------------------------------------------------
+
 
 def _truncate(step_dir):
   data = [p for p in glob.glob(os.path.join(step_dir, "state", "**", "d", "*"), recursive=True) if os.path.isfile(p)]
@@ -261,6 +283,7 @@ def test_no_restorable_checkpoint_is_one_sentence_and_moves_nothing(tmp_path):
 @pytest.mark.e2e
 def test_training_resumes_past_a_truncated_checkpoint_exactly_as_uninterrupted(tmp_path):
   from lamb_lars.train.trainer import train_and_evaluate
+
   timing = ("wall_time", "compile_time", "examples_per_sec", "step_time", "train_time")
 
   def rows(workdir):
@@ -285,6 +308,7 @@ def test_training_resumes_past_a_truncated_checkpoint_exactly_as_uninterrupted(t
 
 # --- 5. Studies: every trial validated before any runs, failures counted (item 5), the prune race (item 9). -----
 
+
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_study_validates_every_trial_before_launching_any(tmp_path):
@@ -304,6 +328,7 @@ def test_num_workers_zero_is_refused():
 
 def test_failed_trials_give_exit_status_1_and_their_lines(tmp_path, capsys):
   from lamb_lars.study import __main__ as cli
+
   study = smoke.get_config()
   specs = sweep.expand(study)
   wd.save_study_config(study, str(tmp_path))
@@ -339,8 +364,10 @@ def test_a_pruned_trial_keeps_no_eval_past_its_prune_point(tmp_path):
   slow = cell_specs[3]
   rdir = wd.run_dir(str(tmp_path), slow.run_id)
   os.makedirs(rdir)
-  rows = [{"step": 16, "epoch": 1.0, "validation_accuracy": 0.1}, {"step": 32, "epoch": 2.0,
-                                                                     "validation_accuracy": 0.2}]
+  rows = [
+    {"step": 16, "epoch": 1.0, "validation_accuracy": 0.1},
+    {"step": 32, "epoch": 2.0, "validation_accuracy": 0.2},
+  ]
   with open(os.path.join(rdir, "metrics.jsonl"), "w") as f:
     f.writelines(json.dumps(r) + "\n" for r in rows)  # both rows arrived in one poll
   driver = Driver(study, str(tmp_path), con, None, searches, cfg, sections.section(study, "runner"), print)
@@ -351,6 +378,7 @@ def test_a_pruned_trial_keeps_no_eval_past_its_prune_point(tmp_path):
 
 
 # --- 6. One sentence for every command-line mistake (item 7). --------------------------------------------------
+
 
 def _exc(fn):
   try:
@@ -376,17 +404,22 @@ def test_every_mistake_is_one_sentence(tmp_path):
   a_file = tmp_path / "a_file"
   a_file.write_text("x")
   cases = [
-      (_exc(_locked_key), "did you mean 'optimizer'?"),
-      (_exc(lambda: compile("x = (", "cfg.py", "exec")), "the config file cfg.py does not parse"),
-      (AttributeError("module 'config_config' has no attribute 'get_config'"), "defines no get_config()"),
-      (OSError("Configuration is not available because of an earlier failure to load: Failed loading config file "
-               "config_config\n  Attempted [Relative path]:\n    c.py\n      [Errno 2] No such file or directory: "
-               "'c.py'"), "the config file could not be loaded ([Errno 2]"),
-      (_exc(lambda: os.makedirs(str(a_file))), "cannot write"),
-      (OSError(28, "No space left on device"), "No space left on device"),
-      (_exc(_bad_store(tmp_path)), "the study store cannot be read"),
-      (workdir_lock.WorkdirLocked("w is in use by a training run (PID 7); wait."), "PID 7"),
-      (_exc(lambda: validate.validate(tiny_config(validation_split=300), 1)), "validation_split"),
+    (_exc(_locked_key), "did you mean 'optimizer'?"),
+    (_exc(lambda: compile("x = (", "cfg.py", "exec")), "the config file cfg.py does not parse"),
+    (AttributeError("module 'config_config' has no attribute 'get_config'"), "defines no get_config()"),
+    (
+      OSError(
+        "Configuration is not available because of an earlier failure to load: Failed loading config file "
+        "config_config\n  Attempted [Relative path]:\n    c.py\n      [Errno 2] No such file or directory: "
+        "'c.py'"
+      ),
+      "the config file could not be loaded ([Errno 2]",
+    ),
+    (_exc(lambda: os.makedirs(str(a_file))), "cannot write"),
+    (OSError(28, "No space left on device"), "No space left on device"),
+    (_exc(_bad_store(tmp_path)), "the study store cannot be read"),
+    (workdir_lock.WorkdirLocked("w is in use by a training run (PID 7); wait."), "PID 7"),
+    (_exc(lambda: validate.validate(tiny_config(validation_split=300), 1)), "validation_split"),
   ]
   for exc, expected in cases:
     msg = cli_errors.sentence(exc)
@@ -397,6 +430,7 @@ def test_every_mistake_is_one_sentence(tmp_path):
 
 def test_truncated_result_json_is_one_sentence(tmp_path):
   from lamb_lars.train import trainer
+
   (tmp_path / "result.json").write_text('{"status": "do')
   with pytest.raises(ConfigError) as e:
     trainer.recorded_result(str(tmp_path))
@@ -422,13 +456,19 @@ def test_report_refuses_a_missing_store_and_an_out_file(tmp_path):
 
 
 CLI_CASES = [
-    (["train.py", "--config=lamb_lars/configs/mnist_lenet.py", "--config.optimizr.name=lars"],
-     "did you mean 'optimizer'?"),
-    (["train.py", "--config=lamb_lars/configs/mnist_lenet.py", "--config.num_classes=5", "--config.dataset=synthetic"],
-     "config.num_classes=5 but dataset 'synthetic' has 10 classes"),
-    (["train.py", "--config=lamb_lars/configs/nope.py"], "the config file lamb_lars/configs/nope.py does not exist"),
-    (["-m", "lamb_lars.study", "run", "--config=lamb_lars/configs/studies/smoke.py", "--config.base.model=resnet9000"],
-     "is not one of lenet5"),
+  (
+    ["train.py", "--config=lamb_lars/configs/mnist_lenet.py", "--config.optimizr.name=lars"],
+    "did you mean 'optimizer'?",
+  ),
+  (
+    ["train.py", "--config=lamb_lars/configs/mnist_lenet.py", "--config.num_classes=5", "--config.dataset=synthetic"],
+    "config.num_classes=5 but dataset 'synthetic' has 10 classes",
+  ),
+  (["train.py", "--config=lamb_lars/configs/nope.py"], "the config file lamb_lars/configs/nope.py does not exist"),
+  (
+    ["-m", "lamb_lars.study", "run", "--config=lamb_lars/configs/studies/smoke.py", "--config.base.model=resnet9000"],
+    "is not one of lenet5",
+  ),
 ]
 
 
@@ -436,8 +476,9 @@ CLI_CASES = [
 @pytest.mark.parametrize("argv,expected", CLI_CASES, ids=[a[-1] for a, _ in CLI_CASES])
 def test_command_line_mistakes_exit_2_with_one_sentence(tmp_path, argv, expected):
   workdir = tmp_path / "w"
-  out = subprocess.run([sys.executable, *argv, f"--workdir={workdir}"], cwd=REPO, env=ENV, capture_output=True,
-                       text=True, timeout=120)
+  out = subprocess.run(
+    [sys.executable, *argv, f"--workdir={workdir}"], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=120
+  )
   assert out.returncode == 2, out.stderr
   last = out.stderr.strip().splitlines()[-1]
   assert last.startswith("error: ") and expected in last and one_sentence(last), out.stderr
@@ -446,6 +487,7 @@ def test_command_line_mistakes_exit_2_with_one_sentence(tmp_path, argv, expected
 
 
 # --- 7. metrics.jsonl (item 8). --------------------------------------------------------------------------------
+
 
 def test_read_jsonl_skips_and_reports_lines_that_are_not_objects(tmp_path):
   path = tmp_path / "m.jsonl"
@@ -456,11 +498,11 @@ def test_read_jsonl_skips_and_reports_lines_that_are_not_objects(tmp_path):
 
 
 METRICS_CASES = [  # (file, resume step, file afterwards, how many log lines)
-    ('{"step": 2}\n{"step": 4}\n{"step": 6}\n', 4, '{"step": 2}\n{"step": 4}\n', 1),        # lost future dropped
-    ('{"step": 2}\n{"step": 4}\n123', 4, '{"step": 2}\n{"step": 4}\n123\n', 2),            # `123` last: no block
-    ('{"step": 2}\n{"ste\n{"step": 4}\n', 4, '{"step": 2}\n{"ste\n{"step": 4}\n', 1),    # corrupt middle kept
-    ('{"step": 2}\n{"step": 4}\n{"step": 6, "x', 4, '{"step": 2}\n{"step": 4}\n', 1),      # torn last line
-    ('{"step": 2}\n{"step": 4}\n', 4, '{"step": 2}\n{"step": 4}\n', 0),                    # nothing to do
+  ('{"step": 2}\n{"step": 4}\n{"step": 6}\n', 4, '{"step": 2}\n{"step": 4}\n', 1),  # lost future dropped
+  ('{"step": 2}\n{"step": 4}\n123', 4, '{"step": 2}\n{"step": 4}\n123\n', 2),  # `123` last: no block
+  ('{"step": 2}\n{"ste\n{"step": 4}\n', 4, '{"step": 2}\n{"ste\n{"step": 4}\n', 1),  # corrupt middle kept
+  ('{"step": 2}\n{"step": 4}\n{"step": 6, "x', 4, '{"step": 2}\n{"step": 4}\n', 1),  # torn last line
+  ('{"step": 2}\n{"step": 4}\n', 4, '{"step": 2}\n{"step": 4}\n', 0),  # nothing to do
 ]
 
 

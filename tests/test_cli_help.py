@@ -1,4 +1,5 @@
 """``python train.py --help`` lists the run configs and the most-used keys with their defaults."""
+
 import ast
 import glob
 import os
@@ -17,7 +18,7 @@ def test_help_lists_every_run_config_and_the_main_keys():
   text = cli_help.usage().replace("%%", "%")
   for path in glob.glob(os.path.join(REPO, "lamb_lars", "configs", "*.py")):
     name = os.path.basename(path)
-    if name in ("__init__.py", "optimizer.py"):   # not run configs (optimizer.py is the config.optimizer subtree)
+    if name in ("__init__.py", "optimizer.py"):  # not run configs (optimizer.py is the config.optimizer subtree)
       assert f"  lamb_lars/configs/{name} " not in text
       continue
     doc = ast.get_docstring(ast.parse(open(path, encoding="utf-8").read())).splitlines()[0]
@@ -31,11 +32,17 @@ def test_help_lists_every_run_config_and_the_main_keys():
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_train_help_on_the_command_line():
-  out = subprocess.run([sys.executable, "train.py", "--help"], cwd=REPO, capture_output=True, text=True,
-                       timeout=300, env={**os.environ, "PYTHONPATH": REPO})
+  out = subprocess.run(
+    [sys.executable, "train.py", "--help"],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=300,
+    env={**os.environ, "PYTHONPATH": REPO},
+  )
   text = out.stdout + out.stderr
   assert out.returncode == 0, text  # asking for help is not a failure (absl alone exits 1)
   assert "lamb_lars/configs/mnist_lenet.py" in text and "optimizer.learning_rate=None" in text and "--workdir" in text
   keys = text.split("Most-used keys")[1].split("TensorBoard:")[0].splitlines()[1:]
   assert all(line.count("(") == line.count(")") and not line.rstrip().endswith(",") for line in keys), keys
-  assert "93.9% top-1" in text   # a '%' in a docstring survives absl's %-formatting of the help text
+  assert "93.9% top-1" in text  # a '%' in a docstring survives absl's %-formatting of the help text

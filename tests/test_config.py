@@ -1,4 +1,5 @@
 """Configs load, override from the command line, and fail loudly on a misspelled key."""
+
 import glob
 import os
 import subprocess
@@ -9,15 +10,19 @@ from absl import flags
 from ml_collections import config_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIGS = sorted(p for p in glob.glob(os.path.join(ROOT, "lamb_lars", "configs", "**", "*.py"), recursive=True)
-                 + glob.glob(os.path.join(ROOT, "lamb_lars", "proj", "*", "configs", "*.py"))
-                 if "def get_config" in open(p).read())
+CONFIGS = sorted(
+  p
+  for p in glob.glob(os.path.join(ROOT, "lamb_lars", "configs", "**", "*.py"), recursive=True)
+  + glob.glob(os.path.join(ROOT, "lamb_lars", "proj", "*", "configs", "*.py"))
+  if "def get_config" in open(p).read()
+)
 
 
 def parse(*args, path="lamb_lars/configs/mnist_lenet.py"):
   fv = flags.FlagValues()
-  config_flags.DEFINE_config_file("config", os.path.join(ROOT, path), flag_values=fv, lock_config=True,
-                                  sys_argv=["prog", *args])
+  config_flags.DEFINE_config_file(
+    "config", os.path.join(ROOT, path), flag_values=fv, lock_config=True, sys_argv=["prog", *args]
+  )
   fv(["prog", *args])
   return fv.config
 
@@ -40,9 +45,19 @@ def test_misspelled_key_fails_naming_it():
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_misspelled_key_fails_on_the_command_line(tmp_path):
-  out = subprocess.run([sys.executable, "train.py", "--config=lamb_lars/configs/mnist_lenet.py",
-                        f"--workdir={tmp_path}", "--config.optimizer.nmae=lamb"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+  out = subprocess.run(
+    [
+      sys.executable,
+      "train.py",
+      "--config=lamb_lars/configs/mnist_lenet.py",
+      f"--workdir={tmp_path}",
+      "--config.optimizer.nmae=lamb",
+    ],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
   assert out.returncode != 0
   assert "nmae" in out.stderr
 
@@ -50,10 +65,21 @@ def test_misspelled_key_fails_on_the_command_line(tmp_path):
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_bad_value_is_one_sentence(tmp_path):
-  out = subprocess.run([sys.executable, "train.py", "--config=lamb_lars/configs/mnist_lenet.py",
-                        f"--workdir={tmp_path}", "--config.batch_size=100", "--config.num_devices=8"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"})
+  out = subprocess.run(
+    [
+      sys.executable,
+      "train.py",
+      "--config=lamb_lars/configs/mnist_lenet.py",
+      f"--workdir={tmp_path}",
+      "--config.batch_size=100",
+      "--config.num_devices=8",
+    ],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=120,
+    env={**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"},
+  )
   assert out.returncode == 2, out.stderr[-2000:]
   assert "error: config.batch_size=100 is not divisible by 8 devices" in out.stderr
   assert "Traceback" not in out.stderr
@@ -62,10 +88,11 @@ def test_bad_value_is_one_sentence(tmp_path):
 @pytest.mark.parametrize("path", CONFIGS, ids=[os.path.relpath(p, ROOT) for p in CONFIGS])
 def test_every_config_loads_and_validates(path):
   from lamb_lars.optim import optimizer_config
+
   cfg = parse(path=os.path.relpath(path, ROOT))
   if "optimizer" in cfg:
     optimizer_config.validate_config(cfg.optimizer)
-  assert (cfg.__doc__ if hasattr(cfg, "__doc__") else True)
+  assert cfg.__doc__ if hasattr(cfg, "__doc__") else True
   with open(path) as f:
     doc = f.read()
   assert "Command" in doc or "command" in doc, f"{path} docstring should state its command"
@@ -74,12 +101,20 @@ def test_every_config_loads_and_validates(path):
 def test_configs_are_data():
   """Configs import only ml_collections and other configs (flax / big_vision style); the library validates them."""
   import ast
-  for path in (glob.glob(os.path.join(ROOT, "lamb_lars", "configs", "*.py"))
-               + glob.glob(os.path.join(ROOT, "lamb_lars", "proj", "*", "configs", "*.py"))):
+
+  for path in glob.glob(os.path.join(ROOT, "lamb_lars", "configs", "*.py")) + glob.glob(
+    os.path.join(ROOT, "lamb_lars", "proj", "*", "configs", "*.py")
+  ):
     for node in ast.walk(ast.parse(open(path).read())):
-      names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-          [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+      names = (
+        [a.name for a in node.names]
+        if isinstance(node, ast.Import)
+        else ([node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+      )
       for name in names:
-        assert (name.split(".")[0] in ("ml_collections", "math", "__future__", "typing")
-                or name.startswith("lamb_lars.configs")
-                or name.startswith("lamb_lars.proj.") and ".configs" in name), (path, name)
+        assert (
+          name.split(".")[0] in ("ml_collections", "math", "__future__", "typing")
+          or name.startswith("lamb_lars.configs")
+          or name.startswith("lamb_lars.proj.")
+          and ".configs" in name
+        ), (path, name)

@@ -1,4 +1,5 @@
 """Inverse-law fit, B*, and the breakdown point against hand-computed and synthetic cases."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,6 +21,7 @@ def time_model(fit, step_time, batch):
   """T(B) = S(B)·(γ + δ·B), wall-clock seconds to the target."""
   b = np.asarray(batch, np.float64)
   return cb.steps_model(fit, b) * (step_time.gamma + step_time.delta * b)
+
 
 BATCHES = np.array([32, 64, 128, 256, 512, 1024, 2048, 4096, 8192], float)
 
@@ -71,14 +73,16 @@ def _log_loss_reference(batches, steps):
   """The minimum of Σ (log S_i − log(a + b/B_i))² over a, b ≥ 0, written independently: scipy's least squares on
   (log a, log b) from a grid of starts, and the two boundaries a = 0 (b = geometric mean of S·B) and b = 0."""
   from scipy import optimize
+
   x, ly = 1.0 / np.asarray(batches, float), np.log(np.asarray(steps, float))
   loss = lambda a, b: float(np.sum((ly - np.log(a + b * x)) ** 2))
   best = (loss(0.0, math.exp(np.mean(ly + np.log(np.asarray(batches, float))))), math.inf)
   best = min(best, (loss(math.exp(np.mean(ly)), 0.0), 0.0))
   for la in np.linspace(0, 12, 7):
     for lb in np.linspace(4, 20, 9):
-      r = optimize.least_squares(lambda p: ly - np.log(np.exp(p[0]) + np.exp(p[1]) * x), [la, lb],
-                                 xtol=1e-14, ftol=1e-14, gtol=1e-14)
+      r = optimize.least_squares(
+        lambda p: ly - np.log(np.exp(p[0]) + np.exp(p[1]) * x), [la, lb], xtol=1e-14, ftol=1e-14, gtol=1e-14
+      )
       best = min(best, (loss(math.exp(r.x[0]), math.exp(r.x[1])), math.exp(r.x[1] - r.x[0])))
   return best
 
@@ -88,11 +92,11 @@ def test_log_fit_is_the_global_minimum_even_when_the_relative_start_has_no_inter
   B_crit = ∞ (log loss 2.03), while the log loss has an interior minimum near B_crit ≈ 5,300 (loss 1.68)."""
   batches = np.array([256, 512, 1024, 2048, 4096, 8192.0])
   steps = np.array([3729.0, 3204.4, 1029.2, 723.7, 152.1, 585.3])
-  assert cb._wls(1.0 / batches, steps, 1.0 / steps ** 2)[0] < 0
+  assert cb._wls(1.0 / batches, steps, 1.0 / steps**2)[0] < 0
   ref_loss, ref_bcrit = _log_loss_reference(batches, steps)
   f = cb.fit_inverse_law(batches, steps)
   assert math.isfinite(f.b_crit) and f.b_crit == pytest.approx(ref_bcrit, rel=1e-3)
-  assert len(batches) * f.rms_log_residual ** 2 == pytest.approx(ref_loss, rel=1e-6)
+  assert len(batches) * f.rms_log_residual**2 == pytest.approx(ref_loss, rel=1e-6)
   rng = np.random.default_rng(3)
   for _ in range(20):  # and on random noisy ladders, never above the reference's loss
     s = 400.0 * (1 + 2000.0 / batches) * np.exp(rng.normal(0.0, 0.35, batches.size))
@@ -115,8 +119,7 @@ def test_boundaries_perfect_scaling_and_no_speedup():
 def test_step_time_fit_time_model_and_optimal_batch():
   st = cb.fit_step_time(BATCHES, 0.05 + 1e-5 * BATCHES)
   assert (st.gamma, st.delta) == pytest.approx((0.05, 1e-5))
-  fit = cb.InverseLawFit(s_min=1000.0, b_crit=2000.0, e_min=2e6, rms_log_residual=0.0, num_points=0,
-                         weighting="log")
+  fit = cb.InverseLawFit(s_min=1000.0, b_crit=2000.0, e_min=2e6, rms_log_residual=0.0, num_points=0, weighting="log")
   b_star = cb.optimal_batch(fit, st)
   assert b_star == pytest.approx(math.sqrt(2000 * 0.05 / 1e-5))  # = 3162.3
   grid = np.geomspace(16, 1e6, 20001)
@@ -131,24 +134,28 @@ def test_step_time_fit_is_relative_and_never_gives_a_negative_overhead():
   """Relative least squares, written out in float64: Σ((t − γ − δB)/t)² over γ, δ ≥ 0."""
   bs = np.array([256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 55000], np.float64)
   t = 7e-5 * bs
-  t[-1] = 9.8                      # the MNIST ladder's shape: linear, with a slow full batch
-  ols = np.polyfit(bs, t, 1)       # unweighted: the outlier drives the intercept negative
+  t[-1] = 9.8  # the MNIST ladder's shape: linear, with a slow full batch
+  ols = np.polyfit(bs, t, 1)  # unweighted: the outlier drives the intercept negative
   assert ols[1] < -0.1
   st = cb.fit_step_time(bs, t)
   assert st.gamma == 0.0
-  delta_ref = np.sum(bs / t) / np.sum((bs / t) ** 2)     # argmin_δ Σ(1 − δB/t)²
+  delta_ref = np.sum(bs / t) / np.sum((bs / t) ** 2)  # argmin_δ Σ(1 − δB/t)²
   assert st.delta == pytest.approx(delta_ref, rel=1e-12)
-  assert st.delta == pytest.approx(7e-5, rel=0.05)       # the 8 regular batches decide it, not the outlier
+  assert st.delta == pytest.approx(7e-5, rel=0.05)  # the 8 regular batches decide it, not the outlier
   ts = np.array([0.5, 0.45, 0.4])
-  flat = cb.fit_step_time([100, 200, 400], ts)   # faster at larger batches: δ clipped to 0
-  assert flat.delta == 0.0 and flat.gamma == pytest.approx(np.sum(1 / ts) / np.sum(1 / ts ** 2), rel=1e-12)
+  flat = cb.fit_step_time([100, 200, 400], ts)  # faster at larger batches: δ clipped to 0
+  assert flat.delta == 0.0 and flat.gamma == pytest.approx(np.sum(1 / ts) / np.sum(1 / ts**2), rel=1e-12)
   with pytest.raises(ValueError):
     cb.fit_step_time([100, 200], [0.1, 0.0])
 
 
 def test_seconds_per_step_skips_compile_interval():
-  curve = [{"step": 100, "wall_time": 30.0}, {"step": 200, "wall_time": 31.0}, {"step": 300, "wall_time": 32.0},
-           {"step": 400, "wall_time": 33.2}]
+  curve = [
+    {"step": 100, "wall_time": 30.0},
+    {"step": 200, "wall_time": 31.0},
+    {"step": 300, "wall_time": 32.0},
+    {"step": 400, "wall_time": 33.2},
+  ]
   assert cb.seconds_per_step(curve) == pytest.approx(0.011)
   assert cb.seconds_per_step(curve[:2]) == pytest.approx(0.01)
   assert cb.seconds_per_step(curve[:1]) is None
@@ -156,10 +163,10 @@ def test_seconds_per_step_skips_compile_interval():
 
 def test_breakdown_point_hand_cases():
   b = [256, 512, 1024, 2048, 4096]
-  assert cb.breakdown_point(b, [100, 60, 40, 39, 41]) == 1024     # 39 is within 5% of 40
+  assert cb.breakdown_point(b, [100, 60, 40, 39, 41]) == 1024  # 39 is within 5% of 40
   assert cb.breakdown_point(b, [100, 60, 40, 39, 41], rel_tol=0.0) == 2048
-  assert cb.breakdown_point(b, [100, 60, 40, 30, 20]) is None      # still falling at the edge
-  assert cb.breakdown_point(b, [100, 60, 40, 50, 30]) is None      # falls again after a bump
+  assert cb.breakdown_point(b, [100, 60, 40, 30, 20]) is None  # still falling at the edge
+  assert cb.breakdown_point(b, [100, 60, 40, 50, 30]) is None  # falls again after a bump
   assert cb.breakdown_point(b, [100, 60, 40, 50, 45]) == 1024
   assert cb.breakdown_point(b, [100, 60, None, math.inf, None]) == 512  # larger batches never reach
   assert cb.breakdown_point(b, [None] * 5) is None
@@ -171,6 +178,7 @@ def test_report_warns_when_b_crit_lies_beyond_the_data():
   """Steps that halve with every doubling show no bend: the fitted B_crit is only a lower bound, and the report
   says so. With a clear bend inside the batches (S = 100·(1 + 1000/B), B up to 8192) it says nothing."""
   from lamb_lars.study.report.report_scaling import b_crit_caveat
+
   perfect_b = [256, 512, 1024, 1536]
   perfect = cb.fit_inverse_law(perfect_b, [2400 * 256 / b * (1 + 0.01 * (i % 2)) for i, b in enumerate(perfect_b)])
   assert perfect.b_crit > 1536

@@ -1,6 +1,7 @@
 """lamb_lars/configs/studies/critical_batch_axes.py (issue 42) expands to the planned trials, and its report
 (lamb_lars/study/analysis/axes.py) recovers B_crit from synthetic S(B) = S_min·(1 + B_crit/B) data, checked against an
 independent numpy float64 fit written here, brackets CBS from synthetic branches, and writes its figure."""
+
 import csv
 import json
 import math
@@ -30,8 +31,9 @@ def test_settings_cover_both_axes_and_share_lenet5_at_55k_once():
   assert len(cba.parts()) == 2 * len(cba.SETTINGS) and len(set(cba.parts())) == len(cba.parts())
 
 
-@pytest.mark.parametrize("name,want_batches", [("data7500", (128, 512, 1024, 2048, 7500)),
-                                               ("cnn_w0.25", (128, 512, 1024, 2048, 8192))])
+@pytest.mark.parametrize(
+  "name,want_batches", [("data7500", (128, 512, 1024, 2048, 7500)), ("cnn_w0.25", (128, 512, 1024, 2048, 8192))]
+)
 def test_steps_part_expands_to_the_planned_trials(name, want_batches):
   c = cba.get_config(name)
   trials = sweep.expand(c)
@@ -43,7 +45,7 @@ def test_steps_part_expands_to_the_planned_trials(name, want_batches):
   assert len(tuned) == len(want_batches) * cba.NUM_TRIALS
   for t in tuned:
     assert t.config.stop.target_goal == s["target"] and t.config.stop.target_metric == "eval_accuracy"
-    assert t.config.num_epochs * s["n"] == pytest.approx(cba.LIMIT_EXAMPLES)    # the generous step limit
+    assert t.config.num_epochs * s["n"] == pytest.approx(cba.LIMIT_EXAMPLES)  # the generous step limit
     assert t.config.model == s["model"] and t.config.model_width == s["width"]
     assert t.config.train_examples == (0 if s["n"] == 55000 else s["n"])
   assert base[0].config.num_epochs * s["n"] == pytest.approx(cba.BASELINE_EXAMPLES)
@@ -73,10 +75,21 @@ def test_parameter_counts_match_the_built_models(model, width):
 
 # ---- the report on synthetic data ----
 
-TRUTH = {name: 300.0 * (2.0 ** i) for i, name in enumerate(cba.SETTINGS)}   # B_crit per setting
+TRUTH = {name: 300.0 * (2.0**i) for i, name in enumerate(cba.SETTINGS)}  # B_crit per setting
 S_MIN = 400.0
-RUN_FIELDS = ["run_id", "cell", "role", "batch_size", "status", "steps", "seed", "phase", "replicate_of",
-              "overrides", "final_validation_loss"]
+RUN_FIELDS = [
+  "run_id",
+  "cell",
+  "role",
+  "batch_size",
+  "status",
+  "steps",
+  "seed",
+  "phase",
+  "replicate_of",
+  "overrides",
+  "final_validation_loss",
+]
 EVAL_FIELDS = ["run_id", "step", "examples", "test_accuracy", "noise_scale"]
 
 
@@ -93,31 +106,82 @@ def _steps_folder(folder, b_crit, goal, rng, miss_batch=None):
   """4 seeds per batch (the chosen trial and 3 replicates), S = S_min(1 + B_crit/B)·exp(0.05 z), a decoy search trial
   that reaches early (not a seed), and at ``miss_batch`` one seed that misses (censored at a limit above its S)."""
   runs, evals, truth = [], [], {}
-  runs.append(dict(run_id="baseline-0", cell="baseline", role="baseline", batch_size=256, status="done", steps=9999,
-                   seed=0, phase="search", replicate_of="", overrides="{}"))
-  evals += [dict(run_id="baseline-0", step=k * 100, examples=k * 25600, test_accuracy=0.9, noise_scale=10.0 * k)
-            for k in range(1, 40)]
+  runs.append(
+    dict(
+      run_id="baseline-0",
+      cell="baseline",
+      role="baseline",
+      batch_size=256,
+      status="done",
+      steps=9999,
+      seed=0,
+      phase="search",
+      replicate_of="",
+      overrides="{}",
+    )
+  )
+  evals += [
+    dict(run_id="baseline-0", step=k * 100, examples=k * 25600, test_accuracy=0.9, noise_scale=10.0 * k)
+    for k in range(1, 40)
+  ]
   for b in (128, 512, 2048, 8192):
     chosen = f"tuned-b{b}-c"
-    runs.append(dict(run_id=f"tuned-b{b}-decoy", cell=f"tuned-b{b}", role="technique", batch_size=b, status="done",
-                     steps=5, seed=0, phase="search", replicate_of="", overrides="{}"))
+    runs.append(
+      dict(
+        run_id=f"tuned-b{b}-decoy",
+        cell=f"tuned-b{b}",
+        role="technique",
+        batch_size=b,
+        status="done",
+        steps=5,
+        seed=0,
+        phase="search",
+        replicate_of="",
+        overrides="{}",
+      )
+    )
     evals.append(dict(run_id=f"tuned-b{b}-decoy", step=5, examples=5 * b, test_accuracy=1.0, noise_scale=""))
     for seed in range(4):
       rid = chosen if seed == 0 else f"{chosen}-seed{seed}"
       s = int(round(S_MIN * (1 + b_crit / b) * math.exp(0.05 * rng.standard_normal())))
       truth.setdefault(b, []).append(s)
       if b == miss_batch and seed == 3:
-        runs.append(dict(run_id=rid, cell=f"tuned-b{b}", role="technique", batch_size=b, status="done", steps=s - 7,
-                         seed=seed, phase="replicate", replicate_of=chosen, overrides="{}"))
+        runs.append(
+          dict(
+            run_id=rid,
+            cell=f"tuned-b{b}",
+            role="technique",
+            batch_size=b,
+            status="done",
+            steps=s - 7,
+            seed=seed,
+            phase="replicate",
+            replicate_of=chosen,
+            overrides="{}",
+          )
+        )
         evals.append(dict(run_id=rid, step=s - 7, examples=(s - 7) * b, test_accuracy=goal - 0.01, noise_scale=""))
-        truth[b][-1] = -(s - 7)   # censored marker
+        truth[b][-1] = -(s - 7)  # censored marker
         continue
-      runs.append(dict(run_id=rid, cell=f"tuned-b{b}", role="technique", batch_size=b, status="done", steps=s,
-                       seed=seed, phase="search" if seed == 0 else "replicate",
-                       replicate_of="" if seed == 0 else chosen, overrides="{}"))
-      evals += [dict(run_id=rid, step=s // 2, examples=s // 2 * b, test_accuracy=goal - 0.02, noise_scale=""),
-                dict(run_id=rid, step=s, examples=s * b, test_accuracy=goal + 0.001, noise_scale=""),
-                dict(run_id=rid, step=s + 10, examples=(s + 10) * b, test_accuracy=goal + 0.002, noise_scale="")]
+      runs.append(
+        dict(
+          run_id=rid,
+          cell=f"tuned-b{b}",
+          role="technique",
+          batch_size=b,
+          status="done",
+          steps=s,
+          seed=seed,
+          phase="search" if seed == 0 else "replicate",
+          replicate_of="" if seed == 0 else chosen,
+          overrides="{}",
+        )
+      )
+      evals += [
+        dict(run_id=rid, step=s // 2, examples=s // 2 * b, test_accuracy=goal - 0.02, noise_scale=""),
+        dict(run_id=rid, step=s, examples=s * b, test_accuracy=goal + 0.001, noise_scale=""),
+        dict(run_id=rid, step=s + 10, examples=(s + 10) * b, test_accuracy=goal + 0.002, noise_scale=""),
+      ]
   _write(folder, runs, evals)
   return truth
 
@@ -143,10 +207,21 @@ def _branch_folder(folder, rng):
     for seed in cba.BRANCH_SEEDS:
       ref = 0.1 * (1 + 0.01 * rng.standard_normal())
       for b, loss in ((256, ref), (1024, ref * 1.05), (4096, ref * 1.6), (16384, math.nan)):
-        runs.append(dict(run_id=f"br-{p}-{b}-{seed}", cell="branch", role="branch", batch_size=b,
-                         status="diverged" if math.isnan(loss) else "done", steps=1, seed=seed, phase="search",
-                         replicate_of="", overrides=json.dumps({"init_from_examples": p}),
-                         final_validation_loss=loss))
+        runs.append(
+          dict(
+            run_id=f"br-{p}-{b}-{seed}",
+            cell="branch",
+            role="branch",
+            batch_size=b,
+            status="diverged" if math.isnan(loss) else "done",
+            steps=1,
+            seed=seed,
+            phase="search",
+            replicate_of="",
+            overrides=json.dumps({"init_from_examples": p}),
+            final_validation_loss=loss,
+          )
+        )
   _write(folder, runs, [])
 
 
@@ -156,10 +231,11 @@ def test_report_recovers_b_crit_from_synthetic_steps_and_writes_the_figure(tmp_p
   truths = {}
   for name in cba.SETTINGS:
     if name == "lenet5_w2":
-      continue   # a part not run yet: reported as such
+      continue  # a part not run yet: reported as such
     goal = cba.SETTINGS[name]["target"]
-    truths[name] = _steps_folder(os.path.join(root, name), TRUTH[name], goal, rng,
-                                 miss_batch=8192 if name == "mlp" else None)
+    truths[name] = _steps_folder(
+      os.path.join(root, name), TRUTH[name], goal, rng, miss_batch=8192 if name == "mlp" else None
+    )
   _branch_folder(os.path.join(root, "branch-lenet5"), rng)
   text = axes.report(root, num_bootstrap=100)
   assert os.path.getsize(os.path.join(root, "critical_batch_axes.png")) > 10_000
@@ -167,18 +243,19 @@ def test_report_recovers_b_crit_from_synthetic_steps_and_writes_the_figure(tmp_p
   for name, truth in truths.items():
     pts = axes.seed_points(os.path.join(root, name), cba.SETTINGS[name]["target"])
     # the decoy search trials are not seeds; the chosen trial and its 3 replicates are, at their first hit
-    assert {b: sorted(abs(s) for s, _ in v) for b, v in pts.items()} == {b: sorted(abs(s) for s in v)
-                                                                         for b, v in truth.items()}
+    assert {b: sorted(abs(s) for s, _ in v) for b, v in pts.items()} == {
+      b: sorted(abs(s) for s in v) for b, v in truth.items()
+    }
     res = axes.b_crit(name, pts, cba.SETTINGS[name]["target"], num_bootstrap=100)
     if name == "mlp":
-      assert sum(c for v in pts.values() for _, c in v) == 1   # the miss is a censored point
+      assert sum(c for v in pts.values() for _, c in v) == 1  # the miss is a censored point
       continue
     bs = [b for b, v in truth.items() for _ in v]
     ss = [s for v in truth.values() for s in v]
     ref_b, ref_s = _reference_fit(bs, ss)
     assert res.fit.b_crit == pytest.approx(ref_b, rel=1e-3)
     assert res.fit.s_min == pytest.approx(ref_s, rel=1e-3)
-    assert 0.7 * TRUTH[name] < res.fit.b_crit < 1.4 * TRUTH[name]   # 5% noise, 16 points
+    assert 0.7 * TRUTH[name] < res.fit.b_crit < 1.4 * TRUTH[name]  # 5% noise, 16 points
     assert res.interval.lo <= res.fit.b_crit <= res.interval.hi
     assert res.interval.lo < TRUTH[name] < res.interval.hi
 
@@ -193,7 +270,7 @@ def test_cbs_brackets_and_epsilon_sensitivity_from_synthetic_branches(tmp_path):
   text = axes.cbs_tables(root)
   assert text.count("[1024, 1024]") >= 3 and "0.2 (pre-registered)" in text
   loose = axes.branching_lib.trajectory(bl, 256, 0.05, relative=True)
-  assert all(c.low is None for c in loose)   # 1024's 5% loss is not below a 5% bar
+  assert all(c.low is None for c in loose)  # 1024's 5% loss is not below a 5% bar
 
 
 def test_cli_rejects_a_missing_folder(capsys):
@@ -203,15 +280,26 @@ def test_cli_rejects_a_missing_folder(capsys):
 
 def test_launch_script_runs_each_part_then_the_cross_setting_report(tmp_path):
   import subprocess
+
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   stub = tmp_path / "bin"
   stub.mkdir()
-  (stub / "python").write_text('#!/bin/sh\necho "python $*"\n')   # stands in for the studies: prints its command
+  (stub / "python").write_text('#!/bin/sh\necho "python $*"\n')  # stands in for the studies: prints its command
   (stub / "python").chmod(0o755)
-  env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "STUDIES_DIR": str(tmp_path / "studies"),
-         "DOCS_DIR": str(tmp_path / "docs")}
-  out = subprocess.run(["bash", os.path.join(root, "scripts", "critical_batch_axes.sh"), "lenet5", "branch-lenet5"],
-                       check=False, capture_output=True, text=True, env=env, timeout=60)
+  env = {
+    **os.environ,
+    "PATH": f"{stub}:{os.environ['PATH']}",
+    "STUDIES_DIR": str(tmp_path / "studies"),
+    "DOCS_DIR": str(tmp_path / "docs"),
+  }
+  out = subprocess.run(
+    ["bash", os.path.join(root, "scripts", "critical_batch_axes.sh"), "lenet5", "branch-lenet5"],
+    check=False,
+    capture_output=True,
+    text=True,
+    env=env,
+    timeout=60,
+  )
   assert out.returncode == 0, out.stderr
   log = out.stdout
   assert "study run --config=lamb_lars/configs/studies/critical_batch_axes.py:lenet5 " in log
@@ -228,8 +316,13 @@ CLAIM_BATCHES = (128, 512, 1024, 2048, 8192)
 def _points_for(truth, noise=0.03, seeds=4, seed=0):
   """{setting: {batch: [(S, False)] × seeds}} with S = S_MIN(1 + B_crit/B)·exp(noise·z) per seed."""
   rng = np.random.default_rng(seed)
-  return {k: {b: [(float(S_MIN * (1 + bc / b) * math.exp(noise * rng.standard_normal())), False)
-                  for _ in range(seeds)] for b in CLAIM_BATCHES} for k, bc in truth.items()}
+  return {
+    k: {
+      b: [(float(S_MIN * (1 + bc / b) * math.exp(noise * rng.standard_normal())), False) for _ in range(seeds)]
+      for b in CLAIM_BATCHES
+    }
+    for k, bc in truth.items()
+  }
 
 
 def _params(k):
@@ -240,26 +333,32 @@ def _params(k):
 def test_statistics_match_an_independent_numpy_computation_on_exact_points():
   """Noise-free points: every resample is the data itself, so each interval is the point value; the slopes and the
   spread difference are checked against np.polyfit / np.std of the true log B_crit."""
-  truth = {k: 1000.0 * (cba.SETTINGS[k]["n"] / 55000) ** 0.7 * (_params(k) / _params("lenet5")) ** 0.2
-           for k in cba.SETTINGS}
+  truth = {
+    k: 1000.0 * (cba.SETTINGS[k]["n"] / 55000) ** 0.7 * (_params(k) / _params("lenet5")) ** 0.2 for k in cba.SETTINGS
+  }
   stats, dropped = axes.axis_statistics(_points_for(truth, noise=0.0), num=20)
   assert dropped == 0
   data = [k for k in cba.SETTINGS if "data" in cba.SETTINGS[k]["axes"]]
   model = [k for k in cba.SETTINGS if "model" in cba.SETTINGS[k]["axes"]]
   want_d = np.polyfit(np.log([cba.SETTINGS[k]["n"] for k in data]), np.log([truth[k] for k in data]), 1)[0]
-  want_m = np.polyfit(np.log([_params(k) for k in axes.LENET_WIDTHS]),
-                      np.log([truth[k] for k in axes.LENET_WIDTHS]), 1)[0]
+  want_m = np.polyfit(
+    np.log([_params(k) for k in axes.LENET_WIDTHS]), np.log([truth[k] for k in axes.LENET_WIDTHS]), 1
+  )[0]
   want_s = np.std(np.log([truth[k] for k in model]), ddof=1) - np.std(np.log([truth[k] for k in data]), ddof=1)
   assert want_d == pytest.approx(0.7, abs=1e-9) and want_m == pytest.approx(0.2, abs=1e-9)
-  for key, want in (("data slope", want_d), ("model slope", want_m), ("data - |model| slope", want_d - abs(want_m)),
-                    ("spread", want_s)):
+  for key, want in (
+    ("data slope", want_d),
+    ("model slope", want_m),
+    ("data - |model| slope", want_d - abs(want_m)),
+    ("spread", want_s),
+  ):
     st = stats[key]
     assert st.value == pytest.approx(want, abs=1e-4), key
     assert st.lo == pytest.approx(want, abs=1e-4) and st.hi == pytest.approx(want, abs=1e-4), key
 
 
 def test_b_crit_following_the_data_agrees_with_zhang_and_differs_from_golmant():
-  truth = {k: 1000.0 * cba.SETTINGS[k]["n"] / 55000 for k in cba.SETTINGS}   # ∝ N, the same for every model
+  truth = {k: 1000.0 * cba.SETTINGS[k]["n"] / 55000 for k in cba.SETTINGS}  # ∝ N, the same for every model
   stats, _ = axes.axis_statistics(_points_for(truth), num=200)
   golmant, zhang = axes.verdicts(stats)
   assert (golmant.verdict, zhang.verdict) == ("differs", "agrees"), (golmant.reason, zhang.reason)
@@ -267,7 +366,7 @@ def test_b_crit_following_the_data_agrees_with_zhang_and_differs_from_golmant():
 
 
 def test_b_crit_following_the_model_agrees_with_golmant_and_differs_from_zhang():
-  truth = {k: 1000.0 * (_params(k) / _params("lenet5")) ** 0.8 for k in cba.SETTINGS}   # the same at every N
+  truth = {k: 1000.0 * (_params(k) / _params("lenet5")) ** 0.8 for k in cba.SETTINGS}  # the same at every N
   stats, _ = axes.axis_statistics(_points_for(truth), num=200)
   golmant, zhang = axes.verdicts(stats)
   assert (golmant.verdict, zhang.verdict) == ("agrees", "differs"), (golmant.reason, zhang.reason)
@@ -278,15 +377,15 @@ def test_noise_that_hides_a_small_effect_is_inconclusive():
   stats, _ = axes.axis_statistics(_points_for(truth, noise=0.6, seeds=3, seed=3), num=200)
   assert stats["data slope"].sign == 0 and stats["spread"].sign == 0
   assert axes.verdicts(stats)[0].verdict == "inconclusive"
-  assert axes.verdicts({})[1].verdict == "inconclusive"   # nothing run yet
+  assert axes.verdicts({})[1].verdict == "inconclusive"  # nothing run yet
 
 
 def test_fixed_epoch_reading_recensors_at_epochs_of_each_n():
   pts = {128: [(100.0, False), (5000.0, False)], 8192: [(60.0, False), (40.0, True)]}
-  got = axes.fixed_epoch_points(pts, 7500, epochs=60)     # limit 450,000 examples: 3515.6 steps at 128, 54.9 at 8192
+  got = axes.fixed_epoch_points(pts, 7500, epochs=60)  # limit 450,000 examples: 3515.6 steps at 128, 54.9 at 8192
   assert got[128] == [(100.0, False), (pytest.approx(450000 / 128), True)]
   assert got[8192] == [(pytest.approx(450000 / 8192), True), (40.0, True)]
-  assert axes.fixed_epoch_points(pts, 55000, epochs=60) == pts   # 3.3M examples: nothing changes at 55K
+  assert axes.fixed_epoch_points(pts, 55000, epochs=60) == pts  # 3.3M examples: nothing changes at 55K
 
 
 def test_claims_section_reports_both_readings(tmp_path):
@@ -305,18 +404,30 @@ def _branches(folder, passing, rng):
       ref = 0.1 * (1 + 0.01 * rng.standard_normal())
       for b in (256, 1024, 4096, 16384):
         loss = ref if b == 256 else ref * (1.05 if b in passing else 1.6)
-        runs.append(dict(run_id=f"br-{p}-{b}-{seed}", cell="branch", role="branch", batch_size=b, status="done",
-                         steps=1, seed=seed, phase="search", replicate_of="",
-                         overrides=json.dumps({"init_from_examples": p}), final_validation_loss=loss))
+        runs.append(
+          dict(
+            run_id=f"br-{p}-{b}-{seed}",
+            cell="branch",
+            role="branch",
+            batch_size=b,
+            status="done",
+            steps=1,
+            seed=seed,
+            phase="search",
+            replicate_of="",
+            overrides=json.dumps({"init_from_examples": p}),
+            final_validation_loss=loss,
+          )
+        )
   _write(folder, runs, [])
 
 
 def test_cbs_along_each_axis_names_the_separated_settings(tmp_path):
   rng = np.random.default_rng(1)
   root = str(tmp_path)
-  _branches(os.path.join(root, "branch-lenet5"), {1024}, rng)             # CBS in [1024, 4096)
-  _branches(os.path.join(root, "branch-data7500"), {1024, 4096}, rng)     # CBS in [4096, 16384)
-  _branches(os.path.join(root, "branch-mlp"), {1024}, rng)                # the same bracket as lenet5
+  _branches(os.path.join(root, "branch-lenet5"), {1024}, rng)  # CBS in [1024, 4096)
+  _branches(os.path.join(root, "branch-data7500"), {1024, 4096}, rng)  # CBS in [4096, 16384)
+  _branches(os.path.join(root, "branch-mlp"), {1024}, rng)  # the same bracket as lenet5
   text = axes.cbs_axis_comparison(root)
   rows = [ln for ln in text.splitlines() if ln.startswith("| 0.5 |")]
   data = next(r for r in rows if "| data |" in r)
@@ -337,8 +448,12 @@ def test_check_passes_on_a_fresh_report_and_fails_on_an_edited_number(tmp_path, 
   assert axes.check(root, num_bootstrap=30) == []
   path = os.path.join(root, "axes.md")
   text = open(path).read()
-  b = axes.b_crit("lenet5", axes.seed_points(os.path.join(root, "lenet5"), cba.SETTINGS["lenet5"]["target"]),
-                  cba.SETTINGS["lenet5"]["target"], num_bootstrap=30)
+  b = axes.b_crit(
+    "lenet5",
+    axes.seed_points(os.path.join(root, "lenet5"), cba.SETTINGS["lenet5"]["target"]),
+    cba.SETTINGS["lenet5"]["target"],
+    num_bootstrap=30,
+  )
   shown = f"{b.fit.b_crit:,.0f}"
   assert f"| {shown} |" in text
   with open(path, "w") as f:

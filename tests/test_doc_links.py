@@ -4,6 +4,7 @@ at something that exists in the repository, so that the links work on GitHub and
 A published study folder (docs/studies/<name>/ with a manifest.json) is never edited after it is reported, so its
 links name the tree at the commit that reported it: a link there whose file has moved since (configs/ became
 lamb_lars/configs/, issue 39) resolves against that commit (the manifest's ``code.commit``)."""
+
 import glob
 import json
 import os
@@ -38,16 +39,22 @@ def relative_links(text: str) -> list[str]:
 def anchors(text: str) -> set[str]:
   """GitHub's heading anchors: lower case, punctuation other than - and _ dropped, spaces as hyphens."""
   text = _FENCE.sub("", text)
-  return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
-          for h in re.findall(r"^#{1,6}\s+(.+?)\s*#*$", text, re.M)}
+  return {
+    re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+    for h in re.findall(r"^#{1,6}\s+(.+?)\s*#*$", text, re.M)
+  }
 
 
 def test_link_parser():
-  text = ('See [a](docs/a.md#x), ![img](p.png "t"), [web](https://x.org), [anchor](#y), `[code](nope.md)`\n'
-          "```\n[fenced](nope2.md)\n```\n[b](<docs/b c.md>)")
+  text = (
+    'See [a](docs/a.md#x), ![img](p.png "t"), [web](https://x.org), [anchor](#y), `[code](nope.md)`\n'
+    "```\n[fenced](nope2.md)\n```\n[b](<docs/b c.md>)"
+  )
   assert relative_links(text) == ["docs/a.md#x", "p.png", "docs/b c.md"]
   assert anchors("# Update cost (ResNet-50 v1.5 tree)\n## `config.optimizer`\n") == {
-      "update-cost-resnet-50-v15-tree", "configoptimizer"}
+    "update-cost-resnet-50-v15-tree",
+    "configoptimizer",
+  }
 
 
 def _at_recorded_commit(doc: str, target: str) -> bool:
@@ -57,8 +64,14 @@ def _at_recorded_commit(doc: str, target: str) -> bool:
     return False
   commit = (json.load(open(manifest, encoding="utf-8")).get("code") or {}).get("commit")
   rel = os.path.relpath(os.path.normpath(os.path.join(os.path.dirname(doc), target)), ROOT)
-  return bool(commit) and not rel.startswith("..") and subprocess.run(
-      ["git", "-C", ROOT, "cat-file", "-e", f"{commit}:{rel}"], capture_output=True, timeout=30).returncode == 0
+  return (
+    bool(commit)
+    and not rel.startswith("..")
+    and subprocess.run(
+      ["git", "-C", ROOT, "cat-file", "-e", f"{commit}:{rel}"], capture_output=True, timeout=30
+    ).returncode
+    == 0
+  )
 
 
 @pytest.mark.parametrize("path", _docs(), ids=lambda p: os.path.relpath(p, ROOT))

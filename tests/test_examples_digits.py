@@ -1,6 +1,7 @@
 """examples/digits end to end, from a folder outside the repository: a researcher's model and loader (copied there
 under another name) train through train.py, run a tiny ladder study and a tiny branching study, are reported and
 verified, and nothing under lamb_lars/ names them (issue 40's "done when")."""
+
 import json
 import os
 import re
@@ -37,7 +38,7 @@ def test_the_loader_splits_deterministically():
   assert sizes == [1257, 180, 360] and a["num_classes"] == 10
   for s in ("train", "validation", "test"):
     assert a[s][0].dtype.name == "uint8" and a[s][0].shape[1:] == (8, 8, 1) and (a[s][0] == b[s][0]).all()
-  assert a["train"][0].max() == 255   # 16 → 255
+  assert a["train"][0].max() == 255  # 16 → 255
 
 
 def _run(args, cwd, env, timeout=900):
@@ -51,15 +52,27 @@ def test_digits_train_ladder_branch_report_verify(tmp_path):
   pytest.importorskip("sklearn")
   work = tmp_path / "project"
   work.mkdir()
-  shutil.copy(os.path.join(EXAMPLE, "workload.py"), work / "mydigits_workload.py")   # the researcher's own file
+  shutil.copy(os.path.join(EXAMPLE, "workload.py"), work / "mydigits_workload.py")  # the researcher's own file
   for name in ("config.py", "ladder.py"):
     shutil.copy(os.path.join(EXAMPLE, name), work / name)
   env = {**os.environ, "PYTHONPATH": ROOT}
   py, wl = sys.executable, "mydigits_workload"
   model, data = f"{wl}:DigitsCNN", f"{wl}:load"
 
-  _run([py, os.path.join(ROOT, "train.py"), "--config=config.py", "--workdir=run", f"--config.model={model}",
-        f"--config.dataset={data}", "--config.num_epochs=2", "--config.progress=False"], work, env)
+  _run(
+    [
+      py,
+      os.path.join(ROOT, "train.py"),
+      "--config=config.py",
+      "--workdir=run",
+      f"--config.model={model}",
+      f"--config.dataset={data}",
+      "--config.num_epochs=2",
+      "--config.progress=False",
+    ],
+    work,
+    env,
+  )
   result = json.load(open(work / "run" / "result.json"))
   assert result["status"] == "done" and result["final"]["eval_accuracy"] > 0.5
   rows = [json.loads(line) for line in open(work / "run" / "metrics.jsonl")]
@@ -80,8 +93,9 @@ def test_digits_train_ladder_branch_report_verify(tmp_path):
   _run(study + ["report", "--workdir=branching", "--out=branching_report"], work, env)
   assert "verified" in _run(study + ["verify", "branching_report"], work, env)
 
-  with open(work / "mydigits_workload.py", "a") as f:   # the workload changes after the study: verify says so
+  with open(work / "mydigits_workload.py", "a") as f:  # the workload changes after the study: verify says so
     f.write("\n# edited\n")
-  proc = subprocess.run(study + ["verify", "ladder_report"], cwd=work, env=env, capture_output=True, text=True,
-                        timeout=300)
+  proc = subprocess.run(
+    study + ["verify", "ladder_report"], cwd=work, env=env, capture_output=True, text=True, timeout=300
+  )
   assert proc.returncode == 1 and "changed since the study was reported" in proc.stdout

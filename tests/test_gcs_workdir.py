@@ -12,6 +12,7 @@ turns that optional layer off. The server is tests/gcs_emulator.py (why it adds 
 
 A short training run, a ``kill -9`` and resume, and a tiny study with its report all run on ``gs://bucket/...``.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,7 +28,7 @@ import pytest
 pytest.importorskip("gcp_storage_emulator", reason="the GCS emulator is not installed (pip install -e .[test])")
 pytest.importorskip("gcsfs", reason="gcsfs is not installed (pip install -e .[gcs])")
 
-from lamb_lars.common import io_utils# noqa: E402
+from lamb_lars.common import io_utils  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUCKET = "bucket"
@@ -46,8 +47,11 @@ def gcs(tmp_path_factory):
   """The emulator on a free localhost port, and this process's environment pointed at it (restored after)."""
   port = _free_port()
   url = f"http://127.0.0.1:{port}"
-  proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "gcs_emulator.py"), str(port), BUCKET],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  proc = subprocess.Popen(
+    [sys.executable, os.path.join(ROOT, "tests", "gcs_emulator.py"), str(port), BUCKET],
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.DEVNULL,
+  )
   deadline = time.time() + 60
   while True:
     try:
@@ -58,9 +62,15 @@ def gcs(tmp_path_factory):
         proc.kill()
         pytest.fail("the GCS emulator did not start")
       time.sleep(0.1)
-  env = {"STORAGE_EMULATOR_HOST": url, "TENSORSTORE_GCS_HTTP_URL": url, "GOOGLE_AUTH_TOKEN_FOR_TESTING": "emulator",
-         "GOOGLE_CLOUD_PROJECT": "test", "FSSPEC_GCS_TOKEN": "anon", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
-         io_utils.LOCAL_ROOT_ENV: str(tmp_path_factory.mktemp("local_root"))}
+  env = {
+    "STORAGE_EMULATOR_HOST": url,
+    "TENSORSTORE_GCS_HTTP_URL": url,
+    "GOOGLE_AUTH_TOKEN_FOR_TESTING": "emulator",
+    "GOOGLE_CLOUD_PROJECT": "test",
+    "FSSPEC_GCS_TOKEN": "anon",
+    "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+    io_utils.LOCAL_ROOT_ENV: str(tmp_path_factory.mktemp("local_root")),
+  }
   saved = {k: os.environ.get(k) for k in env}
   os.environ.update(env)
   yield env
@@ -110,12 +120,23 @@ def test_move_tree_on_gcs_moves_every_object(gcs, tmp_path):
 
 def _train_cmd(workdir: str) -> list[str]:
   from tests.test_train import DATA_DIR
-  return [sys.executable, os.path.join(ROOT, "train.py"), f"--config={ROOT}/lamb_lars/configs/mnist_lenet.py",
-          f"--workdir={workdir}",
-          f"--config.data_dir={DATA_DIR}", "--config.batch_size=256", "--config.num_train_steps=30",
-          "--config.eval_every_steps=10", "--config.checkpoint_every_steps=10", "--config.num_devices=1",
-          "--config.steps_per_call=1", "--config.eval_batch_size=5000", "--config.progress=False",
-          "--config.optimizer.learning_rate=0.01"]
+
+  return [
+    sys.executable,
+    os.path.join(ROOT, "train.py"),
+    f"--config={ROOT}/lamb_lars/configs/mnist_lenet.py",
+    f"--workdir={workdir}",
+    f"--config.data_dir={DATA_DIR}",
+    "--config.batch_size=256",
+    "--config.num_train_steps=30",
+    "--config.eval_every_steps=10",
+    "--config.checkpoint_every_steps=10",
+    "--config.num_devices=1",
+    "--config.steps_per_call=1",
+    "--config.eval_batch_size=5000",
+    "--config.progress=False",
+    "--config.optimizer.learning_rate=0.01",
+  ]
 
 
 def _rows(workdir: str) -> list[dict]:
@@ -130,13 +151,15 @@ def test_train_kill_and_resume_on_gcs(gcs, tmp_path):
   from lamb_lars import input_pipeline
   from lamb_lars.configs import mnist_lenet
   from tests.test_train import DATA_DIR
+
   cfg = mnist_lenet.get_config()
   cfg.data_dir = DATA_DIR
   input_pipeline.prepare(cfg)
   env = dict(os.environ)
   ref, killed = f"gs://{BUCKET}/ref", f"gs://{BUCKET}/killed"
-  out = subprocess.run(_train_cmd(ref), cwd=tmp_path, env={**env, "PYTHONPATH": ROOT}, capture_output=True,
-                       text=True, timeout=600)
+  out = subprocess.run(
+    _train_cmd(ref), cwd=tmp_path, env={**env, "PYTHONPATH": ROOT}, capture_output=True, text=True, timeout=600
+  )
   assert out.returncode == 0, out.stderr[-3000:]
   assert io_utils.read_json(f"{ref}/result.json")["status"] == "done"
   assert json.loads(io_utils.read_text(f"{ref}/config.json"))["batch_size"] == 256
@@ -145,18 +168,27 @@ def test_train_kill_and_resume_on_gcs(gcs, tmp_path):
   assert "20" in io_utils.listdir(f"{ref}/checkpoints") or "30" in io_utils.listdir(f"{ref}/checkpoints")
   assert not os.listdir(tmp_path), "the run wrote into the current directory"
 
-  proc = subprocess.Popen(_train_cmd(killed), cwd=tmp_path, env={**env, "PYTHONPATH": ROOT},
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  proc = subprocess.Popen(
+    _train_cmd(killed),
+    cwd=tmp_path,
+    env={**env, "PYTHONPATH": ROOT},
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.DEVNULL,
+  )
   deadline = time.time() + 600
   # On an object store orbax writes step 10 in place and commits it with this marker (no rename).
-  while (not io_utils.exists(f"{killed}/checkpoints/10/commit_success.txt") and time.time() < deadline
-         and proc.poll() is None):
+  while (
+    not io_utils.exists(f"{killed}/checkpoints/10/commit_success.txt")
+    and time.time() < deadline
+    and proc.poll() is None
+  ):
     time.sleep(0.2)
   proc.send_signal(signal.SIGKILL)
   proc.wait()
   assert not io_utils.exists(f"{killed}/result.json"), "the run finished before it could be killed"
-  out = subprocess.run(_train_cmd(killed), cwd=tmp_path, env={**env, "PYTHONPATH": ROOT}, capture_output=True,
-                       text=True, timeout=600)
+  out = subprocess.run(
+    _train_cmd(killed), cwd=tmp_path, env={**env, "PYTHONPATH": ROOT}, capture_output=True, text=True, timeout=600
+  )
   assert out.returncode == 0, out.stderr[-3000:]
   assert "Resumed from step" in out.stderr
   assert io_utils.read_json(f"{killed}/result.json")["status"] == "done"
@@ -181,6 +213,7 @@ def test_study_and_report_on_gcs(gcs, tmp_path, monkeypatch):
   report, made where the local copy of the store is missing (another machine), downloads the store first."""
   from lamb_lars.study.running import store as st
   from lamb_lars.study.running import workdir as wd
+
   config = tmp_path / "tiny_study.py"
   config.write_text(TINY_STUDY)
   workdir = f"gs://{BUCKET}/studies/tiny"
@@ -206,9 +239,14 @@ def test_study_and_report_on_gcs(gcs, tmp_path, monkeypatch):
   con = wd.open_store(workdir)
   assert sorted(r["status"] for r in st.runs(con)) == ["done", "done"]
   con.close()
-  out = subprocess.run([sys.executable, "-m", "lamb_lars.study", "report", f"--workdir={workdir}"], cwd=tmp_path,
-                       env={**env, io_utils.LOCAL_ROOT_ENV: str(tmp_path / "third")}, capture_output=True,
-                       text=True, timeout=600)
+  out = subprocess.run(
+    [sys.executable, "-m", "lamb_lars.study", "report", f"--workdir={workdir}"],
+    cwd=tmp_path,
+    env={**env, io_utils.LOCAL_ROOT_ENV: str(tmp_path / "third")},
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
   assert out.returncode == 0, out.stderr[-3000:]
   report = io_utils.listdir(f"{workdir}/report")
   assert {"README.md", "runs.csv", "evals.csv"} <= set(report) and any(n.endswith(".png") for n in report)
@@ -219,6 +257,7 @@ def test_study_and_report_on_gcs(gcs, tmp_path, monkeypatch):
   from lamb_lars.common import code_state
   from lamb_lars.study.publishing import provenance
   from lamb_lars.study.running import status
+
   manifest = io_utils.read_json(f"{workdir}/report/manifest.json")
   config_json = io_utils.read_text(f"{workdir}/study_config.json")
   assert manifest["config_sha256"] == code_state.config_sha256(config_json)

@@ -10,6 +10,7 @@
 - One bf16 train step of a BN ResNet through the product's compiled step: finite, and the loss at initialisation is
   ln(C) (near-uniform logits: the head starts at N(0, 0.01²)).
 """
+
 from __future__ import annotations
 
 import math
@@ -34,9 +35,11 @@ def test_optimizers_float32_on_gpu_match_reference(name, make_tx, ref_kwargs):
 def _cnn_problem():
   """Float64 params (the float32 init, drawn once: x64 mode would draw other values), images and labels."""
   from lamb_lars.models import create_model
+
   rng = np.random.default_rng(0)
-  variables = create_model("mnist_cnn", num_classes=10).init(jax.random.PRNGKey(0), jnp.zeros((1, 28, 28, 1)),
-                                                             train=False)
+  variables = create_model("mnist_cnn", num_classes=10).init(
+    jax.random.PRNGKey(0), jnp.zeros((1, 28, 28, 1)), train=False
+  )
   params = jax.tree.map(lambda p: np.asarray(p, np.float64), variables["params"])
   return params, rng.random((16, 28, 28, 1)), rng.integers(0, 10, 16)
 
@@ -44,12 +47,14 @@ def _cnn_problem():
 def _cnn_grads(problem, device, dtype):
   """∇ of the mean cross-entropy (no dropout) of the authors' CNN computed in ``dtype`` on ``device``."""
   from lamb_lars.models import create_model
+
   params, x, y = problem
   model = create_model("mnist_cnn", num_classes=10, dtype=dtype)
 
   def loss(params, x, y):
     logits = model.apply({"params": params}, x, train=False)
     return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1))
+
   cast = lambda t: jax.device_put(jax.tree.map(lambda a: np.asarray(a, dtype), t), device)
   with jax.default_matmul_precision("highest"):
     g = jax.jit(jax.grad(loss))(cast(params), cast(x), jax.device_put(y, device))
@@ -69,6 +74,7 @@ def test_mnist_cnn_gradient_on_gpu_matches_cpu_float64():
 def test_resnet_bf16_train_step_finite_on_gpu():
   from benchmarks.device_check import _product_step, _time_steps
   from lamb_lars.configs import smoke_resnet18
+
   config = smoke_resnet18.get_config()
   config.dtype = "bfloat16"
   config.synthetic.image_shape = (32, 32, 3)
@@ -84,8 +90,9 @@ def test_mnist_cnn_uses_xla_weight_gradient_on_gpu():
   """The chunked CPU weight gradient (lamb_lars/models/conv_wgrad.py: a rolled loop of small GEMMs) is off on a
   GPU: the CNN's gradient has no loop."""
   from lamb_lars.models import create_model
+
   model = create_model("mnist_cnn", num_classes=10)
   x = jnp.zeros((16, 28, 28, 1))
   params = model.init(jax.random.PRNGKey(0), x, train=False)["params"]
   jaxpr = str(jax.make_jaxpr(jax.grad(lambda p: model.apply({"params": p}, x, train=False).sum()))(params))
-  assert "scan" not in jaxpr   # on the CPU backend the same jaxpr has the scan
+  assert "scan" not in jaxpr  # on the CPU backend the same jaxpr has the scan

@@ -4,6 +4,7 @@ against sharded steps in tests/test_parallel.py), on one device and on several, 
 resident, with every noise option on (so the random keys are the same ones), compiled ahead of time as the feeders
 do; and its compiled programs' memory does not grow with the number of micro-batches, where the unrolled loop's
 does (the reason it exists, docs/BENCHMARKS.md §22)."""
+
 import jax
 import numpy as np
 import pytest
@@ -15,14 +16,17 @@ NOISE = dict(weight_noise=1e-3, activation_noise=1e-2, gradient_noise=1e-3, labe
 
 
 @pytest.mark.slow  # over 4 CPU-seconds: compiles several programs
-@pytest.mark.parametrize("ndev, group, ghost, k, resident", [
-    (1, 1, 4, 8, False),    # one device, 8 micro-batches
-    (2, 1, 4, 4, False),    # two devices × 4 micro-batches
-    (8, 2, 2, 2, False),    # BN groups of 2 devices
-    (2, 1, 4, 4, True),     # the training set resident on the devices
-    (1, 1, 32, 1, False),   # one micro-batch
-])
-@pytest.mark.usefixtures("unoptimized_xla")   # cheap compilation (tests/conftest.py), not in the memory test
+@pytest.mark.parametrize(
+  "ndev, group, ghost, k, resident",
+  [
+    (1, 1, 4, 8, False),  # one device, 8 micro-batches
+    (2, 1, 4, 4, False),  # two devices × 4 micro-batches
+    (8, 2, 2, 2, False),  # BN groups of 2 devices
+    (2, 1, 4, 4, True),  # the training set resident on the devices
+    (1, 1, 32, 1, False),  # one micro-batch
+  ],
+)
+@pytest.mark.usefixtures("unoptimized_xla")  # cheap compilation (tests/conftest.py), not in the memory test
 def test_host_loop_equals_scanned_accumulation(ndev, group, ghost, k, resident):
   a, ma = run_jit(ndev, group, ghost, k=k, resident=resident)
   h, mh = run_jit(ndev, group, ghost, k=k, resident=resident, microbatch_loop="host")
@@ -34,7 +38,7 @@ def test_host_loop_equals_scanned_accumulation(ndev, group, ghost, k, resident):
 
 
 @pytest.mark.slow  # over 4 CPU-seconds: compiles several programs
-@pytest.mark.usefixtures("unoptimized_xla")   # cheap compilation (tests/conftest.py), not in the memory test
+@pytest.mark.usefixtures("unoptimized_xla")  # cheap compilation (tests/conftest.py), not in the memory test
 def test_host_loop_uses_the_same_random_keys():
   """With input, label, weight and gradient noise on, a different key anywhere would change the state by ≫ 1e-6."""
   a, ma = run_jit(2, 1, 4, k=4, **NOISE)
@@ -43,7 +47,8 @@ def test_host_loop_uses_the_same_random_keys():
   assert_same(h, a, tol=1e-6)
   np.testing.assert_allclose(mh["signal_to_noise"], ma["signal_to_noise"], rtol=1e-5)
   from tests.test_parallel import rel_err
-  assert rel_err(a.params, plain.params) > 1e-4   # the noise did change training
+
+  assert rel_err(a.params, plain.params) > 1e-4  # the noise did change training
 
 
 def _ahead_of_time(k, ghost=4, ndev=2, batch=None):
@@ -51,8 +56,9 @@ def _ahead_of_time(k, ghost=4, ndev=2, batch=None):
   (their first ``batch`` examples)."""
   mesh = mesh_lib.make_mesh(1, jax.devices()[:ndev])
   model = model_for(1, ghost)
-  f = host_accumulation.make_host_chunk(model, TX, ts.StepOptions(10, k, microbatch_loop="host"), pre, mesh,
-                                        resident=False)
+  f = host_accumulation.make_host_chunk(
+    model, TX, ts.StepOptions(10, k, microbatch_loop="host"), pre, mesh, resident=False
+  )
   state = jax.device_put(ts.init_state(model, TX, jax.random.PRNGKey(0), (8, 8, 1)), mesh_lib.replicated(mesh))
   put = lambda x: mesh_lib.put_global_batch(mesh, x[:, :batch], batch_axis=1)
   images, labels = data()
@@ -62,7 +68,7 @@ def _ahead_of_time(k, ghost=4, ndev=2, batch=None):
 
 
 @pytest.mark.slow  # over 4 CPU-seconds: compiles several programs
-@pytest.mark.usefixtures("unoptimized_xla")   # cheap compilation (tests/conftest.py), not in the memory test
+@pytest.mark.usefixtures("unoptimized_xla")  # cheap compilation (tests/conftest.py), not in the memory test
 def test_ahead_of_time_compilation_equals_the_jitted_host_loop():
   _, (state, metrics) = _ahead_of_time(4)
   h, mh = run_jit(2, 1, 4, k=4, microbatch_loop="host")
@@ -87,6 +93,7 @@ def test_host_loop_memory_does_not_grow_with_the_micro_batches():
   unrolled = []
   for k in (2, 8):
     f = ts.make_train_chunk(model, TX, ts.StepOptions(10, k, microbatch_loop="unrolled"), pre, mesh, resident=False)
-    unrolled.append(_temp_bytes(f.lower(state, images[:1, :4 * k], labels[:1, :4 * k],
-                                        jax.random.PRNGKey(1)).compile()))
+    unrolled.append(
+      _temp_bytes(f.lower(state, images[:1, : 4 * k], labels[:1, : 4 * k], jax.random.PRNGKey(1)).compile())
+    )
   assert unrolled[1] > 1.5 * unrolled[0], unrolled

@@ -1,4 +1,5 @@
 """Tests for the ImageNet grain pipeline on ``tfds.testing.mock_data`` (random-size mock JPEG-free images)."""
+
 from __future__ import annotations
 
 import math
@@ -16,9 +17,18 @@ SIZE = 24  # a tiny crop keeps the tests fast; the default is 224
 
 
 def make_config(**overrides) -> ml_collections.ConfigDict:
-  config = ml_collections.ConfigDict(dict(dataset="imagenet2012", data_dir="/nonexistent", data_source="tfds",
-                                          validation_split=0, seed=7, image_size=SIZE, grain_workers=0,
-                                          grain_threads=0))
+  config = ml_collections.ConfigDict(
+    dict(
+      dataset="imagenet2012",
+      data_dir="/nonexistent",
+      data_source="tfds",
+      validation_split=0,
+      seed=7,
+      image_size=SIZE,
+      grain_workers=0,
+      grain_threads=0,
+    )
+  )
   config.update(overrides)
   return config
 
@@ -60,11 +70,18 @@ def test_train_batches_shapes_determinism_resume_and_shards():
     full = collect(ip.train_batches(config, epoch=2, global_batch_size=16))
     again = collect(ip.train_batches(config, epoch=2, global_batch_size=16))
     resumed = collect(ip.train_batches(config, epoch=2, global_batch_size=16, start_step=3))
-    shards = [collect(ip.train_batches(config, epoch=2, global_batch_size=16, process_index=p, process_count=2))
-              for p in range(2)]
+    shards = [
+      collect(ip.train_batches(config, epoch=2, global_batch_size=16, process_index=p, process_count=2))
+      for p in range(2)
+    ]
     other_epoch = collect(ip.train_batches(config, epoch=3, global_batch_size=16))
   assert (info.num_train, info.num_eval, info.image_shape, info.num_classes, info.in_memory) == (
-      70, 70, (SIZE, SIZE, 3), 1000, False)
+    70,
+    70,
+    (SIZE, SIZE, 3),
+    1000,
+    False,
+  )
   assert len(full) == 4 and full[0]["image"].shape == (16, SIZE, SIZE, 3) and full[0]["image"].dtype == np.uint8
   assert full[0]["label"].dtype == np.int32 and set(full[0]) == {"image", "label"}
   for a, b in zip(full, again):

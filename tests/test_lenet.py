@@ -1,4 +1,5 @@
 """LeNet5 (fast conv blocks) against a straightforward Flax reference: same parameters, outputs, gradients."""
+
 from __future__ import annotations
 
 import functools
@@ -16,6 +17,7 @@ from lamb_lars.models.lenet import LeNet5
 
 class ReferenceLeNet5(nn.Module):
   """The textbook formulation: nn.Conv / nn.relu / nn.max_pool / nn.Dense."""
+
   num_classes: int = 10
 
   @nn.compact
@@ -56,15 +58,22 @@ def _random_params(hw: int = 28, c: int = 1, seed: int = 1) -> dict:
   flat = 16 * ((hw // 2 - 4) // 2) ** 2
   shapes = {"conv1": (5, 5, c, 6), "conv2": (5, 5, 6, 16), "fc1": (flat, 120), "fc2": (120, 84), "fc3": (84, 10)}
   fan_in = lambda s: np.prod(s[:-1])
-  return {k: {"kernel": jnp.asarray(rng.standard_normal(s).astype(np.float32) / np.sqrt(fan_in(s))),
-              "bias": jnp.asarray(0.1 * rng.standard_normal(s[-1]).astype(np.float32))} for k, s in shapes.items()}
+  return {
+    k: {
+      "kernel": jnp.asarray(rng.standard_normal(s).astype(np.float32) / np.sqrt(fan_in(s))),
+      "bias": jnp.asarray(0.1 * rng.standard_normal(s[-1]).astype(np.float32)),
+    }
+    for k, s in shapes.items()
+  }
 
 
 def _loss_logits_grads(apply, p, x, y):
   """Logits and the loss gradient with respect to parameters and images, in one compiled call."""
+
   def loss(p, x):
     logits = apply(p, x)
     return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), logits
+
   (_, logits), grads = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(p, x)
   return logits, grads
 
@@ -113,6 +122,7 @@ def test_chunk_is_the_largest_divisor_not_below_half():
   """A batch the chunk does not divide runs in chunks of its largest divisor ≤ chunk (the full batch 55,000 in
   chunks of 250), not whole; a batch with no divisor in (chunk/2, chunk] runs whole; the result is unchanged."""
   from lamb_lars.models.lenet import _chunk_size
+
   assert _chunk_size(55000, 256) == 250 and _chunk_size(8192, 256) == 256 and _chunk_size(12, 8) == 6
   assert _chunk_size(2 * 257, 256) is None and _chunk_size(256, 256) is None and _chunk_size(100, None) is None
   x, y = _inputs(12, ties=False)
@@ -123,11 +133,11 @@ def test_chunk_is_the_largest_divisor_not_below_half():
 def test_gradients_inside_shard_map():
   """Data-parallel under shard_map (as the trainer runs it): the global-mean-loss gradient equals the reference's."""
   from jax.sharding import Mesh, PartitionSpec as P
+
   x, y = _inputs(8, ties=False)
   p = _random_params()
   mesh = Mesh(np.array(jax.devices()[:2]), ("d",))
-  loss = lambda p, x, y: optax.softmax_cross_entropy_with_integer_labels(
-      LeNet5().apply({"params": p}, x), y).mean()
+  loss = lambda p, x, y: optax.softmax_cross_entropy_with_integer_labels(LeNet5().apply({"params": p}, x), y).mean()
   local = lambda p, x, y: jax.grad(lambda p: jax.lax.pmean(loss(p, x, y), "d"))(p)
   grads = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(), P("d"), P("d")), out_specs=P()))(p, x, y)
   _assert_close(grads, _reference(p, x, y)[1][0])
@@ -158,5 +168,9 @@ def test_split_block_input_gradient_matches_autodiff_of_patches():
   p = jnp.asarray(rng.standard_normal((3, 2, 2, 7, 7, 2)).astype(np.float32))
   x, vjp = jax.vjp(lambda p: fast_ops._im2col_split(p, 5, 5), p)
   d = jnp.asarray(rng.standard_normal(x.shape).astype(np.float32))
-  np.testing.assert_allclose(np.asarray(jax.jit(fast_ops._col2im_split, static_argnums=(1, 2, 3))(d, p.shape, 5, 5)),
-                             np.asarray(vjp(d)[0]), rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(
+    np.asarray(jax.jit(fast_ops._col2im_split, static_argnums=(1, 2, 3))(d, p.shape, 5, 5)),
+    np.asarray(vjp(d)[0]),
+    rtol=1e-6,
+    atol=1e-6,
+  )

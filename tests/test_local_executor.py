@@ -1,5 +1,6 @@
 """The local executor's worker environment and CPU pinning, on a real child process: a stand-in for Python writes
 its environment into the run dir instead of training."""
+
 import json
 import os
 import sys
@@ -70,6 +71,7 @@ def test_both_executors_start_trials_through_one_helper():
   ``exclusive`` is part of the Executor protocol (the runner asks every executor)."""
   import inspect
   from lamb_lars.study.running import executor, ray_executor
+
   source = inspect.getsource(ray_executor)
   assert "spawn_trial(" in source and "Popen(" not in source and '"-m"' not in source
   assert "exclusive" in executor.Executor.__dict__

@@ -1,6 +1,7 @@
 """The LR schedule as data (lamb_lars/optim/lr_table.py): same updates as the schedule, against numpy float64
 references,
 and a compiled update, init and train step that no longer depend on the learning rates."""
+
 from __future__ import annotations
 
 import os
@@ -40,8 +41,9 @@ def reference_lr(t, peak, w, total):
 
 def test_table_reads_back_the_schedule_and_holds_its_last_value():
   total = 10
-  tx, schedule = optimizer_config.create_optimizer(opt_config(lr=0.3, warmup=3), total_steps=total, num_train=1,
-                                                   batch_size=1)
+  tx, schedule = optimizer_config.create_optimizer(
+    opt_config(lr=0.3, warmup=3), total_steps=total, num_train=1, batch_size=1
+  )
   table = lr_table.tabulate(schedule, total)
   want = [reference_lr(t, 0.3, 3, total) for t in range(total + 4)]
   got = [float(lr_table.table_schedule(jnp.asarray(table))(t)) for t in range(total + 4)]
@@ -57,13 +59,16 @@ def test_momentum_with_a_table_follows_the_numpy_reference():
   """Heavy-ball SGD (v ← μv + g, w ← w − η_t v) with η_t from the formula, float64, 12 updates past the table's end."""
   total, mu = 8, 0.9
   with jax.enable_x64(True):
-    tx, _ = optimizer_config.create_optimizer(opt_config(lr=0.3, warmup=3), total_steps=total, num_train=1,
-                                              batch_size=1)
+    tx, _ = optimizer_config.create_optimizer(
+      opt_config(lr=0.3, warmup=3), total_steps=total, num_train=1, batch_size=1
+    )
     rng = np.random.default_rng(0)
     w = {"w": jnp.asarray(rng.normal(size=(3, 2)))}
     state = tx.init(w)
-    assert any(isinstance(s, lr_table.LRTableState) for s in jax.tree.leaves(
-        state, is_leaf=lambda x: isinstance(x, lr_table.LRTableState)))
+    assert any(
+      isinstance(s, lr_table.LRTableState)
+      for s in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, lr_table.LRTableState))
+    )
     w_ref, v_ref = np.asarray(w["w"]).copy(), np.zeros((3, 2))
     for t in range(12):
       g = rng.normal(size=(3, 2))
@@ -101,20 +106,33 @@ def test_set_lr_table_refuses_another_length():
 def test_trials_differing_in_lr_and_warmup_share_every_compiled_program(tmp_path):
   from lamb_lars import input_pipeline
   from lamb_lars.configs import mnist_lenet
+
   data = mnist_lenet.get_config()
   data.data_dir = DATA_DIR
   input_pipeline.prepare(data)
   """Two real LeNet runs through train.py in one persistent cache: with ``optimizer.lr_table`` the second (another
   LR and warmup) adds no init, train-step or eval program; without it, it adds its train step."""
+
   def run(name, *flags):
-    env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(tmp_path / name),
-           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "XLA_FLAGS": ""}
-    args = [sys.executable, "train.py", "--config=lamb_lars/configs/mnist_lenet.py",
-            f"--workdir={tmp_path / name}_{len(flags)}",
-            "--config.num_train_steps=4", "--config.batch_size=64", "--config.eval_batch_size=1000",
-            "--config.eval_every_steps=2", "--config.progress=False",
-            f"--config.data_dir={DATA_DIR}",
-            *flags]
+    env = {
+      **os.environ,
+      "JAX_COMPILATION_CACHE_DIR": str(tmp_path / name),
+      "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+      "XLA_FLAGS": "",
+    }
+    args = [
+      sys.executable,
+      "train.py",
+      "--config=lamb_lars/configs/mnist_lenet.py",
+      f"--workdir={tmp_path / name}_{len(flags)}",
+      "--config.num_train_steps=4",
+      "--config.batch_size=64",
+      "--config.eval_batch_size=1000",
+      "--config.eval_every_steps=2",
+      "--config.progress=False",
+      f"--config.data_dir={DATA_DIR}",
+      *flags,
+    ]
     out = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return {f for f in os.listdir(tmp_path / name) if f.startswith(("jit_init", "jit_chunk", "jit_eval_step"))}
@@ -122,6 +140,10 @@ def test_trials_differing_in_lr_and_warmup_share_every_compiled_program(tmp_path
   for table, grows in (("True", False), ("False", True)):
     first = run(table, f"--config.optimizer.lr_table={table}", "--config.optimizer.learning_rate=0.01")
     assert any(f.startswith("jit_chunk") for f in first)
-    second = run(table, f"--config.optimizer.lr_table={table}", "--config.optimizer.learning_rate=0.03",
-                 "--config.optimizer.schedule.warmup_steps=2")
+    second = run(
+      table,
+      f"--config.optimizer.lr_table={table}",
+      "--config.optimizer.learning_rate=0.03",
+      "--config.optimizer.schedule.warmup_steps=2",
+    )
     assert (second > first) == grows, (table, sorted(second - first))

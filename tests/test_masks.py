@@ -1,4 +1,5 @@
 """Regex masks over '/'-joined Flax parameter paths."""
+
 from __future__ import annotations
 
 import jax
@@ -20,30 +21,47 @@ def selected_paths(params, mask, default=True):
   flags = jax.tree.leaves(masks.resolve(mask, params, default))
   return [p for p, f in zip(jax.tree.leaves(tree_paths(params)), flags) if f]
 
+
 PARAMS = {
-    "conv1": {"kernel": jnp.ones((3, 3, 1, 4)), "bias": jnp.ones(4)},
-    "layer1_0": {"bn1": {"scale": jnp.ones(4), "bias": jnp.ones(4)}, "conv1": {"kernel": jnp.ones((1, 1, 4, 4))}},
-    "LayerNorm_0": {"scale": jnp.ones(4), "offset": jnp.ones(4)},
-    "fc1": {"kernel": jnp.ones((4, 2)), "bias": jnp.ones(2)},
-    "scaled_dense": {"kernel": jnp.ones((2, 2))},
+  "conv1": {"kernel": jnp.ones((3, 3, 1, 4)), "bias": jnp.ones(4)},
+  "layer1_0": {"bn1": {"scale": jnp.ones(4), "bias": jnp.ones(4)}, "conv1": {"kernel": jnp.ones((1, 1, 4, 4))}},
+  "LayerNorm_0": {"scale": jnp.ones(4), "offset": jnp.ones(4)},
+  "fc1": {"kernel": jnp.ones((4, 2)), "bias": jnp.ones(2)},
+  "scaled_dense": {"kernel": jnp.ones((2, 2))},
 }
 
 
 def test_paths():
   assert selected_paths(PARAMS, True) == [
-      "LayerNorm_0/offset", "LayerNorm_0/scale", "conv1/bias", "conv1/kernel", "fc1/bias", "fc1/kernel",
-      "layer1_0/bn1/bias", "layer1_0/bn1/scale", "layer1_0/conv1/kernel", "scaled_dense/kernel"]
+    "LayerNorm_0/offset",
+    "LayerNorm_0/scale",
+    "conv1/bias",
+    "conv1/kernel",
+    "fc1/bias",
+    "fc1/kernel",
+    "layer1_0/bn1/bias",
+    "layer1_0/bn1/scale",
+    "layer1_0/conv1/kernel",
+    "scaled_dense/kernel",
+  ]
   assert jax.tree.leaves(tree_paths({"a": [jnp.ones(1), {"b": jnp.ones(1)}]})) == ["a/0", "a/1/b"]
 
 
 def test_default_exclusion_keeps_only_weights():
   assert selected_paths(PARAMS, masks.exclude_mask()) == [
-      "conv1/kernel", "fc1/kernel", "layer1_0/conv1/kernel", "scaled_dense/kernel"]
+    "conv1/kernel",
+    "fc1/kernel",
+    "layer1_0/conv1/kernel",
+    "scaled_dense/kernel",
+  ]
 
 
 def test_include_exclude_and_empty_patterns():
   assert selected_paths(PARAMS, masks.include_mask(["^conv1/", "fc1/bias$"])) == [
-      "conv1/bias", "conv1/kernel", "fc1/bias"]
+    "conv1/bias",
+    "conv1/kernel",
+    "fc1/bias",
+  ]
   assert selected_paths(PARAMS, masks.include_mask("")) == []
   assert len(selected_paths(PARAMS, masks.exclude_mask(""))) == 10
   assert len(selected_paths(PARAMS, masks.exclude_mask(None))) == 10

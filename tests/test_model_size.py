@@ -1,5 +1,6 @@
 """Size knobs of the built-in models (config.model_width, model_depth, mlp_hidden): parameter counts at several
 widths against hand formulas written from the layer shapes, and width 1.0 = the published models bit for bit."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -59,8 +60,10 @@ def test_small_cnn_parameter_count(w):
     assert want == 1_466
 
 
-@pytest.mark.parametrize("w,depth,hidden", [(1.0, 0, (300, 100)), (0.5, 0, (300, 100)), (2.0, 3, (300, 100)),
-                                            (1.0, 1, (64, 32)), (0.3, 4, (50,))])
+@pytest.mark.parametrize(
+  "w,depth,hidden",
+  [(1.0, 0, (300, 100)), (0.5, 0, (300, 100)), (2.0, 3, (300, 100)), (1.0, 1, (64, 32)), (0.3, 4, (50,))],
+)
 def test_mlp_parameter_count(w, depth, hidden):
   sizes = list(hidden) if depth == 0 else (list(hidden) + [hidden[-1]] * depth)[:depth]
   layers = [28 * 28] + [s(h, w) for h in sizes] + [10]
@@ -93,9 +96,16 @@ def resnet_count(depth, w, num_classes, stem):
   return total + dense(c_in, num_classes)
 
 
-@pytest.mark.parametrize("name,depth,w", [("resnet18", 18, 1.0), ("resnet18_cifar", 18, 0.25),
-                                          ("resnet18_cifar", 18, 0.5), ("resnet50_cifar", 50, 0.125),
-                                          ("resnet34_cifar", 34, 0.25)])
+@pytest.mark.parametrize(
+  "name,depth,w",
+  [
+    ("resnet18", 18, 1.0),
+    ("resnet18_cifar", 18, 0.25),
+    ("resnet18_cifar", 18, 0.5),
+    ("resnet50_cifar", 50, 0.125),
+    ("resnet34_cifar", 34, 0.25),
+  ],
+)
 def test_resnet_parameter_count(name, depth, w):
   stem = "cifar" if name.endswith("_cifar") else "imagenet"
   classes = 1000 if stem == "imagenet" else 10
@@ -106,11 +116,14 @@ def test_resnet_parameter_count(name, depth, w):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,plain", [
+@pytest.mark.parametrize(
+  "name,plain",
+  [
     ("lenet5", lambda: LeNet5(num_classes=10)),
     ("mnist_cnn", lambda: MnistCNN(num_classes=10)),
     ("small_cnn", lambda: models.SmallCNN(num_classes=10)),
-])
+  ],
+)
 def test_default_width_is_the_published_model_bit_for_bit(name, plain):
   x = jnp.zeros((1, 28, 28, 1))
   init = lambda m: jax.jit(lambda k: m.init(k, x, train=False))(jax.random.PRNGKey(3))
@@ -121,10 +134,16 @@ def test_default_width_is_the_published_model_bit_for_bit(name, plain):
 
 
 def test_default_width_resnet_has_the_published_shapes():
-  a = jax.eval_shape(lambda: models.create_model("resnet18_cifar", num_classes=10).init(
-      jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3)), train=False))
-  b = jax.eval_shape(lambda: build_resnet(18, stem="cifar", num_classes=10).init(
-      jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3)), train=False))
+  a = jax.eval_shape(
+    lambda: models.create_model("resnet18_cifar", num_classes=10).init(
+      jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3)), train=False
+    )
+  )
+  b = jax.eval_shape(
+    lambda: build_resnet(18, stem="cifar", num_classes=10).init(
+      jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3)), train=False
+    )
+  )
   assert a == b
 
 
@@ -132,9 +151,11 @@ def test_default_width_resnet_has_the_published_shapes():
 def test_width_changes_the_fast_lenet_path_consistently():
   """LeNet-5's fast GEMM path equals its reference forward at a non-default width too."""
   from lamb_lars.models import lenet
+
   model = models.create_model("lenet5", num_classes=10, width=1.5)
   x = jax.random.normal(jax.random.PRNGKey(1), (8, 28, 28, 1))
   v = model.init(jax.random.PRNGKey(0), x, train=False)
   params = {k: (p["kernel"], p["bias"]) for k, p in v["params"].items()}
-  np.testing.assert_allclose(np.asarray(model.apply(v, x, train=False)),
-                             np.asarray(lenet.reference_forward(params, x)), rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(
+    np.asarray(model.apply(v, x, train=False)), np.asarray(lenet.reference_forward(params, x)), rtol=1e-4, atol=1e-4
+  )

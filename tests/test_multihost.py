@@ -1,4 +1,5 @@
 """Two processes × 4 CPU devices (jax.distributed on localhost, gloo) train exactly like one process × 8 devices."""
+
 import json
 import os
 import socket
@@ -24,10 +25,21 @@ def _free_port() -> int:
 
 
 def _cmd(workdir, *extra):
-  return [sys.executable, "train.py", "--config=lamb_lars/configs/mnist_lenet.py", f"--workdir={workdir}",
-          f"--config.data_dir={DATA_DIR}", "--config.batch_size=256", "--config.num_train_steps=6",
-          "--config.eval_every_steps=3", "--config.checkpoint_every_steps=3", "--config.progress=False",
-          "--config.eval_batch_size=5000", "--config.bn.group_devices=2", *extra]
+  return [
+    sys.executable,
+    "train.py",
+    "--config=lamb_lars/configs/mnist_lenet.py",
+    f"--workdir={workdir}",
+    f"--config.data_dir={DATA_DIR}",
+    "--config.batch_size=256",
+    "--config.num_train_steps=6",
+    "--config.eval_every_steps=3",
+    "--config.checkpoint_every_steps=3",
+    "--config.progress=False",
+    "--config.eval_batch_size=5000",
+    "--config.bn.group_devices=2",
+    *extra,
+  ]
 
 
 def _env(devices):
@@ -37,6 +49,7 @@ def _env(devices):
 def _params(workdir):
   """The saved params, restored onto this process's first device whatever topology saved them."""
   import jax
+
   path = os.path.join(workdir, "checkpoints", "6", "state")
   ckptr = ocp.StandardCheckpointer()
   meta = ckptr.metadata(path).item_metadata
@@ -52,11 +65,23 @@ def test_two_processes_equal_one(tmp_path):
   cfg.data_dir = DATA_DIR
   input_pipeline.prepare(cfg)
   port = _free_port()
-  procs = [subprocess.Popen(_cmd(tmp_path / "two", "--config.distributed.enabled=yes",
-                                 f"--config.distributed.coordinator_address=localhost:{port}",
-                                 "--config.distributed.num_processes=2", f"--config.distributed.process_id={i}"),
-                            cwd=ROOT, env=_env(4), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-           for i in range(2)]
+  procs = [
+    subprocess.Popen(
+      _cmd(
+        tmp_path / "two",
+        "--config.distributed.enabled=yes",
+        f"--config.distributed.coordinator_address=localhost:{port}",
+        "--config.distributed.num_processes=2",
+        f"--config.distributed.process_id={i}",
+      ),
+      cwd=ROOT,
+      env=_env(4),
+      stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT,
+      text=True,
+    )
+    for i in range(2)
+  ]
   subprocess.run(_cmd(tmp_path / "one"), cwd=ROOT, env=_env(8), check=True, capture_output=True, timeout=600)
   for p in procs:
     out, _ = p.communicate(timeout=600)
@@ -68,6 +93,6 @@ def test_two_processes_equal_one(tmp_path):
       np.testing.assert_allclose(a[key], b[key], rtol=1e-5)
     assert a["eval_examples"] == b["eval_examples"] == 10000
   p1, p2 = _params(tmp_path / "one"), _params(tmp_path / "two")
-  for (k, a) in p1.items():
+  for k, a in p1.items():
     for name in a:
       np.testing.assert_allclose(np.asarray(p2[k][name]), np.asarray(a[name]), rtol=1e-5, atol=1e-7)

@@ -1,6 +1,7 @@
 """What a new user meets (issue 44): a run that is not learning is never a plain ``done``, a re-finished run keeps
 its final row, the LR follows the optimizer, every documented command parses, and every mistake is one sentence
 with exit status 2. Runs are tiny synthetic LeNet-5 runs (tests/test_bad_inputs.py ``tiny_config``)."""
+
 from __future__ import annotations
 
 import json
@@ -17,22 +18,32 @@ from test_bad_inputs import ENV, REPO, one_sentence, tiny_config
 
 
 def _train_py(*args: str, timeout: int = 300, cwd: str = REPO) -> subprocess.CompletedProcess:
-  return subprocess.run([sys.executable, os.path.join(REPO, "train.py"), *args], cwd=cwd, env=ENV,
-                        capture_output=True, text=True, timeout=timeout)
+  return subprocess.run(
+    [sys.executable, os.path.join(REPO, "train.py"), *args],
+    cwd=cwd,
+    env=ENV,
+    capture_output=True,
+    text=True,
+    timeout=timeout,
+  )
 
 
 # --- 1. Not learning: exploding loss, chance accuracy. -----------------------------------------------------------
 
-@pytest.mark.parametrize("row,epochs,expected", [
-    ({"train_loss": 8.6e21, "eval_accuracy": 0.1135}, 30.0, "exploding_loss"),   # the README's LAMB example on main
+
+@pytest.mark.parametrize(
+  "row,epochs,expected",
+  [
+    ({"train_loss": 8.6e21, "eval_accuracy": 0.1135}, 30.0, "exploding_loss"),  # the README's LAMB example on main
     ({"train_loss": 1000 * math.log(10) + 1, "eval_accuracy": 0.9}, 0.1, "exploding_loss"),
     ({"train_loss": 1000 * math.log(10) - 1, "eval_accuracy": 0.9}, 30.0, None),
     ({"train_loss": 2.30, "eval_accuracy": 0.1135}, 30.0, "chance_accuracy"),
-    ({"train_loss": 2.30, "eval_accuracy": 0.325}, 1.0, "chance_accuracy"),      # 1/10 + 0.25·(1 − 1/10) = 0.325
+    ({"train_loss": 2.30, "eval_accuracy": 0.325}, 1.0, "chance_accuracy"),  # 1/10 + 0.25·(1 − 1/10) = 0.325
     ({"train_loss": 2.30, "eval_accuracy": 0.326}, 1.0, None),
-    ({"train_loss": 2.30, "eval_accuracy": 0.1135}, 0.99, None),                   # under an epoch: not judged
+    ({"train_loss": 2.30, "eval_accuracy": 0.1135}, 0.99, None),  # under an epoch: not judged
     ({"train_loss": 0.05, "eval_accuracy": 0.99}, 30.0, None),
-])
+  ],
+)
 def test_not_learning_thresholds(row, epochs, expected):
   judged = stopping.not_learning(row, 10, epochs)
   assert (judged and judged[0]) == expected
@@ -44,10 +55,20 @@ def test_not_learning_thresholds(row, epochs, expected):
 def test_an_exploding_loss_is_flagged_in_result_summary_and_study(tmp_path):
   """LAMB at an absurd LR: the loss runs to ~1e12 without a NaN; result.json, the summary line and a study see it."""
   workdir = tmp_path / "w"
-  out = _train_py("--config=lamb_lars/configs/mnist_lenet.py", f"--workdir={workdir}", "--config.dataset=synthetic",
-                  "--config.synthetic.num_train=256", "--config.synthetic.num_eval=64", "--config.batch_size=32",
-                  "--config.eval_batch_size=64", "--config.num_train_steps=2", "--config.eval_every_steps=2",
-                  "--config.progress=False", "--config.optimizer.name=lamb", "--config.optimizer.learning_rate=1000")
+  out = _train_py(
+    "--config=lamb_lars/configs/mnist_lenet.py",
+    f"--workdir={workdir}",
+    "--config.dataset=synthetic",
+    "--config.synthetic.num_train=256",
+    "--config.synthetic.num_eval=64",
+    "--config.batch_size=32",
+    "--config.eval_batch_size=64",
+    "--config.num_train_steps=2",
+    "--config.eval_every_steps=2",
+    "--config.progress=False",
+    "--config.optimizer.name=lamb",
+    "--config.optimizer.learning_rate=1000",
+  )
   assert out.returncode == 0, out.stderr
   result = json.loads((workdir / "result.json").read_text())
   assert result["status"] == "diverged" and result["not_learning"] == "exploding_loss" and result["stopped"] is None
@@ -56,6 +77,7 @@ def test_an_exploding_loss_is_flagged_in_result_summary_and_study(tmp_path):
   assert summary.startswith("diverged (not_learning: exploding_loss): step 2/2"), summary
   from lamb_lars.study.running import store as st
   from lamb_lars.study.running.driver import ingest_run_dir
+
   con = st.open_store(str(tmp_path / "s.sqlite"))
   assert ingest_run_dir(con, "r1", str(workdir)) == "diverged"  # a study counts it as a failure, not a success
   con.close()
@@ -64,16 +86,25 @@ def test_an_exploding_loss_is_flagged_in_result_summary_and_study(tmp_path):
 def test_synthetic_data_is_not_judged_on_accuracy():
   """Its held-out labels are random, so its test accuracy is chance by construction (the smoke studies)."""
   assert stopping.not_learning({"train_loss": 2.3, "eval_accuracy": 0.1}, 10, 3.0, random_labels=True) is None
-  assert stopping.not_learning({"train_loss": 1e9, "eval_accuracy": 0.1}, 10, 3.0, random_labels=True)[0] \
-      == "exploding_loss"
+  assert (
+    stopping.not_learning({"train_loss": 1e9, "eval_accuracy": 0.1}, 10, 3.0, random_labels=True)[0] == "exploding_loss"
+  )
 
 
 @pytest.mark.slow
 def test_a_run_at_chance_after_an_epoch_is_flagged(tmp_path):
   """MNIST at LR 1e-9 for one epoch (30 steps of 2,048) ends at chance level: flagged, not done."""
   cfg = mnist_lenet.get_config()
-  cfg.update_from_flattened_dict({"batch_size": 2048, "num_train_steps": 30, "eval_every_steps": 30,
-                                  "checkpoint_every_steps": 30, "progress": False, "optimizer.learning_rate": 1e-9})
+  cfg.update_from_flattened_dict(
+    {
+      "batch_size": 2048,
+      "num_train_steps": 30,
+      "eval_every_steps": 30,
+      "checkpoint_every_steps": 30,
+      "progress": False,
+      "optimizer.learning_rate": 1e-9,
+    }
+  )
   result = trainer.train_and_evaluate(cfg, str(tmp_path))
   assert result["status"] == "diverged" and result["not_learning"] == "chance_accuracy"
   assert result["final"]["eval_accuracy"] <= stopping.chance_threshold(10)
@@ -85,6 +116,7 @@ def test_a_learning_run_stays_done(tmp_path):
 
 
 # --- 6. result.json always carries the final row. ----------------------------------------------------------------
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("lost", [("result.json",), ("result.json", "metrics.jsonl")])
@@ -104,10 +136,12 @@ def test_a_refinished_run_keeps_its_final_row(tmp_path, lost):
 
 # --- 2. The LR follows the optimizer; every documented command parses. -------------------------------------------
 
+
 def _parse(argv: list[str]):
   """``train.py``'s flag parsing of ``argv`` (the --config file and its overrides), in a fresh flag registry."""
   from absl import flags
   from ml_collections import config_flags
+
   fv = flags.FlagValues()
   config_flags.DEFINE_config_file("config", None, "", flag_values=fv, lock_config=True, sys_argv=["train.py", *argv])
   flags.DEFINE_string("workdir", None, "", flag_values=fv)
@@ -122,14 +156,21 @@ def _parse(argv: list[str]):
 
 def test_changing_the_optimizer_brings_its_own_learning_rate():
   from lamb_lars.optim import optimizer_config
+
   lenet = lambda *a: _parse(["--config=lamb_lars/configs/mnist_lenet.py", "--workdir=w", *a]).optimizer
-  assert optimizer_config.learning_rate(lenet()) == 0.05                                  # the published baseline
+  assert optimizer_config.learning_rate(lenet()) == 0.05  # the published baseline
   assert optimizer_config.learning_rate(lenet("--config.optimizer.name=lamb")) == 0.0005  # not momentum's 0.05
   assert optimizer_config.learning_rate(lenet("--config.optimizer.name=lars")) == 0.05
-  assert optimizer_config.learning_rate(lenet("--config.optimizer.name=lamb", "--config.optimizer.learning_rate=0.01")
-                                        ) == 0.01
-  assert optimizer_config.learning_rate(_parse(["--config=lamb_lars/configs/default.py", "--config.optimizer.name=adam"]
-                                               ).optimizer) == 0.001
+  assert (
+    optimizer_config.learning_rate(lenet("--config.optimizer.name=lamb", "--config.optimizer.learning_rate=0.01"))
+    == 0.01
+  )
+  assert (
+    optimizer_config.learning_rate(
+      _parse(["--config=lamb_lars/configs/default.py", "--config.optimizer.name=adam"]).optimizer
+    )
+    == 0.001
+  )
 
 
 def _documented_commands() -> list[tuple[str, list[str]]]:
@@ -141,10 +182,14 @@ def _documented_commands() -> list[tuple[str, list[str]]]:
   import re
   import shlex
   from lamb_lars.common import cli_help
+
   texts = {"--help": cli_help.usage().replace("%%", "%")}
-  for path in ["train.py", "lamb_lars/main.py",
-               *sorted(glob.glob(os.path.join(REPO, "lamb_lars", "configs", "**", "*.py"), recursive=True)),
-               *sorted(glob.glob(os.path.join(REPO, "lamb_lars", "proj", "*", "configs", "*.py")))]:
+  for path in [
+    "train.py",
+    "lamb_lars/main.py",
+    *sorted(glob.glob(os.path.join(REPO, "lamb_lars", "configs", "**", "*.py"), recursive=True)),
+    *sorted(glob.glob(os.path.join(REPO, "lamb_lars", "proj", "*", "configs", "*.py"))),
+  ]:
     path = os.path.relpath(os.path.join(REPO, path), REPO)
     texts[path] = ast.get_docstring(ast.parse(open(os.path.join(REPO, path), encoding="utf-8").read())) or ""
   for path in ["README.md", *sorted(glob.glob(os.path.join(REPO, "docs", "*.md")))]:  # the documents' examples too
@@ -177,6 +222,7 @@ def test_the_documented_commands_are_found():
 def test_every_documented_command_parses_and_validates(where, argv):
   """Each command parses as train.py parses it; MNIST ones also pass the whole validator (the plan of the run)."""
   from lamb_lars.train import validate
+
   config = _parse(argv)
   assert "model" in config, where
   if config.dataset == "mnist":
@@ -187,16 +233,18 @@ def test_every_documented_command_parses_and_validates(where, argv):
 # --- 7, 8. One sentence before anything compiles: values that cannot be right. --------------------------------
 
 BOUND_CASES = [
-    ({"num_epochs": float("inf"), "num_train_steps": -1}, "config.num_epochs=inf must be a finite number"),
-    ({"num_epochs": float("nan")}, "config.num_epochs=nan must be a finite number"),
-    ({"eval_batch_size": 10 ** 12}, "config.eval_batch_size=1,000,000,000,000 is larger than the 64 examples"),
-    ({"microbatch_size": -8}, "config.microbatch_size=-8 must be an integer ≥ 0"),
-    ({"diagnostics.noise_injection.gradients": -0.1}, "noise_injection.gradients=-0.1 must be a finite std ≥ 0"),
-    ({"diagnostics.noise_injection.weights": float("inf")}, "noise_injection.weights=inf must be a finite std"),
-    ({"diagnostics.noise_injection.labels": 1.5}, "noise_injection.labels=1.5 must be a fraction in [0, 1]"),
-    ({"synthetic.num_train": 0}, "config.synthetic.num_train=0 must be ≥ 1"),
-    ({"init_from_dir": "/nonexistent/reference", "init_from_steps": 2}, "init_from_dir='/nonexistent/reference' does "
-                                                                         "not exist"),
+  ({"num_epochs": float("inf"), "num_train_steps": -1}, "config.num_epochs=inf must be a finite number"),
+  ({"num_epochs": float("nan")}, "config.num_epochs=nan must be a finite number"),
+  ({"eval_batch_size": 10**12}, "config.eval_batch_size=1,000,000,000,000 is larger than the 64 examples"),
+  ({"microbatch_size": -8}, "config.microbatch_size=-8 must be an integer ≥ 0"),
+  ({"diagnostics.noise_injection.gradients": -0.1}, "noise_injection.gradients=-0.1 must be a finite std ≥ 0"),
+  ({"diagnostics.noise_injection.weights": float("inf")}, "noise_injection.weights=inf must be a finite std"),
+  ({"diagnostics.noise_injection.labels": 1.5}, "noise_injection.labels=1.5 must be a fraction in [0, 1]"),
+  ({"synthetic.num_train": 0}, "config.synthetic.num_train=0 must be ≥ 1"),
+  (
+    {"init_from_dir": "/nonexistent/reference", "init_from_steps": 2},
+    "init_from_dir='/nonexistent/reference' does not exist",
+  ),
 ]
 
 
@@ -204,6 +252,7 @@ BOUND_CASES = [
 def test_values_that_cannot_be_right_are_one_sentence(overrides, expected):
   from lamb_lars.train import validate
   from lamb_lars.train.run_plan import ConfigError
+
   with pytest.raises(ConfigError) as e:
     validate.validate(tiny_config(**overrides), 1)
   assert expected in str(e.value) and one_sentence(str(e.value)), str(e.value)
@@ -211,19 +260,24 @@ def test_values_that_cannot_be_right_are_one_sentence(overrides, expected):
 
 def test_a_result_json_that_is_not_an_object_is_one_sentence(tmp_path):
   from lamb_lars.train.run_plan import ConfigError
+
   (tmp_path / "result.json").write_text("[1, 2]")
   with pytest.raises(ConfigError) as e:
     trainer.recorded_result(str(tmp_path))
   assert "does not hold a JSON object" in str(e.value) and one_sentence(str(e.value))
 
 
-@pytest.mark.parametrize("exc", [
+@pytest.mark.parametrize(
+  "exc",
+  [
     OSError(28, "No space left on device"),
     ValueError("RESOURCE_EXHAUSTED: Error writing local file /w/checkpoints/4/state/d/abc: No space left"),
     RuntimeError("orbax: RESOURCE_EXHAUSTED: failed to write checkpoint"),
-])
+  ],
+)
 def test_a_full_disk_is_one_sentence(exc):
   from lamb_lars.common import cli_errors
+
   msg = cli_errors.sentence(exc, value_errors=False)
   assert msg is not None and "space" in msg and "re-run the same command to resume" in msg and one_sentence(msg), msg
 
@@ -235,6 +289,7 @@ def test_a_full_disk_mid_run_ends_in_one_sentence(tmp_path, monkeypatch, capsys)
 
   def full(*a, **k):
     raise ValueError("RESOURCE_EXHAUSTED: Error writing local file: No space left on device")
+
   monkeypatch.setattr(checkpoint.Checkpointer, "save", full)
   with pytest.raises(ValueError) as e:
     trainer.train_and_evaluate(tiny_config(), str(tmp_path))
@@ -246,18 +301,22 @@ def test_a_full_disk_mid_run_ends_in_one_sentence(tmp_path, monkeypatch, capsys)
 
 
 CONFIG_FILES = {
-    "raises.py": ("def get_config():\n  raise RuntimeError('no GPU quota')\n", "raised RuntimeError: no GPU quota"),
-    "missing_module.py": ("import not_a_module_anywhere\ndef get_config():\n  return None\n",
-                          "No module named 'not_a_module_anywhere'"),
-    "returns_none.py": ("def get_config():\n  return None\n", "get_config() returned None"),
+  "raises.py": ("def get_config():\n  raise RuntimeError('no GPU quota')\n", "raised RuntimeError: no GPU quota"),
+  "missing_module.py": (
+    "import not_a_module_anywhere\ndef get_config():\n  return None\n",
+    "No module named 'not_a_module_anywhere'",
+  ),
+  "returns_none.py": ("def get_config():\n  return None\n", "get_config() returned None"),
 }
 CLI_CASES = [
-    (["--config=lamb_lars/configs/mnist_lenet.py", "--config.foo=1"], "the config has no key 'foo'"),
-    (["--config=lamb_lars/configs/mnist_lenet.py", "--config.num_epochs=inf"],
-     "config.num_epochs=inf must be a finite number"),
-    (["--config=lamb_lars/configs/mnist_lenet.py", "--config.eval_batch_size=1000000000000"], "eval_batch_size"),
-    (["--config=lamb_lars/configs/mnist_lenet.py", "stray"], "unexpected argument 'stray'"),
-    *[([f"--config={{tmp}}/{name}"], expected) for name, (_, expected) in CONFIG_FILES.items()],
+  (["--config=lamb_lars/configs/mnist_lenet.py", "--config.foo=1"], "the config has no key 'foo'"),
+  (
+    ["--config=lamb_lars/configs/mnist_lenet.py", "--config.num_epochs=inf"],
+    "config.num_epochs=inf must be a finite number",
+  ),
+  (["--config=lamb_lars/configs/mnist_lenet.py", "--config.eval_batch_size=1000000000000"], "eval_batch_size"),
+  (["--config=lamb_lars/configs/mnist_lenet.py", "stray"], "unexpected argument 'stray'"),
+  *[([f"--config={{tmp}}/{name}"], expected) for name, (_, expected) in CONFIG_FILES.items()],
 ]
 
 
@@ -278,10 +337,16 @@ def test_train_py_mistakes_exit_2_with_one_sentence(tmp_path, argv, expected):
 @pytest.mark.slow
 def test_gs_workdir_without_credentials_fails_at_once(tmp_path):
   from lamb_lars.common import cli_errors
+
   env = {k: v for k, v in ENV.items() if k not in cli_errors.GCS_ENV}
-  out = subprocess.run([sys.executable, "train.py", "--config=lamb_lars/configs/mnist_lenet.py", "--workdir=gs://no-bucket/w"],
-                       cwd=REPO, env={**env, "CLOUDSDK_CONFIG": str(tmp_path)}, capture_output=True, text=True,
-                       timeout=60)
+  out = subprocess.run(
+    [sys.executable, "train.py", "--config=lamb_lars/configs/mnist_lenet.py", "--workdir=gs://no-bucket/w"],
+    cwd=REPO,
+    env={**env, "CLOUDSDK_CONFIG": str(tmp_path)},
+    capture_output=True,
+    text=True,
+    timeout=60,
+  )
   last = out.stderr.strip().splitlines()[-1]
   assert out.returncode == 2 and one_sentence(last) and "Traceback" not in out.stderr, out.stderr
   assert "GOOGLE_APPLICATION_CREDENTIALS" in last and "STORAGE_EMULATOR_HOST" in last
@@ -293,11 +358,22 @@ def test_an_interrupted_run_says_where_and_how_to_resume(tmp_path, sig, rc):
   """SIGINT / SIGTERM after the first evaluation: the loop stops between chunks (no orbax traceback from inside a
   save), one line with the step and the checkpoint to resume from, rc 128 + signal."""
   import time
-  args = [sys.executable, os.path.join(REPO, "train.py"), "--config=lamb_lars/configs/mnist_lenet.py",
-          f"--workdir={tmp_path / 'w'}", "--config.dataset=synthetic", "--config.synthetic.num_train=256",
-          "--config.synthetic.num_eval=64", "--config.batch_size=32", "--config.eval_batch_size=64",
-          "--config.num_train_steps=100000", "--config.eval_every_steps=2", "--config.checkpoint_every_steps=2",
-          "--config.progress=False"]
+
+  args = [
+    sys.executable,
+    os.path.join(REPO, "train.py"),
+    "--config=lamb_lars/configs/mnist_lenet.py",
+    f"--workdir={tmp_path / 'w'}",
+    "--config.dataset=synthetic",
+    "--config.synthetic.num_train=256",
+    "--config.synthetic.num_eval=64",
+    "--config.batch_size=32",
+    "--config.eval_batch_size=64",
+    "--config.num_train_steps=100000",
+    "--config.eval_every_steps=2",
+    "--config.checkpoint_every_steps=2",
+    "--config.progress=False",
+  ]
   proc = subprocess.Popen(args, cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   metrics = tmp_path / "w" / "metrics.jsonl"
   deadline = time.time() + 240
@@ -313,17 +389,25 @@ def test_an_interrupted_run_says_where_and_how_to_resume(tmp_path, sig, rc):
 
 # --- 6. A study's store missing beside its run directories is refused, never replaced. ------------------------
 
+
 def test_a_missing_store_beside_run_directories_is_refused(tmp_path):
   from lamb_lars.configs.studies import smoke
   from lamb_lars.study.running import workdir as wd
+
   wd.save_study_config(smoke.get_config(), str(tmp_path))
   (tmp_path / "runs" / "bs256-momentum-lr0.05").mkdir(parents=True)
   with pytest.raises(ValueError) as e:
     wd.open_store(str(tmp_path))
   assert "study.sqlite is missing but 1 trial run directories exist" in str(e.value) and one_sentence(str(e.value))
   assert not (tmp_path / "study.sqlite").exists()
-  out = subprocess.run([sys.executable, "-m", "lamb_lars.study", "status", f"--workdir={tmp_path}"], cwd=REPO,
-                       env=ENV, capture_output=True, text=True, timeout=120)
+  out = subprocess.run(
+    [sys.executable, "-m", "lamb_lars.study", "status", f"--workdir={tmp_path}"],
+    cwd=REPO,
+    env=ENV,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
   last = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else ""
   assert out.returncode == 2 and last.startswith("error: ") and "is missing" in last, out.stdout + out.stderr
   assert not (tmp_path / "study.sqlite").exists()
@@ -336,8 +420,14 @@ _FOLDER = "docs/studies/mnist_branching_sqrt"
 
 @pytest.mark.parametrize("form", [[f"--workdir={_FOLDER}"], ["--workdir", _FOLDER], [_FOLDER]])
 def test_study_verify_takes_the_workdir_flag_too(form):
-  out = subprocess.run([sys.executable, "-m", "lamb_lars.study", "verify", *form], cwd=REPO, env=ENV,
-                       capture_output=True, text=True, timeout=300)
+  out = subprocess.run(
+    [sys.executable, "-m", "lamb_lars.study", "verify", *form],
+    cwd=REPO,
+    env=ENV,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   assert out.returncode == 0 and "verified" in out.stdout, out.stdout + out.stderr
 
 
@@ -346,10 +436,13 @@ def test_optuna_trials_carry_their_searched_values_as_params(tmp_path):
   the study is persisted (as a resumed runner does), and a follow-up outside the first range still keeps its."""
   import optuna
   from lamb_lars.study.running import search
+
   space = {"optimizer.learning_rate": ("log", 0.01, 1.0), "optimizer.schedule.warmup_epochs": ("linear", 0.0, 5.0)}
-  points = {"a": {"optimizer.learning_rate": 0.05, "optimizer.schedule.warmup_epochs": 1.0},
-            "b": {"optimizer.learning_rate": 0.3, "optimizer.schedule.warmup_epochs": 2.5},
-            "c": {"optimizer.learning_rate": 3.0}}   # an extended range's trial
+  points = {
+    "a": {"optimizer.learning_rate": 0.05, "optimizer.schedule.warmup_epochs": 1.0},
+    "b": {"optimizer.learning_rate": 0.3, "optimizer.schedule.warmup_epochs": 2.5},
+    "c": {"optimizer.learning_rate": 3.0},
+  }  # an extended range's trial
   cs = search.CellSearch(min_epochs=1, reduction_factor=3, trial_params={k: (v, space) for k, v in points.items()})
   for rid in points:
     cs.report(rid, 1, 0.9)
@@ -364,15 +457,20 @@ def test_optuna_trials_carry_their_searched_values_as_params(tmp_path):
   assert got["a"].distributions["optimizer.learning_rate"] == want
 
 
-@pytest.mark.parametrize("v,label", [(1.5, "1.5"), (2.0, "2"), (2.5, "2.5"), (256.0, "256"), (8192.0, "8,192"),
-                                     (0.05, "0.05"), (1e-5, "1e-05")])
+@pytest.mark.parametrize(
+  "v,label",
+  [(1.5, "1.5"), (2.0, "2"), (2.5, "2.5"), (256.0, "256"), (8192.0, "8,192"), (0.05, "0.05"), (1e-5, "1e-05")],
+)
 def test_log_axis_tick_labels_tell_values_apart(v, label):
   from lamb_lars.study.report import plots
+
   assert plots._plain_number(v) == label
 
 
-TABLE3_FOLDERS = sorted(os.path.basename(os.path.dirname(p)) for p in
-                        __import__("glob").glob(os.path.join(REPO, "docs", "studies", "*", "table3_curves.png")))
+TABLE3_FOLDERS = sorted(
+  os.path.basename(os.path.dirname(p))
+  for p in __import__("glob").glob(os.path.join(REPO, "docs", "studies", "*", "table3_curves.png"))
+)
 
 
 @pytest.mark.parametrize("folder", TABLE3_FOLDERS)
@@ -381,12 +479,14 @@ def test_table3_curves_show_each_trial_once_and_name_its_own_status(folder, monk
   whose verdict is not the shown trial's status says which trial it shows."""
   from lamb_lars.study.publishing import provenance, publish
   from lamb_lars.study.report import plots, report
+
   seen = {}
   real = plots.training_curves
 
   def capture(out_dir, name, curves, *a, **k):
     seen[name] = dict(curves)
     return real(out_dir, name, curves, *a, **k)
+
   monkeypatch.setattr(plots, "training_curves", capture)
   d = os.path.join(REPO, "docs", "studies", folder)
   manifest = json.load(open(os.path.join(d, "manifest.json"), encoding="utf-8"))
@@ -402,8 +502,11 @@ def test_table3_curves_show_each_trial_once_and_name_its_own_status(folder, monk
 
 # --- 10. Fidelity: the paper configs read the data as the authors' input stream does. --------------------------
 
-PAPER = sorted(n[:-3] for n in os.listdir(os.path.join(REPO, "lamb_lars", "proj", "you2020", "configs"))
-               if n.endswith(".py") and n not in ("__init__.py", "common.py", "mnist_table3_paper.py"))
+PAPER = sorted(
+  n[:-3]
+  for n in os.listdir(os.path.join(REPO, "lamb_lars", "proj", "you2020", "configs"))
+  if n.endswith(".py") and n not in ("__init__.py", "common.py", "mnist_table3_paper.py")
+)
 
 
 @pytest.mark.parametrize("name", PAPER)
@@ -411,6 +514,7 @@ def test_paper_configs_take_the_authors_data_order(name):
   """``.repeat().shuffle(60000).batch(B, drop_remainder=True)``: batches straddle epochs, no image is dropped."""
   import importlib
   from lamb_lars.train import validate
+
   config = importlib.import_module(f"lamb_lars.proj.you2020.configs.{name}").get_config()
   assert config.data_order == "examples"
   assert validate.validate(config, 1).total_steps == config.num_train_steps

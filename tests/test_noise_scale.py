@@ -1,4 +1,5 @@
 """Gradient noise scale (McCandlish et al. 2018) on a synthetic problem with known Σ and G; SNR (You et al. §6.1)."""
+
 from __future__ import annotations
 
 import jax
@@ -55,7 +56,7 @@ def test_ema_noise_scale_recovers_trace_over_g2():
   # The EMA ratio: delta-method standard error with the EMA's weights w_t = (1-β)β^(T-t).
   w = (1 - decay) * decay ** np.arange(steps)[::-1]
   resid = nums - true * dens
-  se = np.sqrt(np.sum(w ** 2)) / np.sum(w) * resid.std() / dens.mean()
+  se = np.sqrt(np.sum(w**2)) / np.sum(w) * resid.std() / dens.mean()
   assert se < 0.15 * true  # the test can tell a right estimator from a wrong one
   assert abs(float(ns.b_simple(state)) - true) < 4 * se
   g2, tr = ns.debiased(state, decay)
@@ -77,7 +78,8 @@ def test_two_batch_estimates_match_the_formula_in_float64():
     np.testing.assert_allclose(got_g2, want_g2, rtol=1e-12)
     np.testing.assert_allclose(got_tr, want_tr, rtol=1e-12)
     got_g2, got_tr = jax.jit(ns.two_batch_estimates, static_argnums=(2, 3))(
-        jnp.float32(small), jnp.float32(big), b_s, b_b)
+      jnp.float32(small), jnp.float32(big), b_s, b_b
+    )
     np.testing.assert_allclose(got_g2, want_g2, rtol=1e-5, atol=1e-5 * np.abs(want_g2).max())
     np.testing.assert_allclose(got_tr, want_tr, rtol=1e-5)
 
@@ -88,28 +90,29 @@ def test_jit_estimator_on_per_device_gradients_recovers_known_noise_scale():
   B_simple comes out as tr Σ/|G|² = 32 within 4 standard errors."""
   rng, g, chol = _problem(1)
   steps, decay = 3000, 0.998
-  per_device = (g + rng.standard_normal((steps, DEVICES, B_SMALL, P)) @ chol.T).mean(axis=2)   # [T, D, P]
+  per_device = (g + rng.standard_normal((steps, DEVICES, B_SMALL, P)) @ chol.T).mean(axis=2)  # [T, D, P]
 
   @jax.jit
   def run(xs):
     def body(state, x):
       small, big = ns.stacked_sq_norms(x)
       return ns.update(state, small, big, B_SMALL, B_BIG, decay), None
+
     return jax.lax.scan(body, ns.init(), xs)[0]
 
   state = run(jnp.asarray(per_device, jnp.float32))
   # float64 reference written from the definitions, not from the module.
-  small = np.mean(np.sum(per_device ** 2, axis=2), axis=1)            # mean_d ‖g_d‖²
-  big = np.sum(per_device.mean(axis=1) ** 2, axis=1)                  # ‖mean_d g_d‖²
+  small = np.mean(np.sum(per_device**2, axis=2), axis=1)  # mean_d ‖g_d‖²
+  big = np.sum(per_device.mean(axis=1) ** 2, axis=1)  # ‖mean_d g_d‖²
   g2_t = (B_BIG * big - B_SMALL * small) / (B_BIG - B_SMALL)
   tr_t = (small - big) / (1.0 / B_SMALL - 1.0 / B_BIG)
-  w = (1 - decay) * decay ** np.arange(steps)[::-1]                   # EMA weights, starting from 0
+  w = (1 - decay) * decay ** np.arange(steps)[::-1]  # EMA weights, starting from 0
   np.testing.assert_allclose(float(state.g2), np.sum(w * g2_t), rtol=1e-3)
   np.testing.assert_allclose(float(state.trace), np.sum(w * tr_t), rtol=1e-3)
   assert int(state.count) == steps
-  true = float(np.sum(chol * chol)) / float(g @ g)                    # tr(L Lᵀ)/|G|² = 32
+  true = float(np.sum(chol * chol)) / float(g @ g)  # tr(L Lᵀ)/|G|² = 32
   assert true == pytest.approx(32.0)
-  se = np.sqrt(np.sum(w ** 2)) / np.sum(w) * np.std(tr_t - true * g2_t) / np.mean(g2_t)
+  se = np.sqrt(np.sum(w**2)) / np.sum(w) * np.std(tr_t - true * g2_t) / np.mean(g2_t)
   assert se < 0.15 * true
   assert abs(float(ns.b_simple(state)) - true) < 4 * se
   assert np.isnan(ns.b_simple(ns.init()))  # no signal yet
@@ -122,7 +125,7 @@ def test_pytree_norms_and_stacked_norms():
   assert ns.sq_norm(jax.tree_util.tree_map(jnp.asarray, tree)).dtype == jnp.float32
   per_device = {"w": np.array([[1.0, 0.0], [0.0, 1.0]]), "b": np.array([[1.0], [1.0]])}
   small, big = ns.stacked_sq_norms(per_device)
-  assert (small, big) == pytest.approx((2.0, 0.5 ** 2 * 2 + 1.0))
+  assert (small, big) == pytest.approx((2.0, 0.5**2 * 2 + 1.0))
 
 
 def test_signal_to_noise_hand_computed():

@@ -1,5 +1,6 @@
 """B_simple as a trajectory (noise_trajectory.py) on synthetic evals with NaNs and infs, against numpy float64
 written from the definition; the report shows the phases and counts the non-finite evaluations."""
+
 from __future__ import annotations
 
 import math
@@ -13,8 +14,9 @@ from lamb_lars.study.records import Trial
 
 
 def _trial(rid, b, steps, values):
-  return Trial(rid, b, curve=[{"step": int(s), "noise_scale": float(v), "eval_accuracy": 0.5}
-                              for s, v in zip(steps, values)])
+  return Trial(
+    rid, b, curve=[{"step": int(s), "noise_scale": float(v), "eval_accuracy": 0.5} for s, v in zip(steps, values)]
+  )
 
 
 def _reference(runs, n):
@@ -31,8 +33,16 @@ def _reference(runs, n):
   for vals in pools:
     x = np.asarray(vals, np.float64)
     fin = x[np.isfinite(x)]
-    out.append((np.median(fin) if fin.size else None, np.percentile(fin, 25) if fin.size else None,
-                np.percentile(fin, 75) if fin.size else None, fin.size, x.size - fin.size, int((fin <= 0).sum())))
+    out.append(
+      (
+        np.median(fin) if fin.size else None,
+        np.percentile(fin, 25) if fin.size else None,
+        np.percentile(fin, 75) if fin.size else None,
+        fin.size,
+        x.size - fin.size,
+        int((fin <= 0).sum()),
+      )
+    )
   return out
 
 
@@ -41,9 +51,9 @@ def test_trajectory_matches_numpy_with_nonfinite_values():
   runs = []
   for last in (370, 500):
     steps = np.arange(0, last + 1, 10)
-    values = np.exp(np.linspace(3.5, 11.4, steps.size)) * rng.uniform(0.5, 1.5, steps.size)   # 40 → ~90,000
+    values = np.exp(np.linspace(3.5, 11.4, steps.size)) * rng.uniform(0.5, 1.5, steps.size)  # 40 → ~90,000
     values[[3, 17, -1]] = [np.nan, np.inf, np.nan]
-    values[1] = -5.0                                                   # a negative |G|² estimate early on
+    values[1] = -5.0  # a negative |G|² estimate early on
     runs.append((steps, values))
   trials = [_trial(f"r{i}", 256, s, v) for i, (s, v) in enumerate(runs)]
   for n in (1, 4, 10):
@@ -56,7 +66,7 @@ def test_trajectory_matches_numpy_with_nonfinite_values():
       assert p.q75 == pytest.approx(q75, rel=1e-12)
   got = nt.trajectory(trials, num_phases=10)
   assert sum(p.num_nonfinite for p in got) == 6 and sum(p.num_finite + p.num_nonfinite for p in got) == 38 + 51
-  assert got[0].median < got[-1].median                              # it grows over training
+  assert got[0].median < got[-1].median  # it grows over training
   assert nt.count_nonfinite(trials) == (6, 89)
   with pytest.raises(ValueError, match="num_phases"):
     nt.trajectory(trials, num_phases=0)
@@ -98,7 +108,7 @@ def test_the_headline_b_simple_uses_the_second_half_of_each_budget():
   rows = lambda steps, vals: [{"step": s, "epoch": s / 100.0, "noise_scale": v} for s, v in zip(steps, vals)]
   full = Trial("full", 256, budget_epochs=10.0, curve=rows([200, 400, 600, 800, 1000], [5.0, 9.0, 80.0, 100.0, 120.0]))
   pruned = Trial("pruned", 256, budget_epochs=10.0, status="pruned", curve=rows([100, 200], [3.0, 4.0]))
-  assert report_scaling.late_median(full, "noise_scale") == 100.0      # steps 600, 800, 1000 > 500
-  assert report_scaling.late_median(pruned, "noise_scale") is None       # both evals in the first half
+  assert report_scaling.late_median(full, "noise_scale") == 100.0  # steps 600, 800, 1000 > 500
+  assert report_scaling.late_median(pruned, "noise_scale") is None  # both evals in the first half
   no_budget = Trial("nb", 256, curve=rows([100, 200, 300, 400], [1.0, 2.0, 3.0, 4.0]))
-  assert report_scaling.late_median(no_budget, "noise_scale") == 3.5    # S = its last step: 300, 400 > 200
+  assert report_scaling.late_median(no_budget, "noise_scale") == 3.5  # S = its last step: 300, 400 > 200

@@ -1,6 +1,7 @@
 """The Colab notebook runs top to bottom (smoke mode: synthetic data, two tiny runs, and two of a model defined in a
 cell) from the repository root and from notebooks/, shows its plots inline, and neither its fresh outputs nor its
 committed ones show a machine path, a pip warning, a tqdm warning or a raw fit repr."""
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,10 @@ nbclient = pytest.importorskip("nbclient")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOK = os.path.join(ROOT, "notebooks", "mnist_batch_study.ipynb")
 # What a clean output never shows: where this machine keeps the checkout or home, and the warnings seen before.
-_UNWANTED = re.compile(r"/work/|/home/|/root/|/Users/|Running pip as the 'root' user|TqdmWarning|IProgress not "
-                       r"found|InverseLawFit\(|Traceback")
+_UNWANTED = re.compile(
+  r"/work/|/home/|/root/|/Users/|Running pip as the 'root' user|TqdmWarning|IProgress not "
+  r"found|InverseLawFit\(|Traceback"
+)
 
 
 def _text(nb) -> str:
@@ -43,8 +46,9 @@ def test_notebook_executes_in_smoke_mode(tmp_path, monkeypatch, cwd):
   monkeypatch.setenv("LAMB_LARS_NOTEBOOK_WORKDIR", str(tmp_path / "study"))
   monkeypatch.delenv("XLA_FLAGS", raising=False)  # one CPU device per trainer (the suite's 8 fake ones are slow)
   nb = nbformat.read(NOTEBOOK, as_version=4)
-  client = nbclient.NotebookClient(nb, timeout=240, kernel_name="python3",
-                                   resources={"metadata": {"path": os.path.join(ROOT, cwd)}})
+  client = nbclient.NotebookClient(
+    nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": os.path.join(ROOT, cwd)}}
+  )
   client.execute()
   outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
   assert not [o for o in outputs if o.get("output_type") == "error"]
@@ -66,7 +70,7 @@ def test_find_checkout_walks_up_or_finds_a_clone(tmp_path):
   nb = nbformat.read(NOTEBOOK, as_version=4)
   src = nb.cells[2].source
   ns: dict = {}
-  exec(src[:src.index("ROOT = find_checkout()")], ns)  # noqa: S102  (the notebook's own function definition)
+  exec(src[: src.index("ROOT = find_checkout()")], ns)  # noqa: S102  (the notebook's own function definition)
   find = ns["find_checkout"]
   assert find(os.path.join(ROOT, "notebooks")) == ROOT and find(ROOT) == ROOT
   (tmp_path / "lamb_lars").mkdir()  # a folder named like the package but no checkout: not a match
@@ -81,6 +85,7 @@ def test_notebook_executes_from_outside_the_repository_as_instructed(tmp_path, m
   made and entered by the cell the notebook gives (a local ``git clone`` of this repository stands in for
   REPO_URL), then every cell; no PYTHONPATH points at this checkout, so the trials import what the clone gives."""
   import subprocess
+
   content = tmp_path / "content"
   content.mkdir()
   setup = nbformat.read(NOTEBOOK, as_version=4).cells[1].source
@@ -98,8 +103,9 @@ def test_notebook_executes_from_outside_the_repository_as_instructed(tmp_path, m
   monkeypatch.delenv("PYTHONPATH", raising=False)
   nb = nbformat.read(NOTEBOOK, as_version=4)
   nb.cells.insert(0, nbformat.v4.new_code_cell("\n".join(magics)))
-  client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                                   resources={"metadata": {"path": str(content)}})
+  client = nbclient.NotebookClient(
+    nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(content)}}
+  )
   client.execute()
   outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
   assert not [o for o in outputs if o.get("output_type") == "error"], _text(nb)[-3000:]

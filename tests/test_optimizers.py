@@ -1,4 +1,5 @@
 """Every optimizer alias against the independent float64 numpy reference; optax-compatible forms against optax."""
+
 from __future__ import annotations
 
 import jax
@@ -32,76 +33,198 @@ def _cfg(**kw):
 LARS_B = (0.01, 1.0)
 LW_B = (0.03, 3.0)
 CASES = [
-    ("lars_paper_momentum", lambda: O.lars(LR, momentum=0.9, weight_decay=0.01, trust_coefficient=0.01),
-     dict(kind="lars", lr=LR, momentum=0.9, weight_decay=0.01, trust_coefficient=0.01, denominator="paper")),
-    ("lars_paper_nesterov", lambda: O.lars(LR, momentum=0.9, nesterov=True, weight_decay=0.01, trust_coefficient=0.01),
-     dict(kind="lars", lr=LR, momentum=0.9, nesterov=True, weight_decay=0.01, trust_coefficient=0.01,
-          denominator="paper")),
-    ("lars_optax_momentum", lambda: O.lars(LR, weight_decay=0.01, trust_coefficient=0.01, denominator="optax"),
-     dict(kind="lars", lr=LR, momentum=0.9, weight_decay=0.01, trust_coefficient=0.01)),
-    ("lars_optax_nesterov_eps", lambda: O.lars(schedule, nesterov=True, weight_decay=0.01, trust_coefficient=0.01,
-                                               eps=1e-3, denominator="optax"),
-     dict(kind="lars", lr=schedule, momentum=0.9, nesterov=True, weight_decay=0.01, trust_coefficient=0.01,
-          trust_eps=1e-3)),
-    ("lars_bounds_active", lambda: O.lars(LR, weight_decay=0.01, trust_coefficient=0.01, ratio_bounds=LARS_B),
-     dict(kind="lars", lr=LR, momentum=0.9, weight_decay=0.01, trust_coefficient=0.01, denominator="paper",
-          ratio_bounds=LARS_B)),
-    ("lars_bounds_inactive", lambda: O.lars(LR, weight_decay=0.01, ratio_bounds=(1e-9, 1e9)),
-     dict(kind="lars", lr=LR, momentum=0.9, weight_decay=0.01, trust_coefficient=0.001, denominator="paper",
-          ratio_bounds=(1e-9, 1e9))),
-    ("lars_no_masks", lambda: O.lars(LR, weight_decay=0.01, weight_decay_mask=True, adaptation_mask=True),
-     dict(kind="lars", lr=LR, momentum=0.9, weight_decay=0.01, trust_coefficient=0.001, denominator="paper",
-          wd_exclude=None, adapt_exclude=None)),
-    ("lars_stacked", lambda: O.lars(LR, weight_decay=0.01, stacked_mask=lambda p: jax.tree.map_with_path(
-        lambda kp, _: kp[0].key == "stack", p)),
-     dict(kind="lars", lr=LR, momentum=0.9, weight_decay=0.01, trust_coefficient=0.001, denominator="paper",
-          stacked="^stack/")),
-    ("lars_phi_nesterov", lambda: O.lars(LR, nesterov=True, weight_decay=0.01, phi_bounds=(1.0, 50.0)),
-     dict(kind="lars", lr=LR, momentum=0.9, nesterov=True, weight_decay=0.01, trust_coefficient=0.001,
-          denominator="paper", phi_bounds=(1.0, 50.0))),
-    ("lamb", lambda: O.lamb(LR, weight_decay=0.01),
-     dict(kind="layerwise", base="adam", lr=LR, eps=1e-6, weight_decay=0.01)),
-    ("lamb_phi_nobc_paper", lambda: O.lamb(schedule, weight_decay=0.01, phi_bounds=(0.5, 5.0), bias_correction=False,
-                                           denominator="paper", ratio_bounds=LW_B),
-     dict(kind="layerwise", base="adam", lr=schedule, eps=1e-6, weight_decay=0.01, phi_bounds=(0.5, 5.0),
-          bias_correction=False, denominator="paper", ratio_bounds=LW_B)),
-    ("lw_sgd", lambda: O.layerwise_sgd(LR, weight_decay=0.01),
-     dict(kind="layerwise", base="sgd", lr=LR, weight_decay=0.01)),
-    ("lw_momentum_bound", lambda: O.layerwise_sgd(LR, momentum=0.9, weight_decay=0.01, ratio_bounds=LW_B),
-     dict(kind="layerwise", base="momentum", momentum=0.9, lr=LR, weight_decay=0.01, ratio_bounds=LW_B)),
-    ("lw_nesterov_bound", lambda: O.layerwise_sgd(LR, momentum=0.9, nesterov=True, ratio_bounds=LW_B),
-     dict(kind="layerwise", base="nesterov", momentum=0.9, lr=LR, ratio_bounds=LW_B)),
-    ("lw_adagrad_bound", lambda: O.layerwise_adagrad(LR, weight_decay=0.01, ratio_bounds=LW_B),
-     dict(kind="layerwise", base="adagrad", lr=LR, eps=1e-7, weight_decay=0.01, ratio_bounds=LW_B)),
-    ("lw_rmsprop", lambda: O.layerwise_rmsprop(LR, weight_decay=0.01),
-     dict(kind="layerwise", base="rmsprop", lr=LR, eps=1e-8, weight_decay=0.01)),
-    ("lw_rmsprop_bound", lambda: O.layerwise_rmsprop(LR, ratio_bounds=LW_B),
-     dict(kind="layerwise", base="rmsprop", lr=LR, eps=1e-8, ratio_bounds=LW_B)),
-    ("lw_adam_bound", lambda: O.layerwise_adam(LR, weight_decay=0.01, ratio_bounds=LW_B),
-     dict(kind="layerwise", base="adam", lr=LR, weight_decay=0.01, ratio_bounds=LW_B)),
+  (
+    "lars_paper_momentum",
+    lambda: O.lars(LR, momentum=0.9, weight_decay=0.01, trust_coefficient=0.01),
+    dict(kind="lars", lr=LR, momentum=0.9, weight_decay=0.01, trust_coefficient=0.01, denominator="paper"),
+  ),
+  (
+    "lars_paper_nesterov",
+    lambda: O.lars(LR, momentum=0.9, nesterov=True, weight_decay=0.01, trust_coefficient=0.01),
+    dict(
+      kind="lars", lr=LR, momentum=0.9, nesterov=True, weight_decay=0.01, trust_coefficient=0.01, denominator="paper"
+    ),
+  ),
+  (
+    "lars_optax_momentum",
+    lambda: O.lars(LR, weight_decay=0.01, trust_coefficient=0.01, denominator="optax"),
+    dict(kind="lars", lr=LR, momentum=0.9, weight_decay=0.01, trust_coefficient=0.01),
+  ),
+  (
+    "lars_optax_nesterov_eps",
+    lambda: O.lars(schedule, nesterov=True, weight_decay=0.01, trust_coefficient=0.01, eps=1e-3, denominator="optax"),
+    dict(
+      kind="lars", lr=schedule, momentum=0.9, nesterov=True, weight_decay=0.01, trust_coefficient=0.01, trust_eps=1e-3
+    ),
+  ),
+  (
+    "lars_bounds_active",
+    lambda: O.lars(LR, weight_decay=0.01, trust_coefficient=0.01, ratio_bounds=LARS_B),
+    dict(
+      kind="lars",
+      lr=LR,
+      momentum=0.9,
+      weight_decay=0.01,
+      trust_coefficient=0.01,
+      denominator="paper",
+      ratio_bounds=LARS_B,
+    ),
+  ),
+  (
+    "lars_bounds_inactive",
+    lambda: O.lars(LR, weight_decay=0.01, ratio_bounds=(1e-9, 1e9)),
+    dict(
+      kind="lars",
+      lr=LR,
+      momentum=0.9,
+      weight_decay=0.01,
+      trust_coefficient=0.001,
+      denominator="paper",
+      ratio_bounds=(1e-9, 1e9),
+    ),
+  ),
+  (
+    "lars_no_masks",
+    lambda: O.lars(LR, weight_decay=0.01, weight_decay_mask=True, adaptation_mask=True),
+    dict(
+      kind="lars",
+      lr=LR,
+      momentum=0.9,
+      weight_decay=0.01,
+      trust_coefficient=0.001,
+      denominator="paper",
+      wd_exclude=None,
+      adapt_exclude=None,
+    ),
+  ),
+  (
+    "lars_stacked",
+    lambda: O.lars(
+      LR, weight_decay=0.01, stacked_mask=lambda p: jax.tree.map_with_path(lambda kp, _: kp[0].key == "stack", p)
+    ),
+    dict(
+      kind="lars",
+      lr=LR,
+      momentum=0.9,
+      weight_decay=0.01,
+      trust_coefficient=0.001,
+      denominator="paper",
+      stacked="^stack/",
+    ),
+  ),
+  (
+    "lars_phi_nesterov",
+    lambda: O.lars(LR, nesterov=True, weight_decay=0.01, phi_bounds=(1.0, 50.0)),
+    dict(
+      kind="lars",
+      lr=LR,
+      momentum=0.9,
+      nesterov=True,
+      weight_decay=0.01,
+      trust_coefficient=0.001,
+      denominator="paper",
+      phi_bounds=(1.0, 50.0),
+    ),
+  ),
+  (
+    "lamb",
+    lambda: O.lamb(LR, weight_decay=0.01),
+    dict(kind="layerwise", base="adam", lr=LR, eps=1e-6, weight_decay=0.01),
+  ),
+  (
+    "lamb_phi_nobc_paper",
+    lambda: O.lamb(
+      schedule, weight_decay=0.01, phi_bounds=(0.5, 5.0), bias_correction=False, denominator="paper", ratio_bounds=LW_B
+    ),
+    dict(
+      kind="layerwise",
+      base="adam",
+      lr=schedule,
+      eps=1e-6,
+      weight_decay=0.01,
+      phi_bounds=(0.5, 5.0),
+      bias_correction=False,
+      denominator="paper",
+      ratio_bounds=LW_B,
+    ),
+  ),
+  (
+    "lw_sgd",
+    lambda: O.layerwise_sgd(LR, weight_decay=0.01),
+    dict(kind="layerwise", base="sgd", lr=LR, weight_decay=0.01),
+  ),
+  (
+    "lw_momentum_bound",
+    lambda: O.layerwise_sgd(LR, momentum=0.9, weight_decay=0.01, ratio_bounds=LW_B),
+    dict(kind="layerwise", base="momentum", momentum=0.9, lr=LR, weight_decay=0.01, ratio_bounds=LW_B),
+  ),
+  (
+    "lw_nesterov_bound",
+    lambda: O.layerwise_sgd(LR, momentum=0.9, nesterov=True, ratio_bounds=LW_B),
+    dict(kind="layerwise", base="nesterov", momentum=0.9, lr=LR, ratio_bounds=LW_B),
+  ),
+  (
+    "lw_adagrad_bound",
+    lambda: O.layerwise_adagrad(LR, weight_decay=0.01, ratio_bounds=LW_B),
+    dict(kind="layerwise", base="adagrad", lr=LR, eps=1e-7, weight_decay=0.01, ratio_bounds=LW_B),
+  ),
+  (
+    "lw_rmsprop",
+    lambda: O.layerwise_rmsprop(LR, weight_decay=0.01),
+    dict(kind="layerwise", base="rmsprop", lr=LR, eps=1e-8, weight_decay=0.01),
+  ),
+  (
+    "lw_rmsprop_bound",
+    lambda: O.layerwise_rmsprop(LR, ratio_bounds=LW_B),
+    dict(kind="layerwise", base="rmsprop", lr=LR, eps=1e-8, ratio_bounds=LW_B),
+  ),
+  (
+    "lw_adam_bound",
+    lambda: O.layerwise_adam(LR, weight_decay=0.01, ratio_bounds=LW_B),
+    dict(kind="layerwise", base="adam", lr=LR, weight_decay=0.01, ratio_bounds=LW_B),
+  ),
 ]
 # The "original" solvers and the config glue: built from config.optimizer.
 for _name in ("sgd", "momentum", "nesterov", "adagrad", "rmsprop", "adam"):
-  CASES.append((f"cfg_{_name}", lambda n=_name: OC.optimizer_from_config(_cfg(name=n, weight_decay=0.01), LR),
-                dict(kind="original", base=_name, lr=LR, momentum=0.9, weight_decay=0.01,
-                     eps={"adagrad": 1e-7}.get(_name, 1e-8))))
+  CASES.append(
+    (
+      f"cfg_{_name}",
+      lambda n=_name: OC.optimizer_from_config(_cfg(name=n, weight_decay=0.01), LR),
+      dict(kind="original", base=_name, lr=LR, momentum=0.9, weight_decay=0.01, eps={"adagrad": 1e-7}.get(_name, 1e-8)),
+    )
+  )
 CASES += [
-    ("cfg_adamw", lambda: OC.optimizer_from_config(_cfg(name="adamw", weight_decay=0.01), LR),
-     dict(kind="adamw", base="adam", lr=LR, weight_decay=0.01)),
-    ("cfg_lars_optax", lambda: OC.optimizer_from_config(_cfg(name="lars", weight_decay=0.01, denominator="optax",
-                                                            nesterov=True), LR),
-     dict(kind="lars", lr=LR, momentum=0.9, nesterov=True, weight_decay=0.01, trust_coefficient=0.001)),
-    ("cfg_lamb_bound", lambda: OC.optimizer_from_config(_cfg(name="lamb", weight_decay=0.01, ratio_bounds=LW_B,
-                                                            phi_bounds=(None, 10.0)), LR),
-     dict(kind="layerwise", base="adam", lr=LR, eps=1e-6, weight_decay=0.01, ratio_bounds=LW_B,
-          phi_bounds=(None, 10.0))),
-    ("cfg_rmsprop_layerwise_bound", lambda: OC.optimizer_from_config(
-        _cfg(name="rmsprop", layerwise=True, weight_decay=0.01, ratio_bounds=LW_B), LR),
-     dict(kind="layerwise", base="rmsprop", lr=LR, weight_decay=0.01, ratio_bounds=LW_B)),
-    ("cfg_momentum_layerwise_masks", lambda: OC.optimizer_from_config(
-        _cfg(name="momentum", layerwise=True, weight_decay=0.01, weight_decay_mask="", adaptation_mask="bias$"), LR),
-     dict(kind="layerwise", base="momentum", momentum=0.9, lr=LR, weight_decay=0.01, wd_exclude=None,
-          adapt_exclude="bias$")),
+  (
+    "cfg_adamw",
+    lambda: OC.optimizer_from_config(_cfg(name="adamw", weight_decay=0.01), LR),
+    dict(kind="adamw", base="adam", lr=LR, weight_decay=0.01),
+  ),
+  (
+    "cfg_lars_optax",
+    lambda: OC.optimizer_from_config(_cfg(name="lars", weight_decay=0.01, denominator="optax", nesterov=True), LR),
+    dict(kind="lars", lr=LR, momentum=0.9, nesterov=True, weight_decay=0.01, trust_coefficient=0.001),
+  ),
+  (
+    "cfg_lamb_bound",
+    lambda: OC.optimizer_from_config(
+      _cfg(name="lamb", weight_decay=0.01, ratio_bounds=LW_B, phi_bounds=(None, 10.0)), LR
+    ),
+    dict(kind="layerwise", base="adam", lr=LR, eps=1e-6, weight_decay=0.01, ratio_bounds=LW_B, phi_bounds=(None, 10.0)),
+  ),
+  (
+    "cfg_rmsprop_layerwise_bound",
+    lambda: OC.optimizer_from_config(_cfg(name="rmsprop", layerwise=True, weight_decay=0.01, ratio_bounds=LW_B), LR),
+    dict(kind="layerwise", base="rmsprop", lr=LR, weight_decay=0.01, ratio_bounds=LW_B),
+  ),
+  (
+    "cfg_momentum_layerwise_masks",
+    lambda: OC.optimizer_from_config(
+      _cfg(name="momentum", layerwise=True, weight_decay=0.01, weight_decay_mask="", adaptation_mask="bias$"), LR
+    ),
+    dict(
+      kind="layerwise", base="momentum", momentum=0.9, lr=LR, weight_decay=0.01, wd_exclude=None, adapt_exclude="bias$"
+    ),
+  ),
 ]
 
 
@@ -169,8 +292,9 @@ def test_lars_optax_form_equals_optax_lars_exactly(nesterov, jit):
   tr_mask = jax.tree.map_with_path(lambda kp, _: kp[0].key != "bn1", p)
   kw = dict(weight_decay=1e-2, trust_coefficient=0.02, eps=1e-6, momentum=0.8, nesterov=nesterov)
   want = _run(optax.lars(schedule, weight_decay_mask=wd_mask, trust_ratio_mask=tr_mask, **kw), p, gs, jit)
-  got = _run(O.lars(schedule, denominator="optax", weight_decay_mask=wd_mask, adaptation_mask=tr_mask, **kw),
-             p, gs, jit)
+  got = _run(
+    O.lars(schedule, denominator="optax", weight_decay_mask=wd_mask, adaptation_mask=tr_mask, **kw), p, gs, jit
+  )
   jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), got, want)
 
 
@@ -181,8 +305,12 @@ def test_lamb_equals_optax_lamb_exactly(jit):
   gs = [ref.nest({k: jnp.asarray(v, jnp.float32) for k, v in g.items()}) for g in grads]
   wd_mask = jax.tree.map_with_path(lambda kp, _: kp[-1].key == "kernel", p)
   want = _run(optax.lamb(schedule, b1=0.8, b2=0.99, eps=1e-5, weight_decay=1e-2, mask=wd_mask), p, gs, jit)
-  got = _run(O.lamb(schedule, b1=0.8, b2=0.99, eps=1e-5, weight_decay=1e-2, weight_decay_mask=wd_mask,
-                    adaptation_mask=True), p, gs, jit)
+  got = _run(
+    O.lamb(schedule, b1=0.8, b2=0.99, eps=1e-5, weight_decay=1e-2, weight_decay_mask=wd_mask, adaptation_mask=True),
+    p,
+    gs,
+    jit,
+  )
   jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), got, want)
 
 
@@ -197,23 +325,67 @@ def test_paper_and_optax_denominators_differ():
 
 # ------------------------------------------------------------------------------------------------ config glue
 
+
 def test_default_config_has_every_key_and_validates():
   c = optimizer_defaults.get_config()
-  for key in ("name", "learning_rate", "lr_scaling", "base_batch_size", "momentum", "nesterov", "b1", "b2", "eps",
-              "weight_decay", "layerwise", "ratio_bounds", "trust_coefficient", "denominator", "phi_bounds",
-              "weight_decay_mask", "adaptation_mask", "gradient_clip_norm", "track_stats", "schedule"):
+  for key in (
+    "name",
+    "learning_rate",
+    "lr_scaling",
+    "base_batch_size",
+    "momentum",
+    "nesterov",
+    "b1",
+    "b2",
+    "eps",
+    "weight_decay",
+    "layerwise",
+    "ratio_bounds",
+    "trust_coefficient",
+    "denominator",
+    "phi_bounds",
+    "weight_decay_mask",
+    "adaptation_mask",
+    "gradient_clip_norm",
+    "track_stats",
+    "schedule",
+  ):
     assert key in c, key
-  for key in ("warmup_steps", "warmup_epochs", "warmup_shape", "decay", "poly_power", "end_lr_factor",
-              "step_boundaries_epochs", "step_factor", "cycle_steps", "cycle_shape"):
+  for key in (
+    "warmup_steps",
+    "warmup_epochs",
+    "warmup_shape",
+    "decay",
+    "poly_power",
+    "end_lr_factor",
+    "step_boundaries_epochs",
+    "step_factor",
+    "cycle_steps",
+    "cycle_shape",
+  ):
     assert key in c.schedule, key
   OC.validate_config(c)
 
 
-@pytest.mark.parametrize("key,value", [
-    ("name", "lbfgs"), ("lr_scaling", "cubic"), ("denominator", "median"), ("ratio_bounds", (1.0,)),
-    ("ratio_bounds", (2.0, 1.0)), ("phi_bounds", (-1.0, 1.0)), ("momentum", 1.0), ("weight_decay", -1.0),
-    ("weight_decay_mask", "(["), ("layerwise", True), ("schedule.decay", "exp"), ("schedule.warmup_shape", "step"),
-    ("schedule.step_boundaries_epochs", ()), ("schedule.cycle_steps", -1)])
+@pytest.mark.parametrize(
+  "key,value",
+  [
+    ("name", "lbfgs"),
+    ("lr_scaling", "cubic"),
+    ("denominator", "median"),
+    ("ratio_bounds", (1.0,)),
+    ("ratio_bounds", (2.0, 1.0)),
+    ("phi_bounds", (-1.0, 1.0)),
+    ("momentum", 1.0),
+    ("weight_decay", -1.0),
+    ("weight_decay_mask", "(["),
+    ("layerwise", True),
+    ("schedule.decay", "exp"),
+    ("schedule.warmup_shape", "step"),
+    ("schedule.step_boundaries_epochs", ()),
+    ("schedule.cycle_steps", -1),
+  ],
+)
 def test_validate_config_names_the_bad_key(key, value):
   c = optimizer_defaults.get_config()
   c.name = "lars" if key == "layerwise" else ("sgd" if key != "name" else c.name)
@@ -236,14 +408,15 @@ def test_bounds_without_layerwise_are_rejected():
     OC.validate_config(c)
 
 
-@pytest.mark.parametrize("rule,factor", [("none", 1.0), ("linear", 32.0), ("sqrt", 32.0 ** 0.5)])
+@pytest.mark.parametrize("rule,factor", [("none", 1.0), ("linear", 32.0), ("sqrt", 32.0**0.5)])
 def test_create_optimizer_scales_lr_and_returns_schedule(rule, factor):
   c = optimizer_defaults.get_config()
   c.lr_scaling, c.learning_rate, c.base_batch_size = rule, 0.1, 256
   c.schedule.warmup_epochs, c.schedule.decay = 2.0, "poly"
   tx, lr = OC.create_optimizer(c, total_steps=100, num_train=81920, batch_size=8192)
-  np.testing.assert_allclose([float(lr(0)), float(lr(19)), float(lr(100))], [0.1 * factor / 20, 0.1 * factor, 0.0],
-                             rtol=1e-6, atol=1e-7)   # 2 epochs of warmup = 20 steps, first update η/20
+  np.testing.assert_allclose(
+    [float(lr(0)), float(lr(19)), float(lr(100))], [0.1 * factor / 20, 0.1 * factor, 0.0], rtol=1e-6, atol=1e-7
+  )  # 2 epochs of warmup = 20 steps, first update η/20
   assert isinstance(tx, optax.GradientTransformation)
 
 
@@ -258,6 +431,7 @@ def test_gradient_clipping_comes_first():
 
 def _doc_commands() -> list[str]:
   import os
+
   path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "optimizers.md")
   with open(path) as f:
     return [line.strip() for line in f if line.startswith("python train.py")]
@@ -273,6 +447,7 @@ def test_table3_command_parses_with_locked_config_and_builds(command):
   import ml_collections
   from absl import flags
   from ml_collections import config_flags
+
   root = ml_collections.ConfigDict({"batch_size": 256})
   root.optimizer = optimizer_defaults.get_config()
   argv = ["prog"] + [a for a in shlex.split(command) if a.startswith("--config.")]
@@ -294,6 +469,7 @@ def test_trust_ratio_travels_as_one_value():
   """A TrustRatio value and its fields as keywords build the same optimizer; the package exports the aliases."""
   import lamb_lars
   from lamb_lars.optim import trust_ratio as tr
+
   assert lamb_lars.lars is O.lars and lamb_lars.lamb is O.lamb
   assert lamb_lars.scale_by_trust_ratio is tr.scale_by_trust_ratio
   params = {"w": jnp.arange(1.0, 5.0), "bias": jnp.ones(2)}
@@ -311,6 +487,7 @@ def test_trust_ratio_travels_as_one_value():
 
 def test_config_default_mask_matches_the_library():
   from lamb_lars.optim import masks
+
   assert optimizer_defaults.DEFAULT_EXCLUDE == masks.DEFAULT_EXCLUDE
 
 
@@ -320,12 +497,15 @@ def test_import_lamb_lars_is_light():
   TensorFlow or config library, and no device initialised, so a notebook can import it first."""
   import subprocess
   import sys
-  code = ("import sys, lamb_lars, jax\n"
-          "heavy = [m for m in sys.modules if m.startswith(('lamb_lars.train', 'lamb_lars.input_pipeline', "
-          "'lamb_lars.models', 'lamb_lars.study', 'tensorflow', 'ml_collections', 'flax'))]\n"
-          "assert not heavy, heavy\n"
-          "assert not getattr(jax._src.xla_bridge, '_backends', {}), 'a device backend was initialised'\n"
-          "assert all(hasattr(lamb_lars, n) for n in lamb_lars.__all__)\n")
+
+  code = (
+    "import sys, lamb_lars, jax\n"
+    "heavy = [m for m in sys.modules if m.startswith(('lamb_lars.train', 'lamb_lars.input_pipeline', "
+    "'lamb_lars.models', 'lamb_lars.study', 'tensorflow', 'ml_collections', 'flax'))]\n"
+    "assert not heavy, heavy\n"
+    "assert not getattr(jax._src.xla_bridge, '_backends', {}), 'a device backend was initialised'\n"
+    "assert all(hasattr(lamb_lars, n) for n in lamb_lars.__all__)\n"
+  )
   subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 

@@ -1,5 +1,6 @@
 """The comparison of our runs with the authors' logs (lamb_lars/proj/you2020/paper_logs.py,
 lamb_lars/proj/you2020/authors_logs.py), on fabricated run dirs; its manifest and `study verify`."""
+
 from __future__ import annotations
 
 import csv
@@ -27,8 +28,14 @@ def _result(path, acc, status="done"):
 
 
 def test_authors_table_is_consistent():
-  assert set(paper.AUTHORS) == {"momentum_b1024", "lars_b8192", "lamb_b1024", "momentum_b60000", "lars_b60000",
-                                     "lamb_b60000"}
+  assert set(paper.AUTHORS) == {
+    "momentum_b1024",
+    "lars_b8192",
+    "lamb_b1024",
+    "momentum_b60000",
+    "lars_b60000",
+    "lamb_b60000",
+  }
   assert len(paper.AUTHORS["momentum_b1024"].runs) == 6 and len(paper.AUTHORS["lamb_b1024"].runs) == 5
   assert math.isclose(paper.AUTHORS["lars_b60000"].mean, 0.9727)
   assert paper.LARS_FULL_BATCH_SLICE[22.0] == paper.AUTHORS["lars_b60000"].mean
@@ -64,10 +71,10 @@ def test_report_verdicts_follow_the_interval(tmp_path):
   assert math.isclose(rows["lars_b8192"]["diff"], x.mean() - 0.9935)
   with open(os.path.join(out, "runs.csv")) as f:
     runs = list(csv.DictReader(f))
-  assert len(runs) == 3 + 3 + 1 + 2 + 1   # the slice run is a row too, with its LR
+  assert len(runs) == 3 + 3 + 1 + 2 + 1  # the slice run is a row too, with its LR
   assert [r["learning_rate"] for r in runs if r["learning_rate"]] == ["22"]
   readme = open(os.path.join(out, "README.md")).read()
-  assert "| 22 | 97.27 | 95.00, 97.00, — |" in readme   # the slice run at 22 and lars_b60000's own seeds (LR 22)
+  assert "| 22 | 97.27 | 95.00, 97.00, — |" in readme  # the slice run at 22 and lars_b60000's own seeds (LR 22)
   assert readme.count("| differs |") == 1 and readme.count("| agrees |") == 1
 
 
@@ -100,13 +107,17 @@ def test_run_with_two_workers_runs_two_at_once_each_pinned_and_single_threaded(t
   runs are skipped on a re-run."""
   import os
   import sys
+
   if not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2:
     import pytest
+
     pytest.skip("needs CPU pinning and 2 CPUs")
-  probe = ("import json, os, sys, time; out = sys.argv[1]; t0 = time.time(); time.sleep(1.5); "
-           "json.dump({'cpus': sorted(os.sched_getaffinity(0)), 'xla': os.environ.get('XLA_FLAGS', ''), "
-           "'span': [t0, time.time()]}, open(os.path.join(out, 'probe.json'), 'w')); "
-           "json.dump({'status': 'done', 'step': 1, 'final': {}}, open(os.path.join(out, 'result.json'), 'w'))")
+  probe = (
+    "import json, os, sys, time; out = sys.argv[1]; t0 = time.time(); time.sleep(1.5); "
+    "json.dump({'cpus': sorted(os.sched_getaffinity(0)), 'xla': os.environ.get('XLA_FLAGS', ''), "
+    "'span': [t0, time.time()]}, open(os.path.join(out, 'probe.json'), 'w')); "
+    "json.dump({'status': 'done', 'step': 1, 'final': {}}, open(os.path.join(out, 'result.json'), 'w'))"
+  )
   monkeypatch.setattr(paper_logs, "_command", lambda name, seed, out, lr: [sys.executable, "-c", probe, out])
   w = str(tmp_path / "w")
   assert paper_logs.run(w, ["lars_b8192"], [0, 1], workers=2) == 0
@@ -127,6 +138,7 @@ def test_run_records_its_command_and_commit(tmp_path, monkeypatch):
   """``run`` appends its own command line, with the commit of the code that runs it, to WORKDIR/commands.txt (the
   manifest's ``run_commands``), so no record of how the runs were launched is written by hand."""
   import os
+
   monkeypatch.setattr(paper_logs, "run", lambda *a, **k: 0)
   monkeypatch.delenv("XLA_FLAGS", raising=False)
   w = str(tmp_path / "w")
@@ -135,7 +147,8 @@ def test_run_records_its_command_and_commit(tmp_path, monkeypatch):
   lines = open(os.path.join(w, "commands.txt")).read().splitlines()
   commit = code_state.code_state()["commit"]
   assert len(lines) == 2 and all(
-      f"  python -m lamb_lars.proj.you2020.paper_logs {' '.join(argv)}   # commit {commit}" in ln for ln in lines)
+    f"  python -m lamb_lars.proj.you2020.paper_logs {' '.join(argv)}   # commit {commit}" in ln for ln in lines
+  )
 
 
 @pytest.mark.slow
@@ -144,8 +157,12 @@ def test_a_run_killed_by_the_oom_killer_is_reported_and_counted(tmp_path, monkey
   """A child killed by SIGKILL (what the out-of-memory killer sends) is counted as failed and named in one line
   with the likely cause, instead of vanishing from the log while the queue moves on."""
   import sys
-  monkeypatch.setattr(paper_logs, "_command", lambda name, seed, out, lr: [
-      sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
+
+  monkeypatch.setattr(
+    paper_logs,
+    "_command",
+    lambda name, seed, out, lr: [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
+  )
   assert paper_logs.run(str(tmp_path / "w"), ["lars_b60000"], [0], workers=1) == 1
   out = capsys.readouterr().out
   assert "lars_b60000 lr as logged seed 0 FAILED: killed by SIGKILL" in out and "out-of-memory" in out
@@ -154,8 +171,10 @@ def test_a_run_killed_by_the_oom_killer_is_reported_and_counted(tmp_path, monkey
 def test_run_records_its_cpus_and_xla_flags_when_placed(tmp_path, monkeypatch):
   """A run launched under taskset with XLA_FLAGS (two queues side by side, one per core) says so in its line."""
   import os
+
   if not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2:
     import pytest
+
     pytest.skip("needs CPU pinning and 2 CPUs")
   monkeypatch.setattr(paper_logs, "run", lambda *a, **k: 0)
   monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
@@ -177,18 +196,21 @@ def test_two_runs_that_do_not_fit_in_memory_together_never_overlap(tmp_path, mon
   out-of-memory killer on the 24 GiB machine (docs/BENCHMARKS.md §22)."""
   import os
   import sys
-  probe = ("import json, os, sys, time; out = sys.argv[1]; t0 = time.time(); time.sleep(1.0); "
-           "json.dump({'span': [t0, time.time()]}, open(os.path.join(out, 'probe.json'), 'w')); "
-           "json.dump({'status': 'done', 'step': 1, 'final': {}}, open(os.path.join(out, 'result.json'), 'w'))")
+
+  probe = (
+    "import json, os, sys, time; out = sys.argv[1]; t0 = time.time(); time.sleep(1.0); "
+    "json.dump({'span': [t0, time.time()]}, open(os.path.join(out, 'probe.json'), 'w')); "
+    "json.dump({'status': 'done', 'step': 1, 'final': {}}, open(os.path.join(out, 'result.json'), 'w'))"
+  )
   monkeypatch.setattr(paper_logs, "_command", lambda name, seed, out, lr: [sys.executable, "-c", probe, out])
   w = str(tmp_path / "w")
   gb = {"lamb_b60000": 14.0, "momentum_b1024": 1.2}.get
   assert paper_logs.run(w, ["lamb_b60000", "momentum_b1024"], [0, 1], workers=2, memory_gb=20.0, gb=gb) == 0
   span = lambda name, s: json.load(open(os.path.join(paper_logs.run_dir(w, name, s), "probe.json")))["span"]
   (a0, a1), (b0, b1) = span("lamb_b60000", 0), span("lamb_b60000", 1)
-  assert a1 <= b0 or b1 <= a0                      # the two big ones one after the other
+  assert a1 <= b0 or b1 <= a0  # the two big ones one after the other
   (m0, m1) = span("momentum_b1024", 0)
-  assert m0 < a1 and a0 < m1                       # a small one beside the first big one
+  assert m0 < a1 and a0 < m1  # a small one beside the first big one
 
 
 def test_memory_estimate_from_the_micro_batch_loop():
@@ -196,6 +218,7 @@ def test_memory_estimate_from_the_micro_batch_loop():
   8K, 1 at 1K); with the host loop (the full-batch paper configs) 2.0 GB whatever the batch (peak RSS,
   docs/BENCHMARKS.md §22, §24)."""
   import pytest
+
   unrolled = lambda name: mock.patch.object(paper_logs, "load_config", _with_loop(name, "unrolled"))
   with unrolled("momentum_b1024"):
     assert paper_logs.estimated_gb("momentum_b1024") == pytest.approx(1.2)
@@ -204,7 +227,7 @@ def test_memory_estimate_from_the_micro_batch_loop():
   with unrolled("lamb_b60000"):
     assert paper_logs.estimated_gb("lamb_b60000") == pytest.approx(1.2 + 0.46 * 29)
   assert paper_logs.estimated_gb("momentum_b1024") == pytest.approx(1.2)  # as configured: unrolled, 1 micro-batch
-  assert paper_logs.estimated_gb("lamb_b60000") == pytest.approx(2.0)     # as configured: the host loop
+  assert paper_logs.estimated_gb("lamb_b60000") == pytest.approx(2.0)  # as configured: the host loop
 
 
 def _with_loop(name, loop):
@@ -214,6 +237,7 @@ def _with_loop(name, loop):
     config = real(n, seed)
     config.microbatch_loop = loop
     return config
+
   return load
 
 
@@ -221,17 +245,20 @@ def test_their_full_batch_result_among_their_neighbouring_runs():
   """The authors' logged full-batch runs are each one of their LR × warmup sweep's runs (the transcription holds
   them), ranked among those by accuracy; each of our seeds gets the share of their runs below it (numpy reference)."""
   from lamb_lars.proj.you2020 import paper
-  runs = [{"config": "lamb_b60000", "learning_rate": "", "seed": "0", "status": "done", "eval_accuracy": "0.9856"},
-          {"config": "lamb_b60000", "learning_rate": "", "seed": "1", "status": "diverged", "eval_accuracy": ""}]
+
+  runs = [
+    {"config": "lamb_b60000", "learning_rate": "", "seed": "0", "status": "done", "eval_accuracy": "0.9856"},
+    {"config": "lamb_b60000", "learning_rate": "", "seed": "1", "status": "diverged", "eval_accuracy": ""},
+  ]
   rows = {r["config"]: r for r in authors_logs.neighbours(runs)}
   for name, near in paper.AUTHORS_NEIGHBOURS.items():
     theirs = np.array(list(near.runs.values()))
-    assert paper.AUTHORS[name].mean in near.runs.values()           # their logged run is one of the sweep's
+    assert paper.AUTHORS[name].mean in near.runs.values()  # their logged run is one of the sweep's
     r = rows[name]
     assert r["n"] == theirs.size and math.isclose(r["sd"], theirs.std(ddof=1))
     assert r["rank"] == 1 + int(np.sum(theirs > paper.AUTHORS[name].mean))
   lamb = np.array(list(paper.AUTHORS_NEIGHBOURS["lamb_b60000"].runs.values()))
-  assert rows["lamb_b60000"]["ours"] == [(0.9856, float(np.mean(lamb < 0.9856)))]   # the diverged seed has no share
+  assert rows["lamb_b60000"]["ours"] == [(0.9856, float(np.mean(lamb < 0.9856)))]  # the diverged seed has no share
   assert rows["lamb_b60000"]["where"] == "LR 0.1–0.12, warmup 5–25" and rows["lars_b60000"]["rank"] == 1
   assert len(paper.AUTHORS_NEIGHBOURS["lamb_b60000"].runs) == 45 and max(lamb) == 0.9887
 

@@ -6,6 +6,7 @@ The references are numpy float64, written from the authors' TensorFlow code (Git
 create_optimizer + LAMBOptimizer; ``momentum_poly/mnist_tpu.py`` MomentumOptimizer; the ``tf.cond`` warmup around
 ``tf.train.polynomial_decay``) and from TensorFlow's documented op semantics, not from our code.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -34,10 +35,12 @@ def paper_config(name):
 def test_mnist_cnn_parameter_count_and_shapes():
   params = create_model("mnist_cnn", num_classes=10).init(jax.random.key(0), jnp.zeros((1, 28, 28, 1)))["params"]
   shapes = jax.tree.map(lambda a: a.shape, params)
-  assert shapes == {"conv1": {"kernel": (5, 5, 1, 32), "bias": (32,)},
-                    "conv2": {"kernel": (5, 5, 32, 64), "bias": (64,)},
-                    "fc1": {"kernel": (3136, 1024), "bias": (1024,)},
-                    "fc2": {"kernel": (1024, 10), "bias": (10,)}}
+  assert shapes == {
+    "conv1": {"kernel": (5, 5, 1, 32), "bias": (32,)},
+    "conv2": {"kernel": (5, 5, 32, 64), "bias": (64,)},
+    "fc1": {"kernel": (3136, 1024), "bias": (1024,)},
+    "fc2": {"kernel": (1024, 10), "bias": (10,)},
+  }
   assert sum(a.size for a in jax.tree.leaves(params)) == 3_274_634  # 832 + 51,264 + 3,212,288 + 10,250
 
 
@@ -49,7 +52,7 @@ def test_mnist_cnn_init_is_keras_default():
     k = np.asarray(params[name]["kernel"], np.float64)
     limit = math.sqrt(6.0 / (fan_in + fan_out))
     assert np.abs(k).max() <= limit
-    assert abs(k.std() - limit / math.sqrt(3.0)) < 0.05 * limit / math.sqrt(3.0)   # std of U(±a) is a/√3
+    assert abs(k.std() - limit / math.sqrt(3.0)) < 0.05 * limit / math.sqrt(3.0)  # std of U(±a) is a/√3
     assert not np.asarray(params[name]["bias"]).any()
 
 
@@ -60,7 +63,7 @@ def _conv_same_5x5(x, k, b):
   out = np.zeros((n, h, w, k.shape[-1]))
   for i in range(5):
     for j in range(5):
-      out += np.einsum("nhwc,co->nhwo", xp[:, i:i + h, j:j + w, :], k[i, j])
+      out += np.einsum("nhwc,co->nhwo", xp[:, i : i + h, j : j + w, :], k[i, j])
   return out + b
 
 
@@ -75,7 +78,7 @@ def test_mnist_cnn_forward_equals_float64_reference():
     model = mnist_cnn.MnistCNN(dtype=jnp.float64)
     x = np.random.default_rng(0).random((3, 28, 28, 1))
     params = model.init(jax.random.key(0), jnp.zeros((1, 28, 28, 1), jnp.float64))["params"]
-    params = jax.tree.map(lambda a: np.asarray(a, np.float64) + 0.01, params)   # non-zero biases too
+    params = jax.tree.map(lambda a: np.asarray(a, np.float64) + 0.01, params)  # non-zero biases too
     got = np.asarray(model.apply({"params": params}, jnp.asarray(x), train=False))
   p = params
   h = _pool(np.maximum(_conv_same_5x5(x, p["conv1"]["kernel"], p["conv1"]["bias"]), 0))
@@ -98,7 +101,7 @@ def test_max_pool_2x2_gradient_routes_to_each_window_maximum():
     got = jax.vjp(mnist_cnn.max_pool_2x2, jnp.asarray(x))[1](jnp.asarray(g))[0]
   want = np.zeros_like(x)
   for n, i, j, c in np.ndindex(*g.shape):
-    a, b = np.unravel_index(np.argmax(x[n, 2 * i:2 * i + 2, 2 * j:2 * j + 2, c]), (2, 2))
+    a, b = np.unravel_index(np.argmax(x[n, 2 * i : 2 * i + 2, 2 * j : 2 * j + 2, c]), (2, 2))
     want[n, 2 * i + a, 2 * j + b, c] = g[n, i, j, c]
   np.testing.assert_array_equal(np.asarray(got), want)
 
@@ -125,25 +128,33 @@ def tf_schedule_reference(t, *, lr, warm, train_steps, end, power):
   return (lr - end) * (1.0 - step / train_steps) ** power + end
 
 
-@pytest.mark.parametrize("name, warm, end", [
-    ("lars_b8192", 60000 * 16 / 8192, 1e-4),      # 117.1875 steps: the warmup is not rounded
+@pytest.mark.parametrize(
+  "name, warm, end",
+  [
+    ("lars_b8192", 60000 * 16 / 8192, 1e-4),  # 117.1875 steps: the warmup is not rounded
     ("momentum_b60000", 12.0, 1e-4),
     ("momentum_b1024", 0.0, 1e-4),
-    ("lamb_b1024", float(int(60000 * 1 / 1024)), 0.0),   # BERT's create_optimizer: int() steps, decay to 0
-])
+    ("lamb_b1024", float(int(60000 * 1 / 1024)), 0.0),  # BERT's create_optimizer: int() steps, decay to 0
+  ],
+)
 def test_paper_schedule_equals_tensorflow_formula(name, warm, end):
   cfg = paper_config(name)
   opt = cfg.optimizer
   with jax.enable_x64(True):
-    _, schedule = optimizer_config.create_optimizer(opt, total_steps=cfg.num_train_steps, num_train=60000,
-                                                    batch_size=cfg.batch_size)
+    _, schedule = optimizer_config.create_optimizer(
+      opt, total_steps=cfg.num_train_steps, num_train=60000, batch_size=cfg.batch_size
+    )
     ts = np.arange(cfg.num_train_steps + 5)
     got = np.asarray(jax.jit(schedule)(ts))
-  want = [tf_schedule_reference(float(t), lr=opt.learning_rate, warm=warm, train_steps=cfg.num_train_steps,
-                                end=end, power=0.5) for t in ts]
+  want = [
+    tf_schedule_reference(
+      float(t), lr=opt.learning_rate, warm=warm, train_steps=cfg.num_train_steps, end=end, power=0.5
+    )
+    for t in ts
+  ]
   np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
   if warm:
-    assert got[0] == 0.0   # TF's warmup starts from 0: the first update does not move the weights
+    assert got[0] == 0.0  # TF's warmup starts from 0: the first update does not move the weights
 
 
 # ---------------------------------------------------------------- optimizers
@@ -151,8 +162,10 @@ def test_paper_schedule_equals_tensorflow_formula(name, warm, end):
 
 def _params(rng):
   """A small model-shaped tree; conv1/bias starts at zero, as Keras biases do."""
-  return {"conv1": {"kernel": rng.normal(size=(3, 3, 1, 4)), "bias": np.zeros(4)},
-          "fc1": {"kernel": rng.normal(size=(6, 5)) * 0.3, "bias": rng.normal(size=5) * 0.1}}
+  return {
+    "conv1": {"kernel": rng.normal(size=(3, 3, 1, 4)), "bias": np.zeros(4)},
+    "fc1": {"kernel": rng.normal(size=(6, 5)) * 0.3, "bias": rng.normal(size=5) * 0.1},
+  }
 
 
 def _flat(tree, prefix=""):
@@ -177,16 +190,18 @@ def _run_ours(cfg, total_steps, batch_size, params, grads):
 
 def _schedule(cfg, total_steps, batch_size):
   opt = cfg.optimizer
-  warm = (opt.schedule.warmup_steps if opt.schedule.warmup_steps >= 0
-          else 60000 * opt.schedule.warmup_epochs / batch_size)
+  warm = (
+    opt.schedule.warmup_steps if opt.schedule.warmup_steps >= 0 else 60000 * opt.schedule.warmup_epochs / batch_size
+  )
   end = opt.schedule.end_lr
-  return lambda t: tf_schedule_reference(float(t), lr=opt.learning_rate, warm=float(warm), train_steps=total_steps,
-                                         end=end, power=0.5)
+  return lambda t: tf_schedule_reference(
+    float(t), lr=opt.learning_rate, warm=float(warm), train_steps=total_steps, end=end, power=0.5
+  )
 
 
 def _grads(rng, params, n):
   gs = [jax.tree.map(lambda a: rng.normal(size=np.shape(a)), params) for _ in range(n)]
-  gs[1]["conv1"]["bias"] = np.zeros(4)   # a zero gradient: ratio 1
+  gs[1]["conv1"]["bias"] = np.zeros(4)  # a zero gradient: ratio 1
   return gs
 
 
@@ -194,7 +209,7 @@ def test_tf_lars_equals_authors_larsoptimizer_float64():
   """momentum_lars: r = η‖w‖/(‖g‖ + β‖w‖ + ε) (1 if a norm is 0); accum = m·accum + g; w −= lr·r·accum."""
   cfg = paper_config("lars_b8192")
   total, batch = 30, 8192
-  cfg.optimizer.schedule.warmup_epochs = 60000 * 4.5 / batch / (60000 / batch)   # 4.5 warmup steps of 30
+  cfg.optimizer.schedule.warmup_epochs = 60000 * 4.5 / batch / (60000 / batch)  # 4.5 warmup steps of 30
   rng = np.random.default_rng(0)
   params = _params(rng)
   grads = _grads(rng, params, 8)
@@ -218,22 +233,22 @@ def test_authors_lamb_equals_bert_lamb_float64():
   total, batch = 40, 1024
   rng = np.random.default_rng(1)
   params = _params(rng)
-  grads = [jax.tree.map(lambda a: 3.0 * a, g) for g in _grads(rng, params, 6)]   # global norms above the clip
+  grads = [jax.tree.map(lambda a: 3.0 * a, g) for g in _grads(rng, params, 6)]  # global norms above the clip
   got = _run_ours(cfg.optimizer, total, batch, params, grads)
   lr_at = _schedule(cfg, total, batch)
   w = _flat(params)
   m = {k: np.zeros_like(v) for k, v in w.items()}
   v = {k: np.zeros_like(x) for k, x in w.items()}
   for t, g in enumerate(map(_flat, grads)):
-    gnorm = math.sqrt(sum((x ** 2).sum() for x in g.values()))
-    g = {k: x * 1.0 / max(gnorm, 1.0) for k, x in g.items()}   # tf.clip_by_global_norm
+    gnorm = math.sqrt(sum((x**2).sum() for x in g.values()))
+    g = {k: x * 1.0 / max(gnorm, 1.0) for k, x in g.items()}  # tf.clip_by_global_norm
     for k in w:
       m[k] = 0.9 * m[k] + 0.1 * g[k]
       v[k] = 0.999 * v[k] + 0.001 * g[k] ** 2
       u = m[k] / (np.sqrt(v[k]) + 1e-6)
       if re.search("bias", k) is None:
         u = u + 0.01 * w[k]
-      wn, un = np.sqrt((w[k] ** 2).sum()), np.sqrt((u ** 2).sum())
+      wn, un = np.sqrt((w[k] ** 2).sum()), np.sqrt((u**2).sum())
       ratio = (wn / un if un > 0 else 1.0) if wn > 0 else 1.0
       w[k] = w[k] - ratio * lr_at(t) * u
   for k in w:
@@ -262,22 +277,25 @@ def test_paper_momentum_equals_tf_momentum_optimizer_float64():
 # ---------------------------------------------------------------- configs
 
 
-@pytest.mark.parametrize("name", ["momentum_b1024", "lars_b8192", "lamb_b1024", "momentum_b60000", "lars_b60000",
-                                  "lamb_b60000"])
+@pytest.mark.parametrize(
+  "name", ["momentum_b1024", "lars_b8192", "lamb_b1024", "momentum_b60000", "lars_b60000", "lamb_b60000"]
+)
 def test_paper_configs_are_the_authors_workload(name):
   cfg = paper_config(name)
   assert (cfg.model, cfg.input_scaling, cfg.dataset, cfg.validation_split) == ("mnist_cnn", "unit", "mnist", 0)
   assert cfg.optimizer.lr_scaling == "none" and cfg.optimizer.schedule.decay == "tf_poly"
   b, steps = int(re.search(r"_b(\d+)", name).group(1)), cfg.num_train_steps
   assert cfg.batch_size == b
-  assert 1.7e6 < b * steps < 2.2e6   # the authors' budget: ≈ 2M images (35 steps at the full batch)
+  assert 1.7e6 < b * steps < 2.2e6  # the authors' budget: ≈ 2M images (35 steps at the full batch)
   # Unrolled micro-batches up to 8K (faster on several cores); at the full batch the host loop, so it fits in ≈ 2 GB.
   assert cfg.microbatch_loop == ("host" if b == 60000 else "unrolled")
   optimizer_config.validate_config(cfg.optimizer)
 
 
-@pytest.mark.parametrize("key, value", [("nesterov", True), ("adaptation_mask", "bias"), ("ratio_bounds", (0.0, 1.0)),
-                                        ("denominator", "optax")])
+@pytest.mark.parametrize(
+  "key, value",
+  [("nesterov", True), ("adaptation_mask", "bias"), ("ratio_bounds", (0.0, 1.0)), ("denominator", "optax")],
+)
 def test_tf_lars_refuses_settings_it_would_ignore(key, value):
   opt = paper_config("lars_b8192").optimizer
   opt[key] = value
@@ -314,6 +332,7 @@ def test_conv_weight_gradient_equals_xla_in_float64():
   (float64, so summation order cannot hide a wrong index), for SAME 5×5 and a batch the chunk does not divide."""
   from jax import lax
   from lamb_lars.models import conv_wgrad
+
   with jax.enable_x64(True):
     rng = np.random.default_rng(0)
     for b, cin, cout, hw in ((10, 3, 4, 14), (8, 1, 2, 28)):
@@ -321,8 +340,9 @@ def test_conv_weight_gradient_equals_xla_in_float64():
       w = jnp.asarray(rng.standard_normal((5, 5, cin, cout)))
       dy = jnp.asarray(rng.standard_normal((b, hw, hw, cout)))
       ref = lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
-      got = lambda x, w: conv_wgrad.conv_general_dilated(x, w, (1, 1), "SAME",
-                                                         dimension_numbers=("NHWC", "HWIO", "NHWC"))
+      got = lambda x, w: conv_wgrad.conv_general_dilated(
+        x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
+      )
       np.testing.assert_allclose(got(x, w), ref(x, w), rtol=1e-12, atol=1e-12)
       (gx, gw), (rx, rw) = jax.vjp(got, x, w)[1](dy), jax.vjp(ref, x, w)[1](dy)
       np.testing.assert_allclose(gw, rw, rtol=1e-11, atol=1e-11)
@@ -339,6 +359,7 @@ def test_a_paper_config_trains_through_the_trainer(data_dir, tmp_path):
   devices (shard_map): a scan inside the custom VJP must keep the varying-axes type of its carry (it once did not,
   and every faithful run failed at its first step)."""
   from lamb_lars.train import trainer
+
   cfg = paper_config("lars_b8192")
   cfg.data_dir, cfg.progress = data_dir, False
   cfg.batch_size, cfg.microbatch_size, cfg.num_train_steps = 64, 16, 2
@@ -357,6 +378,7 @@ def test_host_micro_batch_loop_equals_the_unrolled_one_through_the_trainer(data_
   micro-batch's memory) against the unrolled loop, the authors' CNN with dropout on 2 devices × 2 micro-batches:
   the same dropout keys and sums, so the same run (tests/test_host_accumulation.py checks the step itself)."""
   from lamb_lars.train import trainer
+
   results = {}
   for loop in ("unrolled", "host"):
     cfg = paper_config("lamb_b60000")

@@ -1,5 +1,6 @@
 """Data parallelism changes nothing but speed: 8 fake devices vs 1 device with the matching ghost BN, BN groups,
 gradient accumulation, and the pmap path vs the jit + shard_map path (all after several optimizer steps)."""
+
 import functools
 
 import jax
@@ -28,11 +29,16 @@ def data(seed=0):
 
 def model_for(group, ghost, pmap_devices=0):
   if pmap_devices:
-    kw = dict(group_axis_name="batch" if group > 1 else None,
-              group_axis_index_groups=bn_groups.axis_index_groups(pmap_devices, group), stats_axis_name="batch")
+    kw = dict(
+      group_axis_name="batch" if group > 1 else None,
+      group_axis_index_groups=bn_groups.axis_index_groups(pmap_devices, group),
+      stats_axis_name="batch",
+    )
   else:
-    kw = dict(group_axis_name=mesh_lib.BN_AXIS if group > 1 else None,
-              stats_axis_name="group" if group > 1 else mesh_lib.DATA_AXES)
+    kw = dict(
+      group_axis_name=mesh_lib.BN_AXIS if group > 1 else None,
+      stats_axis_name="group" if group > 1 else mesh_lib.DATA_AXES,
+    )
   return SmallCNN(norm=functools.partial(bn_groups.GroupBatchNorm, ghost_batch_size=ghost, **kw))
 
 
@@ -43,8 +49,11 @@ TX = optax.sgd(0.1, momentum=0.9)
 def _compiled(ndev, group, ghost, k, resident, opts):
   mesh = mesh_lib.make_mesh(group, jax.devices()[:ndev])
   model = model_for(group, ghost)
-  return mesh, model, parallel.Jit(mesh).train_chunk(model, TX, ts.StepOptions(10, k, **dict(opts)), pre,
-                                                      resident=resident)
+  return (
+    mesh,
+    model,
+    parallel.Jit(mesh).train_chunk(model, TX, ts.StepOptions(10, k, **dict(opts)), pre, resident=resident),
+  )
 
 
 @functools.lru_cache(maxsize=None)
@@ -56,8 +65,12 @@ def run_jit(ndev, group, ghost, k=1, resident=False, **opts):
   if resident:
     flat_i, flat_l = images.reshape(-1, 8, 8, 1), labels.reshape(-1)
     idx = np.arange(STEPS * BATCH, dtype=np.int32).reshape(STEPS, BATCH)
-    state, m = f(state, *mesh_lib.put_replicated(mesh, (flat_i, flat_l)),
-                 mesh_lib.put_global_batch(mesh, idx, batch_axis=1), jax.random.PRNGKey(1))
+    state, m = f(
+      state,
+      *mesh_lib.put_replicated(mesh, (flat_i, flat_l)),
+      mesh_lib.put_global_batch(mesh, idx, batch_axis=1),
+      jax.random.PRNGKey(1),
+    )
   else:
     put = functools.partial(mesh_lib.put_global_batch, mesh, batch_axis=1)
     state, m = f(state, put(images), put(labels), jax.random.PRNGKey(1))
@@ -116,15 +129,15 @@ def test_bn_grouping_matters():
 
 @pytest.mark.parametrize("ndev, k", [(2, 4), (1, 8)])
 def test_accumulation_equals_sharded_step(ndev, k):
-  a, ma = run_jit(8, 1, 4)            # 8 devices × 4 examples, per-device BN
-  e, me = run_jit(ndev, 1, 4, k=k)    # ndev devices × k micro-batches of 4
+  a, ma = run_jit(8, 1, 4)  # 8 devices × 4 examples, per-device BN
+  e, me = run_jit(ndev, 1, 4, k=k)  # ndev devices × k micro-batches of 4
   assert_same(e, a)
   np.testing.assert_allclose(me["train_loss"], ma["train_loss"], rtol=1e-5)
 
 
 def test_accumulation_with_bn_groups_equals_grouped_devices():
-  a, _ = run_jit(8, 2, 4)             # groups of 2 devices (8 examples)
-  e, _ = run_jit(1, 1, 8, k=4)        # 1 device × 4 micro-batches of 8: one BN group each
+  a, _ = run_jit(8, 2, 4)  # groups of 2 devices (8 examples)
+  e, _ = run_jit(1, 1, 8, k=4)  # 1 device × 4 micro-batches of 8: one BN group each
   assert_same(e, a)
 
 
@@ -146,7 +159,7 @@ def test_device_resident_data_equals_host_fed():
 def _per_device_grads_float64(step=0):
   """Each device's gradient at the initial params, computed one device at a time outside shard_map: jax.grad of the
   mean loss over that device's 4 examples (per-device ghost BN of 4 = the whole slice), flattened to float64."""
-  model = SmallCNN(norm=functools.partial(bn_groups.GroupBatchNorm, ghost_batch_size=4))   # one device, no axes
+  model = SmallCNN(norm=functools.partial(bn_groups.GroupBatchNorm, ghost_batch_size=4))  # one device, no axes
   state = ts.init_state(model, TX, jax.random.PRNGKey(0), (8, 8, 1))
   images, labels = data()
 
@@ -154,10 +167,11 @@ def _per_device_grads_float64(step=0):
     def loss(p):
       logits, _ = model.apply({"params": p, "batch_stats": state.batch_stats}, pre(x, y, None), mutable=["batch_stats"])
       return ts.cross_entropy(logits, y, 10).mean()
+
     g = jax.grad(loss)(state.params)
     return np.concatenate([np.asarray(l, np.float64).ravel() for l in jax.tree.leaves(g)])
 
-  return np.stack([device_grad(images[step, 4 * d:4 * d + 4], labels[step, 4 * d:4 * d + 4]) for d in range(8)])
+  return np.stack([device_grad(images[step, 4 * d : 4 * d + 4], labels[step, 4 * d : 4 * d + 4]) for d in range(8)])
 
 
 @pytest.mark.slow  # over 4 CPU-seconds: compiles several programs
@@ -169,7 +183,7 @@ def test_gradient_norms_match_independent_per_device_gradients():
   global_norm = np.sqrt(np.sum(np.square(g.mean(axis=0))))
   np.testing.assert_allclose(m["grad_sq_norm_small"][0], local_sq, rtol=1e-5)
   np.testing.assert_allclose(m["grad_norm"][0], global_norm, rtol=1e-5)
-  assert local_sq > 1.5 * global_norm ** 2      # the two differ here, so swapping them would be caught
+  assert local_sq > 1.5 * global_norm**2  # the two differ here, so swapping them would be caught
 
 
 @pytest.mark.parametrize("ndev, k", [(1, 8), (2, 4)])
@@ -189,7 +203,7 @@ def test_signal_to_noise_matches_float64_reference():
   g = _per_device_grads_float64()
   mean = g.mean(0)
   par = np.abs(g @ mean) / np.linalg.norm(mean)
-  perp = np.sqrt(np.sum(g * g, 1) - par ** 2)
+  perp = np.sqrt(np.sum(g * g, 1) - par**2)
   np.testing.assert_allclose(m["signal_to_noise"][0], par.mean() / perp.mean(), rtol=1e-4)
 
 
@@ -198,12 +212,13 @@ def test_signal_to_noise_matches_float64_reference():
 def test_noise_injection_changes_training_deterministically(kind):
   base, _ = run_jit(8, 1, 4)
   a, _ = run_jit(8, 1, 4, **{kind: 0.5})
-  b, _ = run_jit.__wrapped__(8, 1, 4, **{kind: 0.5})   # same compiled function, run again
+  b, _ = run_jit.__wrapped__(8, 1, 4, **{kind: 0.5})  # same compiled function, run again
   assert rel_err(a.params, base.params) > 1e-4
   assert rel_err(a.params, b.params) == 0.0
 
 
 # --- Multi-device runs never abort (issue 44 item 5). ---------------------------------------------------------------
+
 
 class _Dev:
   def __init__(self, platform, process_index=0):
@@ -213,7 +228,7 @@ class _Dev:
 def test_dispatch_is_bounded_and_serial_on_multi_device_cpu(monkeypatch):
   m = mesh_lib
   assert m.max_in_flight([_Dev("cpu")] * 8) == m.max_in_flight([_Dev("cpu")] * 2) == 1
-  assert m.max_in_flight([_Dev("cpu")]) == m.ACCELERATOR_CALLS_IN_FLIGHT   # one device: no collectives
+  assert m.max_in_flight([_Dev("cpu")]) == m.ACCELERATOR_CALLS_IN_FLIGHT  # one device: no collectives
   assert m.max_in_flight([_Dev("gpu")] * 8) == m.ACCELERATOR_CALLS_IN_FLIGHT
   assert m.max_in_flight([_Dev("cpu", 0), _Dev("cpu", 1)]) == m.ACCELERATOR_CALLS_IN_FLIGHT  # one local device
   waited = []
@@ -222,7 +237,7 @@ def test_dispatch_is_bounded_and_serial_on_multi_device_cpu(monkeypatch):
   for call in range(3):
     pace.wait_for_room()
     pace.add(call)
-  assert waited == [0, 1]          # each call waited for the one before it
+  assert waited == [0, 1]  # each call waited for the one before it
 
 
 @pytest.mark.slow
@@ -236,12 +251,21 @@ def test_default_multi_device_run_of_hundreds_of_steps_completes(devices, tmp_pa
   import subprocess
   import sys
   import tempfile
+
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   data_dir = os.environ.get("LAMB_LARS_TEST_DATA_DIR") or os.path.join(tempfile.gettempdir(), "lamb_lars_test_tfds")
   env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu"}
-  cmd = [sys.executable, "train.py", "--config=lamb_lars/configs/mnist_lenet.py", f"--workdir={tmp_path}",
-         f"--config.data_dir={data_dir}", "--config.num_train_steps=300", "--config.eval_every_steps=100",
-         "--config.checkpoint_every_steps=100", "--config.progress=False"]
+  cmd = [
+    sys.executable,
+    "train.py",
+    "--config=lamb_lars/configs/mnist_lenet.py",
+    f"--workdir={tmp_path}",
+    f"--config.data_dir={data_dir}",
+    "--config.num_train_steps=300",
+    "--config.eval_every_steps=100",
+    "--config.checkpoint_every_steps=100",
+    "--config.progress=False",
+  ]
   out = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=900)
   assert out.returncode == 0, out.stderr[-3000:]
   result = json.load(open(tmp_path / "result.json"))

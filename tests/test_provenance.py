@@ -1,5 +1,6 @@
 """Provenance of published study folders: publish writes manifest.json, ``verify`` recomputes the README from the
 CSVs and checks hashes and counts, a tampered CSV fails, and every folder in docs/studies/ verifies."""
+
 from __future__ import annotations
 
 import csv
@@ -22,26 +23,62 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _curve(b, acc, n=4):
-  return [{"step": (i + 1) * 10, "epoch": 30.0 * (i + 1) / n, "examples": (i + 1) * 10 * b, "wall_time": 1.0 + i,
-           "eval_accuracy": acc * (i + 1) / n, "eval_loss": 1.0 / (i + 1), "validation_loss": 0.05 / (i + 1),
-           "validation_accuracy": acc * (i + 1) / n, "noise_scale": 100.0 * (i + 1)} for i in range(n)]
+  return [
+    {
+      "step": (i + 1) * 10,
+      "epoch": 30.0 * (i + 1) / n,
+      "examples": (i + 1) * 10 * b,
+      "wall_time": 1.0 + i,
+      "eval_accuracy": acc * (i + 1) / n,
+      "eval_loss": 1.0 / (i + 1),
+      "validation_loss": 0.05 / (i + 1),
+      "validation_accuracy": acc * (i + 1) / n,
+      "noise_scale": 100.0 * (i + 1),
+    }
+    for i in range(n)
+  ]
 
 
 def _workdir(tmp_path):
   work = tmp_path / "work"
-  study = ml_collections.ConfigDict(dict(
-      name="tiny", base=dict(model="lenet5", dataset="mnist", num_classes=10, num_epochs=30.0,
-                               eval_every_epochs=1.0),
-      search=dict(metric="validation_accuracy"), runner=dict(num_workers=1),
-      analysis=dict(title="Tiny", paper="mnist_lenet", num_train=1000, baseline_epochs=30.0, target_goal=0.9,
-                    techniques=["tuned"], target_technique="tuned")))
+  study = ml_collections.ConfigDict(
+    dict(
+      name="tiny",
+      base=dict(model="lenet5", dataset="mnist", num_classes=10, num_epochs=30.0, eval_every_epochs=1.0),
+      search=dict(metric="validation_accuracy"),
+      runner=dict(num_workers=1),
+      analysis=dict(
+        title="Tiny",
+        paper="mnist_lenet",
+        num_train=1000,
+        baseline_epochs=30.0,
+        target_goal=0.9,
+        techniques=["tuned"],
+        target_technique="tuned",
+      ),
+    )
+  )
   wd.save_study_config(study, str(work), command="python -m lamb_lars.study run --config=tiny.py --workdir=w")
   con = st.open_store(wd.store_path(str(work)))
-  rows = [("baseline", 256, 0.99, "baseline", ""), ("linear-512", 512, 0.99, "linear", ""),
-          ("linear-1024", 1024, 0.5, "linear", ""), ("tuned-1024", 1024, 0.99, "technique", "tuned")]
+  rows = [
+    ("baseline", 256, 0.99, "baseline", ""),
+    ("linear-512", 512, 0.99, "linear", ""),
+    ("linear-1024", 1024, 0.5, "linear", ""),
+    ("tuned-1024", 1024, 0.99, "technique", "tuned"),
+  ]
   for rid, b, acc, role, tech in rows:
-    st.upsert_run(con, rid, study="tiny", batch_size=b, optimizer="momentum", role=role, technique=tech,
-                  cell=rid, budget_epochs=30.0, params={"learning_rate": 0.05})
+    st.upsert_run(
+      con,
+      rid,
+      study="tiny",
+      batch_size=b,
+      optimizer="momentum",
+      role=role,
+      technique=tech,
+      cell=rid,
+      budget_epochs=30.0,
+      params={"learning_rate": 0.05},
+    )
     st.add_evals(con, rid, _curve(b, acc))
     st.set_status(con, rid, "running")
     st.set_status(con, rid, "done")
@@ -69,7 +106,7 @@ def test_tampered_csv_or_readme_fails_verify(tmp_path):
   evals = os.path.join(out, "evals.csv")
   with open(evals, newline="") as f:
     rows = list(csv.DictReader(f))
-  for r in rows:   # linear scaling at 512 now fails Def. 2.1
+  for r in rows:  # linear scaling at 512 now fails Def. 2.1
     if r["run_id"] == "linear-512":
       r["test_accuracy"] = str(float(r["test_accuracy"]) / 2)
   with open(evals, "w", newline="") as f:
@@ -97,7 +134,8 @@ def test_tampered_csv_or_readme_fails_verify(tmp_path):
   m["trials"]["total"] = 5
   manifest_lib.write_manifest(out, m)
   assert provenance.verify(out) == [
-      "runs.csv has 4 trials {'done': 4}, the manifest says {'by_status': {'done': 4}, 'total': 5}."]
+    "runs.csv has 4 trials {'done': 4}, the manifest says {'by_status': {'done': 4}, 'total': 5}."
+  ]
 
 
 @pytest.mark.slow
@@ -105,8 +143,13 @@ def test_tampered_csv_or_readme_fails_verify(tmp_path):
 def test_cli_verify_exit_codes(tmp_path):
   work, out = _workdir(tmp_path), str(tmp_path / "out")
   publish.publish(work, out)
-  run = lambda *a: subprocess.run([sys.executable, "-m", "lamb_lars.study", "verify", *a], cwd=REPO,
-                                  capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO})
+  run = lambda *a: subprocess.run(
+    [sys.executable, "-m", "lamb_lars.study", "verify", *a],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    env={**os.environ, "PYTHONPATH": REPO},
+  )
   ok = run(out)
   assert ok.returncode == 0 and ok.stdout.strip().endswith("verified"), ok.stderr
   os.remove(os.path.join(out, "evals.csv"))
@@ -116,8 +159,9 @@ def test_cli_verify_exit_codes(tmp_path):
   assert none.returncode == 2 and none.stderr.count("\n") == 1 and "has no manifest.json" in none.stderr
 
 
-PUBLISHED = sorted(os.path.dirname(p) for p in glob.glob(os.path.join(REPO, "docs", "studies", "**", "runs.csv"),
-                                                          recursive=True))
+PUBLISHED = sorted(
+  os.path.dirname(p) for p in glob.glob(os.path.join(REPO, "docs", "studies", "**", "runs.csv"), recursive=True)
+)
 
 
 def test_every_published_folder_has_a_manifest():
@@ -133,8 +177,11 @@ def test_the_code_state_is_read_before_the_report_writes_anything(tmp_path, monk
   """A clean checkout publishing into itself is recorded clean: its own new files are not 'edits'."""
   work, out = _workdir(tmp_path), str(tmp_path / "out")
   seen = []
-  monkeypatch.setattr(code_state, "code_state", lambda: seen.append(os.listdir(out) if os.path.isdir(out) else [])
-                      or {"commit": "abc", "dirty": False})
+  monkeypatch.setattr(
+    code_state,
+    "code_state",
+    lambda: seen.append(os.listdir(out) if os.path.isdir(out) else []) or {"commit": "abc", "dirty": False},
+  )
   publish.publish(work, out)
   assert seen == [[]]
   assert json.load(open(os.path.join(out, "manifest.json")))["code"] == {"commit": "abc", "dirty": False}
@@ -146,8 +193,9 @@ def test_each_study_command_is_stamped_with_the_commit_that_ran_it(tmp_path):
   work, out = _workdir(tmp_path), str(tmp_path / "out")
   line = wd.commands(work)[0]
   head = code_state.code_state()
-  assert head["commit"] and line.endswith(f"--workdir=w   # commit {head['commit']}" +
-                                          (", uncommitted changes" if head["dirty"] else ""))
+  assert head["commit"] and line.endswith(
+    f"--workdir=w   # commit {head['commit']}" + (", uncommitted changes" if head["dirty"] else "")
+  )
   assert wd.command_line("c", {"commit": "ab" * 20, "dirty": True}) == f"c   # commit {'ab' * 20}, uncommitted changes"
   assert wd.command_line("c", {"commit": None, "dirty": None}) == "c   # commit unknown (not a git checkout)"
   publish.publish(work, out, command="python -m lamb_lars.study report --workdir=w --out=o")
@@ -176,7 +224,7 @@ def test_rereport_recomputes_the_readme_from_the_published_csvs(tmp_path, monkey
   m = json.load(open(os.path.join(out, "manifest.json")))
   assert m["code"]["commit"] == "f" * 40 and "not_recomputed" not in m
   assert [r["command"] for r in m["rereports"]] == ["python -m lamb_lars.study rereport o"]
-  assert m["commands"][-1] == "python -m lamb_lars.study report --workdir=w --out=o"   # the runs' record is kept
+  assert m["commands"][-1] == "python -m lamb_lars.study report --workdir=w --out=o"  # the runs' record is kept
   monkeypatch.setattr(code_state, "code_state", lambda: {"commit": "f" * 40, "dirty": True})
   with pytest.raises(ValueError, match="uncommitted changes"):
     provenance.rereport(out, "x")

@@ -4,6 +4,7 @@ trial once and gives the same statuses, metrics and report as the same study run
 node mid-trial ends with every trial done, the killed one resumed from its checkpoint on another node; SIGKILL of
 the driver mid-study kills its trainers (Ray's fate-sharing) and a restart loses nothing; bad input (unreachable
 address, no Ray, a resource no node has, a workdir the workers cannot see) is one sentence. CPU only."""
+
 from __future__ import annotations
 
 import os
@@ -24,7 +25,7 @@ from lamb_lars.study.running import ray_executor as rx  # noqa: E402
 import ray_testing  # noqa: E402  (tests/ray_testing.py: a test harness, not part of the package)
 from lamb_lars.study.running import store as st  # noqa: E402
 from lamb_lars.study.records import FINISHED  # noqa: E402
-from lamb_lars.study.running import workdir as wd# noqa: E402
+from lamb_lars.study.running import workdir as wd  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # How long to wait for what takes seconds on a quiet machine (a trial getting mid-way, a trainer's first step):
@@ -121,18 +122,31 @@ def _records(workdir: str) -> dict[str, dict]:
 
 # "B* =" ends each verdict on the step-time fit (B* = ∞ when δ = 0, B* = 0 when γ = 0, else √(B_crit·γ/δ)):
 # which one a report states depends on measured step times.
-_WALL_CLOCK_LINES = ("training time", "first trial started", "Step time", "Time-optimal batch", "B* =",
-                     "Breakdown point")
+_WALL_CLOCK_LINES = (
+  "training time",
+  "first trial started",
+  "Step time",
+  "Time-optimal batch",
+  "B* =",
+  "Breakdown point",
+)
 _WALL_CLOCK_COLUMNS = ("wall_time", "started", "finished")
 
 
 def _report(workdir: str, out: str) -> str:
   """The study's report (README.md, runs.csv), less what depends on wall-clock time, which differs between any
   two runs of a study: the commands, the training time, wall-clock columns, the step-time fit and what follows."""
-  rep = subprocess.run([sys.executable, "-m", "lamb_lars.study", "report", f"--workdir={workdir}", f"--out={out}"],
-                       cwd=REPO, env=_env(), capture_output=True, text=True, timeout=180)
+  rep = subprocess.run(
+    [sys.executable, "-m", "lamb_lars.study", "report", f"--workdir={workdir}", f"--out={out}"],
+    cwd=REPO,
+    env=_env(),
+    capture_output=True,
+    text=True,
+    timeout=180,
+  )
   assert rep.returncode == 0, rep.stderr
   import csv
+
   with open(os.path.join(out, "runs.csv"), encoding="utf-8", newline="") as f:
     runs_csv = [{k: v for k, v in row.items() if k not in _WALL_CLOCK_COLUMNS} for row in csv.DictReader(f)]
   with open(os.path.join(out, "README.md"), encoding="utf-8") as f:
@@ -155,6 +169,7 @@ def _report(workdir: str, out: str) -> str:
 def _assert_same_report(got: tuple, want: tuple) -> None:
   """Equal reports, or a failure that shows the differing lines and CSV rows (not pytest's truncated repr)."""
   import difflib
+
   diff = "\n".join(difflib.unified_diff(want[0].splitlines(), got[0].splitlines(), "local", "ray", lineterm=""))
   assert got[0] == want[0], "the Ray study's report differs from the local one's:\n" + diff
   rows = [f"local {w}\nray   {g}" for w, g in zip(want[1], got[1]) if w != g]
@@ -171,8 +186,7 @@ def _assert_same_results(got: dict, want: dict) -> None:
     assert steps == sorted(set(steps)), f"{k}: an eval recorded twice"
     if r["status"] == "done":  # deterministic: the same numbers, step by step
       assert len(steps) >= 3 and steps == [e["step"] for e in want[k]["evals"]], k
-      assert [[e[m] for m in _METRICS] for e in r["evals"]] == \
-          [[e[m] for m in _METRICS] for e in want[k]["evals"]], k
+      assert [[e[m] for m in _METRICS] for e in r["evals"]] == [[e[m] for m in _METRICS] for e in want[k]["evals"]], k
   assert "cifar10" in got["bad"]["error"] or "nonexistent" in got["bad"]["error"]
 
 
@@ -180,8 +194,9 @@ def _assert_same_results(got: dict, want: dict) -> None:
 def local_study(study_file, tmp_module):
   """The same study with the local process pool, for comparison."""
   workdir = str(tmp_module / "local")
-  out = subprocess.run(_cmd(study_file, workdir, "--num_workers=2"), cwd=REPO, env=_env(), capture_output=True,
-                       text=True, timeout=300)
+  out = subprocess.run(
+    _cmd(study_file, workdir, "--num_workers=2"), cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300
+  )
   assert out.returncode == 1 and "1 trial(s) failed" in out.stderr, out.stdout + out.stderr  # the 'bad' trial
   return workdir
 
@@ -206,8 +221,12 @@ def _mid_trial(workdir: str, node_prefix: str = "") -> str | None:
     started = _started(_read(os.path.join(d, "log.txt")))
     ckpts = os.path.join(d, "checkpoints")
     has_ckpt = os.path.isdir(ckpts) and any(n.isdigit() for n in os.listdir(ckpts))
-    if (started and started[-1].startswith(node_prefix) and has_ckpt
-        and not os.path.exists(os.path.join(d, "result.json"))):
+    if (
+      started
+      and started[-1].startswith(node_prefix)
+      and has_ckpt
+      and not os.path.exists(os.path.join(d, "result.json"))
+    ):
       return rid
   return None
 
@@ -221,6 +240,7 @@ def _wait_until(condition, timeout_s: float) -> None:
 
 def _trainers(workdir: str) -> list[int]:
   import psutil
+
   out = []
   for p in psutil.process_iter(["cmdline"]):
     cmd = p.info["cmdline"] or []
@@ -231,13 +251,25 @@ def _trainers(workdir: str) -> list[int]:
 
 def _node_ids(cluster) -> dict[str, str]:
   """{'head' | 'node2': node id} of the alive nodes."""
-  out = subprocess.run([sys.executable, "-c", (
-      "import ray, json; ray.init(address=%r, log_to_driver=False, logging_level='ERROR');"
-      "print(json.dumps({('node2' if 'node2' in n['Resources'] else 'head'): n['NodeID'] "
-      "for n in ray.nodes() if n['Alive']}))") % cluster.address], env=_env(), capture_output=True, text=True,
-      timeout=120)
+  out = subprocess.run(
+    [
+      sys.executable,
+      "-c",
+      (
+        "import ray, json; ray.init(address=%r, log_to_driver=False, logging_level='ERROR');"
+        "print(json.dumps({('node2' if 'node2' in n['Resources'] else 'head'): n['NodeID'] "
+        "for n in ray.nodes() if n['Alive']}))"
+      )
+      % cluster.address,
+    ],
+    env=_env(),
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
   assert out.returncode == 0, out.stderr
   import json
+
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -249,8 +281,11 @@ def test_resources_map_to_task_options_and_slots():
   assert res == {"CPU": 2.0, "TPU": 4.0}
   assert rx.task_options(res) == {"num_cpus": 2.0, "num_gpus": 0.0, "resources": {"TPU": 4.0}}
   assert rx.task_options(rx.normalize_resources({"GPU": 0.5})) == {"num_cpus": 1.0, "num_gpus": 0.5}
-  nodes = [{"Alive": True, "Resources": {"CPU": 16, "GPU": 8}}, {"Alive": True, "Resources": {"CPU": 8, "GPU": 2}},
-           {"Alive": False, "Resources": {"CPU": 64, "GPU": 8}}]
+  nodes = [
+    {"Alive": True, "Resources": {"CPU": 16, "GPU": 8}},
+    {"Alive": True, "Resources": {"CPU": 8, "GPU": 2}},
+    {"Alive": False, "Resources": {"CPU": 64, "GPU": 8}},
+  ]
   assert rx.slots_for(nodes, rx.normalize_resources({"CPU": 4, "GPU": 2})) == 4 + 1
   with pytest.raises(ValueError, match=r"^no node of the Ray cluster can run a trial that asks for CPU 1, GPU 16"):
     rx.slots_for(nodes, rx.normalize_resources({"GPU": 16}))
@@ -275,38 +310,64 @@ def test_bad_input_is_one_sentence(cluster, study_file, tmp_module, hidden_dir):
   workdir = str(tmp_module / "bad_input")
   # An address where nothing listens.
   nowhere = f"--ray_address=127.0.0.1:{ray_testing.free_port()}"
-  out = subprocess.run(_cmd(study_file, workdir, "--executor=ray", nowhere),
-                       cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+  out = subprocess.run(
+    _cmd(study_file, workdir, "--executor=ray", nowhere), cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+  )
   _one_sentence_error(out, "cannot reach the Ray cluster at 127.0.0.1:")
   # An address where something else listens (ray.init alone would retry for ever).
   import socket
+
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     s.listen(8)
-    out = subprocess.run(_cmd(study_file, workdir, "--executor=ray", f"--ray_address=127.0.0.1:{s.getsockname()[1]}"),
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+      _cmd(study_file, workdir, "--executor=ray", f"--ray_address=127.0.0.1:{s.getsockname()[1]}"),
+      cwd=REPO,
+      env=env,
+      capture_output=True,
+      text=True,
+      timeout=120,
+    )
   _one_sentence_error(out, "127.0.0.1:")
   assert "is not a Ray cluster's GCS" in out.stderr
   # --executor=ray without Ray installed (a `ray` package that fails to import stands in for it).
   fake = tmp_module / "no_ray"
   (fake / "ray").mkdir(parents=True, exist_ok=True)
   (fake / "ray" / "__init__.py").write_text("raise ImportError('No module named ray')\n")
-  out = subprocess.run(_cmd(study_file, workdir, "--executor=ray"), cwd=REPO,
-                       env={**env, "PYTHONPATH": f"{fake}{os.pathsep}{env['PYTHONPATH']}"}, capture_output=True,
-                       text=True, timeout=120)
-  assert (_one_sentence_error(out, "--executor=ray needs Ray")
-          == "error: --executor=ray needs Ray: pip install -e .[ray]")
+  out = subprocess.run(
+    _cmd(study_file, workdir, "--executor=ray"),
+    cwd=REPO,
+    env={**env, "PYTHONPATH": f"{fake}{os.pathsep}{env['PYTHONPATH']}"},
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
+  assert (
+    _one_sentence_error(out, "--executor=ray needs Ray") == "error: --executor=ray needs Ray: pip install -e .[ray]"
+  )
   # A resource request that no node can satisfy: detected up front, not a task pending forever.
   t0 = time.monotonic()
-  out = subprocess.run(_ray_cmd(study_file, workdir, cluster, "--config.runner.resources.GPU=1"), cwd=REPO, env=env,
-                       capture_output=True, text=True, timeout=120)
+  out = subprocess.run(
+    _ray_cmd(study_file, workdir, cluster, "--config.runner.resources.GPU=1"),
+    cwd=REPO,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
   _one_sentence_error(out, "no node of the Ray cluster can run a trial that asks for CPU 1, GPU 1")
   assert time.monotonic() - t0 < 60
   # A workdir that node 2's workers cannot see (an empty tmpfs over it in node 2's mount namespace).
   if "hide" not in cluster.nodes[1]:
     pytest.skip("cannot start a Ray node in its own mount namespace here (needs root and unshare)")
-  out = subprocess.run(_ray_cmd(study_file, str(hidden_dir / "study"), cluster), cwd=REPO, env=env,
-                       capture_output=True, text=True, timeout=180)
+  out = subprocess.run(
+    _ray_cmd(study_file, str(hidden_dir / "study"), cluster),
+    cwd=REPO,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=180,
+  )
   msg = _one_sentence_error(out, "Ray workers on node ")
   assert "cannot use the workdir" in msg and "does not exist there" in msg
   assert not os.path.exists(wd.store_path(str(hidden_dir / "study")))  # refused before any trial ran
@@ -321,15 +382,22 @@ def test_ray_study_equals_local_and_survives_a_dead_node(cluster, study_file, lo
   resumes from its checkpoint; the store and the report equal those of the local run."""
   workdir = str(tmp_module / "ray")
   ids = _node_ids(cluster)
-  proc = subprocess.Popen(_ray_cmd(study_file, workdir, cluster), cwd=REPO, env=_env(), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)
+  proc = subprocess.Popen(
+    _ray_cmd(study_file, workdir, cluster),
+    cwd=REPO,
+    env=_env(),
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+  )
   try:
     deadline, victim = time.monotonic() + PATIENCE_S, None
     while time.monotonic() < deadline and proc.poll() is None and victim is None:
       time.sleep(0.1)
       victim = _mid_trial(workdir, ids["node2"][:12])
-    assert victim, "no trial ran on node 2 mid-way before the study ended:\n" + (proc.stdout.read() if proc.poll()
-                                                                                 is not None else "")
+    assert victim, "no trial ran on node 2 mid-way before the study ended:\n" + (
+      proc.stdout.read() if proc.poll() is not None else ""
+    )
     assert cluster.kill_node(1) > 0
     out, _ = proc.communicate(timeout=PATIENCE_S)
   finally:
@@ -344,8 +412,9 @@ def test_ray_study_equals_local_and_survives_a_dead_node(cluster, study_file, lo
   started = _started(log)
   assert len(started) == 2 and started[0] == ids["node2"][:12] and started[1] == ids["head"][:12], log
   assert re.search(r"Resumed from step [1-9]", log.split("=== ")[-1]), log  # the retry resumed
-  _assert_same_report(_report(workdir, str(tmp_module / "ray_report")),
-                      _report(local_study, str(tmp_module / "local_report")))
+  _assert_same_report(
+    _report(workdir, str(tmp_module / "ray_report")), _report(local_study, str(tmp_module / "local_report"))
+  )
   cluster.restart_node(1)  # for the tests after this one
 
 
@@ -395,6 +464,7 @@ def test_handle_kill_stops_the_trainer(cluster, study_file, tmp_module):
   """The executor directly: kill() returns once the trainer process is gone (pruning, timeouts)."""
   import importlib.util
   from lamb_lars.study.running import sweep
+
   spec = importlib.util.spec_from_file_location("tiny_study_k", study_file)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
@@ -409,21 +479,29 @@ def test_handle_kill_stops_the_trainer(cluster, study_file, tmp_module):
   with open(os.path.join(rdir, "trial_config.json"), "w") as f:
     f.write(trial.config.to_json_best_effort())
   code = (
-      "import os, sys, time, json\n"
-      "from lamb_lars.study.running import ray_executor as rx\n"
-      f"ex = rx.RayExecutor({{'CPU': 1}}, address={cluster.address!r})\n"
-      f"ex.check_workdir({str(tmp_module / 'kill')!r})\n"
-      f"h = ex.submit({trial.run_id!r}, {rdir!r}, json.loads(sys.argv[1]))\n"
-      "t0 = time.monotonic()\n"
-      f"log = os.path.join({rdir!r}, 'log.txt')\n"
-      f"while (time.monotonic() - t0 < {PATIENCE_S}\n"
-      "       and 'step ' not in (open(log).read() if os.path.exists(log) else '')):\n"
-      "  time.sleep(0.1)\n"
-      "assert h.poll() is None\n"
-      "h.kill(); print('code', h.poll()); ex.close()\n")
+    "import os, sys, time, json\n"
+    "from lamb_lars.study.running import ray_executor as rx\n"
+    f"ex = rx.RayExecutor({{'CPU': 1}}, address={cluster.address!r})\n"
+    f"ex.check_workdir({str(tmp_module / 'kill')!r})\n"
+    f"h = ex.submit({trial.run_id!r}, {rdir!r}, json.loads(sys.argv[1]))\n"
+    "t0 = time.monotonic()\n"
+    f"log = os.path.join({rdir!r}, 'log.txt')\n"
+    f"while (time.monotonic() - t0 < {PATIENCE_S}\n"
+    "       and 'step ' not in (open(log).read() if os.path.exists(log) else '')):\n"
+    "  time.sleep(0.1)\n"
+    "assert h.poll() is None\n"
+    "h.kill(); print('code', h.poll()); ex.close()\n"
+  )
   import json
-  out = subprocess.run([sys.executable, "-c", code, json.dumps(dict(study.runner.env))], cwd=REPO, env=_env(),
-                       capture_output=True, text=True, timeout=PATIENCE_S + 60)
+
+  out = subprocess.run(
+    [sys.executable, "-c", code, json.dumps(dict(study.runner.env))],
+    cwd=REPO,
+    env=_env(),
+    capture_output=True,
+    text=True,
+    timeout=PATIENCE_S + 60,
+  )
   assert out.returncode == 0, out.stdout + out.stderr
   assert "code -9" in out.stdout
   assert not _trainers(rdir)

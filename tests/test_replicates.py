@@ -1,6 +1,7 @@
 """Replicate statistics (lamb_lars/study/analysis/replicates.py) against float64 numpy references written from the
 formulas: Student's t quantile by numerical integration of the t density, the mean / sd / t interval, the
 agreement and threshold rules, steps to target per seed with misses censored, and the headline-target rule."""
+
 from __future__ import annotations
 
 import math
@@ -31,7 +32,7 @@ def _t975_reference(nu: int) -> float:
 
 @pytest.mark.parametrize("nu", [1, 2, 3, 4, 5, 9, 19, 29, 30, 45, 100, 500])
 def test_t_quantile_matches_the_t_distribution(nu):
-  tol = 1e-5 if nu in (1, 2, 3, 4, 5, 9, 19, 29, 30) else 2e-3   # tabulated exactly; interpolated beyond 30
+  tol = 1e-5 if nu in (1, 2, 3, 4, 5, 9, 19, 29, 30) else 2e-3  # tabulated exactly; interpolated beyond 30
   assert R.t975(nu) == pytest.approx(_t975_reference(nu), abs=tol)
 
 
@@ -56,32 +57,50 @@ def test_agreement_with_the_paper_compares_the_interval_with_the_tolerance_band(
   # paper 99.2%, tolerance 0.3 pp: band [98.9, 99.5]
   assert R.agreement(_s(0.990, 0.994), 0.992, 0.003) == "agrees"
   assert R.agreement(_s(0.985, 0.988), 0.992, 0.003) == "differs"
-  assert R.agreement(_s(0.987, 0.991), 0.992, 0.003) == "inconclusive"   # straddles 98.9
-  assert R.agreement(_s(0.985, 0.999), 0.992, 0.003) == "inconclusive"   # too wide to say
+  assert R.agreement(_s(0.987, 0.991), 0.992, 0.003) == "inconclusive"  # straddles 98.9
+  assert R.agreement(_s(0.985, 0.999), 0.992, 0.003) == "inconclusive"  # too wide to say
   assert R.agreement(R.summarise([0.992]), 0.992, 0.003) == "inconclusive"
 
 
 def _run(rid, accs, *, b=256, status="done", seed=0, budget=None, per_epoch=10):
-  return Trial(rid, b, status=status, seed=seed, budget_epochs=budget if budget is not None else len(accs),
-               curve=[{"step": (i + 1) * per_epoch, "epoch": float(i + 1), "eval_accuracy": a}
-                      for i, a in enumerate(accs)])
+  return Trial(
+    rid,
+    b,
+    status=status,
+    seed=seed,
+    budget_epochs=budget if budget is not None else len(accs),
+    curve=[{"step": (i + 1) * per_epoch, "epoch": float(i + 1), "eval_accuracy": a} for i, a in enumerate(accs)],
+  )
 
 
 def test_steps_per_seed_censors_misses_and_divergence_at_the_budget():
-  runs = [_run("hit", [0.97, 0.981, 0.99], seed=1), _run("miss", [0.97, 0.975, 0.979], seed=2),
-          _run("div", [0.985, 0.99], status="diverged", seed=3, budget=3),
-          _run("fail", [0.99], status="failed"), _run("late", [0.97, 0.975, 0.981], seed=4),
-          _run("stopped", [0.97, 0.979], seed=5, budget=3)]   # stopped at another goal after 2 of 3 epochs
+  runs = [
+    _run("hit", [0.97, 0.981, 0.99], seed=1),
+    _run("miss", [0.97, 0.975, 0.979], seed=2),
+    _run("div", [0.985, 0.99], status="diverged", seed=3, budget=3),
+    _run("fail", [0.99], status="failed"),
+    _run("late", [0.97, 0.975, 0.981], seed=4),
+    _run("stopped", [0.97, 0.979], seed=5, budget=3),
+  ]  # stopped at another goal after 2 of 3 epochs
   got = {s.run_id: (s.steps, s.censored) for s in R.steps_per_seed(runs, "eval_accuracy", 0.98)}
-  assert got == {"hit": (20.0, False), "miss": (30.0, True), "div": (30.0, True), "late": (30.0, False),
-                 "stopped": (20.0, True)}
+  assert got == {
+    "hit": (20.0, False),
+    "miss": (30.0, True),
+    "div": (30.0, True),
+    "late": (30.0, False),
+    "stopped": (20.0, True),
+  }
   half = {s.run_id: (s.steps, s.censored) for s in R.steps_per_seed(runs, "eval_accuracy", 0.98, within=0.5)}
   assert half["late"] == (15.0, True) and half["hit"] == (15.0, True)
 
 
 def test_headline_target_is_the_highest_every_baseline_seed_reaches_within_half_the_budget():
-  seeds = [_run(f"s{i}", accs) for i, accs in enumerate([[0.981, 0.986, 0.988, 0.990], [0.982, 0.985, 0.987, 0.989],
-                                                          [0.980, 0.9855, 0.989, 0.989]])]
+  seeds = [
+    _run(f"s{i}", accs)
+    for i, accs in enumerate(
+      [[0.981, 0.986, 0.988, 0.990], [0.982, 0.985, 0.987, 0.989], [0.980, 0.9855, 0.989, 0.989]]
+    )
+  ]
   # within half the budget (2 of 4 epochs): every seed reaches 98.5% (0.986, 0.985, 0.9855), not 98.8%
   assert R.headline_target(seeds, (0.98, 0.985, 0.988), "eval_accuracy") == 0.985
   assert R.headline_target(seeds, (0.99,), "eval_accuracy") is None
@@ -98,8 +117,18 @@ def test_report_scaling_section_fits_seeds_at_the_headline_target():
     if hit is not None:
       rows.append({"step": float(hit), "epoch": hit / 10.0, "eval_accuracy": 0.986})
     rows.append({"step": float(budget_steps), "epoch": budget_steps / 10.0, "eval_accuracy": 0.986 if hit else 0.9})
-    return Trial(rid, b, role=role, technique="tuned", phase=phase, seed=seed, budget_epochs=budget_steps / 10.0,
-                 curve=rows, replicate_of="c" if phase == "replicate" else "")
+    return Trial(
+      rid,
+      b,
+      role=role,
+      technique="tuned",
+      phase=phase,
+      seed=seed,
+      budget_epochs=budget_steps / 10.0,
+      curve=rows,
+      replicate_of="c" if phase == "replicate" else "",
+    )
+
   trials = [run(f"base{s}", 256, 100.0, 1000.0, s, role="baseline", phase="search") for s in range(3)]
   for b in (256, 512, 1024, 2048, 4096):
     for s in (1, 2):
@@ -110,7 +139,7 @@ def test_report_scaling_section_fits_seeds_at_the_headline_target():
   assert "Headline target (the highest that every baseline seed reaches within half its budget): 98.50%" in text
   row = next(ln for ln in text.splitlines() if ln.startswith("| 98.50% (headline)"))
   assert row.split(" | ")[1] == "1000" and ">120" in row
-  assert "| 99.00% |" in text and "two or more batch sizes" in text   # nobody reaches 99%
+  assert "| 99.00% |" in text and "two or more batch sizes" in text  # nobody reaches 99%
 
 
 def test_baseline_seeds_enter_the_steps_fit_once_when_there_is_no_target_technique():
@@ -120,15 +149,24 @@ def test_baseline_seeds_enter_the_steps_fit_once_when_there_is_no_target_techniq
   from lamb_lars.study.records import Target
 
   def run(rid, b, hit, seed, role, phase, of=""):
-    rows = [{"step": 1.0, "epoch": 0.1, "eval_accuracy": 0.5},
-            {"step": float(hit), "epoch": hit / 10.0, "eval_accuracy": 0.986},
-            {"step": 1000.0, "epoch": 100.0, "eval_accuracy": 0.986}]
-    return Trial(rid, b, role=role, phase=phase, seed=seed, budget_epochs=100.0, curve=rows, replicate_of=of,
-                 cell=f"{role}-b{b}")
-  trials = [run("base", 256, 111.0, 0, "baseline", "search"),
-            *[run(f"base-s{s}", 256, 100.0 + s, s, "baseline", "replicate", "base") for s in (1, 2)],
-            *[run(f"lin-b{b}-s{s}", b, 100.0 * (1 + 1000.0 / b) + s, s, "linear", "replicate", f"lin-b{b}")
-              for b in (512, 1024) for s in (1, 2)]]
+    rows = [
+      {"step": 1.0, "epoch": 0.1, "eval_accuracy": 0.5},
+      {"step": float(hit), "epoch": hit / 10.0, "eval_accuracy": 0.986},
+      {"step": 1000.0, "epoch": 100.0, "eval_accuracy": 0.986},
+    ]
+    return Trial(
+      rid, b, role=role, phase=phase, seed=seed, budget_epochs=100.0, curve=rows, replicate_of=of, cell=f"{role}-b{b}"
+    )
+
+  trials = [
+    run("base", 256, 111.0, 0, "baseline", "search"),
+    *[run(f"base-s{s}", 256, 100.0 + s, s, "baseline", "replicate", "base") for s in (1, 2)],
+    *[
+      run(f"lin-b{b}-s{s}", b, 100.0 * (1 + 1000.0 / b) + s, s, "linear", "replicate", f"lin-b{b}")
+      for b in (512, 1024)
+      for s in (1, 2)
+    ],
+  ]
   spec = report.ReportSpec(target=Target("eval_accuracy", 0.985, "max"), targets=(0.985,), target_technique="")
   text = "\n".join(report_replicates.sections(trials, spec, 256))
   row = next(ln for ln in text.splitlines() if ln.startswith("| 98.50%"))

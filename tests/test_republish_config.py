@@ -1,5 +1,6 @@
 """The Table 3 republish config (lamb_lars/configs/studies/mnist_table3.py:republish): one study holding both rounds' LR
 ranges, LARS with warmup + polynomial decay (You et al. 2020), every trial valid before compiling."""
+
 from __future__ import annotations
 
 import math
@@ -20,7 +21,7 @@ def test_republish_merges_both_rounds_into_one_search_per_cell():
     r1 = t3.LR_RANGES[solver]["original" if variant == "original" else "layerwise"]
     lo, hi = lr(name)
     assert lo <= min(r1[0], r2[0]) and hi >= max(r1[1], r2[1]), name
-  assert lr("b8k-momentum-original")[0] <= 0.025       # the ladder's tuned momentum trains at 8K from η ≈ 0.025
+  assert lr("b8k-momentum-original")[0] <= 0.025  # the ladder's tuned momentum trains at 8K from η ≈ 0.025
   for name, cell in cells.items():
     is_lars = cell["fixed"]["optimizer.name"] == "lars"
     assert (cell["fixed"].get("optimizer.schedule.decay") == "poly") == is_lars, name
@@ -42,11 +43,12 @@ def _published_chosen(folder: str, cell: str) -> dict:
   """The row of ``cell``'s chosen trial in a published runs.csv: the trial its replicates repeat."""
   import csv
   import os
+
   rows = list(csv.DictReader(open(os.path.join(folder, "runs.csv"), encoding="utf-8")))
   chosen = {r["replicate_of"] for r in rows if r["cell"] == cell and r["phase"] == "replicate"}
   assert len(chosen) == 1, f"{cell}: replicates of {sorted(chosen)}"
   want = chosen.pop()
-  row, = [r for r in rows if r["run_id"] == want]
+  (row,) = [r for r in rows if r["run_id"] == want]
   return row
 
 
@@ -55,6 +57,7 @@ def test_ladder_republish_baseline_is_the_table3_b0_choice():
   validation split (the baseline tuned once at B0), and every arm scales that baseline."""
   import os
   from lamb_lars.configs.studies import mnist_batch_ladder as ladder
+
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   row = _published_chosen(os.path.join(repo, "docs", "studies", "mnist_table3_replicated"), "bs256-momentum")
   assert ladder.B0_TUNED["run_id"] == row["run_id"]

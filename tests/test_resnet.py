@@ -3,6 +3,7 @@
 Parameter counts are checked against torchvision's published numbers and against an independent layer-shape formula
 (numpy); shape-only checks use ``jax.eval_shape`` (no compute). Anything that runs uses a tiny ResNet-18.
 """
+
 from __future__ import annotations
 
 import collections
@@ -67,6 +68,7 @@ def formula_count(depth: int, stem: str, num_classes: int) -> int:
 
 # ---------------------------------------------------------------------------------------------------- counts
 
+
 def test_resnet50_imagenet_count_exact():
   assert _n_params(R.build_resnet(50, num_classes=1000), 224) == 25_557_032
 
@@ -96,6 +98,7 @@ def test_unknown_model_is_a_one_sentence_config_error():
   """A typed ConfigError (the one-sentence path, exit 2), not a bare ValueError that training reports as a bug."""
   from lamb_lars.common import cli_errors
   from lamb_lars.train.run_plan import ConfigError
+
   with pytest.raises(ConfigError) as e:
     create_model("resnet20", num_classes=10)
   msg = str(e.value)
@@ -104,6 +107,7 @@ def test_unknown_model_is_a_one_sentence_config_error():
 
 
 # ---------------------------------------------------------------------------------------------------- shapes
+
 
 def _intermediate_shapes(model: nn.Module, size: int) -> Dict[str, Tuple[int, ...]]:
   x = jnp.zeros((2, size, size, 3), jnp.float32)
@@ -137,9 +141,18 @@ def test_output_and_stage_shapes_cifar_stem():
 
 def test_param_paths_are_readable_and_bn_is_named_bn():
   paths = set(flatten_dict(_shapes(R.build_resnet(50), 64)["params"], sep="/"))
-  for p in ["stem_conv/kernel", "stem_bn/scale", "stem_bn/bias", "stage1_block0/conv1/kernel",
-            "stage1_block0/bn1/scale", "stage1_block0/proj_conv/kernel", "stage1_block0/proj_bn/scale",
-            "stage4_block2/bn3/scale", "head/kernel", "head/bias"]:
+  for p in [
+    "stem_conv/kernel",
+    "stem_bn/scale",
+    "stem_bn/bias",
+    "stage1_block0/conv1/kernel",
+    "stage1_block0/bn1/scale",
+    "stage1_block0/proj_conv/kernel",
+    "stage1_block0/proj_bn/scale",
+    "stage4_block2/bn3/scale",
+    "head/kernel",
+    "head/bias",
+  ]:
     assert p in paths, p
   for p in paths:  # every scale/bias other than the head's lives in a module whose name contains "bn"
     if p.endswith(("scale", "bias")) and not p.startswith("head"):
@@ -150,6 +163,7 @@ def test_param_paths_are_readable_and_bn_is_named_bn():
 # ---------------------------------------------------------------------------------------------------- running
 # One tiny CIFAR ResNet-18 (widths 4-8-16-32, 16×16 inputs) is initialised once; init compiles are the slow part.
 
+
 def _tiny(**kw) -> R.ResNet:
   kw.setdefault("num_filters", 4)
   kw.setdefault("zero_init_last_bn", True)
@@ -158,8 +172,9 @@ def _tiny(**kw) -> R.ResNet:
 
 def _train_apply(model: nn.Module):
   """Jitted train-mode forward: (variables, x) → (logits, {batch_stats, intermediates})."""
-  return jax.jit(functools.partial(model.apply, train=True, mutable=["batch_stats", "intermediates"],
-                                   capture_intermediates=True))
+  return jax.jit(
+    functools.partial(model.apply, train=True, mutable=["batch_stats", "intermediates"], capture_intermediates=True)
+  )
 
 
 @pytest.fixture(scope="module")
@@ -190,8 +205,11 @@ def test_bfloat16_compute_keeps_float32_params_and_stats(tiny):
   assert acts["stage1_block0/conv1"].dtype == jnp.bfloat16
   assert acts["stage4_block1"].dtype == jnp.bfloat16
   # train mode updated the running statistics, and they are finite
-  moved = jax.tree_util.tree_map(lambda a, b: bool(jnp.any(a != b)) and bool(jnp.all(jnp.isfinite(b))),
-                                 variables["batch_stats"], state["batch_stats"])
+  moved = jax.tree_util.tree_map(
+    lambda a, b: bool(jnp.any(a != b)) and bool(jnp.all(jnp.isfinite(b))),
+    variables["batch_stats"],
+    state["batch_stats"],
+  )
   assert all(jax.tree_util.tree_leaves(moved))
 
 
@@ -251,6 +269,7 @@ _NORM_LOG: list = []
 
 class _RecordingNorm(nn.Module):
   """Stand-in for the BN-group module: takes the same construction kwargs and logs what it was given."""
+
   use_running_average: bool
   scale_init: Callable = nn.initializers.ones
   dtype: Any = jnp.float32
@@ -259,10 +278,24 @@ class _RecordingNorm(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    _NORM_LOG.append((self.name, self.use_running_average, self.scale_init is nn.initializers.zeros,
-                     jnp.dtype(self.dtype), jnp.dtype(self.param_dtype), self.group_size, x.dtype))
-    return nn.BatchNorm(use_running_average=self.use_running_average, scale_init=self.scale_init,
-                        dtype=self.dtype, param_dtype=self.param_dtype, name="inner")(x)
+    _NORM_LOG.append(
+      (
+        self.name,
+        self.use_running_average,
+        self.scale_init is nn.initializers.zeros,
+        jnp.dtype(self.dtype),
+        jnp.dtype(self.param_dtype),
+        self.group_size,
+        x.dtype,
+      )
+    )
+    return nn.BatchNorm(
+      use_running_average=self.use_running_average,
+      scale_init=self.scale_init,
+      dtype=self.dtype,
+      param_dtype=self.param_dtype,
+      name="inner",
+    )(x)
 
 
 def test_norm_injection_with_custom_partial(tiny):
@@ -274,13 +307,19 @@ def test_norm_injection_with_custom_partial(tiny):
   no_bias = {k: v for k, v in flat.items() if not (k.endswith("bias") and "bn" in k)}
   assert set(flatten_dict(shapes["params"], sep="/")) == set(no_bias)
   _, new = _train_apply(model)({**variables, "params": unflatten_dict(no_bias, sep="/")}, x)
-  stem = jax.lax.conv_general_dilated(x, flat["stem_conv/kernel"], (1, 1), ((1, 1), (1, 1)),
-                                      dimension_numbers=("NHWC", "HWIO", "NHWC"))
+  stem = jax.lax.conv_general_dilated(
+    x, flat["stem_conv/kernel"], (1, 1), ((1, 1), (1, 1)), dimension_numbers=("NHWC", "HWIO", "NHWC")
+  )
   np.testing.assert_allclose(new["batch_stats"]["stem_bn"]["mean"], stem.mean(axis=(0, 1, 2)), rtol=1e-4, atol=1e-5)
   # a custom module through the registry gets every BN site (1 + 8×2 + 3 projections), with the right kwargs
   _NORM_LOG.clear()
-  model = create_model("resnet18_cifar", num_classes=10, dtype=jnp.bfloat16, zero_init_last_bn=True,
-                       norm=functools.partial(_RecordingNorm, group_size=4))
+  model = create_model(
+    "resnet18_cifar",
+    num_classes=10,
+    dtype=jnp.bfloat16,
+    zero_init_last_bn=True,
+    norm=functools.partial(_RecordingNorm, group_size=4),
+  )
   shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), x, train=True))
   assert "stage2_block0/proj_bn/inner/scale" in flatten_dict(shapes["params"], sep="/")
   log = list(_NORM_LOG)

@@ -2,6 +2,7 @@
 checked against their sha256, the metrics window survives a checkpoint between two evaluations, a checkpoint
 carries its config and its rows, and a step folder cut short is moved aside. Every comparison is bit-exact against
 an uninterrupted run of the same config (timing columns aside). LeNet-5 on 256 synthetic examples: seconds a run."""
+
 from __future__ import annotations
 
 import glob
@@ -21,10 +22,17 @@ from lamb_lars.train.run_plan import ConfigError
 from lamb_lars.train.trainer import train_and_evaluate
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = {**{k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}, "PYTHONPATH": REPO}   # one CPU device
+ENV = {**{k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}, "PYTHONPATH": REPO}  # one CPU device
 TIMING = ("wall_time", "compile_time", "examples_per_sec", "step_time", "train_time")
-TINY = {"dataset": "synthetic", "synthetic.num_train": 256, "synthetic.num_eval": 64, "batch_size": 32,
-        "eval_batch_size": 64, "keep_checkpoints": 20, "progress": False}
+TINY = {
+  "dataset": "synthetic",
+  "synthetic.num_train": 256,
+  "synthetic.num_eval": 64,
+  "batch_size": 32,
+  "eval_batch_size": 64,
+  "keep_checkpoints": 20,
+  "progress": False,
+}
 # The tests that read the module's uninterrupted run go to one pytest-xdist worker (--dist loadgroup), which trains
 # it once; left to themselves, both workers would train it.
 ON_REF_WORKER = pytest.mark.xdist_group("resume_ref")
@@ -46,8 +54,7 @@ def rows(workdir) -> list[dict]:
 
 def final(workdir) -> dict:
   result = json.load(open(os.path.join(workdir, "result.json")))
-  return {**result, "final": {k: v for k, v in (result["final"] or {}).items() if k not in TIMING},
-          "train_time": None}
+  return {**result, "final": {k: v for k, v in (result["final"] or {}).items() if k not in TIMING}, "train_time": None}
 
 
 def killed_copy(ref, dest, *, last_checkpoint: int, rows_until: int) -> str:
@@ -90,15 +97,18 @@ def ref(tmp_path_factory):
 def resume(workdir, lines=None, **overrides) -> dict:
   log = []
   from lamb_lars.train import trainer
+
   real, trainer._log = trainer._log, (log.append if lines is None else lines.append)
   try:
-    return train_and_evaluate(tiny_config(num_train_steps=14, eval_every_steps=4, checkpoint_every_steps=6,
-                                          **overrides), workdir)
+    return train_and_evaluate(
+      tiny_config(num_train_steps=14, eval_every_steps=4, checkpoint_every_steps=6, **overrides), workdir
+    )
   finally:
     trainer._log = real
 
 
 # --- The training window across a checkpoint between two evaluations (item 4). ----------------------------------
+
 
 @pytest.mark.parametrize("last_checkpoint, rows_until", [(6, 8), (6, 6), (12, 12)])
 @ON_REF_WORKER
@@ -113,9 +123,15 @@ def test_a_resume_between_evaluations_gives_the_uninterrupted_rows(ref, tmp_path
 
 def test_window_state_round_trips_exactly():
   from lamb_lars.train.train_metrics import MetricsWindow
+
   a = MetricsWindow()
-  a.add({"train_loss": np.float32([2.3, 1.7, np.pi]), "train_accuracy": np.float32([0.1, 0.3, 1 / 3]),
-         "grad_norm": np.float32([1e-7, 3.3, 7.1])})
+  a.add(
+    {
+      "train_loss": np.float32([2.3, 1.7, np.pi]),
+      "train_accuracy": np.float32([0.1, 0.3, 1 / 3]),
+      "grad_norm": np.float32([1e-7, 3.3, 7.1]),
+    }
+  )
   a.add_time(1.5, 3, 32)
   b = MetricsWindow()
   b.load_state_dict(json.loads(json.dumps(a.state_dict())))  # through JSON, as in a checkpoint's metadata
@@ -130,20 +146,38 @@ def test_a_real_kill_between_misaligned_periods_resumes_bit_exactly(tmp_path):
   args = cli(num_train_steps=40, eval_every_steps=10, checkpoint_every_steps=15)
   base = ["--config=lamb_lars/configs/mnist_lenet.py", *args]
   ref_dir, run_dir = tmp_path / "ref", tmp_path / "run"
-  subprocess.run([sys.executable, "train.py", f"--workdir={ref_dir}", *base], cwd=REPO, env=ENV, check=True,
-                 capture_output=True, timeout=300)
-  killed = subprocess.run([sys.executable, "tests/kill_at_step.py", "20", f"--workdir={run_dir}", *base], cwd=REPO,
-                          env=ENV, capture_output=True, timeout=300)
+  subprocess.run(
+    [sys.executable, "train.py", f"--workdir={ref_dir}", *base],
+    cwd=REPO,
+    env=ENV,
+    check=True,
+    capture_output=True,
+    timeout=300,
+  )
+  killed = subprocess.run(
+    [sys.executable, "tests/kill_at_step.py", "20", f"--workdir={run_dir}", *base],
+    cwd=REPO,
+    env=ENV,
+    capture_output=True,
+    timeout=300,
+  )
   assert killed.returncode == -9, killed.stderr[-2000:]
   assert [r["step"] for r in rows(run_dir)] == [10, 20] and not (run_dir / "result.json").exists()
-  subprocess.run([sys.executable, "train.py", f"--workdir={run_dir}", *base], cwd=REPO, env=ENV, check=True,
-                 capture_output=True, timeout=300)
+  subprocess.run(
+    [sys.executable, "train.py", f"--workdir={run_dir}", *base],
+    cwd=REPO,
+    env=ENV,
+    check=True,
+    capture_output=True,
+    timeout=300,
+  )
   assert [r["step"] for r in rows(ref_dir)] == [10, 20, 30, 40]
   assert rows(run_dir) == rows(ref_dir)
   assert final(run_dir) == final(ref_dir)
 
 
 # --- Checkpoints verified on restore (item 3). -------------------------------------------------------------------
+
 
 @ON_REF_WORKER
 def test_flipped_bytes_in_the_newest_checkpoint_fall_back_to_the_previous_one(ref, tmp_path):
@@ -164,17 +198,18 @@ def test_checksum_covers_every_leaf_and_its_bytes():
   want = checkpoint.state_checksum(state)
   assert checkpoint.state_checksum({"w": state["w"].copy(), "b": {"x": state["b"]["x"].copy()}}) == want
   w = state["w"].copy()
-  w.view(np.uint8)[5] ^= 1                           # one bit
+  w.view(np.uint8)[5] ^= 1  # one bit
   assert checkpoint.state_checksum({**state, "w": w}) != want
-  assert checkpoint.state_checksum({**state, "w": state["w"].astype(np.int32)}) != want     # same values, dtype
-  assert checkpoint.state_checksum({"v": state["w"], "b": state["b"]}) != want               # same bytes, path
+  assert checkpoint.state_checksum({**state, "w": state["w"].astype(np.int32)}) != want  # same values, dtype
+  assert checkpoint.state_checksum({"v": state["w"], "b": state["b"]}) != want  # same bytes, path
   with pytest.raises(checkpoint.ChecksumMismatch):
     checkpoint.verified({**state, "w": w}, {checkpoint.CHECKSUM_KEY: want})
   assert checkpoint.verified(state, {checkpoint.CHECKSUM_KEY: want, "a": 1})[1] == {"a": 1}
-  assert checkpoint.verified(state, {"a": 1})[1] == {"a": 1}    # an older checkpoint without one: nothing to check
+  assert checkpoint.verified(state, {"a": 1})[1] == {"a": 1}  # an older checkpoint without one: nothing to check
 
 
 # --- The checkpoint carries the config and the rows; a save cut short is moved aside (item 6). ------------------
+
 
 @ON_REF_WORKER
 def test_without_config_json_another_batch_size_is_refused_by_the_checkpoint(ref, tmp_path):
@@ -185,14 +220,25 @@ def test_without_config_json_another_batch_size_is_refused_by_the_checkpoint(ref
     resume(run, batch_size=16)
   msg = str(e.value)
   assert "checkpoints of a run started with a different config (batch_size)" in msg and "\n" not in msg
-  out = subprocess.run([sys.executable, "train.py", "--config=lamb_lars/configs/mnist_lenet.py", f"--workdir={run}",
-                        *cli(num_train_steps=14, eval_every_steps=4, checkpoint_every_steps=6, batch_size=16)],
-                       cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+  out = subprocess.run(
+    [
+      sys.executable,
+      "train.py",
+      "--config=lamb_lars/configs/mnist_lenet.py",
+      f"--workdir={run}",
+      *cli(num_train_steps=14, eval_every_steps=4, checkpoint_every_steps=6, batch_size=16),
+    ],
+    cwd=REPO,
+    env=ENV,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   last = out.stderr.strip().splitlines()[-1]
   assert out.returncode == 2 and "different config (batch_size)" in last, out.stderr[-2000:]
   after = {p: open(p, "rb").read() for p in glob.glob(f"{run}/**", recursive=True) if os.path.isfile(p)}
-  assert after == before                             # refused before anything was written
-  resume(run)                                        # the same config still resumes, exactly
+  assert after == before  # refused before anything was written
+  resume(run)  # the same config still resumes, exactly
   assert rows(run) == rows(ref)
 
 
@@ -253,7 +299,7 @@ def test_a_step_folder_orbax_does_not_list_is_moved_aside(tmp_path, monkeypatch)
   ck.save(2, state, {})
   ck.close()
   ck = checkpoint.Checkpointer(str(tmp_path), keep=3)
-  monkeypatch.setattr(ck._mngr, "all_steps", lambda *a, **k: [1])   # step 2 as orbax on gs:// sees a partial one
+  monkeypatch.setattr(ck._mngr, "all_steps", lambda *a, **k: [1])  # step 2 as orbax on gs:// sees a partial one
   lines = []
   ck.quarantine_unlisted(lines.append)
   assert len(lines) == 1 and "folder 2" in lines[0] and "never completed" in lines[0]

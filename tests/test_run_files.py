@@ -1,4 +1,5 @@
 """The run-dir contract shared by the trainer and the study runner (lamb_lars/common/run_files.py)."""
+
 from __future__ import annotations
 
 import json
@@ -16,11 +17,11 @@ def _append(path, text):
 
 def test_the_tail_returns_only_new_rows(tmp_path):
   tail = run_files.MetricsTail(str(tmp_path))
-  assert tail.read() == []                                   # no file yet
+  assert tail.read() == []  # no file yet
   path = os.path.join(tmp_path, run_files.METRICS_FILE)
   _append(path, json.dumps({"step": 1}) + "\n" + json.dumps({"step": 2}) + "\n")
   assert [r["step"] for r in tail.read()] == [1, 2]
-  assert tail.read() == []                                   # nothing new
+  assert tail.read() == []  # nothing new
   _append(path, json.dumps({"step": 3}) + "\n")
   assert [r["step"] for r in tail.read()] == [3]
   assert tail.offset == os.path.getsize(path)
@@ -30,7 +31,7 @@ def test_a_torn_last_line_is_read_once_it_is_complete(tmp_path):
   path = os.path.join(tmp_path, run_files.METRICS_FILE)
   tail = run_files.MetricsTail(str(tmp_path))
   row = json.dumps({"step": 5, "eval_accuracy": 0.5})
-  _append(path, json.dumps({"step": 4}) + "\n" + row[:7])   # the trainer is mid-line
+  _append(path, json.dumps({"step": 4}) + "\n" + row[:7])  # the trainer is mid-line
   assert [r["step"] for r in tail.read()] == [4]
   assert tail.read() == []
   _append(path, row[7:] + "\n")
@@ -61,8 +62,17 @@ def test_the_trainer_writes_the_files_the_runner_reads(tmp_path):
   import inspect
   from lamb_lars.train import checkpoint, metric_writers, run_identity, trainer
   from lamb_lars.study.running import driver, run_one, workdir
-  literals = ('"metrics.jsonl"', '"result.json"', '"config.json"', '"checkpoints"', '"error.txt"', '"log.txt"',
-              '"trial_config.json"', '"hparams.json"')
+
+  literals = (
+    '"metrics.jsonl"',
+    '"result.json"',
+    '"config.json"',
+    '"checkpoints"',
+    '"error.txt"',
+    '"log.txt"',
+    '"trial_config.json"',
+    '"hparams.json"',
+  )
   for module in (checkpoint, metric_writers, run_identity, trainer, driver, run_one, workdir):
     source = inspect.getsource(module)
     assert not [name for name in literals if name in source], module.__name__

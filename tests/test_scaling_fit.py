@@ -2,6 +2,7 @@
 2.11)
 against known parameters and a brute-force float64 numpy minimisation of the loss written from its definition;
 censored points as lower bounds; the bootstrap over seeds and the leave-one-batch-out sensitivity."""
+
 from __future__ import annotations
 
 import math
@@ -16,6 +17,7 @@ def predict(f, batch):
   """Ŝ(B) = S_min + E_min/B."""
   return f.s_min + f.e_min / np.asarray(batch, np.float64)
 
+
 B = np.array([256, 512, 1024, 2048, 4096, 8192], np.float64)
 
 
@@ -27,9 +29,10 @@ def _reference(b, s, censored, n=1201):
   def grid(lc, lb):
     pred = lc[:, None, None] + np.log1p(np.exp(lb)[None, :, None] / b[None, None, :])
     r = ly[None, None, :] - pred
-    loss = np.where(cens[None, None, :], np.minimum(0.0, -r) ** 2, r ** 2).sum(-1)
+    loss = np.where(cens[None, None, :], np.minimum(0.0, -r) ** 2, r**2).sum(-1)
     i, j = np.unravel_index(np.argmin(loss), loss.shape)
     return lc[i], lb[j], loss[i, j]
+
   lc0, lb0, _ = grid(np.linspace(0.0, 12.0, n), np.linspace(math.log(1.0), math.log(1e7), n))
   lc, lb, loss = grid(np.linspace(lc0 - 0.02, lc0 + 0.02, 801), np.linspace(lb0 - 0.03, lb0 + 0.03, 801))
   return math.exp(lc), math.exp(lb), loss
@@ -39,9 +42,9 @@ def test_recovers_known_parameters_from_exact_data():
   f = F.fit(B, 1000.0 * (1 + 2000.0 / B))
   assert f.s_min == pytest.approx(1000.0, rel=1e-6) and f.b_crit == pytest.approx(2000.0, rel=1e-6)
   assert f.e_min == pytest.approx(2e6, rel=1e-6) and f.loss < 1e-15
-  perfect = F.fit(B, 5e5 / B)                       # S ∝ 1/B across the data: no bend, B_crit = ∞
+  perfect = F.fit(B, 5e5 / B)  # S ∝ 1/B across the data: no bend, B_crit = ∞
   assert perfect.b_crit == math.inf and perfect.s_min == 0.0 and perfect.e_min == pytest.approx(5e5, rel=1e-6)
-  flat = F.fit(B, np.full(6, 700.0))                # no speed-up at all
+  flat = F.fit(B, np.full(6, 700.0))  # no speed-up at all
   assert flat.b_crit == 0.0 and flat.s_min == pytest.approx(700.0, rel=1e-9)
 
 
@@ -56,7 +59,7 @@ def test_noisy_fit_matches_brute_force_reference():
 
 def test_a_censored_point_below_the_prediction_costs_nothing():
   s = 1000.0 * (1 + 2000.0 / B)
-  bs, ys, cs = list(B) + [16384.0], list(s) + [900.0], [False] * 6 + [True]   # Ŝ(16K) = 1122 > 900
+  bs, ys, cs = list(B) + [16384.0], list(s) + [900.0], [False] * 6 + [True]  # Ŝ(16K) = 1122 > 900
   f, g = F.fit(bs, ys, cs), F.fit(B, s)
   assert (f.s_min, f.b_crit) == pytest.approx((g.s_min, g.b_crit), rel=1e-9) and f.num_censored == 1
 
@@ -83,8 +86,9 @@ def test_needs_reached_points_at_two_batches():
 
 def _points(noise, seeds=3, rng_seed=0):
   rng = np.random.default_rng(rng_seed)
-  return {int(b): [(1000.0 * (1 + 2000.0 / b) * math.exp(rng.normal(0.0, noise)), False) for _ in range(seeds)]
-          for b in B}
+  return {
+    int(b): [(1000.0 * (1 + 2000.0 / b) * math.exp(rng.normal(0.0, noise)), False) for _ in range(seeds)] for b in B
+  }
 
 
 def test_bootstrap_interval_over_seeds():
@@ -92,7 +96,7 @@ def test_bootstrap_interval_over_seeds():
   assert exact.lo == pytest.approx(2000.0, rel=1e-6) and exact.hi == pytest.approx(2000.0, rel=1e-6)
   pts = _points(0.1)
   a, b = F.bootstrap(pts, num=40, seed=1), F.bootstrap(pts, num=40, seed=1)
-  assert a == b                                        # reproducible
+  assert a == b  # reproducible
   assert a.lo < F.fit_points(pts).b_crit < a.hi and a.failed == 0 and a.infinite == 0.0
   # the percentile interval is the nearest-rank 2.5% / 97.5% order statistic of the refits (numpy reference)
   rng = np.random.default_rng(1)
@@ -111,7 +115,7 @@ def test_bootstrap_interval_over_seeds():
 def test_leave_one_batch_out_exposes_a_point_the_fit_rests_on():
   pts = _points(0.0)
   assert all(v == pytest.approx(2000.0, rel=1e-6) for v in F.leave_one_batch_out(pts).values())
-  pts[8192] = [(5000.0, False)] * 3                    # one wild batch
+  pts[8192] = [(5000.0, False)] * 3  # one wild batch
   lobo = F.leave_one_batch_out(pts)
   assert lobo[8192] == pytest.approx(2000.0, rel=1e-6)
   assert all(abs(v - 2000.0) > 100.0 for b, v in lobo.items() if b != 8192)
@@ -122,6 +126,7 @@ def test_closed_form_c_equals_a_numerical_minimisation_of_the_loss():
   """_best_c's closed form (censored breakpoints) against scipy's bounded scalar minimiser of the loss in c,
   written from its definition, on random rows with 0 to all-but-two censored points."""
   from scipy import optimize
+
   rng = np.random.default_rng(3)
   for trial in range(40):
     n = int(rng.integers(3, 12))
@@ -132,8 +137,7 @@ def test_closed_form_c_equals_a_numerical_minimisation_of_the_loss():
     for row in range(3):
       r = ly - g[row]
       f = lambda x: float(np.sum(np.where(cens, np.minimum(0.0, x - r), x - r) ** 2))
-      ref = optimize.minimize_scalar(f, bounds=(r.min() - 1, r.max() + 1), method="bounded",
-                                     options=dict(xatol=1e-12))
+      ref = optimize.minimize_scalar(f, bounds=(r.min() - 1, r.max() + 1), method="bounded", options=dict(xatol=1e-12))
       assert c[row] == pytest.approx(ref.x, abs=1e-7), (trial, row)
       assert loss[row] == pytest.approx(f(c[row]), rel=1e-12) and loss[row] <= ref.fun + 1e-12
 
@@ -150,7 +154,7 @@ def test_bootstrap_over_trials_and_seeds_spans_the_fits_of_either_choice():
   _, b_alt, _ = _reference(B, alt, np.zeros(B.size, bool))
   lo, hi = sorted([2000.0, b_alt])
   assert ci.lo == pytest.approx(lo, rel=5e-3) and ci.hi == pytest.approx(hi, rel=5e-3) and ci.failed == 0
-  one = F.bootstrap_trials_and_seeds({b: c[:1] for b, c in cells.items()}, num=50)   # no tuning noise left
+  one = F.bootstrap_trials_and_seeds({b: c[:1] for b, c in cells.items()}, num=50)  # no tuning noise left
   assert one.lo == pytest.approx(2000.0, rel=1e-6) and one.hi == pytest.approx(2000.0, rel=1e-6)
 
 
@@ -177,6 +181,6 @@ def test_cells_sharing_a_batch_are_pooled_as_in_the_fit():
   ci = F.bootstrap_trials_and_seeds(cells, num=400)
   bs = np.repeat(B, 4)
   ys = np.repeat(s, 4)
-  ys[np.where(bs == 1024)[0][2:]] *= 3                      # cell y's two points at 1024 from the alternative
+  ys[np.where(bs == 1024)[0][2:]] *= 3  # cell y's two points at 1024 from the alternative
   _, b_alt, _ = _reference(bs, ys, np.zeros(bs.size, bool))
   assert sorted([ci.lo, ci.hi]) == pytest.approx(sorted([2000.0, b_alt]), rel=5e-3)

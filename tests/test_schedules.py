@@ -1,4 +1,5 @@
 """Learning-rate schedules against their formulas (numpy float64) and optax's equivalents; LR scaling rules."""
+
 from __future__ import annotations
 
 import math
@@ -36,8 +37,11 @@ def test_warmups_match_formula_and_optax():
   cos = PEAK * (f0 + (1 - f0) * 0.5 * (1 - np.cos(np.pi * x)))
   np.testing.assert_allclose(values(S.linear_warmup(PEAK, w, f0)), lin, rtol=1e-6)
   np.testing.assert_allclose(values(S.cosine_warmup(PEAK, w, f0)), cos, rtol=1e-6, atol=1e-7)
-  np.testing.assert_allclose(values(S.linear_warmup(PEAK, w, f0)),                  # optax's, one step ahead
-                             values(optax.linear_schedule(f0 * PEAK, PEAK, w), T + 1), rtol=1e-6)
+  np.testing.assert_allclose(
+    values(S.linear_warmup(PEAK, w, f0)),  # optax's, one step ahead
+    values(optax.linear_schedule(f0 * PEAK, PEAK, w), T + 1),
+    rtol=1e-6,
+  )
 
 
 @pytest.mark.parametrize("shape", ["linear", "cosine"])
@@ -49,7 +53,7 @@ def test_first_update_lr_is_nonzero_by_default(shape):
   assert float(sched(0)) > 0.0
   if shape == "linear":
     np.testing.assert_allclose(float(sched(0)), PEAK / 10, rtol=1e-6)
-  np.testing.assert_allclose(float(sched(9)), PEAK, rtol=1e-6)   # the last warmup update reaches the peak
+  np.testing.assert_allclose(float(sched(9)), PEAK, rtol=1e-6)  # the last warmup update reaches the peak
 
 
 def test_decays_match_formula_and_optax():
@@ -58,10 +62,15 @@ def test_decays_match_formula_and_optax():
   poly = PEAK * (e + (1 - e) * (1 - np.minimum(T, d) / d) ** 2)
   np.testing.assert_allclose(values(S.cosine_decay(PEAK, d, e)), cos, rtol=1e-6, atol=1e-7)
   np.testing.assert_allclose(values(S.polynomial_decay(PEAK, d, e, 2.0)), poly, rtol=1e-6, atol=1e-7)
-  np.testing.assert_allclose(values(S.cosine_decay(PEAK, d, e)),
-                             values(optax.cosine_decay_schedule(PEAK, d, alpha=e)), rtol=1e-6, atol=1e-7)
-  np.testing.assert_allclose(values(S.polynomial_decay(PEAK, d, e, 2.0)),
-                             values(optax.polynomial_schedule(PEAK, e * PEAK, 2.0, d)), rtol=1e-6, atol=1e-7)
+  np.testing.assert_allclose(
+    values(S.cosine_decay(PEAK, d, e)), values(optax.cosine_decay_schedule(PEAK, d, alpha=e)), rtol=1e-6, atol=1e-7
+  )
+  np.testing.assert_allclose(
+    values(S.polynomial_decay(PEAK, d, e, 2.0)),
+    values(optax.polynomial_schedule(PEAK, e * PEAK, 2.0, d)),
+    rtol=1e-6,
+    atol=1e-7,
+  )
   np.testing.assert_allclose(values(S.constant(PEAK)), np.full(T.shape, PEAK))
 
 
@@ -88,36 +97,56 @@ def _cfg(**kw) -> ml_collections.ConfigDict:
 
 
 def test_create_schedule_warmup_then_poly_from_epochs():
-  sched = S.create_schedule(_cfg(warmup_epochs=2.0, decay="poly", end_lr_factor=0.0), PEAK, total_steps=100,
-                            num_train=2560, batch_size=256)
+  sched = S.create_schedule(
+    _cfg(warmup_epochs=2.0, decay="poly", end_lr_factor=0.0), PEAK, total_steps=100, num_train=2560, batch_size=256
+  )
   want = np.where(T < 20, PEAK * (T + 1) / 20, PEAK * (1 - np.minimum(T - 20, 80) / 80) ** 2)
   np.testing.assert_allclose(values(sched), want, rtol=1e-6, atol=1e-7)
 
 
 def test_create_schedule_cosine_warmup_and_cosine_decay_percent():
-  sched = S.create_schedule(_cfg(warmup_percent=10.0, warmup_shape="cosine", decay="cosine"), PEAK,
-                            total_steps=100, num_train=2560, batch_size=256)
-  want = np.where(T < 10, PEAK * 0.5 * (1 - np.cos(np.pi * (T + 1) / 10)),
-                  PEAK * 0.5 * (1 + np.cos(np.pi * np.minimum(T - 10, 90) / 90)))
+  sched = S.create_schedule(
+    _cfg(warmup_percent=10.0, warmup_shape="cosine", decay="cosine"),
+    PEAK,
+    total_steps=100,
+    num_train=2560,
+    batch_size=256,
+  )
+  want = np.where(
+    T < 10,
+    PEAK * 0.5 * (1 - np.cos(np.pi * (T + 1) / 10)),
+    PEAK * 0.5 * (1 + np.cos(np.pi * np.minimum(T - 10, 90) / 90)),
+  )
   np.testing.assert_allclose(values(sched), want, rtol=1e-6, atol=1e-6)
 
 
 def test_create_schedule_step_boundaries_are_absolute_epochs():
-  sched = S.create_schedule(_cfg(warmup_steps=5, decay="step", step_boundaries_epochs=(3, 6), step_factor=0.5),
-                            PEAK, total_steps=100, num_train=2560, batch_size=256)
+  sched = S.create_schedule(
+    _cfg(warmup_steps=5, decay="step", step_boundaries_epochs=(3, 6), step_factor=0.5),
+    PEAK,
+    total_steps=100,
+    num_train=2560,
+    batch_size=256,
+  )
   got = values(sched, [5, 29, 30, 59, 60, 99])
   np.testing.assert_allclose(got, PEAK * np.array([1, 1, 0.5, 0.5, 0.25, 0.25]), rtol=1e-6)
 
 
 def test_create_schedule_cyclical_from_examples():
-  sched = S.create_schedule(_cfg(decay="cyclical", cycle_examples=256 * 20, end_lr_factor=0.0), PEAK,
-                            total_steps=100, num_train=2560, batch_size=256)
+  sched = S.create_schedule(
+    _cfg(decay="cyclical", cycle_examples=256 * 20, end_lr_factor=0.0),
+    PEAK,
+    total_steps=100,
+    num_train=2560,
+    batch_size=256,
+  )
   np.testing.assert_allclose(values(sched, [0, 10, 20, 30]), [PEAK, 0.0, PEAK, 0.0], atol=1e-6)
 
 
 def test_create_schedule_errors():
-  both = S.create_schedule(_cfg(warmup_steps=5, warmup_epochs=1.0, decay="constant"), PEAK, total_steps=10,
-                           num_train=1, batch_size=1)     # two units: steps win (lamb_lars/common/durations.py)
+  both = S.create_schedule(
+    _cfg(warmup_steps=5, warmup_epochs=1.0, decay="constant"), PEAK, total_steps=10, num_train=1, batch_size=1
+  )  # two units: steps win (lamb_lars/common/durations.py)
   assert float(both(3)) == pytest.approx(0.8 * PEAK)
   with pytest.raises(ValueError, match="decay"):
     S.create_schedule(_cfg(decay="exp"), PEAK, total_steps=10, num_train=1, batch_size=1)
@@ -126,11 +155,13 @@ def test_create_schedule_errors():
 
 
 def test_schedules_are_jit_safe_and_follow_x64():
-  sched = S.create_schedule(_cfg(warmup_steps=10, decay="cosine"), PEAK, total_steps=100, num_train=2560,
-                            batch_size=256)
+  sched = S.create_schedule(
+    _cfg(warmup_steps=10, decay="cosine"), PEAK, total_steps=100, num_train=2560, batch_size=256
+  )
   counts = jnp.arange(100)
-  np.testing.assert_allclose(np.asarray(jax.jit(jax.vmap(sched))(counts)), values(sched, range(100)), rtol=1e-6,
-                             atol=1e-6)
+  np.testing.assert_allclose(
+    np.asarray(jax.jit(jax.vmap(sched))(counts)), values(sched, range(100)), rtol=1e-6, atol=1e-6
+  )
   assert sched(jnp.int32(3)).dtype == jnp.float32
   with jax.enable_x64(True):
     assert sched(jnp.int32(3)).dtype == jnp.float64

@@ -2,6 +2,7 @@
 sentence before anything runs; the "Critical batch over training" section recomputes from the CSVs (verify); and,
 end to end on the tiny ``:smoke`` study, the reference trains once, the runner killed mid-way and restarted ends
 with every branch recorded exactly once, and a branch starts from the reference checkpoint's exact parameters."""
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,7 @@ from lamb_lars.study.running import workdir as wd
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMOKE = "lamb_lars/configs/studies/mnist_branching.py:smoke"
-HAS_INIT_FROM = "init_from_dir" in default.get_config()   # the trainer side of issue 26
+HAS_INIT_FROM = "init_from_dir" in default.get_config()  # the trainer side of issue 26
 
 
 def _smoke(**branching):
@@ -32,14 +33,17 @@ def _smoke(**branching):
   return c
 
 
-@pytest.mark.parametrize("change, message", [
+@pytest.mark.parametrize(
+  "change, message",
+  [
     (dict(lr_rule="cubic"), "branching.lr_rule='cubic' is not one of"),
     (dict(points_epochs=(0.25, 5.0)), "branch point 5 epochs is past the reference's end"),
     (dict(points_epochs=(0.5, 0.45)), "falls on the same reference checkpoint"),
     (dict(delta_examples=100), "must be a positive multiple of every branch batch"),
     (dict(epsilon=0.0), "epsilon > 0"),
     (dict(num_train=512), r"analysis.num_train=512, but the reference trains on 384 examples"),
-])
+  ],
+)
 def test_bad_branching_settings_are_one_sentence(change, message):
   c = _smoke(**{k: v for k, v in change.items() if k != "num_train"})
   c.analysis.update({k: v for k, v in change.items() if k == "num_train"})
@@ -65,7 +69,7 @@ def test_mnist_branching_points_sit_on_reference_checkpoints():
   """0.25 … 8 epochs at B0 = 256 on 55K: the checkpoints every 54 steps at or after each point."""
   c = mnist_branching.get_config()
   ref, examples = branches.prepare(c)
-  assert ref.batch_size == 256 and examples == [54 * 256 * 2 ** k for k in range(6)]
+  assert ref.batch_size == 256 and examples == [54 * 256 * 2**k for k in range(6)]
   sweeps = branches.branch_sweeps(c, "/abs/ref", examples)
   assert sweeps[0]["fixed"]["init_from_dir"] == "/abs/ref" and sweeps[0]["fixed"]["data_order"] == "examples"
   grid = sweeps[0]["grid"]
@@ -78,13 +82,18 @@ def test_mnist_branching_points_sit_on_reference_checkpoints():
 def test_cli_refuses_before_anything_runs(tmp_path):
   work = tmp_path / "w"
   base = [sys.executable, "-m", "lamb_lars.study"]
-  bad = subprocess.run(base + ["branch", f"--config={SMOKE}", f"--workdir={work}",
-                               "--config.branching.lr_rule=cubic"], cwd=REPO, capture_output=True, text=True,
-                       timeout=120)
+  bad = subprocess.run(
+    base + ["branch", f"--config={SMOKE}", f"--workdir={work}", "--config.branching.lr_rule=cubic"],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
   assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0, bad.stderr
   assert bad.stderr.startswith("error: branching.lr_rule='cubic' is not one of")
-  wrong = subprocess.run(base + ["run", f"--config={SMOKE}", f"--workdir={work}"], cwd=REPO, capture_output=True,
-                         text=True, timeout=120)
+  wrong = subprocess.run(
+    base + ["run", f"--config={SMOKE}", f"--workdir={work}"], cwd=REPO, capture_output=True, text=True, timeout=120
+  )
   assert wrong.returncode == 2 and "python -m lamb_lars.study branch" in wrong.stderr, wrong.stderr
   assert not os.path.exists(work / "study.sqlite")
 
@@ -93,7 +102,7 @@ def test_cli_refuses_before_anything_runs(tmp_path):
 
 N = 1000
 REF_LOSS = {(0.1, 1): 0.50, (0.1, 2): 0.52, (0.2, 1): 0.30, (0.2, 2): 0.31}
-DIFF = {(0.1, 64): 0.001, (0.1, 128): 0.2, (0.2, 64): 0.0, (0.2, 128): 0.002}   # 0.1: CBS 64; 0.2: ≥ 128
+DIFF = {(0.1, 64): 0.001, (0.1, 128): 0.2, (0.2, 64): 0.0, (0.2, 128): 0.002}  # 0.1: CBS 64; 0.2: ≥ 128
 
 
 def _branching_workdir(tmp_path) -> str:
@@ -103,14 +112,32 @@ def _branching_workdir(tmp_path) -> str:
   wd.save_study_config(study, work, command="python -m lamb_lars.study branch --config=x --workdir=w")
   con = st.open_store(wd.store_path(work))
   st.upsert_run(con, "reference", study=study.name, batch_size=32, role="baseline", budget_epochs=1.0, seed=0)
-  st.add_evals(con, "reference", [{"step": s, "epoch": s * 32 / N, "examples": s * 32, "validation_loss": 1 / s,
-                                   "noise_scale": 10.0 * s} for s in (1, 3, 6)])
+  st.add_evals(
+    con,
+    "reference",
+    [
+      {"step": s, "epoch": s * 32 / N, "examples": s * 32, "validation_loss": 1 / s, "noise_scale": 10.0 * s}
+      for s in (1, 3, 6)
+    ],
+  )
   for (p, seed), loss in REF_LOSS.items():
     for b in (32, 64, 128):
       rid = f"branch-at{int(p * N)}-b{b}-seed{seed}"
-      st.upsert_run(con, rid, study=study.name, batch_size=b, role="branch", seed=seed,
-                    params={"init_from_examples": int(p * N), "learning_rate": 0.05, "num_epochs": 0.128,
-                            "init_from_lr_rule": "linear", "init_from_lr_multiplier": 1.0})
+      st.upsert_run(
+        con,
+        rid,
+        study=study.name,
+        batch_size=b,
+        role="branch",
+        seed=seed,
+        params={
+          "init_from_examples": int(p * N),
+          "learning_rate": 0.05,
+          "num_epochs": 0.128,
+          "init_from_lr_rule": "linear",
+          "init_from_lr_multiplier": 1.0,
+        },
+      )
       st.add_evals(con, rid, [{"step": 4, "validation_loss": loss + DIFF.get((p, b), 0.0) + 0.0001 * seed}])
   for r in st.runs(con):
     st.set_status(con, r["run_id"], "running")
@@ -127,7 +154,7 @@ def test_cbs_section_recomputes_from_the_csvs(tmp_path):
   section = provenance.sections(text)["## Critical batch over training"]
   assert "arXiv:2505.23971" in section and "McCandlish et al. 2018" in section
   assert "Δ = 128 examples (0.128 epochs) at the constant LR 1·B/B0·η_ref(t)" in section
-  assert "| 0.1 | [64, 64] | no | 30 |" in section      # B_simple at 100 examples: the eval at step 3 (96)
+  assert "| 0.1 | [64, 64] | no | 30 |" in section  # B_simple at 100 examples: the eval at step 3 (96)
   assert "| 0.2 | [128, 128] | yes | 60 |" in section
   assert '`batch_schedule="100:64,200:128"`' in section
   assert os.path.exists(os.path.join(out, "critical_batch_over_training.png"))
@@ -137,6 +164,7 @@ def test_cbs_section_recomputes_from_the_csvs(tmp_path):
 
 
 # --- end to end (needs the trainer's init_from_* keys) -----------------------------------------------------------
+
 
 def _statuses(workdir):
   con = st.open_store(wd.store_path(workdir))
@@ -148,12 +176,16 @@ def _statuses(workdir):
 
 def _done_branches(workdir):
   runs = os.path.join(workdir, "runs")
-  return [d for d in (os.listdir(runs) if os.path.isdir(runs) else ()) if d.startswith("branch-")
-          and os.path.exists(os.path.join(runs, d, "result.json"))]
+  return [
+    d
+    for d in (os.listdir(runs) if os.path.isdir(runs) else ())
+    if d.startswith("branch-") and os.path.exists(os.path.join(runs, d, "result.json"))
+  ]
 
 
 def _params(run_dir: str, step: int):
   import orbax.checkpoint as ocp
+
   state = ocp.StandardCheckpointer().restore(os.path.join(run_dir, "checkpoints", str(step), "state"))
   return state["params"]
 
@@ -170,7 +202,7 @@ def test_branching_end_to_end_resumes_and_records_each_branch_once(tmp_path):
   while proc.poll() is None and not _done_branches(work) and time.monotonic() < deadline:
     time.sleep(0.05)
   assert proc.poll() is None, "the study ended before the runner could be killed:\n" + proc.stdout.read()
-  os.kill(proc.pid, signal.SIGKILL)   # mid-way through the branches
+  os.kill(proc.pid, signal.SIGKILL)  # mid-way through the branches
   proc.wait()
   proc.stdout.close()
   out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
@@ -195,6 +227,7 @@ def _check_branch_starts_from_reference(work: str, ref_id: str, tmp_path) -> Non
   """A branch at LR 0 (multiplier 0) ends with exactly the parameters of the reference checkpoint it restored."""
   from lamb_lars.study.running import run_one
   from lamb_lars.train.trainer import train_and_evaluate
+
   branch = sorted(d for d in os.listdir(os.path.join(work, "runs")) if d.startswith("branch-at192-b32-"))[0]
   config = run_one.load_trial_config(wd.run_dir(work, branch))
   config.init_from_lr_multiplier = 0.0
@@ -205,6 +238,6 @@ def _check_branch_starts_from_reference(work: str, ref_id: str, tmp_path) -> Non
   leaves = lambda tree: [np.asarray(x) for x in __import__("jax").tree_util.tree_leaves(tree)]
   assert len(leaves(after)) == len(leaves(before)) > 0
   assert all(np.array_equal(a, b) for a, b in zip(leaves(after), leaves(before)))
-  moved = _params(wd.run_dir(work, branch), 128 // 32)   # the real branch (LR > 0, Δ = 128 examples) did move
+  moved = _params(wd.run_dir(work, branch), 128 // 32)  # the real branch (LR > 0, Δ = 128 examples) did move
   assert not all(np.array_equal(a, b) for a, b in zip(leaves(moved), leaves(before)))
   assert json.loads(open(os.path.join(wd.run_dir(work, branch), "result.json")).read())["status"] == "done"

@@ -3,6 +3,7 @@ simulated by an in-process executor (no JAX; a row per poll, so ASHA prunes as i
 of its range extends the range, pruned trials are promoted to the minimum of full-budget trials, the chosen
 configuration (best *validation* accuracy) is replicated with fresh seeds; everything is in the store and its plan
 log, a second run does nothing, and raising the number of seeds runs only the new ones."""
+
 from __future__ import annotations
 
 import json
@@ -16,9 +17,9 @@ from lamb_lars.configs.studies import smoke
 from lamb_lars.study.running import runner, store as st
 from lamb_lars.study.running import workdir as wd
 
-LR_OPT = 0.05   # the simulated optimum: above the first range [0.001, 0.01], inside the first extension
-DIVERGE_LR = 2.0   # simulated trials above this LR diverge
-SLOW = {"above": math.inf}   # simulated trials above this LR start far behind (ASHA prunes them) and end ahead
+LR_OPT = 0.05  # the simulated optimum: above the first range [0.001, 0.01], inside the first extension
+DIVERGE_LR = 2.0  # simulated trials above this LR diverge
+SLOW = {"above": math.inf}  # simulated trials above this LR start far behind (ASHA prunes them) and end ahead
 # The tests that read the module's finished study go to one pytest-xdist worker (--dist loadgroup), which runs it
 # once; they also share its store (one of them adds a seed, which the report test allows for).
 ON_FINISHED_WORKER = pytest.mark.xdist_group("study_phases_finished")
@@ -34,9 +35,18 @@ def _simulated_rows(cfg: dict) -> list[dict]:
     d = math.log10(lr / LR_OPT)
     val = 0.9 - 0.05 * d * d - 0.1 / e + 0.001 * ((seed * 7) % 5) - (0.5 * (e == 1) if lr > SLOW["above"] else 0.0)
     test = 0.9 - 0.05 * (d + 0.5) ** 2 - 0.1 / e + 0.002 * ((seed * 3) % 4)
-    rows.append({"step": e * per_epoch, "epoch": float(e), "examples": e * per_epoch * batch, "wall_time": float(e),
-                 "validation_accuracy": val, "eval_accuracy": test, "eval_loss": 1.0 - test,
-                 "validation_loss": 1.0 - val})
+    rows.append(
+      {
+        "step": e * per_epoch,
+        "epoch": float(e),
+        "examples": e * per_epoch * batch,
+        "wall_time": float(e),
+        "validation_accuracy": val,
+        "eval_accuracy": test,
+        "eval_loss": 1.0 - test,
+        "validation_loss": 1.0 - val,
+      }
+    )
   return rows
 
 
@@ -53,7 +63,7 @@ class _Handle:
   def poll(self):
     if self.killed:
       return -9
-    if self.lr > DIVERGE_LR and self.done >= 1:   # a non-finite loss after the first evaluation
+    if self.lr > DIVERGE_LR and self.done >= 1:  # a non-finite loss after the first evaluation
       with open(os.path.join(self.dir, "result.json"), "w", encoding="utf-8") as f:
         json.dump({"status": "diverged", "step": self.rows[0]["step"], "error": "non-finite loss"}, f)
       return 0
@@ -73,6 +83,7 @@ class _Handle:
 class FakeExecutor:
   """Runs trials as ``_Handle``s; with ``interrupt``, the first submit of a run id containing it raises
   KeyboardInterrupt (the runner killed at that moment)."""
+
   name, slots = "fake", 1
 
   def __init__(self, interrupt=None):
@@ -98,12 +109,19 @@ class FakeExecutor:
 def _study(num_seeds=2):
   c = smoke.get_config()
   c.sweeps = (
-      dict(name="base", role="baseline", fixed={"batch_size": 32}),
-      dict(name="tuned", role="technique", technique="tuned", fixed={"batch_size": 64},
-           search={"optimizer.learning_rate": ("log", 0.001, 0.01)}, num_trials=6, seed=3),
+    dict(name="base", role="baseline", fixed={"batch_size": 32}),
+    dict(
+      name="tuned",
+      role="technique",
+      technique="tuned",
+      fixed={"batch_size": 64},
+      search={"optimizer.learning_rate": ("log", 0.001, 0.01)},
+      num_trials=6,
+      seed=3,
+    ),
   )
   c.search.max_extensions = 2
-  c.search.min_full_budget = 9   # 8 of the 12 trials run their full budget: one pruned trial is promoted
+  c.search.min_full_budget = 9  # 8 of the 12 trials run their full budget: one pruned trial is promoted
   c.replicates.num_seeds = num_seeds
   c.replicates.roles = ("baseline", "technique")
   return c
@@ -156,7 +174,7 @@ def test_pruned_trials_are_promoted_to_the_minimum_of_full_budget_trials(finishe
   pruned = [t for t in tuned if t.status == "pruned"] + promoted
   at_rung = {t.run_id: [r for r in t.curve if r["epoch"] <= 1.0][-1]["validation_accuracy"] for t in pruned}
   ranked = sorted(pruned, key=lambda t: -at_rung[t.run_id])
-  assert {t.run_id for t in ranked[:len(promoted)]} == {t.run_id for t in promoted}
+  assert {t.run_id for t in ranked[: len(promoted)]} == {t.run_id for t in promoted}
 
 
 @pytest.mark.slow
@@ -165,12 +183,13 @@ def test_pruned_trials_are_promoted_to_the_minimum_of_full_budget_trials(finishe
 def test_chosen_on_validation_is_replicated_with_fresh_seeds(finished):
   workdir, _, _, trials, plan = finished
   tuned = [t for t in trials.values() if t.cell == "tuned" and t.phase != "replicate" and t.status == "done"]
-  by_val = max(tuned, key=lambda t: (t.last("validation_accuracy"), ))
+  by_val = max(tuned, key=lambda t: (t.last("validation_accuracy"),))
   by_test = max(tuned, key=lambda t: t.last("eval_accuracy"))
-  assert by_val.run_id != by_test.run_id   # the simulation makes them differ
+  assert by_val.run_id != by_test.run_id  # the simulation makes them differ
   reps = sorted((t for t in trials.values() if t.replicate_of == by_val.run_id), key=lambda t: t.seed)
   assert [(t.run_id, t.seed, t.phase, t.status) for t in reps] == [
-      (f"{by_val.run_id}-seed{s}", s, "replicate", "done") for s in (1, 2)]
+    (f"{by_val.run_id}-seed{s}", s, "replicate", "done") for s in (1, 2)
+  ]
   with open(os.path.join(wd.run_dir(workdir, reps[0].run_id), run_files.TRIAL_CONFIG_FILE), encoding="utf-8") as f:
     cfg = json.load(f)
   assert cfg["seed"] == 1 and cfg["optimizer"]["learning_rate"] == by_val.params["learning_rate"]
@@ -189,8 +208,9 @@ def test_second_run_does_nothing_and_more_seeds_run_only_the_new_ones(finished, 
   con = st.open_store(wd.store_path(workdir))
   assert st.plan(con) == plan
   ex, _ = _run(_study(num_seeds=3), workdir)
-  assert sorted(ex.submitted) == sorted(f"{t.run_id}-seed3" for t in trials.values()
-                                        if any(r.replicate_of == t.run_id for r in trials.values()))
+  assert sorted(ex.submitted) == sorted(
+    f"{t.run_id}-seed3" for t in trials.values() if any(r.replicate_of == t.run_id for r in trials.values())
+  )
   assert len(ex.submitted) == 2
   con.close()
 
@@ -201,6 +221,7 @@ def test_second_run_does_nothing_and_more_seeds_run_only_the_new_ones(finished, 
 def test_runs_csv_has_seed_phase_and_replicate_columns(finished, tmp_path):
   import csv
   from lamb_lars.study.publishing import csv_tables
+
   workdir = finished[0]
   con = st.open_store(wd.store_path(workdir))
   trials = {t.run_id: t for t in st.trials(con)}
@@ -211,8 +232,9 @@ def test_runs_csv_has_seed_phase_and_replicate_columns(finished, tmp_path):
     assert rows[rid]["seed"] == str(t.seed) and rows[rid]["phase"] == t.phase
     assert rows[rid]["replicate_of"] == t.replicate_of
   back = {t.run_id: t for t in csv_tables.load_csvs(str(tmp_path))}
-  assert {rid: (t.seed, t.phase, t.replicate_of, t.promoted) for rid, t in back.items()} == \
-      {rid: (t.seed, t.phase, t.replicate_of, t.promoted) for rid, t in trials.items()}
+  assert {rid: (t.seed, t.phase, t.replicate_of, t.promoted) for rid, t in back.items()} == {
+    rid: (t.seed, t.phase, t.replicate_of, t.promoted) for rid, t in trials.items()
+  }
 
 
 @pytest.mark.slow
@@ -220,14 +242,15 @@ def test_runs_csv_has_seed_phase_and_replicate_columns(finished, tmp_path):
 @ON_FINISHED_WORKER
 def test_report_shows_search_adequacy_and_replicates(finished, tmp_path):
   from lamb_lars.study.publishing import publish
+
   workdir = finished[0]
   readme = publish.publish(workdir, str(tmp_path / "report"))
   text = open(readme, encoding="utf-8").read()
-  adequacy = text[text.index("## Search adequacy"):text.index("## Replicates")]
+  adequacy = text[text.index("## Search adequacy") : text.index("## Replicates")]
   row = next(ln for ln in adequacy.splitlines() if ln.startswith("| tuned |"))
   assert "interior" in row and "[0.001, 0.01], [0.01, 0.1]" in row and "| 12 | 9 |" in row
-  reps = text[text.index("## Replicates"):]
-  assert "(n=" in reps and "95% t interval" in reps   # n = 2, or 3 after the test that adds a seed
+  reps = text[text.index("## Replicates") :]
+  assert "(n=" in reps and "95% t interval" in reps  # n = 2, or 3 after the test that adds a seed
   # the baseline's replicates share its role: the single-run baseline section still finds its one baseline trial
   assert "No baseline" not in text and "run `base-ff2a`" in text
 
@@ -243,6 +266,7 @@ def test_a_replicate_changes_only_the_seed_which_sets_init_data_order_and_step_k
   from lamb_lars.train import mesh as mesh_lib, trainer
   from lamb_lars.models import create_model
   from lamb_lars.study.running import phases, sweep
+
   spec = sweep.expand(_study())[0]
   rep = phases.replicate_spec(spec, 1)
   a, b = spec.config.to_dict(), rep.config.to_dict()
@@ -252,8 +276,9 @@ def test_a_replicate_changes_only_the_seed_which_sets_init_data_order_and_step_k
   val = [next(pipeline.eval_batches(c, batch_size=32, split="validation"))["label"] for c in (spec.config, rep.config)]
   assert (val[0] == val[1]).all()
   model, mesh = create_model("lenet5", num_classes=10), mesh_lib.make_mesh(1, jax.devices()[:1])
-  states = [trainer.create_train_state(model, optax.sgd(0.1), mesh, (28, 28, 1), c.seed)
-            for c in (spec.config, rep.config)]
+  states = [
+    trainer.create_train_state(model, optax.sgd(0.1), mesh, (28, 28, 1), c.seed) for c in (spec.config, rep.config)
+  ]
   (s0, k0), (s1, k1) = states
   leaves = zip(jax.tree_util.tree_leaves(s0.params), jax.tree_util.tree_leaves(s1.params))
   assert any((x != y).any() for x, y in leaves) and (k0 != k1).any()
@@ -285,8 +310,16 @@ def test_runner_killed_during_a_follow_up_resumes_to_the_same_study(tmp_path, wh
 @pytest.mark.e2e
 def test_a_cell_where_every_trial_diverged_extends_downward(tmp_path):
   c = _study(num_seeds=0)
-  c.sweeps = (dict(name="hot", role="table3", fixed={"batch_size": 64},
-                   search={"optimizer.learning_rate": ("log", 5.0, 50.0)}, num_trials=4, seed=0),)
+  c.sweeps = (
+    dict(
+      name="hot",
+      role="table3",
+      fixed={"batch_size": 64},
+      search={"optimizer.learning_rate": ("log", 5.0, 50.0)},
+      num_trials=4,
+      seed=0,
+    ),
+  )
   c.analysis.techniques = ()
   c.analysis.target_technique = ""
   _run(c, str(tmp_path))
@@ -302,9 +335,16 @@ def test_a_cell_where_every_trial_diverged_extends_downward(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.e2e
-@pytest.mark.parametrize("key, value", [("replicates.num_seeds", -1), ("replicates.roles", ("tech",)),
-                                        ("search.edge_fraction", 0.5), ("search.max_extensions", -1),
-                                        ("search.min_full_budget", -2)])
+@pytest.mark.parametrize(
+  "key, value",
+  [
+    ("replicates.num_seeds", -1),
+    ("replicates.roles", ("tech",)),
+    ("search.edge_fraction", 0.5),
+    ("search.max_extensions", -1),
+    ("search.min_full_budget", -2),
+  ],
+)
 def test_bad_follow_up_settings_are_one_sentence_before_anything_runs(tmp_path, key, value):
   c = _study()
   section, name = key.split(".")
@@ -322,20 +362,30 @@ def test_a_promoted_winner_at_the_range_edge_extends_the_range(tmp_path, monkeyp
   chosen trial, which sits at the range's edge, so the cell is decided again and its range is extended (it was
   not before: the runner replicated an edge winner)."""
   from lamb_lars.study.running import sweep
+
   c = _study(num_seeds=1)
-  c.sweeps = (dict(name="tuned", role="technique", technique="tuned", fixed={"batch_size": 64},
-                   search={"optimizer.learning_rate": ("log", 0.001, 0.01)}, num_trials=6, seed=3),)
+  c.sweeps = (
+    dict(
+      name="tuned",
+      role="technique",
+      technique="tuned",
+      fixed={"batch_size": 64},
+      search={"optimizer.learning_rate": ("log", 0.001, 0.01)},
+      num_trials=6,
+      seed=3,
+    ),
+  )
   c.search.max_extensions = 1
-  c.search.min_full_budget = 6     # every pruned trial of the first range is promoted
+  c.search.min_full_budget = 6  # every pruned trial of the first range is promoted
   lrs = sorted(t.config.optimizer.learning_rate for t in sweep.expand(c))
-  monkeypatch.setitem(SLOW, "above", (lrs[-3] + lrs[-2]) / 2)   # the two highest LRs are slow
+  monkeypatch.setitem(SLOW, "above", (lrs[-3] + lrs[-2]) / 2)  # the two highest LRs are slow
   _run(c, str(tmp_path))
   con = st.open_store(wd.store_path(str(tmp_path)))
   plan = [p for p in st.plan(con) if p["kind"] in ("extend", "replicate") and p["cell"] == "tuned"]
   trials = {t.run_id: t for t in st.trials(con)}
   con.close()
   top = next(t for t in trials.values() if t.phase == "search" and t.params["learning_rate"] == lrs[-1])
-  assert top.promoted and top.status == "done"          # pruned at epoch 1, then promoted: the premise
+  assert top.promoted and top.status == "done"  # pruned at epoch 1, then promoted: the premise
   kinds = [(p["kind"], p["key"]) for p in plan]
   assert kinds[:2] == [("extend", "end"), ("extend", "1")], kinds
   first_end, ext = plan[0]["detail"], plan[1]["detail"]
@@ -344,7 +394,7 @@ def test_a_promoted_winner_at_the_range_edge_extends_the_range(tmp_path, monkeyp
   assert ext["space"]["optimizer.learning_rate"] == pytest.approx(["log", 0.01, 0.1])
   assert [t for t in trials.values() if t.phase == "extend1"]
   ends = [p for p in plan if p["kind"] == "extend" and p["key"].startswith("end")]
-  assert [p["key"] for p in ends] == ["end", "end2"]   # decided again after the extension, once
+  assert [p["key"] for p in ends] == ["end", "end2"]  # decided again after the extension, once
   reps = [p for p in plan if p["kind"] == "replicate"]
   assert reps and all(p["detail"]["chosen"] == ends[-1]["detail"]["chosen"] for p in reps)
 
@@ -378,8 +428,17 @@ def test_refinement_tries_the_chosen_lrs_neighbours_within_the_factor(tmp_path):
   (checked from the store's LRs, not from the runner's own record), the refinement trials are never pruned, and a
   second run adds nothing."""
   c = _study(num_seeds=1)
-  c.sweeps = (dict(name="tuned", role="technique", technique="tuned", fixed={"batch_size": 64},
-                   search={"optimizer.learning_rate": ("log", 0.005, 0.5)}, num_trials=4, seed=3),)
+  c.sweeps = (
+    dict(
+      name="tuned",
+      role="technique",
+      technique="tuned",
+      fixed={"batch_size": 64},
+      search={"optimizer.learning_rate": ("log", 0.005, 0.5)},
+      num_trials=4,
+      seed=3,
+    ),
+  )
   c.search.min_full_budget = 2
   c.search.refine_factor = 1.5
   c.search.max_refinements = 4
@@ -408,8 +467,9 @@ def test_refinement_tries_the_chosen_lrs_neighbours_within_the_factor(tmp_path):
   assert ex.submitted == []
   # the report's adequacy table shows the neighbours' ratios (only in a study with refinement)
   from lamb_lars.study.publishing import publish
+
   text = open(publish.publish(str(tmp_path), str(tmp_path / "report")), encoding="utf-8").read()
-  adequacy = text[text.index("## Search adequacy"):text.index("## Replicates")]
+  adequacy = text[text.index("## Search adequacy") : text.index("## Replicates")]
   assert "nearest tried LR below / above" in adequacy
   row = next(ln for ln in adequacy.splitlines() if ln.startswith("| tuned |"))
   assert f"×{chosen_lr / below:.2f} / ×{above / chosen_lr:.2f}" in row
@@ -426,6 +486,7 @@ def test_bad_refinement_settings_are_one_sentence(factor, rounds):
 
 def test_neighbours_are_the_nearest_tried_lrs_on_each_side():
   from lamb_lars.study.analysis import search_adequacy
+
   assert search_adequacy.neighbours(0.1, [0.01, 0.08, 0.1, 0.2, 0.3]) == pytest.approx((1.25, 2.0))
   assert search_adequacy.neighbours(0.1, [0.1, 0.2]) == (None, pytest.approx(2.0))
   assert search_adequacy.neighbours(0.1, []) == (None, None)

@@ -2,6 +2,7 @@
 1, interrupted while a trial runs and then resumed): the status line and ``python -m lamb_lars.study status``,
 the search in Optuna's own storage (``optuna.load_study``: every trial once, with its intermediate values), and
 every trial as a session in TensorBoard's HParams dashboard (tensorboard's own reader)."""
+
 from __future__ import annotations
 
 import os
@@ -25,17 +26,31 @@ JAX_CACHE = os.path.join(tempfile.gettempdir(), "lamb_lars_study_test_jax_cache"
 
 def tiny_study() -> ml_collections.ConfigDict:
   c = smoke.get_config()
-  c.sweeps = (dict(name="tuned", role="technique", technique="tuned", fixed={"batch_size": 64},
-                   search={"optimizer.learning_rate": ("log", 0.005, 0.5)}, num_trials=4, seed=1),)
+  c.sweeps = (
+    dict(
+      name="tuned",
+      role="technique",
+      technique="tuned",
+      fixed={"batch_size": 64},
+      search={"optimizer.learning_rate": ("log", 0.005, 0.5)},
+      num_trials=4,
+      seed=1,
+    ),
+  )
   c.runner.env = {"JAX_COMPILATION_CACHE_DIR": JAX_CACHE, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
   return c
 
 
 def test_duration_and_eta():
   assert [status.duration(s) for s in (None, 41, 245, 4320)] == ["?", "41s", "4m05s", "1h12m"]
-  runs = [{"status": "done", "wall_time": 10.0}, {"status": "pruned", "wall_time": 2.0},
-          {"status": "failed", "wall_time": 99.0}, {"status": "running", "wall_time": None},
-          {"status": "pending", "wall_time": None}, {"status": "pending", "wall_time": None}]
+  runs = [
+    {"status": "done", "wall_time": 10.0},
+    {"status": "pruned", "wall_time": 2.0},
+    {"status": "failed", "wall_time": 99.0},
+    {"status": "running", "wall_time": None},
+    {"status": "pending", "wall_time": None},
+    {"status": "pending", "wall_time": None},
+  ]
   assert status.eta_seconds(runs, workers=2) == pytest.approx((10.0 + 2.0) / 2 * 2.5 / 2)
   assert status.eta_seconds(runs[:1], workers=1) == 0.0
   assert status.eta_seconds(runs[3:], workers=1) is None
@@ -55,16 +70,24 @@ def test_status_optuna_and_hparams_of_a_resumed_study(tmp_path):
 
   with pytest.raises(KeyboardInterrupt):
     runner.run_study(study, workdir, log=interrupt_once_a_trial_has_ended_and_one_runs, status_every_s=0.5)
-  assert any("\n  running tuned-" in ln for ln in lines)    # the running trial, with its epoch and time
+  assert any("\n  running tuned-" in ln for ln in lines)  # the running trial, with its epoch and time
   counts = runner.run_study(study, workdir, log=lines.append, status_every_s=0.5)
   assert counts["done"] + counts["pruned"] == 4 and counts["pruned"] >= 1
 
   # `status` from the store alone.
-  out = subprocess.run([sys.executable, "-m", "lamb_lars.study", "status", f"--workdir={workdir}"], cwd=REPO,
-                       capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": REPO})
+  out = subprocess.run(
+    [sys.executable, "-m", "lamb_lars.study", "status", f"--workdir={workdir}"],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=120,
+    env={**os.environ, "PYTHONPATH": REPO},
+  )
   assert out.returncode == 0, out.stderr
-  assert out.stdout.strip() == (f"study smoke: 4/4 finished (done {counts['done']}, pruned {counts['pruned']}), "
-                                "failed 0, running 0, pending 0; done")
+  assert out.stdout.strip() == (
+    f"study smoke: 4/4 finished (done {counts['done']}, pruned {counts['pruned']}), "
+    "failed 0, running 0, pending 0; done"
+  )
 
   # Optuna storage: every trial of the cell once (the interrupted one resumed, not doubled), its intermediate values
   # those the store's log recorded, its state the store's status.
@@ -98,6 +121,7 @@ def test_persisted_search_decides_like_the_in_memory_one(tmp_path):
   """Moving a cell's search into Optuna storage half-way (what a resumed runner does) changes no decision, and
   the stored study holds every report; persisting again replaces it (no trial twice)."""
   import random
+
   rng = random.Random(0)
   values = {(i, e): rng.random() for i in range(12) for e in range(1, 10)}
 
@@ -109,8 +133,12 @@ def test_persisted_search_decides_like_the_in_memory_one(tmp_path):
           if out[-1][2]:
             s.finish(f"r{i}", "pruned")
 
-  memory, stored, a, b = [], [], search.CellSearch(min_epochs=1, reduction_factor=3), \
-      search.CellSearch(min_epochs=1, reduction_factor=3)
+  memory, stored, a, b = (
+    [],
+    [],
+    search.CellSearch(min_epochs=1, reduction_factor=3),
+    search.CellSearch(min_epochs=1, reduction_factor=3),
+  )
   run(a, range(1, 10), memory)
   run(b, range(1, 4), stored)
   storage = search.optuna_storage(str(tmp_path))
@@ -127,6 +155,7 @@ def test_optuna_storage_of_an_object_store_workdir_is_local(tmp_path, monkeypatc
   """SQLite cannot live on gs://: the Optuna mirror of a gs:// workdir goes to its machine-local folder (where the
   study store's copy is), never to a ``./gs:/…`` path under the current directory."""
   from lamb_lars.common import io_utils
+
   monkeypatch.setenv(io_utils.LOCAL_ROOT_ENV, str(tmp_path / "local"))
   monkeypatch.chdir(tmp_path)
   storage = search.optuna_storage("gs://bucket/studies/s")

@@ -2,6 +2,7 @@
 trial as failed; a trial killed with SIGKILL resumes from its checkpoint; the runner killed with SIGKILL and
 restarted ends with every trial recorded exactly once (pruned ones included) and the search rebuilt from its log;
 the report is written from the workdir alone. Plus one sentence for a bad study config on the command line."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -67,8 +68,13 @@ def _midway_run(workdir: str, exclude=()) -> str | None:
     ckpts = os.path.join(d, "checkpoints")
     has_ckpt = os.path.isdir(ckpts) and any(n.isdigit() for n in os.listdir(ckpts))
     metrics = os.path.join(d, "metrics.jsonl")
-    if rid not in exclude and has_ckpt and os.path.exists(metrics) and os.path.getsize(metrics) \
-        and not os.path.exists(os.path.join(d, "result.json")):
+    if (
+      rid not in exclude
+      and has_ckpt
+      and os.path.exists(metrics)
+      and os.path.getsize(metrics)
+      and not os.path.exists(os.path.join(d, "result.json"))
+    ):
       return rid
   return None
 
@@ -102,16 +108,23 @@ def test_trials_share_a_persistent_compilation_cache_per_host(tmp_path):
   import socket
   import types
   from lamb_lars.study.running import run_one
+
   cfg = {**sections.section(smoke.get_config(), "runner"), "env": {"A": "1"}}
   spec = types.SimpleNamespace(env={"B": "2"})
-  assert trial_env(cfg, spec, str(tmp_path)) == {"A": "1", "B": "2",
-                                                         run_one.CACHE_ENV: str(tmp_path / "jax_cache")}
+  assert trial_env(cfg, spec, str(tmp_path)) == {"A": "1", "B": "2", run_one.CACHE_ENV: str(tmp_path / "jax_cache")}
   assert trial_env({**cfg, "compilation_cache": False}, spec, str(tmp_path)) == {"A": "1", "B": "2"}
   env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
-  env.update({run_one.CACHE_ENV: str(tmp_path / "jax_cache"), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-              "PYTHONPATH": REPO})
-  code = ("from lamb_lars.study.running import run_one; p = run_one.enable_compilation_cache(); import jax; "
-          "jax.jit(lambda x: x * 3 + 1)(2.0).block_until_ready(); print(p)")
+  env.update(
+    {
+      run_one.CACHE_ENV: str(tmp_path / "jax_cache"),
+      "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+      "PYTHONPATH": REPO,
+    }
+  )
+  code = (
+    "from lamb_lars.study.running import run_one; p = run_one.enable_compilation_cache(); import jax; "
+    "jax.jit(lambda x: x * 3 + 1)(2.0).block_until_ready(); print(p)"
+  )
   out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
   assert out.returncode == 0, out.stderr
   host_dir = tmp_path / "jax_cache" / socket.gethostname()
@@ -163,9 +176,9 @@ def test_study_survives_sigkill_of_a_trial_and_of_the_runner(tmp_path):
   assert set(runs) == expected and con.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == len(expected)
   by_sweep = lambda name: [r for r in runs.values() if r["run_id"].startswith(name + "-")]
   assert [r["status"] for r in by_sweep("base")] == ["done"]
-  hugelr, = by_sweep("hugelr")
+  (hugelr,) = by_sweep("hugelr")
   assert hugelr["status"] == "diverged" and "non-finite" in (hugelr["error"] or "")
-  bad, = by_sweep("bad")
+  (bad,) = by_sweep("bad")
   assert bad["status"] == "failed" and "cifar10" in bad["error"]
   tuned = by_sweep("tuned")
   assert {r["status"] for r in tuned} <= {"done", "pruned"} and any(r["status"] == "pruned" for r in tuned)
@@ -180,14 +193,20 @@ def test_study_survives_sigkill_of_a_trial_and_of_the_runner(tmp_path):
       with open(os.path.join(wd.run_dir(workdir, rid), "log.txt"), encoding="utf-8") as f:
         assert "Resumed from step" in f.read(), rid
   # 4. The same command again, not retrying failed runs: nothing to do, nothing changes.
-  again = subprocess.run(cmd + ["--config.runner.retry_failed=False"], cwd=REPO, env=env, capture_output=True,
-                         text=True, timeout=120)
+  again = subprocess.run(
+    cmd + ["--config.runner.retry_failed=False"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+  )
   assert again.returncode == 1 and "0 to run" in again.stdout, again.stdout + again.stderr  # 'bad' still failed
   assert _statuses(workdir) == {rid: r["status"] for rid, r in runs.items()}
   # 5. The report and the raw results, from the workdir alone.
-  rep = subprocess.run([sys.executable, "-m", "lamb_lars.study", "report", f"--workdir={workdir}",
-                        f"--out={tmp_path / 'report'}"], cwd=REPO, env=env, capture_output=True, text=True,
-                       timeout=120)
+  rep = subprocess.run(
+    [sys.executable, "-m", "lamb_lars.study", "report", f"--workdir={workdir}", f"--out={tmp_path / 'report'}"],
+    cwd=REPO,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
   assert rep.returncode == 0, rep.stderr
   text = (tmp_path / "report" / "README.md").read_text()
   for heading in ("## Settings", "## Trials", "## Baseline", "## Steps to target", "## Accuracy vs batch size"):
@@ -198,15 +217,23 @@ def test_study_survives_sigkill_of_a_trial_and_of_the_runner(tmp_path):
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_cli_bad_study_config_is_one_sentence(tmp_path):
-  base = [sys.executable, "-m", "lamb_lars.study", "run", "--config=lamb_lars/configs/studies/smoke.py",
-          f"--workdir={tmp_path / 'w'}"]
-  out = subprocess.run(base + ["--dry_run", "--config.base.num_epochs=2"], cwd=REPO, capture_output=True,
-                       text=True, timeout=120)
+  base = [
+    sys.executable,
+    "-m",
+    "lamb_lars.study",
+    "run",
+    "--config=lamb_lars/configs/studies/smoke.py",
+    f"--workdir={tmp_path / 'w'}",
+  ]
+  out = subprocess.run(
+    base + ["--dry_run", "--config.base.num_epochs=2"], cwd=REPO, capture_output=True, text=True, timeout=120
+  )
   assert out.returncode == 0 and len(out.stdout.strip().splitlines()) == 8, out.stdout + out.stderr
   typo = subprocess.run(base + ["--config.base.num_epocs=2"], cwd=REPO, capture_output=True, text=True, timeout=120)
   assert typo.returncode != 0 and "num_epocs" in typo.stderr
-  tech = subprocess.run(base + ["--config.analysis.techniques=('tuned','lamb')"], cwd=REPO, capture_output=True,
-                        text=True, timeout=120)
+  tech = subprocess.run(
+    base + ["--config.analysis.techniques=('tuned','lamb')"], cwd=REPO, capture_output=True, text=True, timeout=120
+  )
   assert tech.returncode == 2 and tech.stderr.strip().count("\n") == 0, tech.stderr
   assert tech.stderr.startswith("error: analysis.techniques names ['lamb']")
   assert not os.path.exists(tmp_path / "w" / "study.sqlite")  # nothing ran
@@ -220,8 +247,10 @@ def test_study_configs_expand_and_every_trial_validates(name):
   """Every ready-made study expands, and each trial passes the library's checks before compiling."""
   from lamb_lars.optim import optimizer_config
   from lamb_lars.train import run_plan
-  spec = importlib.util.spec_from_file_location("study_cfg",
-                                                os.path.join(REPO, "lamb_lars", "configs", "studies", name))
+
+  spec = importlib.util.spec_from_file_location(
+    "study_cfg", os.path.join(REPO, "lamb_lars", "configs", "studies", name)
+  )
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   study = module.get_config()
@@ -230,8 +259,9 @@ def test_study_configs_expand_and_every_trial_validates(name):
   for t in trials:
     optimizer_config.validate_config(t.config.optimizer)
     n = int(study.analysis.num_train)
-    run_plan.make_plan(t.config, num_train=n, num_devices=trial_checks.trial_devices(
-        t.config, {**study.runner.env, **t.env}))
+    run_plan.make_plan(
+      t.config, num_train=n, num_devices=trial_checks.trial_devices(t.config, {**study.runner.env, **t.env})
+    )
   assert sum(t.role == "baseline" for t in trials) <= 1
 
 
@@ -239,6 +269,7 @@ def test_runner_settings_have_one_source_the_study_config(monkeypatch):
   """A study that leaves out a settings section gets lamb_lars/configs/studies/common.py's: the runner code keeps no
   defaults of its own (it once said 1 worker where the study configs said 2)."""
   from lamb_lars.configs.studies import common
+
   study = smoke.get_config()
   with study.unlocked():
     del study["runner"]
@@ -254,12 +285,14 @@ def test_runner_settings_have_one_source_the_study_config(monkeypatch):
 def _crash_in_trainer(tmp_path, monkeypatch, exc):
   from lamb_lars.study.running import run_one
   from lamb_lars.train import trainer
+
   rdir = tmp_path / "run"
   rdir.mkdir()
   (rdir / "trial_config.json").write_text("{}")
 
   def train_and_evaluate(config, workdir, hparams=None):
     raise exc
+
   monkeypatch.setattr(trainer, "train_and_evaluate", train_and_evaluate)
   assert run_one.main([str(rdir)]) == 1
   return (rdir / "error.txt").read_text()
@@ -269,6 +302,7 @@ def _crash_in_trainer(tmp_path, monkeypatch, exc):
 @pytest.mark.e2e
 def test_a_trial_config_error_is_one_sentence(tmp_path, monkeypatch, capsys):
   from lamb_lars.train.run_plan import ConfigError
+
   text = _crash_in_trainer(tmp_path, monkeypatch, ConfigError("config.batch_size=3 must be even."))
   assert text == "ConfigError: config.batch_size=3 must be even.\n"
   assert "Traceback" not in capsys.readouterr().out
@@ -283,4 +317,3 @@ def test_a_trial_bug_keeps_its_traceback_even_as_a_value_error(tmp_path, monkeyp
   assert text.startswith("Traceback") and "train_and_evaluate" in text
   assert text.strip().endswith("ValueError: operands could not be broadcast")
   assert "Traceback" in capsys.readouterr().out
-

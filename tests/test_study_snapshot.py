@@ -1,6 +1,7 @@
 """``python -m lamb_lars.study snapshot``: a study killed mid-way, snapshotted without its checkpoints, and resumed
 from a copy of the snapshot ends with every trial recorded once, and with the same eval rows as the same study
 resumed in its own workdir from its checkpoints (a trial restarted from step 0 is deterministic)."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,10 @@ def _evals(workdir: str) -> dict:
   con = st.open_store(wd.store_path(workdir))
   try:
     keys = ("step", "train_loss", "eval_loss", "eval_accuracy", "validation_accuracy")
-    return {r["run_id"]: (r["status"], [tuple(e.get(k) for k in keys) for e in st.evals(con, r["run_id"])])
-            for r in st.runs(con)}
+    return {
+      r["run_id"]: (r["status"], [tuple(e.get(k) for k in keys) for e in st.evals(con, r["run_id"])])
+      for r in st.runs(con)
+    }
   finally:
     con.close()
 
@@ -44,11 +47,18 @@ def test_a_snapshot_without_checkpoints_resumes_to_the_same_results(tmp_path):
   assert midway and proc.poll() is None, "no trial got mid-way before the study ended"
   os.kill(proc.pid, signal.SIGKILL)  # the driver dies; its trials may run on a moment, as after a session's end
   proc.wait()
-  out = subprocess.run([sys.executable, "-m", "lamb_lars.study", "snapshot", f"--workdir={workdir}",
-                        f"--out={tmp_path / 'snap'}"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+  out = subprocess.run(
+    [sys.executable, "-m", "lamb_lars.study", "snapshot", f"--workdir={workdir}", f"--out={tmp_path / 'snap'}"],
+    cwd=REPO,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
   assert out.returncode == 0 and "snapshot of" in out.stdout, out.stdout + out.stderr
-  files = {os.path.relpath(os.path.join(d, f), tmp_path / "snap") for d, _, fs in os.walk(tmp_path / "snap")
-           for f in fs}
+  files = {
+    os.path.relpath(os.path.join(d, f), tmp_path / "snap") for d, _, fs in os.walk(tmp_path / "snap") for f in fs
+  }
   assert {wd.STORE_FILE, wd.STUDY_CONFIG_FILE, wd.COMMANDS_FILE, snap.SNAPSHOT_FILE} <= files
   assert not any("/checkpoints" in f or "/tensorboard/" in f or f.endswith(".lock") for f in files), files
   assert f"runs/{midway}/metrics.jsonl" in files

@@ -1,23 +1,52 @@
 """Table 3 verdicts (docs/studies.md) and cells on hand-built trials. The first tests pin the definitions that the
 old rules got wrong: a run that never learns is 'diverge', and a run that dips and recovers is not 'unstable'."""
+
 from __future__ import annotations
 
 import math
 
 from lamb_lars.study.records import Trial, chance_threshold, normalise_variant
-from lamb_lars.proj.you2020.table3 import (batch_label, build_table3, cell, render_markdown,
-                                           table3_replicates_section, trial_verdict)
+from lamb_lars.proj.you2020.table3 import (
+  batch_label,
+  build_table3,
+  cell,
+  render_markdown,
+  table3_replicates_section,
+  trial_verdict,
+)
 
 
-def _t(rid, accs, *, opt="momentum", variant="original", b=8192, status="done", loss=0.05, stopped=None,
-       budget=None, role="table3"):
-  return Trial(rid, b, opt, variant, role=role, status=status, stopped=stopped, budget_epochs=budget,
-               curve=[{"step": i + 1, "epoch": float(i + 1), "eval_accuracy": a, "eval_loss": loss,
-                       "train_loss": loss} for i, a in enumerate(accs)])
+def _t(
+  rid,
+  accs,
+  *,
+  opt="momentum",
+  variant="original",
+  b=8192,
+  status="done",
+  loss=0.05,
+  stopped=None,
+  budget=None,
+  role="table3",
+):
+  return Trial(
+    rid,
+    b,
+    opt,
+    variant,
+    role=role,
+    status=status,
+    stopped=stopped,
+    budget_epochs=budget,
+    curve=[
+      {"step": i + 1, "epoch": float(i + 1), "eval_accuracy": a, "eval_loss": loss, "train_loss": loss}
+      for i, a in enumerate(accs)
+    ],
+  )
 
 
 def test_chance_threshold_is_a_quarter_of_the_way_from_chance():
-  assert math.isclose(chance_threshold(10), 0.1 + 0.25 * 0.9)   # 32.5%
+  assert math.isclose(chance_threshold(10), 0.1 + 0.25 * 0.9)  # 32.5%
   assert math.isclose(chance_threshold(1000), 0.001 + 0.25 * 0.999)
 
 
@@ -26,9 +55,9 @@ def test_a_run_that_never_learns_is_diverge_not_unstable():
   never = _t("n", [0.10, 0.23, 0.11, 0.18], loss=math.log(10))
   v = trial_verdict(never)
   assert v.verdict == "diverge" and "never left chance level" in v.reason
-  assert trial_verdict(_t("edge", [0.325])).verdict == "diverge"        # ≤ threshold
+  assert trial_verdict(_t("edge", [0.325])).verdict == "diverge"  # ≤ threshold
   assert trial_verdict(_t("above", [0.3251])).verdict == "ok"
-  dead = _t("d", [0.11, 0.11], status="diverged", stopped="dead")        # stopped early at chance level
+  dead = _t("d", [0.11, 0.11], status="diverged", stopped="dead")  # stopped early at chance level
   assert trial_verdict(dead).verdict == "diverge"
   nan = _t("x", [0.9, 0.95], status="diverged", stopped="nonfinite")
   assert trial_verdict(nan).verdict == "diverge"
@@ -38,10 +67,10 @@ def test_a_run_that_never_learns_is_diverge_not_unstable():
 def test_a_run_that_recovers_and_ends_at_its_best_is_not_unstable():
   # a 40-point fall between evals marked the run unstable under the old rule, although it ends at its best.
   assert trial_verdict(_t("r", [0.95, 0.55, 0.97, 0.99])).verdict == "ok"
-  v = trial_verdict(_t("u", [0.97, 0.99, 0.979]))                        # ends 1.1 points below its best
+  v = trial_verdict(_t("u", [0.97, 0.99, 0.979]))  # ends 1.1 points below its best
   assert (v.verdict, v.final, v.best) == ("unstable", 0.979, 0.99)
-  assert trial_verdict(_t("w", [0.97, 0.99, 0.981])).verdict == "ok"     # within 1 point
-  assert trial_verdict(_t("c", [0.9, 0.5])).verdict == "unstable"       # learned, then lost part of it
+  assert trial_verdict(_t("w", [0.97, 0.99, 0.981])).verdict == "ok"  # within 1 point
+  assert trial_verdict(_t("c", [0.9, 0.5])).verdict == "unstable"  # learned, then lost part of it
   back = trial_verdict(_t("b", [0.365, 0.096, 0.114, 0.114], loss=math.log(10)))  # seen at 8K: back to chance
   assert back.verdict == "diverge" and "fell back to chance level" in back.reason
   assert trial_verdict(_t("p", [0.9], status="pruned")).verdict == "pruned"
@@ -50,10 +79,13 @@ def test_a_run_that_recovers_and_ends_at_its_best_is_not_unstable():
 
 
 def test_cell_is_best_final_over_tuned_trials_that_ran_the_budget():
-  trials = [_t("a", [0.98, 0.990], budget=2), _t("b", [0.98, 0.992], budget=2),
-            _t("c", [0.993], status="pruned", budget=2),                  # stopped by the search: not a result
-            _t("d", [0.995], status="done", stopped="target", budget=2),  # stopped at a target: not the budget
-            _t("e", [0.99, 0.4], budget=2)]                               # unstable
+  trials = [
+    _t("a", [0.98, 0.990], budget=2),
+    _t("b", [0.98, 0.992], budget=2),
+    _t("c", [0.993], status="pruned", budget=2),  # stopped by the search: not a result
+    _t("d", [0.995], status="done", stopped="target", budget=2),  # stopped at a target: not the budget
+    _t("e", [0.99, 0.4], budget=2),
+  ]  # unstable
   c = cell(trials)
   assert (c.verdict, c.accuracy, c.run_id, c.num_trials) == ("ok", 0.992, "b", 5)
   assert c.counts == {"ok": 3, "pruned": 1, "unstable": 1} and c.text() == "99.2"
@@ -65,27 +97,33 @@ def test_cell_is_best_final_over_tuned_trials_that_ran_the_budget():
 def test_variants_and_labels():
   assert normalise_variant("Layer-wise + bound") == normalise_variant("layerwise_bound") == "layerwise_bound"
   assert normalise_variant("") == normalise_variant(None) == "original"
-  assert (batch_label(8192), batch_label(32768), batch_label(256), batch_label(1000)) == ("8K", "32K", "256",
-                                                                                         "1000")
+  assert (batch_label(8192), batch_label(32768), batch_label(256), batch_label(1000)) == ("8K", "32K", "256", "1000")
 
 
 def test_build_and_render_paper_like_table():
-  ts = [_t("s0", [0.992], b=256), _t("s1", [0.3, float("nan")], status="diverged", stopped="nonfinite"),
-        _t("s2", [0.99, 0.992], variant="layerwise"), _t("s3", [0.992], variant="layer-wise + bound"),
-        _t("a0", [0.993], opt="adam", b=256), _t("a1", [0.991], opt="adam"),
-        _t("a2", [0.99, 0.6], opt="adam", variant="layer_wise"),
-        _t("a3", [0.994], opt="adam", variant="layerwise_bound"),
-        _t("l1", [0.994], opt="lars"), _t("x", [0.99], opt="momentum", b=1024),
-        _t("other", [0.5], opt="momentum", role="technique")]                 # not a Table 3 trial
+  ts = [
+    _t("s0", [0.992], b=256),
+    _t("s1", [0.3, float("nan")], status="diverged", stopped="nonfinite"),
+    _t("s2", [0.99, 0.992], variant="layerwise"),
+    _t("s3", [0.992], variant="layer-wise + bound"),
+    _t("a0", [0.993], opt="adam", b=256),
+    _t("a1", [0.991], opt="adam"),
+    _t("a2", [0.99, 0.6], opt="adam", variant="layer_wise"),
+    _t("a3", [0.994], opt="adam", variant="layerwise_bound"),
+    _t("l1", [0.994], opt="lars"),
+    _t("x", [0.99], opt="momentum", b=1024),
+    _t("other", [0.5], opt="momentum", role="technique"),
+  ]  # not a Table 3 trial
   table = build_table3(ts, 8192, baseline_batch=256)
   assert table.rows == ("momentum", "adam", "lars")  # paper order
   md = render_markdown(table, paper={"momentum": ("99.2", "diverge", "99.2", "99.2")})
   assert md.splitlines() == [
-      "| solver | bs 256 | 8K original | 8K layer-wise | 8K layer-wise + bound |",
-      "|---|---|---|---|---|",
-      "| momentum | 99.2 / 99.2 | diverge / diverge | 99.2 / 99.2 | 99.2 / 99.2 |",
-      "| adam | 99.3 / — | 99.1 / — | unstable / — | 99.4 / — |",
-      "| lars | n/a / — | 99.4 / — | n/a / — | n/a / — |"]
+    "| solver | bs 256 | 8K original | 8K layer-wise | 8K layer-wise + bound |",
+    "|---|---|---|---|---|",
+    "| momentum | 99.2 / 99.2 | diverge / diverge | 99.2 / 99.2 | 99.2 / 99.2 |",
+    "| adam | 99.3 / — | 99.1 / — | unstable / — | 99.4 / — |",
+    "| lars | n/a / — | 99.4 / — | n/a / — | n/a / — |",
+  ]
 
 
 def _tv(rid, test, val, **kw):
@@ -101,8 +139,10 @@ def test_cell_chooses_on_validation_not_test_and_reports_its_replicates():
   c = cell(trials)
   assert (c.run_id, c.accuracy, c.selected_on, c.replicates) == ("hi-val", 0.990, "validation_accuracy", None)
   # the chosen configuration's fresh seeds give the cell's accuracy: mean, sd and a 95% t interval
-  reps = [Trial(**{**_tv(f"hi-val-seed{s}", a, 0.99).__dict__, "phase": "replicate", "replicate_of": "hi-val",
-                   "seed": s}) for s, a in ((1, 0.989), (2, 0.991), (3, 0.993))]
+  reps = [
+    Trial(**{**_tv(f"hi-val-seed{s}", a, 0.99).__dict__, "phase": "replicate", "replicate_of": "hi-val", "seed": s})
+    for s, a in ((1, 0.989), (2, 0.991), (3, 0.993))
+  ]
   c = cell(trials + reps)
   x = [0.989, 0.991, 0.993]
   mean, sd = sum(x) / 3, math.sqrt(sum((v - sum(x) / 3) ** 2 for v in x) / 2)
@@ -118,15 +158,25 @@ def test_the_verdicts_against_the_paper_include_the_b0_cells_of_a_study_without_
 
   def reps(prefix, b, accs, opt="momentum"):
     chosen = Trial(**{**_tv(prefix, accs[0], 0.99, b=b, opt=opt).__dict__, "space": {"lr": ["log", 0.1, 10.0]}})
-    return [chosen] + [Trial(**{**_tv(f"{prefix}-seed{s}", a, 0.99, b=b, opt=opt).__dict__, "phase": "replicate",
-                                "replicate_of": prefix, "seed": s}) for s, a in enumerate(accs, 1)]
+    return [chosen] + [
+      Trial(
+        **{
+          **_tv(f"{prefix}-seed{s}", a, 0.99, b=b, opt=opt).__dict__,
+          "phase": "replicate",
+          "replicate_of": prefix,
+          "seed": s,
+        }
+      )
+      for s, a in enumerate(accs, 1)
+    ]
+
   trials = reps("bs256", 256, [0.992, 0.993, 0.991]) + reps("b8k", 8192, [0.95, 0.96, 0.955])
   lines = table3_replicates_section(trials, 8192, None, 10, "mnist_lenet")
   rows = [ln for ln in lines if ln.startswith("| momentum |")]
   # the t interval of 99.2/99.3/99.1: 99.2 ± 4.303·0.1/√3 = [98.95, 99.45], inside 99.2 ± 0.3 (paper 99.2 at B0)
   b0 = next(r for r in rows if "| bs 256 |" in r)
   assert "[98.95, 99.45]" in b0 and "| 99.2 |" in b0 and b0.endswith("| agrees |")
-  assert any("| 8K original |" in r for r in rows)     # the paper's 'diverge': no number, no verdict
+  assert any("| 8K original |" in r for r in rows)  # the paper's 'diverge': no number, no verdict
 
 
 def test_a_cell_with_fixed_settings_counts_its_first_run_as_a_seed():
@@ -137,8 +187,10 @@ def test_a_cell_with_fixed_settings_counts_its_first_run_as_a_seed():
 
   def seed(rid, acc, s, of=""):
     t = _tv(rid, acc, acc, opt="lars")
-    return Trial(**{**t.__dict__, "seed": s, "phase": "replicate" if of else "search", "replicate_of": of,
-                    "cell": "fx"})
+    return Trial(
+      **{**t.__dict__, "seed": s, "phase": "replicate" if of else "search", "replicate_of": of, "cell": "fx"}
+    )
+
   x = [0.9914, 0.9921, 0.9930]
   trials = [seed("fx", x[0], 0), seed("fx-seed1", x[1], 1, "fx"), seed("fx-seed2", x[2], 2, "fx")]
   c = cell(trials)
@@ -156,8 +208,15 @@ def test_a_cell_with_fixed_settings_counts_its_first_run_as_a_seed():
   row = next(ln for ln in report_replicates.replicates_section(searched) if ln.startswith("| fx |"))
   assert "fixed settings" not in row and "(n=2)" in row
   # a fixed cell whose seeds all sit at chance: 'diverge', over all three seeds
-  dead = [Trial(**{**_t(r, [0.11, 0.11], status="diverged", stopped="dead", budget=2).__dict__, "seed": s,
-                   "phase": p, "replicate_of": of})
-          for r, s, p, of in (("m", 0, "search", ""), ("m-seed1", 1, "replicate", "m"),
-                              ("m-seed2", 2, "replicate", "m"))]
+  dead = [
+    Trial(
+      **{
+        **_t(r, [0.11, 0.11], status="diverged", stopped="dead", budget=2).__dict__,
+        "seed": s,
+        "phase": p,
+        "replicate_of": of,
+      }
+    )
+    for r, s, p, of in (("m", 0, "search", ""), ("m-seed1", 1, "replicate", "m"), ("m-seed2", 2, "replicate", "m"))
+  ]
   assert (cell(dead).text(), cell(dead).counts) == ("diverge", {"diverge": 3})

@@ -1,6 +1,7 @@
 """lamb_lars/proj/you2020/configs/mnist_table3_paper.py: the faithful Table 3 expands (18 searched cells), and its CPU
 part runs the authors' logged LARS 8K configuration (lamb_lars/proj/you2020/configs/lars_b8192.py) and linearly scaled
 momentum."""
+
 import pytest
 
 from lamb_lars.proj.you2020.configs import lars_b8192, momentum_b1024
@@ -18,8 +19,17 @@ def test_whole_table_expands_to_18_searched_cells():
 def test_cpu_cells_are_the_authors_settings():
   trials = {t.sweep: t.config for t in sweep.expand(t3p.get_config("cpu"))}
   lars, logged = trials["b8k-lars-authors"], lars_b8192.get_config()
-  for key in ("name", "lars_update", "learning_rate", "momentum", "weight_decay", "trust_coefficient", "trust_eps",
-              "weight_decay_mask", "adaptation_mask"):
+  for key in (
+    "name",
+    "lars_update",
+    "learning_rate",
+    "momentum",
+    "weight_decay",
+    "trust_coefficient",
+    "trust_eps",
+    "weight_decay_mask",
+    "adaptation_mask",
+  ):
     assert lars.optimizer[key] == logged.optimizer[key], key
   assert lars.optimizer.schedule.warmup_epochs == logged.optimizer.schedule.warmup_epochs == 16.0
   assert lars.optimizer.schedule.decay == "tf_poly" and lars.batch_size == logged.batch_size == 8192

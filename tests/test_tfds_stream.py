@@ -3,6 +3,7 @@ that the test writes itself (no download, no TensorFlow): streamed and in-memory
 numpy reference read record by record, shard per process, resume, evaluate each example once, pick the same
 train_examples subset and the same 'standardize' statistics; the auto rule; varying-size images are cropped; train.py
 trains on it and counts every evaluated example; a missing dataset is one sentence with exit status 2."""
+
 import io
 import json
 import os
@@ -32,14 +33,20 @@ def _png(array: np.ndarray) -> bytes:
 
 class Tinyset(tfds.core.GeneratorBasedBuilder, skip_registration=True):
   """8×8×1 images of 3 classes, brighter with the label (learnable in a few steps)."""
+
   name = NAME
   VERSION = tfds.core.Version("1.0.0")
   code_path = None
 
   def _info(self):
-    return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict({
-        "image": tfds.features.Image(shape=(8, 8, 1)), "label": tfds.features.ClassLabel(num_classes=3)}),
-        supervised_keys=("image", "label"), disable_shuffling=True)
+    return tfds.core.DatasetInfo(
+      builder=self,
+      features=tfds.features.FeaturesDict(
+        {"image": tfds.features.Image(shape=(8, 8, 1)), "label": tfds.features.ClassLabel(num_classes=3)}
+      ),
+      supervised_keys=("image", "label"),
+      disable_shuffling=True,
+    )
 
   def _split_generators(self, dl_manager):
     del dl_manager
@@ -54,14 +61,20 @@ class Tinyset(tfds.core.GeneratorBasedBuilder, skip_registration=True):
 
 class TinySizes(tfds.core.GeneratorBasedBuilder, skip_registration=True):
   """RGB images of varying size (as imagenette's): streamed and cropped."""
+
   name = VARYING
   VERSION = tfds.core.Version("1.0.0")
   code_path = None
 
   def _info(self):
-    return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict({
-        "image": tfds.features.Image(shape=(None, None, 3)), "label": tfds.features.ClassLabel(num_classes=2)}),
-        supervised_keys=("image", "label"), disable_shuffling=True)
+    return tfds.core.DatasetInfo(
+      builder=self,
+      features=tfds.features.FeaturesDict(
+        {"image": tfds.features.Image(shape=(None, None, 3)), "label": tfds.features.ClassLabel(num_classes=2)}
+      ),
+      supervised_keys=("image", "label"),
+      disable_shuffling=True,
+    )
 
   def _split_generators(self, dl_manager):
     del dl_manager
@@ -79,7 +92,8 @@ def data_dir(tmp_path_factory):
   d = str(tmp_path_factory.mktemp("tfds"))
   for builder in (Tinyset, TinySizes):
     builder(data_dir=d, file_format="array_record").download_and_prepare(
-        download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+      download_config=tfds.download.DownloadConfig(try_download_gcs=False)
+    )
   yield d
   tfds_stream._DECIDED.clear()
   tfds_stream._STATS.clear()
@@ -114,25 +128,33 @@ def test_batches_match_a_numpy_reference_in_both_modes(data_dir, mode):
   x_test, y_test = reference(data_dir, "test")
   info = ip.get_info(c)
   assert (info.num_train, info.num_eval, info.num_validation, info.image_shape, info.num_classes, info.in_memory) == (
-      88, 40, 8, (8, 8, 1), 3, mode == "yes")
+    88,
+    40,
+    8,
+    (8, 8, 1),
+    3,
+    mode == "yes",
+  )
   full = collect(ip.train_batches(c, epoch=2, global_batch_size=16))
-  order = ip.epoch_permutation(3, 2, 88)[:80].reshape(5, 16)   # the documented order, on the first 88 examples
+  order = ip.epoch_permutation(3, 2, 88)[:80].reshape(5, 16)  # the documented order, on the first 88 examples
   assert len(full) == 5
   for step, batch in enumerate(full):
     np.testing.assert_array_equal(batch["image"], x[order[step]])
     np.testing.assert_array_equal(batch["label"], y[order[step]])
   resumed = collect(ip.train_batches(c, epoch=2, start_step=3, global_batch_size=16))
   assert [b["label"].tolist() for b in resumed] == [b["label"].tolist() for b in full[3:]]
-  shards = [collect(ip.train_batches(c, epoch=2, global_batch_size=16, process_index=p, process_count=2))
-            for p in range(2)]
+  shards = [
+    collect(ip.train_batches(c, epoch=2, global_batch_size=16, process_index=p, process_count=2)) for p in range(2)
+  ]
   for step in range(5):
     np.testing.assert_array_equal(np.concatenate([s[step]["image"] for s in shards]), full[step]["image"])
   for split, (xs, ys) in (("test", (x_test, y_test)), ("validation", (x[88:], y[88:]))):
-    parts = [collect(ip.eval_batches(c, batch_size=12, split=split, process_index=p, process_count=2))
-             for p in range(2)]
+    parts = [
+      collect(ip.eval_batches(c, batch_size=12, split=split, process_index=p, process_count=2)) for p in range(2)
+    ]
     assert len(parts[0]) == len(parts[1]) == -(-len(ys) // 12)
     kept = lambda key: np.concatenate([p[j][key][p[j]["mask"]] for j in range(len(parts[0])) for p in parts])
-    np.testing.assert_array_equal(kept("label"), ys)   # each example once, in order, padding masked out
+    np.testing.assert_array_equal(kept("label"), ys)  # each example once, in order, padding masked out
     np.testing.assert_array_equal(kept("image"), xs)
   got_x, got_y = ip.train_gatherer(c)(np.array([[5, 0], [87, 5]]))
   np.testing.assert_array_equal(got_x, x[[[5, 0], [87, 5]]])
@@ -141,7 +163,7 @@ def test_batches_match_a_numpy_reference_in_both_modes(data_dir, mode):
 
 @pytest.mark.parametrize("mode", ["no", "yes"])
 def test_train_examples_subset_and_statistics_are_the_same_in_both_modes(data_dir, mode, monkeypatch):
-  monkeypatch.setattr(tfds_stream, "STATS_EXAMPLES", 30)   # a sample smaller than the split: the sampled rule
+  monkeypatch.setattr(tfds_stream, "STATS_EXAMPLES", 30)  # a sample smaller than the split: the sampled rule
   device_preprocess.MEAN_STD.pop(f"tfds:{NAME}", None)
   tfds_stream._STATS.clear()
   user_data.clear_memo()
@@ -158,8 +180,9 @@ def test_train_examples_subset_and_statistics_are_the_same_in_both_modes(data_di
   got = ip.train_gatherer(c)(np.arange(40))
   np.testing.assert_array_equal(got[1], y[keep])
   # 'standardize': per-channel mean/std (float64, [0, 1] scale) of the 30 sampled training images
-  sample = np.sort(np.random.default_rng(np.random.SeedSequence([tfds_stream.STATS_KEY, N_TRAIN])).permutation(
-      N_TRAIN)[:30])
+  sample = np.sort(
+    np.random.default_rng(np.random.SeedSequence([tfds_stream.STATS_KEY, N_TRAIN])).permutation(N_TRAIN)[:30]
+  )
   pixels = x[sample].astype(np.float64).ravel() / 255.0
   mean, std = device_preprocess.MEAN_STD[c.dataset]
   np.testing.assert_allclose([mean[0], std[0]], [pixels.mean(), pixels.std()], rtol=1e-12)
@@ -170,7 +193,7 @@ def test_train_examples_subset_and_statistics_are_the_same_in_both_modes(data_di
 
 def test_auto_holds_small_data_in_memory_and_streams_the_rest(data_dir, monkeypatch):
   tfds_stream._DECIDED.clear()
-  assert ip.get_info(config(data_dir, "auto")).in_memory            # 136 × 64 bytes
+  assert ip.get_info(config(data_dir, "auto")).in_memory  # 136 × 64 bytes
   tfds_stream._DECIDED.clear()
   monkeypatch.setattr(tfds_stream, "IN_MEMORY_BYTES", 136 * 64 - 1)
   assert not ip.get_info(config(data_dir, "auto")).in_memory
@@ -182,25 +205,44 @@ def test_auto_holds_small_data_in_memory_and_streams_the_rest(data_dir, monkeypa
 def test_images_of_varying_size_are_streamed_and_cropped(data_dir):
   c = config(data_dir, "auto", dataset=f"tfds:{VARYING}", num_classes=2, image_size=6, seed=1)
   info = ip.get_info(c)
-  assert (info.num_train, info.num_eval, info.image_shape, info.num_classes, info.in_memory) == (12, 5, (6, 6, 3), 2,
-                                                                                                 False)
+  assert (info.num_train, info.num_eval, info.image_shape, info.num_classes, info.in_memory) == (
+    12,
+    5,
+    (6, 6, 3),
+    2,
+    False,
+  )
   a = collect(ip.train_batches(c, epoch=0, global_batch_size=4))
   b = collect(ip.train_batches(c, epoch=0, global_batch_size=4, start_step=1))
   assert len(a) == 3 and a[0]["image"].shape == (4, 6, 6, 3)
-  np.testing.assert_array_equal(a[1]["image"], b[0]["image"])      # crops keyed by (seed, epoch, key): resumable
+  np.testing.assert_array_equal(a[1]["image"], b[0]["image"])  # crops keyed by (seed, epoch, key): resumable
   ev = collect(ip.eval_batches(c, batch_size=4))
   assert sum(int(e["mask"].sum()) for e in ev) == 5
   with pytest.raises(ValueError, match="images of varying size, which cannot be held in memory"):
     ip.get_info(config(data_dir, "yes", dataset=f"tfds:{VARYING}", num_classes=2))
-  with pytest.raises(ValueError, match="^config.data_order='examples' needs a dataset held in memory or images of "
-                                       "one fixed shape;"):
-    validate.validate(config(data_dir, "auto", dataset=f"tfds:{VARYING}", num_classes=2, image_size=6,
-                             data_order="examples", model="mlp", batch_size=4, eval_batch_size=4), 1)
+  with pytest.raises(
+    ValueError, match="^config.data_order='examples' needs a dataset held in memory or images of one fixed shape;"
+  ):
+    validate.validate(
+      config(
+        data_dir,
+        "auto",
+        dataset=f"tfds:{VARYING}",
+        num_classes=2,
+        image_size=6,
+        data_order="examples",
+        model="mlp",
+        batch_size=4,
+        eval_batch_size=4,
+      ),
+      1,
+    )
 
 
 def test_a_streamed_dataset_validates_with_data_order_examples(data_dir):
-  plan = validate.validate(config(data_dir, "no", data_order="examples", model="mlp", batch_size=16,
-                                  eval_batch_size=20, num_train_steps=4), 1)
+  plan = validate.validate(
+    config(data_dir, "no", data_order="examples", model="mlp", batch_size=16, eval_batch_size=20, num_train_steps=4), 1
+  )
   assert plan.num_train == N_TRAIN
   with pytest.raises(ValueError, match="^config.data_on_device='yes' needs a dataset held in memory"):
     validate.validate(config(data_dir, "no", data_on_device="yes", model="mlp", batch_size=16, eval_batch_size=20), 1)
@@ -218,12 +260,27 @@ def test_train_py_trains_on_a_streamed_tfds_dataset(data_dir, tmp_path):
   """A few steps of an MLP on the streamed dataset through train.py (data_order='examples', 8 held out): every
   evaluation counts the 40 test and 8 validation examples exactly once, and the loss falls."""
   work = tmp_path / "run"
-  proc = _train_py([f"--workdir={work}", f"--config.dataset=tfds:{NAME}", f"--config.data_dir={data_dir}",
-                    "--config.dataset_in_memory=no", "--config.num_classes=3", "--config.model=mlp",
-                    "--config.batch_size=16", "--config.eval_batch_size=12", "--config.num_train_steps=10",
-                    "--config.eval_every_steps=5", "--config.validation_split=8", "--config.data_order=examples",
-                    "--config.optimizer.learning_rate=0.1", "--config.optimizer.base_batch_size=16",
-                    "--config.diagnostics.noise_scale=False", "--config.progress=False"], ROOT)
+  proc = _train_py(
+    [
+      f"--workdir={work}",
+      f"--config.dataset=tfds:{NAME}",
+      f"--config.data_dir={data_dir}",
+      "--config.dataset_in_memory=no",
+      "--config.num_classes=3",
+      "--config.model=mlp",
+      "--config.batch_size=16",
+      "--config.eval_batch_size=12",
+      "--config.num_train_steps=10",
+      "--config.eval_every_steps=5",
+      "--config.validation_split=8",
+      "--config.data_order=examples",
+      "--config.optimizer.learning_rate=0.1",
+      "--config.optimizer.base_batch_size=16",
+      "--config.diagnostics.noise_scale=False",
+      "--config.progress=False",
+    ],
+    ROOT,
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   rows = [json.loads(line) for line in open(work / "metrics.jsonl")]
   evals = [r for r in rows if "eval_examples" in r]
@@ -234,8 +291,15 @@ def test_train_py_trains_on_a_streamed_tfds_dataset(data_dir, tmp_path):
 
 @pytest.mark.slow
 def test_train_py_missing_tfds_dataset_is_one_sentence_exit_2(data_dir, tmp_path):
-  proc = _train_py([f"--workdir={tmp_path / 'run'}", "--config.dataset=tfds:uw_nosuch", f"--config.data_dir={data_dir}",
-                    "--config.dataset_in_memory=no"], ROOT)
+  proc = _train_py(
+    [
+      f"--workdir={tmp_path / 'run'}",
+      "--config.dataset=tfds:uw_nosuch",
+      f"--config.data_dir={data_dir}",
+      "--config.dataset_in_memory=no",
+    ],
+    ROOT,
+  )
   assert proc.returncode == 2, proc.stderr[-3000:]
   lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
   assert len(lines) == 1 and f"No prepared TFDS dataset 'uw_nosuch' (ArrayRecord) in {data_dir}" in lines[0], lines
@@ -247,10 +311,21 @@ def test_streamed_and_in_memory_train_to_the_same_numbers(data_dir, tmp_path):
   """The trainer on the streamed dataset (data_order='batches', two epochs of 6 steps) gives bit-identical losses and
   accuracies to the trainer on the same dataset held in memory (host-fed, so both run the same compiled step)."""
   from lamb_lars.train import trainer
+
   rows = {}
   for mode in ("no", "yes"):
-    c = config(data_dir, mode, model="mlp", batch_size=16, eval_batch_size=12, num_train_steps=12,
-               eval_every_steps=6, data_on_device="no", num_devices=1, progress=False)
+    c = config(
+      data_dir,
+      mode,
+      model="mlp",
+      batch_size=16,
+      eval_batch_size=12,
+      num_train_steps=12,
+      eval_every_steps=6,
+      data_on_device="no",
+      num_devices=1,
+      progress=False,
+    )
     c.optimizer.base_batch_size, c.optimizer.learning_rate = 16, 0.1
     c.diagnostics.noise_scale = False
     result = trainer.train_and_evaluate(c, str(tmp_path / mode))

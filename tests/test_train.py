@@ -1,4 +1,5 @@
 """The real training loop on real (offline) MNIST: learning, divergence, resume after kill -9, pmap == jit."""
+
 import json
 import os
 import signal
@@ -48,13 +49,14 @@ def tensorboard_tags(logdir) -> dict:
   import glob
   import struct
   from tensorboardX.proto import event_pb2
+
   out = {}
   for path in glob.glob(os.path.join(logdir, "events.out.tfevents.*")):
     data = open(path, "rb").read()
     pos = 0
     while pos < len(data):
-      (n,) = struct.unpack("<Q", data[pos:pos + 8])
-      event = event_pb2.Event.FromString(data[pos + 12:pos + 12 + n])
+      (n,) = struct.unpack("<Q", data[pos : pos + 8])
+      event = event_pb2.Event.FromString(data[pos + 12 : pos + 12 + n])
       pos += 12 + n + 4
       for v in event.summary.value:
         out.setdefault(v.tag, []).append((event.step, v.simple_value))
@@ -85,18 +87,18 @@ def test_few_steps_learn(data_dir, tmp_path):
   result = train_and_evaluate(small_config(data_dir), str(tmp_path))
   assert result["status"] == "done" and result["step"] == 20
   final = result["final"]
-  assert final["eval_examples"] == 10000                  # every test example, once
-  assert final["eval_loss"] < 1.7 < np.log(10)            # from chance (2.30) after 20 steps
+  assert final["eval_examples"] == 10000  # every test example, once
+  assert final["eval_loss"] < 1.7 < np.log(10)  # from chance (2.30) after 20 steps
   assert final["eval_accuracy"] > 0.5
-  assert np.isfinite(final["noise_scale"]) and final["noise_scale"] > 0   # 8 devices → two batch sizes
+  assert np.isfinite(final["noise_scale"]) and final["noise_scale"] > 0  # 8 devices → two batch sizes
   rows = [json.loads(l) for l in open(tmp_path / "metrics.jsonl")]
   assert [r["step"] for r in rows] == [20]
   tags = tensorboard_tags(tmp_path / "tensorboard")
-  assert [st for st, _ in tags["optim/grad_norm_per_step"]] == list(range(1, 21))       # every step
+  assert [st for st, _ in tags["optim/grad_norm_per_step"]] == list(range(1, 21))  # every step
   assert len(tags["optim/grad_norm_small_rms_per_step"]) == 20
   assert tags["eval/test_accuracy"] == [(20, pytest.approx(final["eval_accuracy"]))]
   assert {t.split("/")[0] for t in tags if not t.startswith("_hparams_")} == {"train", "eval", "optim", "perf"}
-  again = train_and_evaluate(small_config(data_dir), str(tmp_path))   # finished: returned, not re-run
+  again = train_and_evaluate(small_config(data_dir), str(tmp_path))  # finished: returned, not re-run
   assert again == json.loads(open(tmp_path / "result.json").read())
 
 
@@ -107,9 +109,17 @@ def test_logged_lr_is_the_schedule(data_dir, tmp_path, table):
   """The LR logged for each update (TensorBoard optim/lr) and for the eval row is η_t from the formula: linear
   warmup η·(t+1)/W over W = 4 updates, then cosine decay to 0 over the remaining 16 (schedules.py docstring)."""
   peak, w, total = 0.05, 4, 20
-  cfg = small_config(data_dir, eval_every_epochs=0.0, checkpoint_every_epochs=0.0,
-                     **{"optimizer.lr_scaling": "none", "optimizer.learning_rate": peak,
-                        "optimizer.schedule.warmup_steps": w, "optimizer.lr_table": table})
+  cfg = small_config(
+    data_dir,
+    eval_every_epochs=0.0,
+    checkpoint_every_epochs=0.0,
+    **{
+      "optimizer.lr_scaling": "none",
+      "optimizer.learning_rate": peak,
+      "optimizer.schedule.warmup_steps": w,
+      "optimizer.lr_table": table,
+    },
+  )
   result = train_and_evaluate(cfg, str(tmp_path))
 
   def eta(t):  # the LR of update t (0-based), written from the formula
@@ -134,8 +144,9 @@ def test_divergence_is_a_result(data_dir, tmp_path):
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_pmap_path_equals_jit_path(data_dir, tmp_path):
-  common = dict(num_train_steps=6, data_on_device="no", eval_every_epochs=0.0, checkpoint_every_epochs=0.0,
-                eval_batch_size=5000)
+  common = dict(
+    num_train_steps=6, data_on_device="no", eval_every_epochs=0.0, checkpoint_every_epochs=0.0, eval_batch_size=5000
+  )
   a = train_and_evaluate(small_config(data_dir, parallelism="jit", **common), str(tmp_path / "jit"))
   b = train_and_evaluate(small_config(data_dir, parallelism="pmap", **common), str(tmp_path / "pmap"))
   for key in ("train_loss", "eval_loss", "eval_accuracy", "grad_norm"):
@@ -143,11 +154,22 @@ def test_pmap_path_equals_jit_path(data_dir, tmp_path):
 
 
 def _cmd(workdir):
-  return [sys.executable, "train.py", "--config=lamb_lars/configs/mnist_lenet.py", f"--workdir={workdir}",
-          f"--config.data_dir={DATA_DIR}", "--config.batch_size=256", "--config.num_train_steps=40",
-          "--config.eval_every_steps=10", "--config.checkpoint_every_steps=10", "--config.num_devices=2",
-          "--config.steps_per_call=1", "--config.eval_batch_size=5000", "--config.progress=False",
-          "--config.optimizer.learning_rate=0.01"]
+  return [
+    sys.executable,
+    "train.py",
+    "--config=lamb_lars/configs/mnist_lenet.py",
+    f"--workdir={workdir}",
+    f"--config.data_dir={DATA_DIR}",
+    "--config.batch_size=256",
+    "--config.num_train_steps=40",
+    "--config.eval_every_steps=10",
+    "--config.checkpoint_every_steps=10",
+    "--config.num_devices=2",
+    "--config.steps_per_call=1",
+    "--config.eval_batch_size=5000",
+    "--config.progress=False",
+    "--config.optimizer.learning_rate=0.01",
+  ]
 
 
 def _final_rows(workdir):
@@ -167,13 +189,12 @@ def test_kill_and_resume_matches_uninterrupted(data_dir, tmp_path):
   # The dead-run rule from step 30 with the threshold at the best of the first 3 evals: it fires at step 30 exactly.
   best = max(r["eval_accuracy"] for r in want[:3])
   stop = ["--config.stop.dead_after_fraction=0.75", f"--config.stop.dead_accuracy={best!r}"]
-  proc = subprocess.Popen(_cmd(killed) + stop, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL)
+  proc = subprocess.Popen(_cmd(killed) + stop, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   ckpt = killed / "checkpoints" / "10"
   deadline = time.time() + 600
   while not ckpt.exists() and time.time() < deadline and proc.poll() is None:
     time.sleep(0.05)
-  time.sleep(0.5)                            # past the checkpoint, before the next one
+  time.sleep(0.5)  # past the checkpoint, before the next one
   proc.send_signal(signal.SIGKILL)
   proc.wait()
   assert not (killed / "result.json").exists(), "the run finished before it could be killed"
@@ -181,15 +202,19 @@ def test_kill_and_resume_matches_uninterrupted(data_dir, tmp_path):
   result = json.load(open(killed / "result.json"))
   assert (result["status"], result["stopped"], result["step"]) == ("diverged", "dead", 30)
   assert [r["step"] for r in want] == [10, 20, 30, 40]
-  assert _final_rows(killed) == want[:3]     # bit-identical metrics after resume, up to the stop
+  assert _final_rows(killed) == want[:3]  # bit-identical metrics after resume, up to the stop
 
 
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_divergence_without_stopping_counts_steps_once(data_dir, tmp_path):
   """stop_on_divergence=False: the run goes on to its last step; the failing step is not counted twice."""
-  cfg = small_config(data_dir, stop_on_divergence=False, eval_every_steps=10,
-                     **{"optimizer.learning_rate": 1e6, "optimizer.schedule.decay": "constant"})
+  cfg = small_config(
+    data_dir,
+    stop_on_divergence=False,
+    eval_every_steps=10,
+    **{"optimizer.learning_rate": 1e6, "optimizer.schedule.decay": "constant"},
+  )
   result = train_and_evaluate(cfg, str(tmp_path))
   assert (result["status"], result["stopped"], result["step"]) == ("diverged", None, 20)
   assert "non-finite training loss at step" in result["error"]
@@ -210,39 +235,44 @@ def test_validation_split_is_evaluated_with_the_test_set(data_dir, tmp_path):
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_stop_at_target(data_dir, tmp_path):
-  cfg = small_config(data_dir, num_train_steps=40, eval_every_steps=5,
-                     **{"stop.target_metric": "eval_accuracy", "stop.target_goal": 0.3})
+  cfg = small_config(
+    data_dir, num_train_steps=40, eval_every_steps=5, **{"stop.target_metric": "eval_accuracy", "stop.target_goal": 0.3}
+  )
   result = train_and_evaluate(cfg, str(tmp_path))
   rows = [json.loads(l) for l in open(tmp_path / "metrics.jsonl")]
   assert (result["status"], result["stopped"], result["error"]) == ("done", "target", None)
   assert result["step"] == rows[-1]["step"] < 40 and result["total_steps"] == 40
   assert rows[-1]["eval_accuracy"] >= 0.3 and all(r["eval_accuracy"] < 0.3 for r in rows[:-1])
-  assert train_and_evaluate(cfg, str(tmp_path)) == result          # finished: the recorded result comes back
+  assert train_and_evaluate(cfg, str(tmp_path)) == result  # finished: the recorded result comes back
 
 
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_dead_run_stops_at_chance_level(data_dir, tmp_path):
   """From max(20% of the steps, warmup) on, 3 evaluations in a row at or below the threshold end the run."""
-  cfg = small_config(data_dir, num_train_steps=20, eval_every_steps=2,
-                     **{"stop.dead_after_fraction": 0.2, "stop.dead_accuracy": 0.999,
-                        "optimizer.schedule.warmup_steps": 6})
+  cfg = small_config(
+    data_dir,
+    num_train_steps=20,
+    eval_every_steps=2,
+    **{"stop.dead_after_fraction": 0.2, "stop.dead_accuracy": 0.999, "optimizer.schedule.warmup_steps": 6},
+  )
   result = train_and_evaluate(cfg, str(tmp_path))
-  assert (result["status"], result["stopped"], result["step"]) == ("diverged", "dead", 6)   # max(4, 6)
+  assert (result["status"], result["stopped"], result["step"]) == ("diverged", "dead", 6)  # max(4, 6)
   assert result["error"].startswith("no progress off chance level: the last 3 eval accuracies are ≤ 99.90% ")
   assert result["error"].endswith(" epochs")
 
 
 def test_chance_threshold_and_stop_rules_state():
   from lamb_lars.train import stopping
+
   assert stopping.chance_threshold(10) == pytest.approx(0.325)
   assert stopping.chance_threshold(1000) == pytest.approx(0.25075)
   cfg = small_config(DATA_DIR, **{"stop.dead_after_fraction": 0.5})
   rules = stopping.StopRules(cfg, total_steps=10, warmup_steps=0)
   assert rules.check(2, {"eval_accuracy": 0.9}) is None
   again = stopping.StopRules(cfg, total_steps=10, warmup_steps=0)
-  again.load_state_dict(rules.state_dict())                       # what a checkpoint carries
-  assert again.check(6, {"eval_accuracy": 0.1}) is None           # 0.9 is among the last 3: remembered
+  again.load_state_dict(rules.state_dict())  # what a checkpoint carries
+  assert again.check(6, {"eval_accuracy": 0.1}) is None  # 0.9 is among the last 3: remembered
   fresh = stopping.StopRules(cfg, total_steps=10, warmup_steps=0)
   assert fresh.check(6, {"eval_accuracy": 0.1}).stopped == "dead"
   fell_back = stopping.StopRules(cfg, total_steps=10, warmup_steps=0)  # left chance level, then fell back to it
@@ -258,6 +288,7 @@ def test_a_crash_mid_run_still_closes_the_writer_and_the_checkpointer(data_dir, 
   """A bug at the second evaluation keeps its traceback, and the TensorBoard writer and the checkpointer are closed
   (``finally``): the first evaluation's row and checkpoint are on disk, the event file is complete."""
   from lamb_lars.train import checkpoint, evaluation, metric_writers
+
   closed, real_eval = [], evaluation.Evaluator.__call__
   calls = iter(range(100))
 
@@ -265,14 +296,16 @@ def test_a_crash_mid_run_still_closes_the_writer_and_the_checkpointer(data_dir, 
     if next(calls) == 1:
       raise ZeroDivisionError("a bug in the second evaluation")
     return real_eval(self, state)
+
   for cls, name in ((metric_writers.MetricWriter, "writer"), (checkpoint.Checkpointer, "checkpointer")):
-    monkeypatch.setattr(cls, "close", (lambda real, name: lambda self, *a: closed.append(name) or real(self, *a))(
-        cls.close, name))
+    monkeypatch.setattr(
+      cls, "close", (lambda real, name: lambda self, *a: closed.append(name) or real(self, *a))(cls.close, name)
+    )
   monkeypatch.setattr(evaluation.Evaluator, "__call__", evaluate)
   with pytest.raises(ZeroDivisionError, match="second evaluation"):
     train_and_evaluate(small_config(data_dir, eval_every_steps=10, checkpoint_every_steps=10), str(tmp_path))
   assert sorted(closed) == ["checkpointer", "writer"]
   assert [json.loads(l)["step"] for l in open(tmp_path / "metrics.jsonl")] == [10]
   assert (tmp_path / "checkpoints" / "10").is_dir() and not (tmp_path / "result.json").exists()
-  tags = tensorboard_tags(str(tmp_path / "tensorboard"))   # flushed and closed: every step's scalars are there
+  tags = tensorboard_tags(str(tmp_path / "tensorboard"))  # flushed and closed: every step's scalars are there
   assert max(step for values in tags.values() for step, _ in values) == 20

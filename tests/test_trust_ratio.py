@@ -1,4 +1,5 @@
 """scale_by_trust_ratio: statistics, zero norms, the two denominators, masks, stacked leaves, low precision."""
+
 from __future__ import annotations
 
 import jax
@@ -25,12 +26,27 @@ def test_stats_match_reference():
   the stacked leaf)."""
   bounds, stacked = (0.01, 1.0), "^stack/"
   params, grads, p, gs = _problem()
-  tx = O.lars(LR, weight_decay=0.01, trust_coefficient=0.01, ratio_bounds=bounds, track_stats=True,
-              stacked_mask=lambda t: jax.tree.map_with_path(lambda kp, _: kp[0].key == "stack", t))
-  r = ref.Reference("lars", LR, momentum=0.9, weight_decay=0.01, trust_coefficient=0.01, denominator="paper",
-                    ratio_bounds=bounds, stacked=stacked)
-  r_raw = ref.Reference("lars", LR, momentum=0.9, weight_decay=0.01, trust_coefficient=0.01, denominator="paper",
-                        stacked=stacked)
+  tx = O.lars(
+    LR,
+    weight_decay=0.01,
+    trust_coefficient=0.01,
+    ratio_bounds=bounds,
+    track_stats=True,
+    stacked_mask=lambda t: jax.tree.map_with_path(lambda kp, _: kp[0].key == "stack", t),
+  )
+  r = ref.Reference(
+    "lars",
+    LR,
+    momentum=0.9,
+    weight_decay=0.01,
+    trust_coefficient=0.01,
+    denominator="paper",
+    ratio_bounds=bounds,
+    stacked=stacked,
+  )
+  r_raw = ref.Reference(
+    "lars", LR, momentum=0.9, weight_decay=0.01, trust_coefficient=0.01, denominator="paper", stacked=stacked
+  )
   state, update = tx.init(p), jax.jit(tx.update)
   rp = {k: np.asarray(v, np.float32).astype(np.float64) for k, v in params.items()}
   for g, gj in zip(grads, gs):
@@ -64,8 +80,9 @@ def test_stats_match_reference():
 
 def test_stats_are_found_in_wrapped_states_and_without_splitting():
   _, _, p, gs = _problem()
-  inner = O.lamb(LR, track_stats=True, stacked_mask=lambda t: jax.tree.map_with_path(
-      lambda kp, _: kp[0].key == "stack", t))
+  inner = O.lamb(
+    LR, track_stats=True, stacked_mask=lambda t: jax.tree.map_with_path(lambda kp, _: kp[0].key == "stack", t)
+  )
   tx = optax.MultiSteps(optax.chain(optax.clip_by_global_norm(1.0), inner), every_k_schedule=1)
   state = tx.init(p)
   _, state = jax.jit(tx.update)(gs[0], state, p)
@@ -81,8 +98,7 @@ def test_stats_are_found_in_wrapped_states_and_without_splitting():
 
 @pytest.mark.parametrize("denominator", ["paper", "optax"])
 def test_zero_norms_give_the_configured_ratio(denominator):
-  tx = tr.scale_by_trust_ratio(0.5, weight_decay=0.1, denominator=denominator, zero_norm_ratio=0.25,
-                               track_stats=True)
+  tx = tr.scale_by_trust_ratio(0.5, weight_decay=0.1, denominator=denominator, zero_norm_ratio=0.25, track_stats=True)
   p = {"zero_w": jnp.zeros(3), "zero_g": jnp.ones(3)}
   g = {"zero_w": jnp.ones(3), "zero_g": jnp.zeros(3)}
   u, state = tx.update(g, tx.init(p), p)
@@ -115,9 +131,13 @@ def test_weight_decay_and_adaptation_masks_are_independent():
   w, g = jnp.array([3.0, 4.0]), jnp.array([0.6, 0.8])  # ‖w‖ = 5, ‖g‖ = 1
   p = {"a": w, "b": w, "c": w, "d": w}
   grads = {k: g for k in p}
-  tx = tr.scale_by_trust_ratio(1.0, weight_decay=0.1, denominator="paper",
-                               weight_decay_mask={"a": True, "b": True, "c": False, "d": False},
-                               adaptation_mask={"a": True, "b": False, "c": True, "d": False})
+  tx = tr.scale_by_trust_ratio(
+    1.0,
+    weight_decay=0.1,
+    denominator="paper",
+    weight_decay_mask={"a": True, "b": True, "c": False, "d": False},
+    adaptation_mask={"a": True, "b": False, "c": True, "d": False},
+  )
   u, _ = tx.update(grads, tx.init(p), p)
   np.testing.assert_allclose(np.asarray(u["a"]), 5.0 / (1.0 + 0.5) * (g + 0.1 * w), rtol=1e-6)
   np.testing.assert_allclose(np.asarray(u["b"]), g + 0.1 * w, rtol=1e-6)
@@ -126,10 +146,15 @@ def test_weight_decay_and_adaptation_masks_are_independent():
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
-@pytest.mark.parametrize("make", [lambda: O.lars(1.0, weight_decay=1e-4, track_stats=True),
-                                  lambda: O.lamb(1e-3, weight_decay=1e-2, track_stats=True),
-                                  lambda: O.layerwise_adam(1e-3, ratio_bounds=(0.01, 10.0), track_stats=True)],
-                         ids=["lars", "lamb", "layerwise_adam"])
+@pytest.mark.parametrize(
+  "make",
+  [
+    lambda: O.lars(1.0, weight_decay=1e-4, track_stats=True),
+    lambda: O.lamb(1e-3, weight_decay=1e-2, track_stats=True),
+    lambda: O.layerwise_adam(1e-3, ratio_bounds=(0.01, 10.0), track_stats=True),
+  ],
+  ids=["lars", "lamb", "layerwise_adam"],
+)
 def test_low_precision_params_give_finite_ratios(dtype, make):
   """‖w‖² = 9·10⁷ overflows float16 (max 65504); norms in float32 keep ratios finite and right. (Gradients of
   order 1: Adam's own (1−b2)·g² underflows in float16 for small gradients, which is not the ratio's business.)"""
@@ -143,8 +168,11 @@ def test_low_precision_params_give_finite_ratios(dtype, make):
   assert bool(jnp.all(jnp.isfinite(u["fc"]["kernel"].astype(jnp.float32))))
   stats = tr.trust_ratio_stats(state)
   assert all(bool(jnp.isfinite(v)) for v in stats.values())
-  np.testing.assert_allclose(float(stats["param_norm/fc/kernel"]), np.linalg.norm(np.asarray(
-      jnp.asarray(w64, dtype).astype(jnp.float32))), rtol=1e-5)
+  np.testing.assert_allclose(
+    float(stats["param_norm/fc/kernel"]),
+    np.linalg.norm(np.asarray(jnp.asarray(w64, dtype).astype(jnp.float32))),
+    rtol=1e-5,
+  )
 
 
 def test_stacked_leaf_gets_one_ratio_per_layer():

@@ -1,6 +1,7 @@
 """Issue 40's "every study runs on a user workload unchanged", for the two study kinds tests/test_examples_digits.py
 does not run: Table-3-style cells (solver × variant at one batch) and batch-size warmup arms, on a model and a loader
 defined in a folder outside the repository; each study is run, reported and verified through the CLI."""
+
 import json
 import os
 import shutil

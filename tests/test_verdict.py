@@ -1,4 +1,5 @@
 """pass / fail / borderline against a threshold (verdict.py), with a numpy float64 reference for the interval."""
+
 from __future__ import annotations
 
 import math

@@ -16,6 +16,7 @@ loaded machine: 6–8 min with 2 workers), the branching study 17.
   32 … 256 from its checkpoints at 1 and 2 epochs, 2 seeds each.
 * ':tiny' and ':branching_tiny': the same studies cut to a few trials of 2 epochs, for a smoke test.
 """
+
 import importlib.util
 import os
 
@@ -48,52 +49,86 @@ def ladder(tiny: bool = False) -> ml_collections.ConfigDict:
   c.name = "digits_ladder" + ("_tiny" if tiny else "")
   c.base = base
   c.sweeps = (
-      dict(name="baseline", role="baseline", fixed={"batch_size": B0}),
-      dict(name="linear", role="linear", grid={"batch_size": (64, 256) if tiny else LADDER}),
-      dict(name="tuned", role="technique", technique="tuned", grid={"batch_size": (256,) if tiny else (512, 1024)},
-           fixed={"optimizer.lr_scaling": "none"},   # the searched LR is the LR at that batch
-           search={"optimizer.learning_rate": ("log", 0.1, 5.0),
-                   "optimizer.schedule.warmup_epochs": ("linear", 0.0, 1.0 if tiny else 4.0)},
-           num_trials=2 if tiny else 3, seed=0),
+    dict(name="baseline", role="baseline", fixed={"batch_size": B0}),
+    dict(name="linear", role="linear", grid={"batch_size": (64, 256) if tiny else LADDER}),
+    dict(
+      name="tuned",
+      role="technique",
+      technique="tuned",
+      grid={"batch_size": (256,) if tiny else (512, 1024)},
+      fixed={"optimizer.lr_scaling": "none"},  # the searched LR is the LR at that batch
+      search={
+        "optimizer.learning_rate": ("log", 0.1, 5.0),
+        "optimizer.schedule.warmup_epochs": ("linear", 0.0, 1.0 if tiny else 4.0),
+      },
+      num_trials=2 if tiny else 3,
+      seed=0,
+    ),
   )
   c.search = common.search(min_epochs=1 if tiny else 2, reduction_factor=3, max_extensions=0, min_full_budget=0)
   c.replicates = common.replicates(num_seeds=0)
   c.runner = common.runner(num_workers=2, cpus_per_trial=0)
-  c.analysis = common.analysis(title="Digits (scikit-learn) / small CNN: batch-size ladder", num_train=N_TRAIN,
-                               baseline_epochs=base.num_epochs, target_goal=0.5 if tiny else 0.95,
-                               techniques=("tuned",), target_technique="tuned")
+  c.analysis = common.analysis(
+    title="Digits (scikit-learn) / small CNN: batch-size ladder",
+    num_train=N_TRAIN,
+    baseline_epochs=base.num_epochs,
+    target_goal=0.5 if tiny else 0.95,
+    techniques=("tuned",),
+    target_technique="tuned",
+  )
   return c
 
 
 def branching(tiny: bool = False) -> ml_collections.ConfigDict:
   base = _train_config()
   base.progress = False
-  base.optimizer.lr_table = False        # a branch restores the reference's optimizer state
+  base.optimizer.lr_table = False  # a branch restores the reference's optimizer state
   points = (0.5, 1.0) if tiny else (1.0, 2.0)
   epochs = 2.0 if tiny else 8.0
   c = ml_collections.ConfigDict()
   c.name = "digits_branching" + ("_tiny" if tiny else "")
   c.base = base
   c.sweeps = (
-      dict(name="reference", role="baseline",
-           fixed={"batch_size": B0, "num_epochs": epochs, "checkpoint_every_epochs": min(points),
-                  "eval_every_epochs": min(points), "keep_checkpoints": int(epochs / min(points)) + 2}),
-      dict(name="branch", role="branch", fixed={"eval_every_epochs": 0.0, "checkpoint_every_epochs": 0.5},
-           grid={"batch_size": (32, 64) if tiny else (32, 64, 128, 256), "seed": (1,) if tiny else (1, 2)}),
+    dict(
+      name="reference",
+      role="baseline",
+      fixed={
+        "batch_size": B0,
+        "num_epochs": epochs,
+        "checkpoint_every_epochs": min(points),
+        "eval_every_epochs": min(points),
+        "keep_checkpoints": int(epochs / min(points)) + 2,
+      },
+    ),
+    dict(
+      name="branch",
+      role="branch",
+      fixed={"eval_every_epochs": 0.0, "checkpoint_every_epochs": 0.5},
+      grid={"batch_size": (32, 64) if tiny else (32, 64, 128, 256), "seed": (1,) if tiny else (1, 2)},
+    ),
   )
-  c.branching = common.branching(points_epochs=points, delta_examples=256 if tiny else 2048, epsilon=0.5,
-                                 relative=True, loss="validation_loss")
+  c.branching = common.branching(
+    points_epochs=points, delta_examples=256 if tiny else 2048, epsilon=0.5, relative=True, loss="validation_loss"
+  )
   c.search = common.search()
   c.replicates = common.replicates(num_seeds=0)
   c.runner = common.runner(num_workers=2, cpus_per_trial=0)
-  c.analysis = common.analysis(title="Digits / small CNN: the critical batch over training, by branching",
-                               num_train=N_TRAIN, baseline_epochs=epochs, target_goal=0.95)
+  c.analysis = common.analysis(
+    title="Digits / small CNN: the critical batch over training, by branching",
+    num_train=N_TRAIN,
+    baseline_epochs=epochs,
+    target_goal=0.95,
+  )
   return c
 
 
 def get_config(part: str = "") -> ml_collections.ConfigDict:
-  parts = {"": ladder, "tiny": lambda: ladder(tiny=True), "branching": branching,
-           "branching_tiny": lambda: branching(tiny=True)}
+  parts = {
+    "": ladder,
+    "tiny": lambda: ladder(tiny=True),
+    "branching": branching,
+    "branching_tiny": lambda: branching(tiny=True),
+  }
   if part not in parts:
     raise ValueError(f"examples/digits/ladder.py:{part}: the parts are '', 'tiny', 'branching', 'branching_tiny'.")
   return parts[part]()

@@ -13,6 +13,7 @@ This file is everything lamb_lars needs to know about the workload (docs/workloa
 
 Config:  config.model = 'examples.digits.workload:DigitsCNN', config.dataset = 'examples.digits.workload:load'.
 """
+
 from typing import Any, Callable
 
 import flax.linen as nn
@@ -25,6 +26,7 @@ SPLIT = (1257, 180, 360)  # train, validation, test: 70 / 10 / 20 %
 def load() -> dict:
   """The digits as uint8 images and integer labels, split deterministically (module docstring)."""
   from sklearn.datasets import load_digits  # the data file is inside scikit-learn's wheel
+
   digits = load_digits()
   images = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)[..., None]  # [1797, 8, 8, 1]
   labels = digits.target.astype(np.int64)
@@ -37,6 +39,7 @@ def load() -> dict:
 
 class DigitsCNN(nn.Module):
   """conv 3×3 (``width``) → BN → ReLU → conv 3×3/2 (2·width) → BN → ReLU → global mean → dense logits."""
+
   num_classes: int = 10
   dtype: Any = jnp.float32
   norm: Callable[..., nn.Module] = nn.BatchNorm

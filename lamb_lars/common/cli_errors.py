@@ -5,6 +5,7 @@ key, a config file that is missing, does not parse or has no ``get_config``, a v
 is a file, read-only, full or in use, a damaged record in it. Each becomes ``error: <one sentence>`` on stderr and
 exit status 2. Everything else is a bug and keeps its traceback; ``--verbose`` keeps it for mistakes too.
 """
+
 from __future__ import annotations
 
 import errno
@@ -66,13 +67,18 @@ def sentence(exc: BaseException, *, value_errors: bool = True) -> Optional[str]:
 
 def _full_disk(exc: BaseException, text: str) -> bool:
   """A full disk, as the OS (ENOSPC) or orbax / TensorStore (``RESOURCE_EXHAUSTED``) reports it."""
-  return (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or "RESOURCE_EXHAUSTED" in text \
-      or "No space left on device" in text
+  return (
+    (isinstance(exc, OSError) and exc.errno == errno.ENOSPC)
+    or "RESOURCE_EXHAUSTED" in text
+    or "No space left on device" in text
+  )
 
 
 def verbose(argv: Optional[list] = None) -> bool:
-  return any(a == VERBOSE_FLAG or a.startswith(VERBOSE_FLAG + "=") and a.split("=", 1)[1].lower() in ("1", "true")
-             for a in (sys.argv if argv is None else argv))
+  return any(
+    a == VERBOSE_FLAG or a.startswith(VERBOSE_FLAG + "=") and a.split("=", 1)[1].lower() in ("1", "true")
+    for a in (sys.argv if argv is None else argv)
+  )
 
 
 def exit_on_mistake(exc: BaseException, *, value_errors: bool = True) -> None:
@@ -88,6 +94,7 @@ def flags_parser(argv: list) -> list:
   """``app.run(..., flags_parser=flags_parser)``: absl's parsing, with config-file and override mistakes as one
   sentence (absl would print a 55-line traceback whose last line holds the hint)."""
   from absl import app, flags
+
   try:
     return flags.FLAGS(argv)
   except SystemExit as e:  # absl prints --help and exits 1; asking for help is not a failure
@@ -115,6 +122,7 @@ def _config_file_raised(exc: BaseException, argv: list) -> None:
 def load_config(get: Callable[[], object], path: Optional[str]):
   """The parsed ``--config`` value; a config file that cannot be loaded is one sentence."""
   import os
+
   if path is not None and not os.path.isfile(path.split(":")[0]):
     print(f"error: the config file {path.split(':')[0]} does not exist.", file=sys.stderr)
     sys.exit(2)
@@ -147,6 +155,7 @@ GCS_ENV = ("GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST", "TENSORSTO
 def _gce_metadata_server(timeout: float = 1.0) -> bool:
   """Whether a GCE/TPU VM's metadata server answers (it gives the VM's service-account credentials)."""
   import urllib.request
+
   req = urllib.request.Request("http://169.254.169.254/computeMetadata/v1/", headers={"Metadata-Flavor": "Google"})
   try:
     with urllib.request.urlopen(req, timeout=timeout) as r:
@@ -162,13 +171,18 @@ def check_gcs_access(workdir: Optional[str]) -> None:
   metadata server; an emulator is ``STORAGE_EMULATOR_HOST`` with ``TENSORSTORE_GCS_HTTP_URL`` (tests/gcs_emulator.py).
   """
   import os
+
   if not (workdir or "").startswith("gs://") or verbose():
     return
-  adc = os.path.join(os.environ.get("CLOUDSDK_CONFIG") or os.path.expanduser("~/.config/gcloud"),
-                     "application_default_credentials.json")
+  adc = os.path.join(
+    os.environ.get("CLOUDSDK_CONFIG") or os.path.expanduser("~/.config/gcloud"), "application_default_credentials.json"
+  )
   if any(os.environ.get(k) for k in GCS_ENV) or os.path.isfile(adc) or _gce_metadata_server():
     return
-  print(f"error: --workdir={workdir} needs Google Cloud credentials or an emulator, and none is set: set "
-        f"GOOGLE_APPLICATION_CREDENTIALS (or run gcloud auth application-default login), or for an emulator "
-        f"STORAGE_EMULATOR_HOST and TENSORSTORE_GCS_HTTP_URL.", file=sys.stderr)
+  print(
+    f"error: --workdir={workdir} needs Google Cloud credentials or an emulator, and none is set: set "
+    f"GOOGLE_APPLICATION_CREDENTIALS (or run gcloud auth application-default login), or for an emulator "
+    f"STORAGE_EMULATOR_HOST and TENSORSTORE_GCS_HTTP_URL.",
+    file=sys.stderr,
+  )
   sys.exit(2)

@@ -6,6 +6,7 @@ a snapshot's ``snapshot.json`` (study/running/snapshot.py), the publishing side 
 (study/publishing/publish.py) and their manifests (manifest.py), whose hashes ``verify`` (provenance.py) recomputes.
 It lives in common/ because both sides need it and neither may import the other's package for it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -43,8 +44,10 @@ def config_sha256(config_json: str) -> str:
 
 def code_state(repo: str = REPO) -> dict:
   """``{"commit": HEAD or None, "dirty": bool or None}`` of the git checkout holding this code."""
+
   def git(*args):
     return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True, timeout=30, check=True).stdout
+
   try:
     return {"commit": git("rev-parse", "HEAD").strip(), "dirty": bool(git("status", "--porcelain").strip())}
   except (OSError, subprocess.SubprocessError):
@@ -65,8 +68,12 @@ def cpu_model() -> str:
 
 def machine() -> dict:
   """Platform, CPU count and model, Python version."""
-  return {"platform": platform.platform(), "cpu_count": os.cpu_count(), "cpu_model": cpu_model(),
-          "python": platform.python_version()}
+  return {
+    "platform": platform.platform(),
+    "cpu_count": os.cpu_count(),
+    "cpu_model": cpu_model(),
+    "python": platform.python_version(),
+  }
 
 
 def iso(t: Optional[float]) -> Optional[str]:

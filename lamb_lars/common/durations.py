@@ -20,6 +20,7 @@ is given the duration is its default (0 for warmup: none; 0 for eval and checkpo
 total has none and must be given). So ``--config.num_train_steps=100`` shortens a config that counts epochs, and
 ``--config.eval_every_steps=10`` overrides its ``eval_every_epochs``, without unsetting the other key.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,8 +31,9 @@ _TOLERANCE = 1e-9
 TOTAL_KEYS = {"steps": "num_train_steps", "epochs": "num_epochs"}  # the total's unprefixed keys
 
 
-def to_exact_steps(value: float, unit: str, *, num_train: int, batch_size: int,
-                   total_steps: Optional[int] = None) -> float:
+def to_exact_steps(
+  value: float, unit: str, *, num_train: int, batch_size: int, total_steps: Optional[int] = None
+) -> float:
   """``value`` ``unit`` in optimizer steps *before* rounding (e.g. 16 epochs of 60,000 at batch 8192 = 117.1875).
 
   Only a schedule that is defined on fractional steps uses it: the authors' TensorFlow warmup (``schedules.tf_poly``)
@@ -51,8 +53,11 @@ def to_exact_steps(value: float, unit: str, *, num_train: int, batch_size: int,
 
 def to_steps(value: float, unit: str, *, num_train: int, batch_size: int, total_steps: Optional[int] = None) -> int:
   """``value`` ``unit`` as a number of optimizer steps, rounded up (formulas in the module docstring)."""
-  return int(math.ceil(to_exact_steps(value, unit, num_train=num_train, batch_size=batch_size,
-                                      total_steps=total_steps) - _TOLERANCE))
+  return int(
+    math.ceil(
+      to_exact_steps(value, unit, num_train=num_train, batch_size=batch_size, total_steps=total_steps) - _TOLERANCE
+    )
+  )
 
 
 def keys(name: str) -> dict[str, str]:
@@ -68,21 +73,38 @@ def given(cfg: Mapping[str, Any], name: str) -> Optional[tuple[str, float]]:
   return None
 
 
-def exact_steps(name: str, cfg: Mapping[str, Any], *, num_train: int, batch_size: int,
-                total_steps: Optional[int] = None, default: Optional[float] = None) -> float:
+def exact_steps(
+  name: str,
+  cfg: Mapping[str, Any],
+  *,
+  num_train: int,
+  batch_size: int,
+  total_steps: Optional[int] = None,
+  default: Optional[float] = None,
+) -> float:
   """:func:`steps` before rounding (see :func:`to_exact_steps`)."""
   g = given(cfg, name)
   if g is None:
     if default is None:
-      raise ValueError(f"Set one of {', '.join(f'config.{k}' for k in keys(name).values())} to a positive "
-                       f"duration.")
+      raise ValueError(f"Set one of {', '.join(f'config.{k}' for k in keys(name).values())} to a positive duration.")
     return float(default)
   return to_exact_steps(g[1], g[0], num_train=num_train, batch_size=batch_size, total_steps=total_steps)
 
 
-def steps(name: str, cfg: Mapping[str, Any], *, num_train: int, batch_size: int, total_steps: Optional[int] = None,
-          default: Optional[int] = None) -> int:
+def steps(
+  name: str,
+  cfg: Mapping[str, Any],
+  *,
+  num_train: int,
+  batch_size: int,
+  total_steps: Optional[int] = None,
+  default: Optional[int] = None,
+) -> int:
   """The duration ``name`` of ``cfg`` (a ConfigDict or dict) in steps, rounded up; ValueError naming the keys when
   none is given and there is no ``default``."""
-  return int(math.ceil(exact_steps(name, cfg, num_train=num_train, batch_size=batch_size, total_steps=total_steps,
-                                   default=default) - _TOLERANCE))
+  return int(
+    math.ceil(
+      exact_steps(name, cfg, num_train=num_train, batch_size=batch_size, total_steps=total_steps, default=default)
+      - _TOLERANCE
+    )
+  )

@@ -6,6 +6,7 @@ import it (``sys.path``: ``PYTHONPATH``, installed packages), and, when that fai
 so that a workload beside the command you run (``python train.py`` or ``python -m lamb_lars.study`` from its
 folder) is found without setting ``PYTHONPATH``. The contract of what the path names: docs/workloads.md.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -44,11 +45,14 @@ def resolve(path: str, key: str) -> Any:
   try:
     obj: Any = _import(module_name)
   except ModuleNotFoundError as e:
-    raise ConfigError(f"config.{key}={path!r}: module {module_name!r} cannot be imported (no module named "
-                      f"{e.name!r}); put its folder on PYTHONPATH or run from the folder that holds it.") from None
+    raise ConfigError(
+      f"config.{key}={path!r}: module {module_name!r} cannot be imported (no module named "
+      f"{e.name!r}); put its folder on PYTHONPATH or run from the folder that holds it."
+    ) from None
   except Exception as e:  # noqa: BLE001  (the user's module raised while importing)
-    raise ConfigError(f"config.{key}={path!r}: importing {module_name!r} failed ({type(e).__name__}: "
-                      f"{' '.join(str(e).split())}).") from None
+    raise ConfigError(
+      f"config.{key}={path!r}: importing {module_name!r} failed ({type(e).__name__}: {' '.join(str(e).split())})."
+    ) from None
   for part in attr.split("."):
     if not hasattr(obj, part):
       raise ConfigError(f"config.{key}={path!r}: module {module_name!r} has no attribute {attr!r}.")

@@ -13,6 +13,7 @@ file is written in one upload, with no rename (a GCS rename is a copy plus a del
 one writer per file (the trainer of a run dir, the study driver of a workdir). Locks are local only: see
 :func:`local_path`.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -34,6 +35,7 @@ def is_remote(path: str | os.PathLike) -> bool:
 
 def _epath(path: str | os.PathLike):
   from etils import epath  # imported lazily: local-only users never load fsspec
+
   return epath.Path(os.fspath(path))
 
 
@@ -42,6 +44,7 @@ def _fresh(path: str) -> None:
   it since this process last looked, and a stale listing reads as "missing"."""
   try:
     from etils.epath import backend  # the fsspec filesystem etils.epath itself uses (cached per process)
+
     fs = backend.fsspec_backend.fs(path)
     fs.invalidate_cache(path)
   except Exception:  # noqa: BLE001  (TensorFlow's gfile backend, or a filesystem without a cache)
@@ -147,9 +150,11 @@ def read_bytes(path: str, default: Any = None) -> Any:
 
 def write_bytes_atomic(path: str, data: bytes) -> None:
   """Replaces ``path`` by ``data`` in one rename (one upload on an object store)."""
+
   def write(tmp: str) -> None:
     with open(tmp, "wb") as f:
       f.write(data)
+
   _atomic(path, write)
 
 
@@ -192,9 +197,11 @@ def _atomic(path: str, write: Callable[[str], None]) -> None:
 
 def write_text_atomic(path: str, text: str) -> None:
   """Replaces ``path`` by ``text`` in one rename (one upload on an object store)."""
+
   def write(tmp: str) -> None:
     with open(tmp, "w", encoding="utf-8") as f:
       f.write(text)
+
   _atomic(path, write)
 
 

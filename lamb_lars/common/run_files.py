@@ -14,6 +14,7 @@ which reads them while the trial runs and after it ends. Both sides name the fil
 :class:`MetricsTail` reads ``metrics.jsonl`` incrementally: the runner polls a running trial every 0.25 s, and
 re-parsing the whole file at every poll costs time quadratic in the number of rows.
 """
+
 from __future__ import annotations
 
 import os
@@ -39,8 +40,11 @@ def read_metrics(run_dir: str) -> list[dict]:
 
 def read_result(run_dir: str) -> Optional[dict]:
   """``result.json`` of an ended run, or None while it has none; a damaged file is a one-sentence ValueError."""
-  return io_utils.read_json_object(os.path.join(run_dir, RESULT_FILE), damaged="is damaged (not valid JSON)",
-                                   remedy="move it away and re-run to resume that trial from its checkpoints")
+  return io_utils.read_json_object(
+    os.path.join(run_dir, RESULT_FILE),
+    damaged="is damaged (not valid JSON)",
+    remedy="move it away and re-run to resume that trial from its checkpoints",
+  )
 
 
 class MetricsTail:
@@ -62,7 +66,7 @@ class MetricsTail:
       data = io_utils.read_bytes(self.path, default=b"")
       if len(data) < self.offset:
         self.offset = 0
-      return data[self.offset:]
+      return data[self.offset :]
     try:
       with open(self.path, "rb") as f:
         st = os.fstat(f.fileno())

@@ -12,6 +12,7 @@ of such a workdir is a local file (``io_utils.local_path``), so it excludes a se
 across machines one job per workdir is left to the scheduler (a cross-machine lock would be a lease object
 created with ``ifGenerationMatch=0`` and renewed by its holder).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,10 +24,10 @@ from typing import Iterator
 from lamb_lars.common import io_utils
 from lamb_lars.errors import UserError
 
-TRAIN_LOCK = ".lock"          # a run dir (train.py, a study trial)
-STUDY_LOCK = ".study.lock"    # a study workdir (the runner)
+TRAIN_LOCK = ".lock"  # a run dir (train.py, a study trial)
+STUDY_LOCK = ".study.lock"  # a study workdir (the runner)
 
-_held: dict[str, int] = {}     # lock path → how many holds this process has on it
+_held: dict[str, int] = {}  # lock path → how many holds this process has on it
 _files: dict[str, object] = {}
 
 
@@ -58,8 +59,9 @@ def acquire(workdir: str, name: str = TRAIN_LOCK, *, what: str = "a training run
     except BlockingIOError:
       if time.monotonic() >= deadline:
         f.close()
-        raise WorkdirLocked(f"{workdir} is in use by {what} (PID {_holder(path)}); wait for it to end, stop it, "
-                            f"or use another --workdir.") from None
+        raise WorkdirLocked(
+          f"{workdir} is in use by {what} (PID {_holder(path)}); wait for it to end, stop it, or use another --workdir."
+        ) from None
       time.sleep(0.2)
   f.seek(0)
   f.truncate()
@@ -80,8 +82,9 @@ def release(path: str) -> None:
 
 
 @contextlib.contextmanager
-def hold(workdir: str, name: str = TRAIN_LOCK, *, what: str = "a training run",
-         timeout_s: float = 0.0) -> Iterator[None]:
+def hold(
+  workdir: str, name: str = TRAIN_LOCK, *, what: str = "a training run", timeout_s: float = 0.0
+) -> Iterator[None]:
   """``with hold(workdir): ...`` — the workdir is ours inside; WorkdirLocked (one sentence) if another holds it."""
   path = acquire(workdir, name, what=what, timeout_s=timeout_s)
   try:

@@ -10,6 +10,7 @@ pipeline (gather on device) use exactly the same order:
 * Evaluation walks the split in order in ``ceil(n/B)`` global batches; the last one is padded and carries a
   boolean ``mask`` so every example counts exactly once (flax's ``drop_remainder=True`` eval silently drops).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,6 +36,7 @@ class DatasetInfo:
   batch holds per example (for ImageNet the crop size); ``in_memory`` says whether ``load_arrays`` can hand out
   the splits.
   """
+
   name: str
   num_train: int
   num_eval: int
@@ -47,6 +49,7 @@ class DatasetInfo:
 @dataclasses.dataclass(frozen=True)
 class SplitView:
   """A contiguous range ``[start, start + count)`` of a stored split: how 55K/5K is cut out of 60K train."""
+
   split: str
   start: int
   count: int
@@ -67,15 +70,19 @@ def check_split(split: str, allowed: tuple = SPLITS) -> None:
     raise ValueError(f"split must be one of {allowed}; got {split!r}.")
 
 
-def split_views(num_train_split: int, num_test: int, validation_split: int, *, train_split: str = "train",
-                test_split: str = "test") -> dict[str, SplitView]:
+def split_views(
+  num_train_split: int, num_test: int, validation_split: int, *, train_split: str = "train", test_split: str = "test"
+) -> dict[str, SplitView]:
   """The 'train', 'test' and 'validation' views: the LAST ``validation_split`` train examples are 'validation'
   (empty when 0) and are left out of 'train'; 'test' is the stored test split either way."""
   if validation_split < 0 or validation_split >= num_train_split:
     raise ValueError(f"config.validation_split must be in [0, {num_train_split}); got {validation_split}.")
   keep = num_train_split - validation_split
-  return {"train": SplitView(train_split, 0, keep), "test": SplitView(test_split, 0, num_test),
-          "validation": SplitView(train_split, keep, validation_split)}
+  return {
+    "train": SplitView(train_split, 0, keep),
+    "test": SplitView(test_split, 0, num_test),
+    "validation": SplitView(train_split, keep, validation_split),
+  }
 
 
 def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
@@ -98,7 +105,7 @@ def stream_indices(seed: int, start: int, count: int, n: int, permutation=epoch_
   while pos < end:
     epoch, offset = divmod(pos, n)
     take = min(end - pos, n - offset)
-    parts.append(permutation(seed, epoch, n)[offset:offset + take])
+    parts.append(permutation(seed, epoch, n)[offset : offset + take])
     pos += take
   return np.concatenate(parts) if parts else np.zeros((0,), np.int64)
 
@@ -126,11 +133,19 @@ def _check_process(process_index: int, process_count: int) -> None:
 def epoch_batch_indices(seed: int, epoch: int, n: int, global_batch_size: int) -> np.ndarray:
   """int64 [batches_per_epoch, global_batch_size]: row s is the global batch of step s (for on-device gathers)."""
   steps = batches_per_epoch(n, global_batch_size)
-  return epoch_permutation(seed, epoch, n)[:steps * global_batch_size].reshape(steps, global_batch_size)
+  return epoch_permutation(seed, epoch, n)[: steps * global_batch_size].reshape(steps, global_batch_size)
 
 
-def train_index_batches(*, seed: int, epoch: int, n: int, global_batch_size: int, start_step: int = 0,
-                        process_index: int = 0, process_count: int = 1) -> Iterator[np.ndarray]:
+def train_index_batches(
+  *,
+  seed: int,
+  epoch: int,
+  n: int,
+  global_batch_size: int,
+  start_step: int = 0,
+  process_index: int = 0,
+  process_count: int = 1,
+) -> Iterator[np.ndarray]:
   """This process's example indices for steps ``start_step .. batches_per_epoch-1`` of ``epoch``.
 
   Arguments are checked at call time (not at the first ``next``); ValueError when the global batch is larger
@@ -153,8 +168,9 @@ def num_eval_batches(n: int, global_batch_size: int) -> int:
   return math.ceil(n / global_batch_size)
 
 
-def eval_index_batches(*, n: int, global_batch_size: int, process_index: int = 0,
-                       process_count: int = 1) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def eval_index_batches(
+  *, n: int, global_batch_size: int, process_index: int = 0, process_count: int = 1
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
   """(indices, mask) per eval batch for this process; padded slots have index 0 and mask False.
 
   Every process yields the same number of batches (collectives stay in step); over all processes and batches

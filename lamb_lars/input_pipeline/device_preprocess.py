@@ -12,6 +12,7 @@ CIFAR augmentation happen here, vectorised over the batch with per-example rando
 ``scaling='unit'`` replaces the mean/std normalisation by ``x/255`` alone for every dataset: the input of
 TensorFlow's official MNIST model, which You et al. 2020 trained (``config.input_scaling``).
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -20,10 +21,10 @@ import jax
 import jax.numpy as jnp
 
 MEAN_STD = {
-    "mnist": ((0.1307,), (0.3081,)),
-    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
-    "imagenet2012": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
-    "synthetic": ((0.5,), (0.5,)),
+  "mnist": ((0.1307,), (0.3081,)),
+  "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+  "imagenet2012": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+  "synthetic": ((0.5,), (0.5,)),
 }
 CIFAR_PAD = 4
 SCALINGS = ("standardize", "unit")
@@ -57,8 +58,16 @@ def cifar_augment(images: jax.Array, rng: jax.Array) -> jax.Array:
   return random_flip(random_crop(images, crop_rng, CIFAR_PAD), flip_rng)
 
 
-def preprocess(images: jax.Array, labels: Optional[jax.Array] = None, *, dataset: str, train: bool,
-               rng: Optional[jax.Array] = None, dtype=jnp.float32, scaling: str = "standardize") -> jax.Array:
+def preprocess(
+  images: jax.Array,
+  labels: Optional[jax.Array] = None,
+  *,
+  dataset: str,
+  train: bool,
+  rng: Optional[jax.Array] = None,
+  dtype=jnp.float32,
+  scaling: str = "standardize",
+) -> jax.Array:
   """uint8 [B, H, W, C] → normalised ``dtype`` [B, H, W, C] for ``dataset``; ``rng`` needed for CIFAR training.
 
   ``scaling``: 'standardize' ((x/255 − mean)/std, the dataset's statistics) or 'unit' (x/255).

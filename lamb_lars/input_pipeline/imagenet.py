@@ -10,6 +10,7 @@
   reads only its slice of each global batch, random access by record key, no iterator state to restore.
 Images leave the host as uint8; mean/std normalisation is on device (``device_preprocess.py``).
 """
+
 from __future__ import annotations
 
 import math
@@ -22,8 +23,14 @@ import numpy as np
 from PIL import Image
 
 from lamb_lars.input_pipeline import tfds_arrays
-from lamb_lars.input_pipeline.common import (SplitView, eval_index_batches, local_batch_size, resolve_data_dir,
-                                   split_views, train_index_batches)
+from lamb_lars.input_pipeline.common import (
+  SplitView,
+  eval_index_batches,
+  local_batch_size,
+  resolve_data_dir,
+  split_views,
+  train_index_batches,
+)
 
 NAME = "imagenet2012"
 NUM_CLASSES = 1000
@@ -36,10 +43,12 @@ ATTEMPTS = 10
 
 def howto(data_dir: str) -> str:
   """One sentence on preparing ImageNet, which tfds cannot download."""
-  return (f"No prepared tfds 'imagenet2012' (ArrayRecord) in {data_dir}: download ILSVRC2012_img_train.tar and "
-          f"ILSVRC2012_img_val.tar from image-net.org into a folder DIR, then on a machine with TensorFlow run "
-          f"`tfds build imagenet2012 --manual_dir=DIR --file_format=array_record --data_dir={data_dir}`, or copy "
-          f"an already prepared imagenet2012/5.1.0 ArrayRecord directory into {data_dir}.")
+  return (
+    f"No prepared tfds 'imagenet2012' (ArrayRecord) in {data_dir}: download ILSVRC2012_img_train.tar and "
+    f"ILSVRC2012_img_val.tar from image-net.org into a folder DIR, then on a machine with TensorFlow run "
+    f"`tfds build imagenet2012 --manual_dir=DIR --file_format=array_record --data_dir={data_dir}`, or copy "
+    f"an already prepared imagenet2012/5.1.0 ArrayRecord directory into {data_dir}."
+  )
 
 
 def open_split(data_dir: str, split: str) -> Sequence[dict]:
@@ -52,8 +61,7 @@ def views(config: Any) -> dict[str, SplitView]:
   data_dir = resolve_data_dir(config)
   n_train = len(open_split(data_dir, TRAIN_SPLIT))
   n_test = len(open_split(data_dir, EVAL_SPLIT))
-  return split_views(n_train, n_test, int(config.validation_split), train_split=TRAIN_SPLIT,
-                     test_split=EVAL_SPLIT)
+  return split_views(n_train, n_test, int(config.validation_split), train_split=TRAIN_SPLIT, test_split=EVAL_SPLIT)
 
 
 def image_size(config: Any) -> int:
@@ -164,14 +172,23 @@ def _iterate(records: KeyedRecords, transform: Any, batch: int, config: Any) -> 
   return iter(it)
 
 
-def train_batches(config: Any, *, epoch: int, start_step: int, global_batch_size: int, process_index: int,
-                  process_count: int) -> Iterator[dict]:
+def train_batches(
+  config: Any, *, epoch: int, start_step: int, global_batch_size: int, process_index: int, process_count: int
+) -> Iterator[dict]:
   """This process's ``{'image': uint8 [b, S, S, 3], 'label': int32 [b]}`` for steps start_step.. of epoch."""
   view = views(config)["train"]
   b = local_batch_size(global_batch_size, process_count)
-  parts = list(train_index_batches(seed=int(config.seed), epoch=epoch, n=view.count,
-                                   global_batch_size=global_batch_size, start_step=start_step,
-                                   process_index=process_index, process_count=process_count))
+  parts = list(
+    train_index_batches(
+      seed=int(config.seed),
+      epoch=epoch,
+      n=view.count,
+      global_batch_size=global_batch_size,
+      start_step=start_step,
+      process_index=process_index,
+      process_count=process_count,
+    )
+  )
   keys = view.start + (np.concatenate(parts) if parts else np.zeros((0,), np.int64))
   records = KeyedRecords(open_split(resolve_data_dir(config), view.split), keys, np.ones(len(keys), bool))
   transform = TrainCrop(config.seed, epoch, image_size(config))
@@ -181,15 +198,17 @@ def train_batches(config: Any, *, epoch: int, start_step: int, global_batch_size
 def eval_keys(count: int, batch_size: int, process_index: int, process_count: int) -> tuple[np.ndarray, np.ndarray]:
   """This process's record keys (offsets into a split of ``count`` examples) for exact evaluation, padded to whole
   batches, and the mask that marks the real ones."""
-  parts = list(eval_index_batches(n=count, global_batch_size=batch_size, process_index=process_index,
-                                  process_count=process_count))
+  parts = list(
+    eval_index_batches(n=count, global_batch_size=batch_size, process_index=process_index, process_count=process_count)
+  )
   keys = np.concatenate([idx for idx, _ in parts]) if parts else np.zeros((0,), np.int64)
   mask = np.concatenate([m for _, m in parts]) if parts else np.zeros((0,), bool)
   return keys, mask
 
 
-def eval_batches(config: Any, *, batch_size: int, split: str = "test", process_index: int,
-                 process_count: int) -> Iterator[dict]:
+def eval_batches(
+  config: Any, *, batch_size: int, split: str = "test", process_index: int, process_count: int
+) -> Iterator[dict]:
   """This process's padded batches ``{'image', 'label', 'mask'}`` of 'test' or 'validation'; each example once."""
   view = views(config)[split]
   b = local_batch_size(batch_size, process_count)

@@ -3,6 +3,7 @@
 Each stored split is read once per process (from the ``.npy`` cache after the first time) and kept, read-only;
 'train', 'test' and 'validation' are then zero-copy slices of it (``SplitView``), so a hold-out costs nothing.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -29,8 +30,9 @@ def _open_source(dataset: str, data_dir: str, data_source: str, split: str) -> A
   """The tfds data source of a stored split; offline MNIST is converted first if needed."""
   if dataset == "mnist" and data_source == "offline":
     path = mnist.convert_offline(data_dir)
-    return tfds_arrays.open_prepared_dir(path, split, f"The offline MNIST in {path} is unreadable: delete that "
-                                         "directory and run again to re-convert it.")
+    return tfds_arrays.open_prepared_dir(
+      path, split, f"The offline MNIST in {path} is unreadable: delete that directory and run again to re-convert it."
+    )
   if dataset == "mnist" and data_source == "tfds":
     return tfds_arrays.open_tfds_source("mnist", split, data_dir, mnist.tfds_howto(data_dir))
   if dataset == "mnist":
@@ -84,7 +86,7 @@ def load_arrays(config: Any, which: str) -> tuple[np.ndarray, np.ndarray]:
   check_split(which)
   view = views(config)[which]
   images, labels = stored_split_arrays(*_key(config), view.split)
-  return images[view.start:view.start + view.count], labels[view.start:view.start + view.count]
+  return images[view.start : view.start + view.count], labels[view.start : view.start + view.count]
 
 
 def prepare(config: Any) -> None:

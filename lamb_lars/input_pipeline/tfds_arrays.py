@@ -6,6 +6,7 @@ load). The cache is keyed by a fingerprint of the split's files, so a re-prepare
 with no files on disk (``tfds.testing.mock_data``) are never cached. Writes go to a temporary name and are
 renamed into place, so concurrent or killed runs never leave a half-written cache behind.
 """
+
 from __future__ import annotations
 
 import json
@@ -64,8 +65,10 @@ def read_split_arrays(source: Sequence[dict], image_shape: tuple) -> tuple[np.nd
     for k, ex in zip(keys, _read_records(source, keys)):
       image = np.asarray(ex["image"])
       if image.shape != tuple(image_shape):
-        raise DatasetNotFoundError(f"Example {k} has image shape {image.shape}, expected {tuple(image_shape)}: "
-                                   "the prepared dataset is not the one expected; re-prepare it.")
+        raise DatasetNotFoundError(
+          f"Example {k} has image shape {image.shape}, expected {tuple(image_shape)}: "
+          "the prepared dataset is not the one expected; re-prepare it."
+        )
       images[k] = image
       labels[k] = int(ex["label"])
   return images, labels
@@ -128,9 +131,10 @@ def _read_or_explain(source: Any, image_shape: tuple) -> tuple[np.ndarray, np.nd
   except Exception as e:
     where = getattr(getattr(source, "dataset_info", None), "data_dir", "the dataset directory")
     raise DatasetNotFoundError(
-        f"Reading split '{getattr(source, 'split', '?')}' from {where} failed ({type(e).__name__}: {e}): the files "
-        "are corrupt or incomplete; delete that directory and prepare it again (offline MNIST is re-converted "
-        "automatically).") from e
+      f"Reading split '{getattr(source, 'split', '?')}' from {where} failed ({type(e).__name__}: {e}): the files "
+      "are corrupt or incomplete; delete that directory and prepare it again (offline MNIST is re-converted "
+      "automatically)."
+    ) from e
 
 
 def cached_split_arrays(source: Any, *, data_dir: str, image_shape: tuple) -> tuple[np.ndarray, np.ndarray]:

@@ -19,6 +19,7 @@ always streamed and cropped as ImageNet's are (``imagenet.py``): an Inception ra
 training, keyed by (seed, epoch, record key), the central 87.5 % for evaluation, resized to ``config.image_size``²
 RGB.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,25 +31,32 @@ import numpy as np
 from lamb_lars.common import io_utils
 from lamb_lars.errors import ConfigError
 from lamb_lars.input_pipeline import device_preprocess, imagenet, tfds_arrays
-from lamb_lars.input_pipeline.common import (SplitView, local_batch_size, resolve_data_dir,
-                                             split_views, train_index_batches)
+from lamb_lars.input_pipeline.common import (
+  SplitView,
+  local_batch_size,
+  resolve_data_dir,
+  split_views,
+  train_index_batches,
+)
 
 PREFIX = "tfds:"
 IN_MEMORY_CHOICES = ("auto", "yes", "no")
-IN_MEMORY_BYTES = 2 * 2**30      # 'auto': decoded train + test at most this → held in memory
-STATS_EXAMPLES = 10_000          # 'standardize' statistics: a fixed sample of this many training examples
-STATS_KEY = 0x57A75              # keys the statistics sample apart from every data order
+IN_MEMORY_BYTES = 2 * 2**30  # 'auto': decoded train + test at most this → held in memory
+STATS_EXAMPLES = 10_000  # 'standardize' statistics: a fixed sample of this many training examples
+STATS_KEY = 0x57A75  # keys the statistics sample apart from every data order
 
 
 def tfds_name(config: Any) -> str:
-  return config.dataset[len(PREFIX):]
+  return config.dataset[len(PREFIX) :]
 
 
 def howto(name: str, data_dir: str) -> str:
   """One sentence on preparing a TFDS dataset, which lamb_lars never downloads."""
-  return (f"No prepared TFDS dataset {name!r} (ArrayRecord) in {data_dir}: run `tfds build {name} "
-          f"--file_format=array_record --data_dir={data_dir}` where TensorFlow and the network are available, or set "
-          f"config.data_dir to where it is.")
+  return (
+    f"No prepared TFDS dataset {name!r} (ArrayRecord) in {data_dir}: run `tfds build {name} "
+    f"--file_format=array_record --data_dir={data_dir}` where TensorFlow and the network are available, or set "
+    f"config.data_dir to where it is."
+  )
 
 
 def open_split(config: Any, split: str) -> Sequence[dict]:
@@ -61,16 +69,21 @@ def features(config: Any, source: Any) -> tuple[Optional[tuple], int]:
   """(the fixed image shape, or None when the images vary in size; the number of classes) from the dataset info."""
   feats = source.dataset_info.features
   if "image" not in feats or "label" not in feats:
-    raise ConfigError(f"config.dataset={config.dataset!r} has features {sorted(feats)}; an image classification "
-                      f"dataset needs 'image' and 'label'.")
+    raise ConfigError(
+      f"config.dataset={config.dataset!r} has features {sorted(feats)}; an image classification "
+      f"dataset needs 'image' and 'label'."
+    )
   shape = tuple(feats["image"].shape)
   num_classes = getattr(feats["label"], "num_classes", None)
   if not num_classes:
-    raise ConfigError(f"config.dataset={config.dataset!r} has a 'label' feature that is not a ClassLabel; the "
-                      f"number of classes must come from the dataset.")
+    raise ConfigError(
+      f"config.dataset={config.dataset!r} has a 'label' feature that is not a ClassLabel; the "
+      f"number of classes must come from the dataset."
+    )
   if len(shape) != 3:
-    raise ConfigError(f"config.dataset={config.dataset!r} has images of shape {shape}; lamb_lars needs "
-                      f"(height, width, channels).")
+    raise ConfigError(
+      f"config.dataset={config.dataset!r} has images of shape {shape}; lamb_lars needs (height, width, channels)."
+    )
   return (None if None in shape else shape), int(num_classes)
 
 
@@ -88,8 +101,10 @@ def holds_in_memory(config: Any) -> bool:
   shape, _ = features(config, train)
   if shape is None:
     if mode == "yes":
-      raise ConfigError(f"config.dataset={config.dataset!r} has images of varying size, which cannot be held in "
-                        f"memory; set config.dataset_in_memory='auto' or 'no' (streamed, cropped to image_size).")
+      raise ConfigError(
+        f"config.dataset={config.dataset!r} has images of varying size, which cannot be held in "
+        f"memory; set config.dataset_in_memory='auto' or 'no' (streamed, cropped to image_size)."
+      )
     held = False
   else:
     held = mode == "yes" or (len(train) + len(open_split(config, "test"))) * int(np.prod(shape)) <= IN_MEMORY_BYTES
@@ -152,8 +167,11 @@ def mean_std(config: Any) -> tuple[tuple, tuple]:
       pass
   keys = stats_keys(len(source))
   shape, _ = features(config, source)
-  images = np.stack([_stored_image(config, shape, rec["image"]) for rec in
-                     _read(source, keys.tolist())]) if len(keys) else np.zeros((0, 1, 1, 1), np.uint8)
+  images = (
+    np.stack([_stored_image(config, shape, rec["image"]) for rec in _read(source, keys.tolist())])
+    if len(keys)
+    else np.zeros((0, 1, 1, 1), np.uint8)
+  )
   mean, std = channel_mean_std(images)
   if fingerprint is not None:
     try:
@@ -173,8 +191,9 @@ def _stored_image(config: Any, shape: Optional[tuple], image: Any) -> np.ndarray
   if shape is not None:
     return np.asarray(image, np.uint8)
   array = np.asarray(image, np.uint8)
-  return imagenet.crop_resize(array, imagenet.center_crop_box(array.shape[0], array.shape[1]),
-                              imagenet.image_size(config))
+  return imagenet.crop_resize(
+    array, imagenet.center_crop_box(array.shape[0], array.shape[1]), imagenet.image_size(config)
+  )
 
 
 _STATS: dict[tuple, tuple] = {}
@@ -212,19 +231,39 @@ class Stored:
 
 def _train_transform(config: Any, epoch: int) -> Any:
   shape, _ = features(config, open_split(config, "train"))
-  return Stored(shape, with_mask=False) if shape is not None else imagenet.TrainCrop(config.seed, epoch,
-                                                                                    imagenet.image_size(config))
+  return (
+    Stored(shape, with_mask=False)
+    if shape is not None
+    else imagenet.TrainCrop(config.seed, epoch, imagenet.image_size(config))
+  )
 
 
-def train_batches(config: Any, *, epoch: int, start_step: int, global_batch_size: int, process_index: int,
-                  process_count: int, subset: Optional[np.ndarray] = None) -> Iterator[dict]:
+def train_batches(
+  config: Any,
+  *,
+  epoch: int,
+  start_step: int,
+  global_batch_size: int,
+  process_index: int,
+  process_count: int,
+  subset: Optional[np.ndarray] = None,
+) -> Iterator[dict]:
   """This process's ``{'image': uint8 [b, H, W, C], 'label': int32 [b]}`` for steps start_step.. of ``epoch``; the
   positions of the (``subset`` of the) training view, read by record key."""
   view = views(config)["train"]
   n = view.count if subset is None else len(subset)
   b = local_batch_size(global_batch_size, process_count)
-  parts = list(train_index_batches(seed=int(config.seed), epoch=epoch, n=n, global_batch_size=global_batch_size,
-                                   start_step=start_step, process_index=process_index, process_count=process_count))
+  parts = list(
+    train_index_batches(
+      seed=int(config.seed),
+      epoch=epoch,
+      n=n,
+      global_batch_size=global_batch_size,
+      start_step=start_step,
+      process_index=process_index,
+      process_count=process_count,
+    )
+  )
   pos = np.concatenate(parts) if parts else np.zeros((0,), np.int64)
   keys = view.start + (pos if subset is None else subset[pos])
   records = imagenet.KeyedRecords(open_split(config, view.split), keys, np.ones(len(keys), bool))
@@ -240,8 +279,10 @@ def gather(config: Any, idx: np.ndarray, subset: Optional[np.ndarray] = None) ->
   keys = view.start + (flat if subset is None else subset[flat])
   shape, _ = features(config, open_split(config, "train"))
   if shape is None:
-    raise ConfigError(f"config.data_order='examples' needs images of one fixed shape; config.dataset="
-                      f"{config.dataset!r} has images of varying size, so use data_order='batches'.")
+    raise ConfigError(
+      f"config.data_order='examples' needs images of one fixed shape; config.dataset="
+      f"{config.dataset!r} has images of varying size, so use data_order='batches'."
+    )
   records = imagenet.KeyedRecords(open_split(config, view.split), keys, np.ones(len(keys), bool))
   if not len(keys):
     return np.zeros((*np.shape(idx), *shape), np.uint8), np.zeros(np.shape(idx), np.int32)
@@ -250,8 +291,7 @@ def gather(config: Any, idx: np.ndarray, subset: Optional[np.ndarray] = None) ->
   return images, np.asarray(batch["label"], np.int32).reshape(np.shape(idx))
 
 
-def eval_batches(config: Any, *, batch_size: int, split: str, process_index: int,
-                 process_count: int) -> Iterator[dict]:
+def eval_batches(config: Any, *, batch_size: int, split: str, process_index: int, process_count: int) -> Iterator[dict]:
   """This process's padded batches ``{'image', 'label', 'mask'}`` of 'test' or 'validation'; each example once."""
   view = views(config)[split]
   b = local_batch_size(batch_size, process_count)

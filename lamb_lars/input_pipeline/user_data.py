@@ -17,6 +17,7 @@ evaluation (pad + mask), per-process shards, keyed resumable order, the on-devic
 (on the [0, 1] scale), computed when the arrays are loaded; for ``tfds:NAME`` of its fixed sample
 (``tfds_stream.stats_keys``), the same whether held in memory or streamed.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -50,17 +51,23 @@ def _check_pair(name: str, split: str, pair: Any, num_classes: Any) -> tuple[np.
     raise ConfigError(f"{where} must be a pair (images, labels); got {type(pair).__name__}.")
   images, labels = np.asarray(pair[0]), np.asarray(pair[1])
   if images.ndim != 4 or images.dtype != np.uint8:
-    raise ConfigError(f"{where} has images {images.dtype} of shape {images.shape}; they must be uint8 of shape "
-                      f"[N, height, width, channels] (pixels 0–255; e.g. np.round(x * 255).astype(np.uint8)).")
+    raise ConfigError(
+      f"{where} has images {images.dtype} of shape {images.shape}; they must be uint8 of shape "
+      f"[N, height, width, channels] (pixels 0–255; e.g. np.round(x * 255).astype(np.uint8))."
+    )
   if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer) or len(labels) != len(images):
-    raise ConfigError(f"{where} has labels {labels.dtype} of shape {labels.shape}; they must be integers of shape "
-                      f"[{len(images)}], one per image.")
+    raise ConfigError(
+      f"{where} has labels {labels.dtype} of shape {labels.shape}; they must be integers of shape "
+      f"[{len(images)}], one per image."
+    )
   if len(labels) == 0:
     raise ConfigError(f"{where} is empty.")
   hi = int(num_classes) if num_classes is not None else None
   if labels.min() < 0 or (hi is not None and labels.max() >= hi):
-    raise ConfigError(f"{where} has labels in [{labels.min()}, {labels.max()}], outside [0, num_classes) = "
-                      f"[0, {hi if hi is not None else 'max label + 1'}).")
+    raise ConfigError(
+      f"{where} has labels in [{labels.min()}, {labels.max()}], outside [0, num_classes) = "
+      f"[0, {hi if hi is not None else 'max label + 1'})."
+    )
   images.setflags(write=False)
   labels = labels.astype(np.int32)
   labels.setflags(write=False)
@@ -74,16 +81,21 @@ def _from_loader(name: str) -> dict:
   try:
     out = fn()
   except TypeError as e:
-    raise ConfigError(f"config.dataset={name!r} cannot be called with no arguments ({' '.join(str(e).split())}); "
-                      f"see docs/workloads.md.") from None
+    raise ConfigError(
+      f"config.dataset={name!r} cannot be called with no arguments ({' '.join(str(e).split())}); see docs/workloads.md."
+    ) from None
   if not isinstance(out, dict) or "train" not in out or "test" not in out:
-    raise ConfigError(f"config.dataset={name!r} must return a dict with 'train' and 'test' (and optionally "
-                      f"'validation', 'num_classes'); got {type(out).__name__}"
-                      + (f" with keys {sorted(map(str, out))}." if isinstance(out, dict) else "."))
+    raise ConfigError(
+      f"config.dataset={name!r} must return a dict with 'train' and 'test' (and optionally "
+      f"'validation', 'num_classes'); got {type(out).__name__}"
+      + (f" with keys {sorted(map(str, out))}." if isinstance(out, dict) else ".")
+    )
   unknown = sorted(set(map(str, out)) - {"train", "test", "validation", "num_classes"})
   if unknown:
-    raise ConfigError(f"config.dataset={name!r} returns unknown keys {unknown}; only 'train', 'test', 'validation' "
-                      f"and 'num_classes' are read.")
+    raise ConfigError(
+      f"config.dataset={name!r} returns unknown keys {unknown}; only 'train', 'test', 'validation' "
+      f"and 'num_classes' are read."
+    )
   num_classes = out.get("num_classes")
   if num_classes is not None and not (isinstance(num_classes, numbers.Integral) and num_classes >= 1):
     raise ConfigError(f"config.dataset={name!r} returns num_classes={num_classes!r}; it must be an integer ≥ 1.")
@@ -91,8 +103,10 @@ def _from_loader(name: str) -> dict:
   shape = splits["train"][0].shape[1:]
   for s, (images, _) in splits.items():
     if images.shape[1:] != shape:
-      raise ConfigError(f"config.dataset={name!r}: split {s!r} has images of shape {images.shape[1:]}, the "
-                        f"'train' split {shape}; every split must have the same example shape.")
+      raise ConfigError(
+        f"config.dataset={name!r}: split {s!r} has images of shape {images.shape[1:]}, the "
+        f"'train' split {shape}; every split must have the same example shape."
+      )
   if num_classes is None:
     num_classes = 1 + max(int(lab.max()) for _, lab in splits.values())
   return {"splits": splits, "num_classes": int(num_classes)}
@@ -100,13 +114,16 @@ def _from_loader(name: str) -> dict:
 
 def _from_tfds(config: Any, name: str, data_dir: str) -> dict:
   from lamb_lars.input_pipeline import tfds_arrays  # noqa: PLC0415  (imports tensorflow_datasets)
+
   splits, num_classes, on_disk = {}, None, True
   for split in ("train", "test"):
     source = tfds_stream.open_split(config, split)
     shape, num_classes = tfds_stream.features(config, source)
     if shape is None:
-      raise ConfigError(f"config.dataset={name!r} has images of varying size, which cannot be held in memory; set "
-                        f"config.dataset_in_memory='auto' or 'no' (streamed, cropped to image_size).")
+      raise ConfigError(
+        f"config.dataset={name!r} has images of varying size, which cannot be held in memory; set "
+        f"config.dataset_in_memory='auto' or 'no' (streamed, cropped to image_size)."
+      )
     images, labels = tfds_arrays.cached_split_arrays(source, data_dir=data_dir, image_shape=shape)
     on_disk = on_disk and tfds_arrays.source_fingerprint(source) is not None
     splits[split] = _check_pair(name, split, (images, labels), num_classes)
@@ -130,8 +147,8 @@ def _load(config: Any) -> dict:
       return _MEMO[key]
     data = _from_loader(name)
     data["mean_std"] = tfds_stream.channel_mean_std(data["splits"]["train"][0])
-  device_preprocess.MEAN_STD[name] = data["mean_std"]   # 'standardize' for this dataset: its training statistics
-  if data.get("memo", True):   # a mocked tfds source (tests) is re-read every time, as in in_memory.py
+  device_preprocess.MEAN_STD[name] = data["mean_std"]  # 'standardize' for this dataset: its training statistics
+  if data.get("memo", True):  # a mocked tfds source (tests) is re-read every time, as in in_memory.py
     _MEMO[key] = data
   return data
 
@@ -145,8 +162,10 @@ def views(config: Any) -> dict[str, SplitView]:
   splits = data["splits"]
   if "validation" in splits:
     if int(config.validation_split):
-      raise ConfigError(f"config.validation_split={config.validation_split} but config.dataset={config.dataset!r} "
-                        f"returns its own 'validation' split; set config.validation_split=0.")
+      raise ConfigError(
+        f"config.validation_split={config.validation_split} but config.dataset={config.dataset!r} "
+        f"returns its own 'validation' split; set config.validation_split=0."
+      )
     return {s: SplitView(s, 0, len(splits[s][1])) for s in ("train", "test", "validation")}
   return split_views(len(splits["train"][1]), len(splits["test"][1]), int(config.validation_split))
 
@@ -164,4 +183,4 @@ def load_arrays(config: Any, which: str) -> tuple[np.ndarray, np.ndarray]:
   check_split(which)
   view = views(config)[which]
   images, labels = _load(config)["splits"].get(view.split, _load(config)["splits"]["train"])
-  return images[view.start:view.start + view.count], labels[view.start:view.start + view.count]
+  return images[view.start : view.start + view.count], labels[view.start : view.start + view.count]

@@ -13,6 +13,7 @@ round(n·width))``, so width 1 builds exactly today's model; ``depth`` is the ML
 A researcher's own model: ``name`` may be an import path ``pkg.module:Name`` (:mod:`lamb_lars.common.import_path`)
 of a Flax module class or factory, called as ``Name(num_classes=..., dtype=..., norm=...)`` (docs/workloads.md).
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Optional
@@ -32,7 +33,7 @@ _RESNETS = {f"resnet{d}": (d, "imagenet") for d in STAGE_SIZES}
 _RESNETS.update({f"resnet{d}_cifar": (d, "cifar") for d in STAGE_SIZES})
 
 MODEL_NAMES = ("lenet5", "mnist_cnn", "small_cnn", "mlp") + tuple(sorted(_RESNETS))
-MODELS_WITHOUT_BN = ("lenet5", "mnist_cnn", "mlp")   # BN groups cannot couple devices in these
+MODELS_WITHOUT_BN = ("lenet5", "mnist_cnn", "mlp")  # BN groups cannot couple devices in these
 USER_MODEL_ARGS = ("num_classes", "dtype", "norm")  # the keyword arguments a user model is called with
 
 
@@ -45,16 +46,26 @@ def user_model(path: str, *, num_classes: int, dtype: Any, norm: Callable[..., n
   try:
     module = factory(num_classes=num_classes, dtype=dtype, norm=norm)
   except TypeError as e:
-    raise ConfigError(f"config.model={path!r} cannot be called as {path.split(':')[1]}(num_classes=..., dtype=..., "
-                      f"norm=...) ({' '.join(str(e).split())}); see docs/workloads.md.") from None
+    raise ConfigError(
+      f"config.model={path!r} cannot be called as {path.split(':')[1]}(num_classes=..., dtype=..., "
+      f"norm=...) ({' '.join(str(e).split())}); see docs/workloads.md."
+    ) from None
   if not isinstance(module, nn.Module):
     raise ConfigError(f"config.model={path!r} returned a {type(module).__name__}, not a flax.linen.Module.")
   return module
 
 
-def create_model(name: str, *, num_classes: int, dtype: Any = jnp.float32,
-                 norm: Optional[Callable[..., nn.Module]] = None, zero_init_last_bn: bool = False,
-                 width: float = 1.0, depth: int = 0, hidden: tuple = (300, 100)) -> nn.Module:
+def create_model(
+  name: str,
+  *,
+  num_classes: int,
+  dtype: Any = jnp.float32,
+  norm: Optional[Callable[..., nn.Module]] = None,
+  zero_init_last_bn: bool = False,
+  width: float = 1.0,
+  depth: int = 0,
+  hidden: tuple = (300, 100),
+) -> nn.Module:
   """The module called ``name``.
 
   ``dtype`` is the compute dtype (params stay float32). ``norm`` replaces the default
@@ -75,11 +86,19 @@ def create_model(name: str, *, num_classes: int, dtype: Any = jnp.float32,
   if name == "mlp":
     return MLP(num_classes=num_classes, dtype=dtype, hidden=tuple(hidden), depth=depth, width=width)
   if name not in _RESNETS:
-    raise ConfigError(f"config.model={name!r} is not one of {', '.join(MODEL_NAMES)}, nor an import path "
-                      "'package.module:Name'.")
+    raise ConfigError(
+      f"config.model={name!r} is not one of {', '.join(MODEL_NAMES)}, nor an import path 'package.module:Name'."
+    )
   resnet_depth, stem = _RESNETS[name]
-  return build_resnet(resnet_depth, stem=stem, num_classes=num_classes, dtype=dtype, num_filters=scaled(64, width),
-                      norm=default_norm if norm is None else norm, zero_init_last_bn=zero_init_last_bn)
+  return build_resnet(
+    resnet_depth,
+    stem=stem,
+    num_classes=num_classes,
+    dtype=dtype,
+    num_filters=scaled(64, width),
+    norm=default_norm if norm is None else norm,
+    zero_init_last_bn=zero_init_last_bn,
+  )
 
 
 __all__ = ["MLP", "MODEL_NAMES", "MODELS_WITHOUT_BN", "MnistCNN", "ResNet", "SmallCNN", "create_model", "user_model"]

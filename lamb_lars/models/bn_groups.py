@@ -28,6 +28,7 @@ averaged over *all* groups (a ``pmean`` over every data axis), so every replica 
 mean/variance for evaluation. The update is linear in the batch statistics, so averaging the updated running
 statistics of k micro-batches equals one update with their mean statistics (used by gradient accumulation).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -44,10 +45,11 @@ AxisName = Union[str, Sequence[str], None]
 @dataclasses.dataclass(frozen=True)
 class BNPlan:
   """How BN statistics are pooled for one training step."""
-  group_devices: int       # devices whose statistics are pooled
-  ghost_batch_size: int    # examples per virtual batch inside a device (= per_device_batch: no split)
-  per_device_batch: int    # examples per device per (micro-)batch
-  mode: str = "ghost"      # the rule that chose the group: 'ghost' or 'mlperf_span' (see MODES)
+
+  group_devices: int  # devices whose statistics are pooled
+  ghost_batch_size: int  # examples per virtual batch inside a device (= per_device_batch: no split)
+  per_device_batch: int  # examples per device per (micro-)batch
+  mode: str = "ghost"  # the rule that chose the group: 'ghost' or 'mlperf_span' (see MODES)
 
   @property
   def examples_per_group(self) -> int:
@@ -57,8 +59,15 @@ class BNPlan:
 MODES = ("ghost", "mlperf_span")
 
 
-def plan_bn_groups(*, per_device_batch: int, num_devices: int, mode: str = "ghost", group_devices: int = 0,
-                   examples_per_group: int = 0, ghost_batch_size: int = 0) -> BNPlan:
+def plan_bn_groups(
+  *,
+  per_device_batch: int,
+  num_devices: int,
+  mode: str = "ghost",
+  group_devices: int = 0,
+  examples_per_group: int = 0,
+  ghost_batch_size: int = 0,
+) -> BNPlan:
   """Chooses the BN grouping; raises ValueError with one sentence when the request cannot be met.
 
   Args:
@@ -78,24 +87,30 @@ def plan_bn_groups(*, per_device_batch: int, num_devices: int, mode: str = "ghos
   if b < 1:
     raise ValueError(f"The per-device batch is {b}: the global batch must give each device at least one example.")
   if mode == "mlperf_span" and ghost_batch_size and ghost_batch_size != b:
-    raise ValueError(f"bn.ghost_batch_size={ghost_batch_size} splits device batches, which bn.mode='mlperf_span' "
-                     "never does; set bn.mode='ghost' or bn.ghost_batch_size=0.")
+    raise ValueError(
+      f"bn.ghost_batch_size={ghost_batch_size} splits device batches, which bn.mode='mlperf_span' "
+      "never does; set bn.mode='ghost' or bn.ghost_batch_size=0."
+    )
   if mode == "ghost" and ghost_batch_size and examples_per_group and ghost_batch_size != examples_per_group:
-    raise ValueError(f"bn.ghost_batch_size={ghost_batch_size} and bn.examples_per_group={examples_per_group} both "
-                     "name the ghost batch under bn.mode='ghost'; set one of them.")
+    raise ValueError(
+      f"bn.ghost_batch_size={ghost_batch_size} and bn.examples_per_group={examples_per_group} both "
+      "name the ghost batch under bn.mode='ghost'; set one of them."
+    )
   if group_devices > 0:
     ghost = ghost_batch_size or b
   else:
     target = examples_per_group if mode == "mlperf_span" else (ghost_batch_size or examples_per_group)
     if target <= 0:
       group_devices, ghost = 1, b
-    elif b >= target:   # ghost: split the device batch; mlperf_span: the whole device batch (span = b)
+    elif b >= target:  # ghost: split the device batch; mlperf_span: the whole device batch (span = b)
       group_devices, ghost = 1, (target if mode == "ghost" else b)
-    else:               # both: target / b devices pool their statistics
+    else:  # both: target / b devices pool their statistics
       if target % b:
         key = "bn.examples_per_group" if mode == "mlperf_span" or not ghost_batch_size else "bn.ghost_batch_size"
-        raise ValueError(f"{key}={target} is not a multiple of the per-device batch {b}, so no whole number of "
-                         f"devices forms a BN group under bn.mode={mode!r}.")
+        raise ValueError(
+          f"{key}={target} is not a multiple of the per-device batch {b}, so no whole number of "
+          f"devices forms a BN group under bn.mode={mode!r}."
+        )
       group_devices, ghost = min(target // b, num_devices), b
   if num_devices % group_devices:
     raise ValueError(f"A BN group of {group_devices} devices does not divide the {num_devices} devices.")
@@ -128,6 +143,7 @@ class GroupBatchNorm(nn.Module):
   Normalises with the biased group variance; the running variance takes the unbiased one (× n/(n−1), n = values per
   feature in the group, counted over every device of the group), like PyTorch and unlike ``flax.linen.BatchNorm``.
   """
+
   use_running_average: Optional[bool] = None
   momentum: float = 0.9
   epsilon: float = 1e-5
@@ -162,8 +178,7 @@ class GroupBatchNorm(nn.Module):
       mean = x32.mean(axes)
       mean2 = jnp.square(x32).mean(axes)
       if self.group_axis_name is not None and not self.is_initializing():
-        mean, mean2 = jax.lax.pmean((mean, mean2), self.group_axis_name,
-                                    axis_index_groups=self.group_axis_index_groups)
+        mean, mean2 = jax.lax.pmean((mean, mean2), self.group_axis_name, axis_index_groups=self.group_axis_index_groups)
       var = jnp.maximum(mean2 - jnp.square(mean), 0.0)
       if not self.is_initializing():
         n = math.prod(xg.shape[1:-1]) * self._group_size()

@@ -19,6 +19,7 @@ does not cover (strides, dilation, feature groups, other layouts) goes to ``lax.
 and so does every convolution when JAX's default backend is not the CPU: on a GPU the rolled loop would launch one
 small conv per 8 images (7,500 per step at batch 60K), where cuDNN's own weight gradient is one kernel.
 """
+
 from __future__ import annotations
 
 import functools
@@ -48,8 +49,9 @@ def _weight_grad_chunk(x: jnp.ndarray, dy: jnp.ndarray, w_shape: tuple, pads: tu
   [h, w, b, o], whose output [c, kh, kw, o] is dW transposed. The transposes must be explicit: the same
   convolution through dimension numbers alone (("CHWN", "IHWO", "HWNC")) took 40× longer on XLA:CPU.
   """
-  dw = lax.conv_general_dilated(x.transpose(3, 1, 2, 0), dy.transpose(1, 2, 0, 3), (1, 1), pads,
-                                dimension_numbers=LAYOUT)
+  dw = lax.conv_general_dilated(
+    x.transpose(3, 1, 2, 0), dy.transpose(1, 2, 0, 3), (1, 1), pads, dimension_numbers=LAYOUT
+  )
   return dw.transpose(1, 2, 0, 3).reshape(w_shape)
 
 
@@ -81,20 +83,46 @@ def _bwd(pads, res, dy):
 conv_same_stride1.defvjp(_fwd, _bwd)
 
 
-def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
-                         dimension_numbers=None, feature_group_count=1, batch_group_count=1, precision=None,
-                         preferred_element_type=None):
+def conv_general_dilated(
+  lhs,
+  rhs,
+  window_strides,
+  padding,
+  lhs_dilation=None,
+  rhs_dilation=None,
+  dimension_numbers=None,
+  feature_group_count=1,
+  batch_group_count=1,
+  precision=None,
+  preferred_element_type=None,
+):
   """``lax.conv_general_dilated`` with the fast weight gradient where it applies (module docstring)."""
   ones = (1,) * (lhs.ndim - 2)
-  simple = (jax.default_backend() == "cpu" and tuple(window_strides) == ones and tuple(lhs_dilation or ones) == ones
-            and tuple(rhs_dilation or ones) == ones and feature_group_count == 1 and batch_group_count == 1
-            and preferred_element_type is None and lhs.ndim == 4
-            and lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
-            == lax.conv_dimension_numbers(lhs.shape, rhs.shape, LAYOUT))
+  simple = (
+    jax.default_backend() == "cpu"
+    and tuple(window_strides) == ones
+    and tuple(lhs_dilation or ones) == ones
+    and tuple(rhs_dilation or ones) == ones
+    and feature_group_count == 1
+    and batch_group_count == 1
+    and preferred_element_type is None
+    and lhs.ndim == 4
+    and lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
+    == lax.conv_dimension_numbers(lhs.shape, rhs.shape, LAYOUT)
+  )
   if not simple:
-    return lax.conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation,
-                                    dimension_numbers, feature_group_count, batch_group_count, precision,
-                                    preferred_element_type)
-  pads = padding if not isinstance(padding, str) else lax.padtype_to_pads(lhs.shape[1:3], rhs.shape[:2], ones,
-                                                                          padding)
+    return lax.conv_general_dilated(
+      lhs,
+      rhs,
+      window_strides,
+      padding,
+      lhs_dilation,
+      rhs_dilation,
+      dimension_numbers,
+      feature_group_count,
+      batch_group_count,
+      precision,
+      preferred_element_type,
+    )
+  pads = padding if not isinstance(padding, str) else lax.padtype_to_pads(lhs.shape[1:3], rhs.shape[:2], ones, padding)
   return conv_same_stride1(lhs, rhs, tuple(tuple(int(v) for v in p) for p in pads))

@@ -27,6 +27,7 @@ Layouts (batch last, so every copy moves contiguous runs of the batch):
   * `conv_pool_relu_split`: input parity-split [ci, 2, 2, Hq, Wq, B]; output plain [co, Hp, Wp, B].
 Only odd k (so (k+1) is even) and even pooled sizes are supported; the functions check this.
 """
+
 from __future__ import annotations
 
 import functools
@@ -109,7 +110,7 @@ def _im2col_split(p: jnp.ndarray, kh: int, kw: int) -> jnp.ndarray:
   ci, _, _, hq, wq, b = p.shape
   eh, ew = (kh + 1) // 2, (kw + 1) // 2
   hp, wp = hq - eh + 1, wq - ew + 1
-  x = jnp.concatenate([p[:, :, :, i:i + hp, j:j + wp] for i in range(eh) for j in range(ew)], 0)
+  x = jnp.concatenate([p[:, :, :, i : i + hp, j : j + wp] for i in range(eh) for j in range(ew)], 0)
   return x.reshape(eh * ew * ci * 4, hp * wp * b)
 
 
@@ -153,9 +154,9 @@ def _pool_code(y: jnp.ndarray, bias: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndar
 
 
 _LAYOUTS = {
-    # name: (GEMM kernel, its transpose (kernel gradient), im2col)
-    "image": (_kmat_image, _kmat_image_grad, _im2col_image),
-    "split": (_kmat_split, _kmat_split_grad, _im2col_split),
+  # name: (GEMM kernel, its transpose (kernel gradient), im2col)
+  "image": (_kmat_image, _kmat_image_grad, _im2col_image),
+  "split": (_kmat_split, _kmat_split_grad, _im2col_split),
 }
 
 
@@ -250,4 +251,3 @@ def conv_pool_relu_split(p: jnp.ndarray, w: jnp.ndarray, b: jnp.ndarray) -> jnp.
   hp, wp = hq - (kh + 1) // 2 + 1, wq - (kw + 1) // 2 + 1
   p, w, b = _same_variance(p, w, b)
   return _conv_pool_relu(p, w, b, "split").reshape(co, hp, wp, p.shape[5])
-

@@ -10,6 +10,7 @@ docs/performance.md): each conv+ReLU+pool block is three GEMMs with a hand-writt
 batch-last, and large batches are processed in chunks that fit in cache. Outputs and gradients equal the
 straightforward model's to float32 rounding, including the max-pool's tie-breaking (first maximum of a window).
 """
+
 from __future__ import annotations
 
 from typing import Any, cast
@@ -23,6 +24,7 @@ from lamb_lars.models.fast_ops import conv_pool_relu_image, conv_pool_relu_split
 
 class _Params(nn.Module):
   """Holds one layer's ``kernel`` and ``bias`` exactly as ``nn.Conv`` / ``nn.Dense`` would create them."""
+
   kernel_shape: tuple[int, ...]
   param_dtype: Any = jnp.float32
 
@@ -98,10 +100,11 @@ class LeNet5(nn.Module):
       None or 0 disables chunking. (Gradient accumulation over micro-batches of 256 in the train step is faster
       still, 2.2×; the model then sees 256 and does not chunk. See docs/performance.md.)
   """
+
   num_classes: int = 10
   dtype: Any = jnp.float32
   batch_chunk: int | None = 256
-  width: float = 1.0   # multiplies every layer's width: conv 6, 16 and dense 120, 84 (``scaled``)
+  width: float = 1.0  # multiplies every layer's width: conv 6, 16 and dense 120, 84 (``scaled``)
 
   @nn.compact
   def __call__(self, x: jnp.ndarray, train: bool = True) -> jnp.ndarray:
@@ -110,10 +113,14 @@ class LeNet5(nn.Module):
     n, h, w, c = x.shape
     c1, c2, f1, f2 = (scaled(k, self.width) for k in (6, 16, 120, 84))
     flat = c2 * ((h // 2 - 4) // 2) * ((w // 2 - 4) // 2)
-    shapes = {"conv1": (5, 5, c, c1), "conv2": (5, 5, c1, c2), "fc1": (flat, f1), "fc2": (f1, f2),
-              "fc3": (f2, self.num_classes)}
-    params = {name: tuple(t.astype(self.dtype) for t in _Params(shape, name=name)())
-              for name, shape in shapes.items()}
+    shapes = {
+      "conv1": (5, 5, c, c1),
+      "conv2": (5, 5, c1, c2),
+      "fc1": (flat, f1),
+      "fc2": (f1, f2),
+      "fc3": (f2, self.num_classes),
+    }
+    params = {name: tuple(t.astype(self.dtype) for t in _Params(shape, name=name)()) for name, shape in shapes.items()}
     if self.is_initializing() or not fast_path_supported(x.shape):
       return reference_forward(cast(Params, params), x)
     chunk = _chunk_size(n, self.batch_chunk)

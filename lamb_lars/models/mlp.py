@@ -6,6 +6,7 @@ LeNet-300-100) and ``depth`` (``config.model_depth``, 0 = ``len(hidden)``) hidde
 extended by repeating its last one or cut to the first ``depth``. Kernels LeCun-normal, biases zero (flax's
 ``nn.Dense`` defaults). Parameters: Σ_l (n_{l-1} + 1)·n_l over the layers, n_0 = H·W·C, the last n = num_classes.
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -26,6 +27,7 @@ def hidden_sizes(hidden: Sequence[int], depth: int = 0, width: float = 1.0) -> t
 
 class MLP(nn.Module):
   """Flatten NHWC images, ``len(hidden_sizes(...))`` dense + ReLU layers, a dense head; float32 logits."""
+
   num_classes: int = 10
   dtype: Any = jnp.float32
   hidden: Sequence[int] = (300, 100)

@@ -21,6 +21,7 @@ window's maximum, as TensorFlow's (with ReLU first, ties were common, but among 
 Both convolutions take their weight gradient from lamb_lars/models/conv_wgrad.py (per chunk of 8 images, a forward
 convolution with batch and channels swapped: the same function, 4× faster than XLA's on CPU).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -30,6 +31,7 @@ import jax.numpy as jnp
 
 from lamb_lars.models import conv_wgrad
 from lamb_lars.models.lenet import scaled
+
 
 def max_pool_2x2(x: jnp.ndarray) -> jnp.ndarray:
   """2×2 max-pool with stride 2 on NHWC ``x`` with even H and W (= SAME padding there)."""
@@ -43,17 +45,24 @@ def max_pool_2x2(x: jnp.ndarray) -> jnp.ndarray:
 
 class MnistCNN(nn.Module):
   """TensorFlow's official MNIST CNN (module docstring); ``model.apply(v, x, train=..., rngs={'dropout': k})``."""
+
   num_classes: int = 10
   dropout_rate: float = 0.4
   dtype: Any = jnp.float32
-  width: float = 1.0   # multiplies conv 32, 64 and dense 1024 (``lenet.scaled``)
+  width: float = 1.0  # multiplies conv 32, 64 and dense 1024 (``lenet.scaled``)
 
   @nn.compact
   def __call__(self, x: jnp.ndarray, train: bool = False) -> jnp.ndarray:
     dense = lambda n, name: nn.Dense(n, dtype=self.dtype, kernel_init=nn.initializers.glorot_uniform(), name=name)
-    conv = lambda n, name: nn.Conv(n, (5, 5), padding="SAME", dtype=self.dtype, name=name,
-                                   kernel_init=nn.initializers.glorot_uniform(),
-                                   conv_general_dilated=conv_wgrad.conv_general_dilated)  # XLA:CPU's wgrad is slow
+    conv = lambda n, name: nn.Conv(
+      n,
+      (5, 5),
+      padding="SAME",
+      dtype=self.dtype,
+      name=name,
+      kernel_init=nn.initializers.glorot_uniform(),
+      conv_general_dilated=conv_wgrad.conv_general_dilated,
+    )  # XLA:CPU's wgrad is slow
     c1, c2, f1 = (scaled(k, self.width) for k in (32, 64, 1024))
     x = nn.relu(max_pool_2x2(conv(c1, "conv1")(x.astype(self.dtype))))  # = pool(relu(·)): max commutes with relu
     x = nn.relu(max_pool_2x2(conv(c2, "conv2")(x)))

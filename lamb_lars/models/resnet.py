@@ -30,6 +30,7 @@ Design choices, all switchable:
 - Conv kernels use He-normal fan-out init (He et al. 2015), the head N(0, 0.01²) weights and zero bias
   (Goyal et al. 2017).
 """
+
 from __future__ import annotations
 
 import functools
@@ -54,6 +55,7 @@ def _pad(k: int) -> Tuple[Tuple[int, int], Tuple[int, int]]:
 
 class _Block(nn.Module):
   """Shared fields and helpers of the residual blocks."""
+
   filters: int
   strides: int = 1
   norm: ModuleDef = default_norm
@@ -61,13 +63,23 @@ class _Block(nn.Module):
   zero_init_last_bn: bool = False
 
   def conv(self, features: int, k: int, strides: int, name: str) -> nn.Conv:
-    return nn.Conv(features, (k, k), strides=(strides, strides), padding=_pad(k), use_bias=False,
-                   kernel_init=conv_kernel_init, dtype=self.dtype, param_dtype=jnp.float32, name=name)
+    return nn.Conv(
+      features,
+      (k, k),
+      strides=(strides, strides),
+      padding=_pad(k),
+      use_bias=False,
+      kernel_init=conv_kernel_init,
+      dtype=self.dtype,
+      param_dtype=jnp.float32,
+      name=name,
+    )
 
   def bn(self, train: bool, name: str, last: bool = False) -> nn.Module:
     scale_init = nn.initializers.zeros if (last and self.zero_init_last_bn) else nn.initializers.ones
-    return self.norm(use_running_average=not train, name=name, scale_init=scale_init, dtype=self.dtype,
-                     param_dtype=jnp.float32)
+    return self.norm(
+      use_running_average=not train, name=name, scale_init=scale_init, dtype=self.dtype, param_dtype=jnp.float32
+    )
 
   def shortcut(self, x: jnp.ndarray, out_features: int, train: bool) -> jnp.ndarray:
     """Identity, or a 1×1 projection conv + BN when the stride or the channel count changes."""
@@ -79,6 +91,7 @@ class _Block(nn.Module):
 
 class BasicBlock(_Block):
   """Two 3×3 convs (ResNet-18/34); stride on the first. Output channels = ``filters``."""
+
   expansion: int = 1
 
   @nn.compact
@@ -92,6 +105,7 @@ class BasicBlock(_Block):
 
 class BottleneckBlock(_Block):
   """1×1 reduce → 3×3 → 1×1 expand (×4); v1.5 puts the stride on the 3×3 conv (``stride_in_1x1`` for v1)."""
+
   expansion: int = 4
   stride_in_1x1: bool = False
 
@@ -113,6 +127,7 @@ class ResNet(nn.Module):
   Param paths: ``stem_conv``, ``stem_bn``, ``stage{1..4}_block{j}/{conv,bn}{1,2,3}``, ``.../proj_conv``,
   ``.../proj_bn``, ``head``.
   """
+
   stage_sizes: Sequence[int]
   block_cls: Type[_Block]
   num_classes: int = 1000
@@ -129,22 +144,48 @@ class ResNet(nn.Module):
       raise ValueError(f"stem must be 'imagenet' or 'cifar', got {self.stem!r}")
     x = jnp.asarray(x, self.dtype)
     k, s = (7, 2) if self.stem == "imagenet" else (3, 1)
-    x = nn.Conv(self.num_filters, (k, k), strides=(s, s), padding=_pad(k), use_bias=False,
-                kernel_init=conv_kernel_init, dtype=self.dtype, param_dtype=jnp.float32, name="stem_conv")(x)
-    x = self.norm(use_running_average=not train, name="stem_bn", scale_init=nn.initializers.ones,
-                  dtype=self.dtype, param_dtype=jnp.float32)(x)
+    x = nn.Conv(
+      self.num_filters,
+      (k, k),
+      strides=(s, s),
+      padding=_pad(k),
+      use_bias=False,
+      kernel_init=conv_kernel_init,
+      dtype=self.dtype,
+      param_dtype=jnp.float32,
+      name="stem_conv",
+    )(x)
+    x = self.norm(
+      use_running_average=not train,
+      name="stem_bn",
+      scale_init=nn.initializers.ones,
+      dtype=self.dtype,
+      param_dtype=jnp.float32,
+    )(x)
     x = nn.relu(x)
     if self.stem == "imagenet":
       x = nn.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
     extra: dict[str, Any] = {"stride_in_1x1": self.stride_in_1x1} if issubclass(self.block_cls, BottleneckBlock) else {}
     for i, n_blocks in enumerate(self.stage_sizes):
       for j in range(n_blocks):
-        x = self.block_cls(filters=self.num_filters * 2**i, strides=2 if (i > 0 and j == 0) else 1,
-                           norm=self.norm, dtype=self.dtype, zero_init_last_bn=self.zero_init_last_bn,
-                           name=f"stage{i + 1}_block{j}", **extra)(x, train=train)
+        x = self.block_cls(
+          filters=self.num_filters * 2**i,
+          strides=2 if (i > 0 and j == 0) else 1,
+          norm=self.norm,
+          dtype=self.dtype,
+          zero_init_last_bn=self.zero_init_last_bn,
+          name=f"stage{i + 1}_block{j}",
+          **extra,
+        )(x, train=train)
     x = jnp.mean(x, axis=(1, 2))  # global average pool
-    x = nn.Dense(self.num_classes, kernel_init=head_kernel_init, bias_init=nn.initializers.zeros,
-                 dtype=self.dtype, param_dtype=jnp.float32, name="head")(x)
+    x = nn.Dense(
+      self.num_classes,
+      kernel_init=head_kernel_init,
+      bias_init=nn.initializers.zeros,
+      dtype=self.dtype,
+      param_dtype=jnp.float32,
+      name="head",
+    )(x)
     return jnp.asarray(x, jnp.float32)
 
 
@@ -160,6 +201,6 @@ def build_resnet(depth: int, *, stem: str = "imagenet", num_classes: int = 1000,
   """ResNet of a standard depth (18, 34, 50, 101, 152) with the given stem; kwargs go to ``ResNet``."""
   if depth not in STAGE_SIZES:
     raise ValueError(f"depth must be one of {sorted(STAGE_SIZES)}, got {depth}")
-  return ResNet(stage_sizes=STAGE_SIZES[depth], block_cls=block_for_depth(depth), stem=stem,
-                num_classes=num_classes, **kwargs)
-
+  return ResNet(
+    stage_sizes=STAGE_SIZES[depth], block_cls=block_for_depth(depth), stem=stem, num_classes=num_classes, **kwargs
+  )

@@ -1,4 +1,5 @@
 """A small conv + BatchNorm network: the cheapest model with BN, for BN-group tests and quick CPU studies."""
+
 from __future__ import annotations
 
 import functools
@@ -10,10 +11,11 @@ import jax.numpy as jnp
 
 class SmallCNN(nn.Module):
   """conv 8@3×3 → BN → ReLU → 2×2 avg-pool → conv 16@3×3 → BN → ReLU → global mean → dense."""
+
   num_classes: int = 10
   dtype: Any = jnp.float32
   norm: Optional[Callable[..., nn.Module]] = None
-  width: float = 1.0   # multiplies conv 8 and 16
+  width: float = 1.0  # multiplies conv 8 and 16
 
   @nn.compact
   def __call__(self, x, train: bool = True):

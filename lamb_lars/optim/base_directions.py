@@ -23,6 +23,7 @@ Base directions (states follow optax, so checkpoints and ``optax.tree_utils`` wo
   adam      m ← b1·m + (1−b1)·g,  v ← b2·v + (1−b2)·g²,  m̂ = m/(1−b1ᵗ),  v̂ = v/(1−b2ᵗ),
             d = m̂ / (sqrt(v̂ + ε_root) + ε)          (Kingma & Ba 2015; bias correction can be turned off)
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -37,8 +38,9 @@ BASES = ("sgd", "momentum", "nesterov", "adagrad", "rmsprop", "adam")
 DEFAULT_EPS = {"sgd": 0.0, "momentum": 0.0, "nesterov": 0.0, "adagrad": 1e-7, "rmsprop": 1e-8, "adam": 1e-8}
 
 
-def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_root: float = 0.0,
-                  bias_correction: bool = True) -> optax.GradientTransformation:
+def scale_by_adam(
+  b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_root: float = 0.0, bias_correction: bool = True
+) -> optax.GradientTransformation:
   """Adam's direction d = m̂ / (sqrt(v̂ + ε_root) + ε) (Kingma & Ba 2015); m̂ = m, v̂ = v without bias correction.
 
   With bias correction this is ``optax.scale_by_adam`` itself (so LAMB equals ``optax.lamb`` bit for bit).
@@ -76,9 +78,18 @@ def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_roo
   return optax.GradientTransformation(init_fn, update_fn)
 
 
-def base_direction(name: str, *, momentum: float = 0.9, b1: float = 0.9, b2: float = 0.999,
-                   eps: Optional[float] = None, eps_root: float = 0.0, initial_accumulator_value: float = 0.1,
-                   rms_decay: float = 0.9, bias_correction: bool = True) -> optax.GradientTransformation:
+def base_direction(
+  name: str,
+  *,
+  momentum: float = 0.9,
+  b1: float = 0.9,
+  b2: float = 0.999,
+  eps: Optional[float] = None,
+  eps_root: float = 0.0,
+  initial_accumulator_value: float = 0.1,
+  rms_decay: float = 0.9,
+  bias_correction: bool = True,
+) -> optax.GradientTransformation:
   """The base optimizer's direction d (before the learning rate); formulas in the module docstring.
 
   ``eps=None`` takes the usual default for the base (adagrad 1e-7, rmsprop and adam 1e-8).
@@ -115,8 +126,11 @@ def base_direction(name: str, *, momentum: float = 0.9, b1: float = 0.9, b2: flo
   return scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=eps_root, bias_correction=bias_correction)
 
 
-def layerwise(base: optax.GradientTransformation, learning_rate: Optional[optax.ScalarOrSchedule] = None,
-              trust: tr.TrustRatio = tr.TrustRatio()) -> optax.GradientTransformation:
+def layerwise(
+  base: optax.GradientTransformation,
+  learning_rate: Optional[optax.ScalarOrSchedule] = None,
+  trust: tr.TrustRatio = tr.TrustRatio(),
+) -> optax.GradientTransformation:
   """``base`` followed by the trust ratio ``trust`` (a :class:`~lamb_lars.optim.trust_ratio.TrustRatio`) and the LR.
 
   w ← w − lr · r · (d + βw) with r = clip(η·φ(‖w‖)/(D + ε), r_min, r_max) per layer (You et al. 2020, "The Limit of

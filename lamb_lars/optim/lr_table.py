@@ -14,6 +14,7 @@ among all trials of a cell. The trainer passes the table to its jitted init as a
 MNIST studies do. The cost: T + 1 floats in the state and the checkpoints (52 KB for 30 epochs of MNIST at batch
 256 in float64).
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
@@ -25,7 +26,7 @@ import optax
 
 
 class LRTableState(NamedTuple):
-  lr_table: jax.Array        # learning rate at update count 0 … T; counts past T use lr_table[T]
+  lr_table: jax.Array  # learning rate at update count 0 … T; counts past T use lr_table[T]
   inner_state: optax.OptState
 
 
@@ -48,8 +49,9 @@ def table_schedule(table: jax.Array) -> optax.Schedule:
   return lambda count: table[jnp.clip(jnp.asarray(count, jnp.int32), 0, last)]
 
 
-def with_lr_table(make_tx: Callable[[optax.Schedule], optax.GradientTransformation],
-                  table: Any) -> optax.GradientTransformation:
+def with_lr_table(
+  make_tx: Callable[[optax.Schedule], optax.GradientTransformation], table: Any
+) -> optax.GradientTransformation:
   """``make_tx(schedule)`` whose schedule is read from ``table``, a leaf of the state, not a compiled constant."""
   table = jnp.asarray(table)
   if table.ndim != 1 or table.shape[0] < 1:
@@ -71,11 +73,12 @@ def _is_table_state(x: Any) -> bool:
 
 def set_lr_table(opt_state: Any, table: jax.Array) -> Any:
   """``opt_state`` with the table of every :class:`LRTableState` in it replaced by ``table`` (same length)."""
+
   def put(s):
     if not _is_table_state(s):
       return s
     if s.lr_table.shape != table.shape:
       raise ValueError(f"an LR table of shape {table.shape} cannot replace one of shape {s.lr_table.shape}.")
     return s._replace(lr_table=jnp.asarray(table, s.lr_table.dtype))
-  return jax.tree.map(put, opt_state, is_leaf=_is_table_state)
 
+  return jax.tree.map(put, opt_state, is_leaf=_is_table_state)

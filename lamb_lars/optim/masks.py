@@ -11,6 +11,7 @@ Masks follow optax's convention: a tree of booleans with the structure of the pa
 applies. The functions here return callables ``params -> bool tree`` so that they work for any param tree, inside
 ``jit`` (paths are static) and with ``optax.masked``.
 """
+
 from __future__ import annotations
 
 import re
@@ -42,7 +43,6 @@ def key_name(key: Any) -> str:
 def path_str(keypath: Sequence[Any]) -> str:
   """'/'-joined path of a ``jax.tree_util`` key path, e.g. ``('layer1_0', 'bn1', 'scale') -> 'layer1_0/bn1/scale'``."""
   return "/".join(key_name(k) for k in keypath)
-
 
 
 def compile_patterns(patterns: Patterns) -> list[re.Pattern]:

@@ -5,6 +5,7 @@ become one :class:`~lamb_lars.optim.trust_ratio.TrustRatio` (:func:`trust_from_c
 alias in :mod:`lamb_lars.optim.optimizers` that the config names. The keys and their defaults are
 ``lamb_lars/configs/optimizer.py``.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,8 +27,10 @@ def _bad(key: str, allowed: str, value: Any) -> ConfigError:
 
 def _check_pair(cfg: Any, key: str) -> None:
   v = cfg[key]
-  ok = v is None or (isinstance(v, (tuple, list)) and (
-      len(v) == 0 or (len(v) == 2 and all(b is None or isinstance(b, (int, float)) for b in v))))
+  ok = v is None or (
+    isinstance(v, (tuple, list))
+    and (len(v) == 0 or (len(v) == 2 and all(b is None or isinstance(b, (int, float)) for b in v)))
+  )
   if ok and v and None not in v:
     ok = 0 <= v[0] <= v[1]
   if not ok:
@@ -99,13 +102,28 @@ def _check_lars_update(cfg: Any) -> None:
     return
   if cfg.name != "lars":
     raise _bad("lars_update", "'velocity' unless name='lars'", cfg.lars_update)
-  ignored = [k for k in ("nesterov", "ratio_bounds", "phi_bounds", "weight_decay_mask", "adaptation_mask",
-                         "stacked_regex", "track_stats") if cfg[k]]
+  ignored = [
+    k
+    for k in (
+      "nesterov",
+      "ratio_bounds",
+      "phi_bounds",
+      "weight_decay_mask",
+      "adaptation_mask",
+      "stacked_regex",
+      "track_stats",
+    )
+    if cfg[k]
+  ]
   if cfg.denominator not in (None, "paper"):
     ignored.append("denominator")
   if ignored:
-    raise _bad("lars_update", f"'velocity' when {', '.join(ignored)} is set (the authors' TF LARS applies the "
-               "paper-denominator ratio to every variable; set those keys to their empty values)", "tf")
+    raise _bad(
+      "lars_update",
+      f"'velocity' when {', '.join(ignored)} is set (the authors' TF LARS applies the "
+      "paper-denominator ratio to every variable; set those keys to their empty values)",
+      "tf",
+    )
 
 
 def _check_schedule(s: Any) -> None:
@@ -122,18 +140,26 @@ def _check_schedule(s: Any) -> None:
     raise _bad("schedule.poly_power", "> 0", s.poly_power)
   if not 0.0 < s.step_factor <= 1.0:
     raise _bad("schedule.step_factor", "in (0, 1]", s.step_factor)
-  if s.decay == "step" and not (s.step_boundaries_epochs and all(
-      isinstance(b, (int, float)) and b >= 0 for b in s.step_boundaries_epochs)):
-    raise _bad("schedule.step_boundaries_epochs", "a non-empty tuple of epochs >= 0 when decay='step'",
-               s.step_boundaries_epochs)
+  if s.decay == "step" and not (
+    s.step_boundaries_epochs and all(isinstance(b, (int, float)) and b >= 0 for b in s.step_boundaries_epochs)
+  ):
+    raise _bad(
+      "schedule.step_boundaries_epochs", "a non-empty tuple of epochs >= 0 when decay='step'", s.step_boundaries_epochs
+    )
   if s.decay == "tf_poly" and (s.warmup_shape != "linear" or s.warmup_init_factor != 0.0):
-    raise _bad("schedule.warmup_shape", "'linear' with warmup_init_factor=0 when decay='tf_poly' (its warmup is "
-               "TensorFlow's η·t/W)", (s.warmup_shape, s.warmup_init_factor))
+    raise _bad(
+      "schedule.warmup_shape",
+      "'linear' with warmup_init_factor=0 when decay='tf_poly' (its warmup is TensorFlow's η·t/W)",
+      (s.warmup_shape, s.warmup_init_factor),
+    )
   if s.decay != "tf_poly" and s.end_lr >= 0:
     raise _bad("schedule.end_lr", "< 0 (unset) unless decay='tf_poly'; other decays take end_lr_factor", s.end_lr)
   if s.decay == "cyclical" and not any(s[f"cycle_{u}"] > 0 for u in ("steps", "epochs", "examples", "percent")):
-    raise _bad("schedule.cycle_steps", "> 0 (or cycle_epochs / cycle_examples / cycle_percent) when "
-               "decay='cyclical'", s.cycle_steps)
+    raise _bad(
+      "schedule.cycle_steps",
+      "> 0 (or cycle_epochs / cycle_examples / cycle_percent) when decay='cyclical'",
+      s.cycle_steps,
+    )
 
 
 def _pair(v: Any) -> Optional[tuple]:
@@ -146,42 +172,74 @@ def trust_from_config(cfg: Any) -> tr.TrustRatio:
   alias = optimizers.LARS_TRUST if cfg.name == "lars" else optimizers.LAYERWISE_TRUST
   tc = cfg.trust_coefficient
   return tr.TrustRatio(
-      trust_coefficient=alias.trust_coefficient if tc is None else tc, eps=cfg.trust_eps,
-      denominator=cfg.denominator or alias.denominator, weight_decay=cfg.weight_decay,
-      weight_decay_mask=masks.exclude_mask(cfg.weight_decay_mask),
-      adaptation_mask=masks.exclude_mask(cfg.adaptation_mask), ratio_bounds=_pair(cfg.ratio_bounds),
-      phi_bounds=_pair(cfg.phi_bounds), zero_norm_ratio=cfg.zero_norm_ratio,
-      stacked_mask=masks.include_mask(cfg.stacked_regex), track_stats=cfg.track_stats)
+    trust_coefficient=alias.trust_coefficient if tc is None else tc,
+    eps=cfg.trust_eps,
+    denominator=cfg.denominator or alias.denominator,
+    weight_decay=cfg.weight_decay,
+    weight_decay_mask=masks.exclude_mask(cfg.weight_decay_mask),
+    adaptation_mask=masks.exclude_mask(cfg.adaptation_mask),
+    ratio_bounds=_pair(cfg.ratio_bounds),
+    phi_bounds=_pair(cfg.phi_bounds),
+    zero_norm_ratio=cfg.zero_norm_ratio,
+    stacked_mask=masks.include_mask(cfg.stacked_regex),
+    track_stats=cfg.track_stats,
+  )
 
 
 def optimizer_from_config(cfg: Any, learning_rate: optax.ScalarOrSchedule) -> optax.GradientTransformation:
   """The transformation named by ``cfg`` (``config.optimizer``), with the given learning rate or schedule."""
   trust = trust_from_config(cfg)
   if cfg.name == "lars" and cfg.lars_update == "tf":
-    return tf_lars.tf_lars(learning_rate, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
-                           trust_coefficient=trust.trust_coefficient, eps=cfg.trust_eps)
+    return tf_lars.tf_lars(
+      learning_rate,
+      momentum=cfg.momentum,
+      weight_decay=cfg.weight_decay,
+      trust_coefficient=trust.trust_coefficient,
+      eps=cfg.trust_eps,
+    )
   if cfg.name == "lars":
     return optimizers.lars(learning_rate, momentum=cfg.momentum, nesterov=cfg.nesterov, trust=trust)
   if cfg.name == "lamb":
-    eps = {} if cfg.eps is None else {"eps": cfg.eps}   # None: lamb's own ε
-    return optimizers.lamb(learning_rate, b1=cfg.b1, b2=cfg.b2, eps_root=cfg.eps_root,
-                           bias_correction=cfg.bias_correction, trust=trust, **eps)
+    eps = {} if cfg.eps is None else {"eps": cfg.eps}  # None: lamb's own ε
+    return optimizers.lamb(
+      learning_rate,
+      b1=cfg.b1,
+      b2=cfg.b2,
+      eps_root=cfg.eps_root,
+      bias_correction=cfg.bias_correction,
+      trust=trust,
+      **eps,
+    )
   base_name = "adam" if cfg.name == "adamw" else cfg.name
   if base_name == "momentum" and cfg.nesterov:
     base_name = "nesterov"
-  base_kwargs = dict(momentum=cfg.momentum, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, eps_root=cfg.eps_root,
-                     initial_accumulator_value=cfg.initial_accumulator_value, rms_decay=cfg.rms_decay,
-                     bias_correction=cfg.bias_correction)
+  base_kwargs = dict(
+    momentum=cfg.momentum,
+    b1=cfg.b1,
+    b2=cfg.b2,
+    eps=cfg.eps,
+    eps_root=cfg.eps_root,
+    initial_accumulator_value=cfg.initial_accumulator_value,
+    rms_decay=cfg.rms_decay,
+    bias_correction=cfg.bias_correction,
+  )
   if cfg.layerwise:
     return lw.layerwise(lw.base_direction(base_name, **base_kwargs), learning_rate, trust)
   name = "adamw" if cfg.name == "adamw" else base_name
-  return optimizers.original(name, learning_rate, weight_decay=cfg.weight_decay,
-                             weight_decay_mask=trust.weight_decay_mask, **base_kwargs)
+  return optimizers.original(
+    name, learning_rate, weight_decay=cfg.weight_decay, weight_decay_mask=trust.weight_decay_mask, **base_kwargs
+  )
 
 
-def create_optimizer(cfg: Any, *, total_steps: int, num_train: int, batch_size: int,
-                     reschedule: Optional[Callable[[optax.Schedule], optax.Schedule]] = None,
-                     run_steps: Optional[int] = None) -> tuple[optax.GradientTransformation, optax.Schedule]:
+def create_optimizer(
+  cfg: Any,
+  *,
+  total_steps: int,
+  num_train: int,
+  batch_size: int,
+  reschedule: Optional[Callable[[optax.Schedule], optax.Schedule]] = None,
+  run_steps: Optional[int] = None,
+) -> tuple[optax.GradientTransformation, optax.Schedule]:
   """Builds the transformation (incl. scaled LR schedule) and returns it with the LR schedule for logging.
 
   peak = scale_learning_rate(learning_rate, batch_size, base_batch_size, lr_scaling); the schedule is
@@ -193,8 +251,9 @@ def create_optimizer(cfg: Any, *, total_steps: int, num_train: int, batch_size: 
   """
   validate_config(cfg)
   peak = schedules.scale_learning_rate(learning_rate(cfg), batch_size, cfg.base_batch_size, cfg.lr_scaling)
-  schedule = schedules.create_schedule(cfg.schedule, peak, total_steps=total_steps, num_train=num_train,
-                                       batch_size=batch_size)
+  schedule = schedules.create_schedule(
+    cfg.schedule, peak, total_steps=total_steps, num_train=num_train, batch_size=batch_size
+  )
   if reschedule is not None:
     schedule, total_steps = reschedule(schedule), cast(int, run_steps)
 

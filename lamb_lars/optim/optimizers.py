@@ -17,6 +17,7 @@ Weight decay β: the layer-wise optimizers, LARS, LAMB and AdamW add it *decoupl
 LARS: to the gradient, the same thing); the "original" solvers add it as L2, βw into the gradient before the base
 optimizer. :mod:`lamb_lars.optim.optimizer_config` builds an optimizer from ``config.optimizer``.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -39,12 +40,24 @@ def _trust(defaults: tr.TrustRatio, trust: Optional[tr.TrustRatio], **fields: An
   return (defaults if trust is None else trust).replace(**{k: v for k, v in fields.items() if v is not None})
 
 
-def lars(learning_rate: optax.ScalarOrSchedule, *, momentum: float = 0.9, nesterov: bool = False,
-         trust: Optional[tr.TrustRatio] = None, trust_coefficient: Optional[float] = None,
-         eps: Optional[float] = None, denominator: Optional[str] = None, weight_decay: Optional[float] = None,
-         weight_decay_mask: Any = None, adaptation_mask: Any = None, ratio_bounds: tr.Bounds = None,
-         phi_bounds: tr.Bounds = None, zero_norm_ratio: Optional[float] = None, stacked_mask: Any = None,
-         track_stats: Optional[bool] = None) -> optax.GradientTransformation:
+def lars(
+  learning_rate: optax.ScalarOrSchedule,
+  *,
+  momentum: float = 0.9,
+  nesterov: bool = False,
+  trust: Optional[tr.TrustRatio] = None,
+  trust_coefficient: Optional[float] = None,
+  eps: Optional[float] = None,
+  denominator: Optional[str] = None,
+  weight_decay: Optional[float] = None,
+  weight_decay_mask: Any = None,
+  adaptation_mask: Any = None,
+  ratio_bounds: tr.Bounds = None,
+  phi_bounds: tr.Bounds = None,
+  zero_norm_ratio: Optional[float] = None,
+  stacked_mask: Any = None,
+  track_stats: Optional[bool] = None,
+) -> optax.GradientTransformation:
   """LARS (You, Gitman & Ginsburg 2017, "Large Batch Training of Convolutional Networks"; TF-TPU, flax.optim).
 
   denominator='paper':  r = η‖w‖ / (‖g‖ + β‖w‖ + ε)     (bounded by η/β)
@@ -77,21 +90,49 @@ def lars(learning_rate: optax.ScalarOrSchedule, *, momentum: float = 0.9, nester
     >>> jax.tree.map(jnp.shape, optax.apply_updates(params, updates))
     {'bias': (2,), 'w': (3, 2)}
   """
-  t = _trust(LARS_TRUST, trust, trust_coefficient=trust_coefficient, eps=eps, denominator=denominator,
-             weight_decay=weight_decay, weight_decay_mask=weight_decay_mask, adaptation_mask=adaptation_mask,
-             ratio_bounds=ratio_bounds, phi_bounds=phi_bounds, zero_norm_ratio=zero_norm_ratio,
-             stacked_mask=stacked_mask, track_stats=track_stats)
-  return optax.chain(t.transform(learning_rate), optax.scale_by_learning_rate(learning_rate),
-                     optax.trace(decay=momentum, nesterov=nesterov))
+  t = _trust(
+    LARS_TRUST,
+    trust,
+    trust_coefficient=trust_coefficient,
+    eps=eps,
+    denominator=denominator,
+    weight_decay=weight_decay,
+    weight_decay_mask=weight_decay_mask,
+    adaptation_mask=adaptation_mask,
+    ratio_bounds=ratio_bounds,
+    phi_bounds=phi_bounds,
+    zero_norm_ratio=zero_norm_ratio,
+    stacked_mask=stacked_mask,
+    track_stats=track_stats,
+  )
+  return optax.chain(
+    t.transform(learning_rate),
+    optax.scale_by_learning_rate(learning_rate),
+    optax.trace(decay=momentum, nesterov=nesterov),
+  )
 
 
-def lamb(learning_rate: optax.ScalarOrSchedule, *, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
-         eps_root: float = 0.0, bias_correction: bool = True, trust_eps: Optional[float] = None,
-         trust: Optional[tr.TrustRatio] = None, trust_coefficient: Optional[float] = None,
-         denominator: Optional[str] = None, weight_decay: Optional[float] = None, weight_decay_mask: Any = None,
-         adaptation_mask: Any = None, ratio_bounds: tr.Bounds = None, phi_bounds: tr.Bounds = None,
-         zero_norm_ratio: Optional[float] = None, stacked_mask: Any = None,
-         track_stats: Optional[bool] = None) -> optax.GradientTransformation:
+def lamb(
+  learning_rate: optax.ScalarOrSchedule,
+  *,
+  b1: float = 0.9,
+  b2: float = 0.999,
+  eps: float = 1e-6,
+  eps_root: float = 0.0,
+  bias_correction: bool = True,
+  trust_eps: Optional[float] = None,
+  trust: Optional[tr.TrustRatio] = None,
+  trust_coefficient: Optional[float] = None,
+  denominator: Optional[str] = None,
+  weight_decay: Optional[float] = None,
+  weight_decay_mask: Any = None,
+  adaptation_mask: Any = None,
+  ratio_bounds: tr.Bounds = None,
+  phi_bounds: tr.Bounds = None,
+  zero_norm_ratio: Optional[float] = None,
+  stacked_mask: Any = None,
+  track_stats: Optional[bool] = None,
+) -> optax.GradientTransformation:
   """LAMB (You et al. 2019, "Large Batch Optimization for Deep Learning: Training BERT in 76 minutes").
 
   m ← b1·m + (1−b1)·g;  v ← b2·v + (1−b2)·g²;  m̂ = m/(1−b1ᵗ), v̂ = v/(1−b2ᵗ) (bias correction on by default)
@@ -124,19 +165,42 @@ def lamb(learning_rate: optax.ScalarOrSchedule, *, b1: float = 0.9, b2: float = 
     {'bias': (2,), 'w': (3, 2)}
   """
   base = lw.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=eps_root, bias_correction=bias_correction)
-  t = _trust(LAMB_TRUST, trust, trust_coefficient=trust_coefficient, eps=trust_eps, denominator=denominator,
-             weight_decay=weight_decay, weight_decay_mask=weight_decay_mask, adaptation_mask=adaptation_mask,
-             ratio_bounds=ratio_bounds, phi_bounds=phi_bounds, zero_norm_ratio=zero_norm_ratio,
-             stacked_mask=stacked_mask, track_stats=track_stats)
+  t = _trust(
+    LAMB_TRUST,
+    trust,
+    trust_coefficient=trust_coefficient,
+    eps=trust_eps,
+    denominator=denominator,
+    weight_decay=weight_decay,
+    weight_decay_mask=weight_decay_mask,
+    adaptation_mask=adaptation_mask,
+    ratio_bounds=ratio_bounds,
+    phi_bounds=phi_bounds,
+    zero_norm_ratio=zero_norm_ratio,
+    stacked_mask=stacked_mask,
+    track_stats=track_stats,
+  )
   return lw.layerwise(base, learning_rate, t)
 
 
-def layerwise_sgd(learning_rate: optax.ScalarOrSchedule, *, momentum: float = 0.0, nesterov: bool = False,
-                  trust: Optional[tr.TrustRatio] = None, trust_coefficient: Optional[float] = None,
-                  eps: Optional[float] = None, denominator: Optional[str] = None, weight_decay: Optional[float] = None,
-                  weight_decay_mask: Any = None, adaptation_mask: Any = None, ratio_bounds: tr.Bounds = None,
-                  phi_bounds: tr.Bounds = None, zero_norm_ratio: Optional[float] = None, stacked_mask: Any = None,
-                  track_stats: Optional[bool] = None) -> optax.GradientTransformation:
+def layerwise_sgd(
+  learning_rate: optax.ScalarOrSchedule,
+  *,
+  momentum: float = 0.0,
+  nesterov: bool = False,
+  trust: Optional[tr.TrustRatio] = None,
+  trust_coefficient: Optional[float] = None,
+  eps: Optional[float] = None,
+  denominator: Optional[str] = None,
+  weight_decay: Optional[float] = None,
+  weight_decay_mask: Any = None,
+  adaptation_mask: Any = None,
+  ratio_bounds: tr.Bounds = None,
+  phi_bounds: tr.Bounds = None,
+  zero_norm_ratio: Optional[float] = None,
+  stacked_mask: Any = None,
+  track_stats: Optional[bool] = None,
+) -> optax.GradientTransformation:
   """Layer-wise SGD: d = g (momentum 0) or the (Nesterov) momentum buffer, then w ← w − lr·r·(d + βw).
 
   Args:
@@ -159,20 +223,42 @@ def layerwise_sgd(learning_rate: optax.ScalarOrSchedule, *, momentum: float = 0.
     -0.1
   """
   name = "sgd" if momentum == 0.0 else ("nesterov" if nesterov else "momentum")
-  t = _trust(LAYERWISE_TRUST, trust, trust_coefficient=trust_coefficient, eps=eps, denominator=denominator,
-             weight_decay=weight_decay, weight_decay_mask=weight_decay_mask, adaptation_mask=adaptation_mask,
-             ratio_bounds=ratio_bounds, phi_bounds=phi_bounds, zero_norm_ratio=zero_norm_ratio,
-             stacked_mask=stacked_mask, track_stats=track_stats)
+  t = _trust(
+    LAYERWISE_TRUST,
+    trust,
+    trust_coefficient=trust_coefficient,
+    eps=eps,
+    denominator=denominator,
+    weight_decay=weight_decay,
+    weight_decay_mask=weight_decay_mask,
+    adaptation_mask=adaptation_mask,
+    ratio_bounds=ratio_bounds,
+    phi_bounds=phi_bounds,
+    zero_norm_ratio=zero_norm_ratio,
+    stacked_mask=stacked_mask,
+    track_stats=track_stats,
+  )
   return lw.layerwise(lw.base_direction(name, momentum=momentum), learning_rate, t)
 
 
-def layerwise_adagrad(learning_rate: optax.ScalarOrSchedule, *, initial_accumulator_value: float = 0.1,
-                      eps: float = 1e-7, trust: Optional[tr.TrustRatio] = None,
-                      trust_coefficient: Optional[float] = None, trust_eps: Optional[float] = None,
-                      denominator: Optional[str] = None, weight_decay: Optional[float] = None,
-                      weight_decay_mask: Any = None, adaptation_mask: Any = None, ratio_bounds: tr.Bounds = None,
-                      phi_bounds: tr.Bounds = None, zero_norm_ratio: Optional[float] = None,
-                      stacked_mask: Any = None, track_stats: Optional[bool] = None) -> optax.GradientTransformation:
+def layerwise_adagrad(
+  learning_rate: optax.ScalarOrSchedule,
+  *,
+  initial_accumulator_value: float = 0.1,
+  eps: float = 1e-7,
+  trust: Optional[tr.TrustRatio] = None,
+  trust_coefficient: Optional[float] = None,
+  trust_eps: Optional[float] = None,
+  denominator: Optional[str] = None,
+  weight_decay: Optional[float] = None,
+  weight_decay_mask: Any = None,
+  adaptation_mask: Any = None,
+  ratio_bounds: tr.Bounds = None,
+  phi_bounds: tr.Bounds = None,
+  zero_norm_ratio: Optional[float] = None,
+  stacked_mask: Any = None,
+  track_stats: Optional[bool] = None,
+) -> optax.GradientTransformation:
   """Layer-wise AdaGrad: d = g / sqrt(G + ε), G ← G + g², then w ← w − lr·r·(d + βw).
 
   Args:
@@ -192,20 +278,42 @@ def layerwise_adagrad(learning_rate: optax.ScalarOrSchedule, *, initial_accumula
     >>> state = tx.init({"w": jnp.ones((3, 2))})
   """
   base = lw.base_direction("adagrad", initial_accumulator_value=initial_accumulator_value, eps=eps)
-  t = _trust(LAYERWISE_TRUST, trust, trust_coefficient=trust_coefficient, eps=trust_eps, denominator=denominator,
-             weight_decay=weight_decay, weight_decay_mask=weight_decay_mask, adaptation_mask=adaptation_mask,
-             ratio_bounds=ratio_bounds, phi_bounds=phi_bounds, zero_norm_ratio=zero_norm_ratio,
-             stacked_mask=stacked_mask, track_stats=track_stats)
+  t = _trust(
+    LAYERWISE_TRUST,
+    trust,
+    trust_coefficient=trust_coefficient,
+    eps=trust_eps,
+    denominator=denominator,
+    weight_decay=weight_decay,
+    weight_decay_mask=weight_decay_mask,
+    adaptation_mask=adaptation_mask,
+    ratio_bounds=ratio_bounds,
+    phi_bounds=phi_bounds,
+    zero_norm_ratio=zero_norm_ratio,
+    stacked_mask=stacked_mask,
+    track_stats=track_stats,
+  )
   return lw.layerwise(base, learning_rate, t)
 
 
-def layerwise_rmsprop(learning_rate: optax.ScalarOrSchedule, *, decay: float = 0.9, eps: float = 1e-8,
-                      trust: Optional[tr.TrustRatio] = None, trust_coefficient: Optional[float] = None,
-                      trust_eps: Optional[float] = None, denominator: Optional[str] = None,
-                      weight_decay: Optional[float] = None, weight_decay_mask: Any = None,
-                      adaptation_mask: Any = None, ratio_bounds: tr.Bounds = None, phi_bounds: tr.Bounds = None,
-                      zero_norm_ratio: Optional[float] = None, stacked_mask: Any = None,
-                      track_stats: Optional[bool] = None) -> optax.GradientTransformation:
+def layerwise_rmsprop(
+  learning_rate: optax.ScalarOrSchedule,
+  *,
+  decay: float = 0.9,
+  eps: float = 1e-8,
+  trust: Optional[tr.TrustRatio] = None,
+  trust_coefficient: Optional[float] = None,
+  trust_eps: Optional[float] = None,
+  denominator: Optional[str] = None,
+  weight_decay: Optional[float] = None,
+  weight_decay_mask: Any = None,
+  adaptation_mask: Any = None,
+  ratio_bounds: tr.Bounds = None,
+  phi_bounds: tr.Bounds = None,
+  zero_norm_ratio: Optional[float] = None,
+  stacked_mask: Any = None,
+  track_stats: Optional[bool] = None,
+) -> optax.GradientTransformation:
   """Layer-wise RMSprop: d = g / sqrt(ν + ε), ν ← ρν + (1−ρ)g², then w ← w − lr·r·(d + βw).
 
   Args:
@@ -225,21 +333,45 @@ def layerwise_rmsprop(learning_rate: optax.ScalarOrSchedule, *, decay: float = 0
     >>> state = tx.init({"w": jnp.ones((3, 2))})
   """
   base = lw.base_direction("rmsprop", rms_decay=decay, eps=eps)
-  t = _trust(LAYERWISE_TRUST, trust, trust_coefficient=trust_coefficient, eps=trust_eps, denominator=denominator,
-             weight_decay=weight_decay, weight_decay_mask=weight_decay_mask, adaptation_mask=adaptation_mask,
-             ratio_bounds=ratio_bounds, phi_bounds=phi_bounds, zero_norm_ratio=zero_norm_ratio,
-             stacked_mask=stacked_mask, track_stats=track_stats)
+  t = _trust(
+    LAYERWISE_TRUST,
+    trust,
+    trust_coefficient=trust_coefficient,
+    eps=trust_eps,
+    denominator=denominator,
+    weight_decay=weight_decay,
+    weight_decay_mask=weight_decay_mask,
+    adaptation_mask=adaptation_mask,
+    ratio_bounds=ratio_bounds,
+    phi_bounds=phi_bounds,
+    zero_norm_ratio=zero_norm_ratio,
+    stacked_mask=stacked_mask,
+    track_stats=track_stats,
+  )
   return lw.layerwise(base, learning_rate, t)
 
 
-def layerwise_adam(learning_rate: optax.ScalarOrSchedule, *, b1: float = 0.9, b2: float = 0.999,
-                   eps: float = 1e-8, eps_root: float = 0.0, bias_correction: bool = True,
-                   trust: Optional[tr.TrustRatio] = None, trust_coefficient: Optional[float] = None,
-                   trust_eps: Optional[float] = None, denominator: Optional[str] = None,
-                   weight_decay: Optional[float] = None, weight_decay_mask: Any = None, adaptation_mask: Any = None,
-                   ratio_bounds: tr.Bounds = None, phi_bounds: tr.Bounds = None,
-                   zero_norm_ratio: Optional[float] = None, stacked_mask: Any = None,
-                   track_stats: Optional[bool] = None) -> optax.GradientTransformation:
+def layerwise_adam(
+  learning_rate: optax.ScalarOrSchedule,
+  *,
+  b1: float = 0.9,
+  b2: float = 0.999,
+  eps: float = 1e-8,
+  eps_root: float = 0.0,
+  bias_correction: bool = True,
+  trust: Optional[tr.TrustRatio] = None,
+  trust_coefficient: Optional[float] = None,
+  trust_eps: Optional[float] = None,
+  denominator: Optional[str] = None,
+  weight_decay: Optional[float] = None,
+  weight_decay_mask: Any = None,
+  adaptation_mask: Any = None,
+  ratio_bounds: tr.Bounds = None,
+  phi_bounds: tr.Bounds = None,
+  zero_norm_ratio: Optional[float] = None,
+  stacked_mask: Any = None,
+  track_stats: Optional[bool] = None,
+) -> optax.GradientTransformation:
   """Layer-wise Adam: d = m̂/(sqrt(v̂ + ε_root) + ε), then w ← w − lr·r·(d + βw); with φ = id this is LAMB.
 
   Args:
@@ -261,15 +393,32 @@ def layerwise_adam(learning_rate: optax.ScalarOrSchedule, *, b1: float = 0.9, b2
     >>> state = tx.init({"w": jnp.ones((3, 2))})
   """
   base = lw.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=eps_root, bias_correction=bias_correction)
-  t = _trust(LAYERWISE_TRUST, trust, trust_coefficient=trust_coefficient, eps=trust_eps, denominator=denominator,
-             weight_decay=weight_decay, weight_decay_mask=weight_decay_mask, adaptation_mask=adaptation_mask,
-             ratio_bounds=ratio_bounds, phi_bounds=phi_bounds, zero_norm_ratio=zero_norm_ratio,
-             stacked_mask=stacked_mask, track_stats=track_stats)
+  t = _trust(
+    LAYERWISE_TRUST,
+    trust,
+    trust_coefficient=trust_coefficient,
+    eps=trust_eps,
+    denominator=denominator,
+    weight_decay=weight_decay,
+    weight_decay_mask=weight_decay_mask,
+    adaptation_mask=adaptation_mask,
+    ratio_bounds=ratio_bounds,
+    phi_bounds=phi_bounds,
+    zero_norm_ratio=zero_norm_ratio,
+    stacked_mask=stacked_mask,
+    track_stats=track_stats,
+  )
   return lw.layerwise(base, learning_rate, t)
 
 
-def original(name: str, learning_rate: optax.ScalarOrSchedule, *, weight_decay: float = 0.0,
-             weight_decay_mask: Any = DEFAULT_MASK, **base_kwargs: Any) -> optax.GradientTransformation:
+def original(
+  name: str,
+  learning_rate: optax.ScalarOrSchedule,
+  *,
+  weight_decay: float = 0.0,
+  weight_decay_mask: Any = DEFAULT_MASK,
+  **base_kwargs: Any,
+) -> optax.GradientTransformation:
   """The "original" solver ``name`` without trust ratio: w ← w − lr·base(g + βw) (L2 weight decay, masked).
 
   'adamw' is Adam with decoupled weight decay (Loshchilov & Hutter 2019): w ← w − lr·(m̂/(sqrt(v̂)+ε) + βw).
@@ -293,8 +442,9 @@ def original(name: str, learning_rate: optax.ScalarOrSchedule, *, weight_decay: 
   """
   if name == "adamw":
     base = lw.base_direction("adam", **base_kwargs)
-    return optax.chain(base, optax.add_decayed_weights(weight_decay, weight_decay_mask),
-                       optax.scale_by_learning_rate(learning_rate))
+    return optax.chain(
+      base, optax.add_decayed_weights(weight_decay, weight_decay_mask), optax.scale_by_learning_rate(learning_rate)
+    )
   parts = [optax.add_decayed_weights(weight_decay, weight_decay_mask)] if weight_decay else []
   parts += [lw.base_direction(name, **base_kwargs), optax.scale_by_learning_rate(learning_rate)]
   return optax.chain(*parts)

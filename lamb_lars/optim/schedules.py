@@ -31,6 +31,7 @@ at batch 8192 = 117.1875), T the total steps and ``end`` the absolute final LR (
   t ≥ W   (η − end) · (1 − min(t, T)/T)^p + end       ``tf.train.polynomial_decay`` at the *global* step t
 so the decay counts from step 0, not from the end of warmup, and the LR jumps down to the decay curve at t = W.
 """
+
 from __future__ import annotations
 
 import math
@@ -79,15 +80,17 @@ def linear_warmup(peak: float, steps: int, init_factor: float = 0.0) -> optax.Sc
 def cosine_warmup(peak: float, steps: int, init_factor: float = 0.0) -> optax.Schedule:
   """lr(t) = η·(f0 + (1 − f0)·½(1 − cos(π·min(t + 1, W)/W)))."""
   w = max(int(steps), 1)
-  return lambda count: peak * (init_factor + (1.0 - init_factor)
-                               * 0.5 * (1.0 - jnp.cos(jnp.pi * _warmup_fraction(count, w))))
+  return lambda count: (
+    peak * (init_factor + (1.0 - init_factor) * 0.5 * (1.0 - jnp.cos(jnp.pi * _warmup_fraction(count, w))))
+  )
 
 
 def cosine_decay(peak: float, steps: int, end_factor: float = 0.0) -> optax.Schedule:
   """lr(s) = η·(e + (1 − e)·½(1 + cos(π·min(s, T)/T))) (Loshchilov & Hutter 2017)."""
   d = max(int(steps), 1)
-  return lambda count: peak * (end_factor + (1.0 - end_factor)
-                               * 0.5 * (1.0 + jnp.cos(jnp.pi * jnp.minimum(_t(count), d) / d)))
+  return lambda count: (
+    peak * (end_factor + (1.0 - end_factor) * 0.5 * (1.0 + jnp.cos(jnp.pi * jnp.minimum(_t(count), d) / d)))
+  )
 
 
 def _remaining(count: Any, total: int) -> Any:
@@ -109,7 +112,7 @@ def step_decay(peak: float, boundaries: Sequence[int], factor: float = 0.1) -> o
   def schedule(count):
     t = _t(count)
     k = sum((t >= b).astype(t.dtype) for b in bounds) if bounds else jnp.zeros_like(t)
-    return peak * factor ** k
+    return peak * factor**k
 
   return schedule
 
@@ -178,11 +181,13 @@ def create_schedule(cfg: Any, peak: float, *, total_steps: int, num_train: int, 
   kw = dict(num_train=num_train, batch_size=batch_size, total_steps=total_steps)
   if cfg.decay == "tf_poly":
     end_lr = float(cfg.end_lr) if cfg.end_lr >= 0 else float(cfg.end_lr_factor) * peak
-    return tf_poly(peak, durations.exact_steps("warmup", cfg, default=0, **kw), total_steps, end_lr,
-                   float(cfg.poly_power))
+    return tf_poly(
+      peak, durations.exact_steps("warmup", cfg, default=0, **kw), total_steps, end_lr, float(cfg.poly_power)
+    )
   warmup_steps = durations.steps("warmup", cfg, default=0, **kw)
   if cfg.warmup_shape not in WARMUP_SHAPES:
     raise ValueError(f"schedule.warmup_shape must be one of {WARMUP_SHAPES}; got {cfg.warmup_shape!r}.")
   warmup = linear_warmup if cfg.warmup_shape == "linear" else cosine_warmup
-  return warmup_then(warmup(peak, warmup_steps, float(cfg.warmup_init_factor)),
-                     _decay(cfg, peak, warmup_steps, kw), warmup_steps)
+  return warmup_then(
+    warmup(peak, warmup_steps, float(cfg.warmup_init_factor)), _decay(cfg, peak, warmup_steps, kw), warmup_steps
+  )

@@ -13,6 +13,7 @@ added to the update. This differs from the paper form of :func:`lamb_lars.optim.
 
 Norms are computed in float32 (or wider), as in :mod:`lamb_lars.optim.trust_ratio`.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -29,8 +30,14 @@ class TFLarsState(NamedTuple):
   accumulator: optax.Updates
 
 
-def tf_lars(learning_rate: optax.ScalarOrSchedule, *, momentum: float = 0.9, weight_decay: float = 1e-4,
-            trust_coefficient: float = 1e-3, eps: float = 0.0) -> optax.GradientTransformation:
+def tf_lars(
+  learning_rate: optax.ScalarOrSchedule,
+  *,
+  momentum: float = 0.9,
+  weight_decay: float = 1e-4,
+  trust_coefficient: float = 1e-3,
+  eps: float = 0.0,
+) -> optax.GradientTransformation:
   """The authors' TF LARS (module docstring) as an optax transformation; ``learning_rate`` may be a schedule."""
 
   def init_fn(params):
@@ -43,9 +50,9 @@ def tf_lars(learning_rate: optax.ScalarOrSchedule, *, momentum: float = 0.9, wei
 
     def leaf(g, w, v):
       w_norm, g_norm = tr.layer_norm(w), tr.layer_norm(g)
-      ratio = jnp.where(w_norm > 0,
-                        jnp.where(g_norm > 0, trust_coefficient * w_norm / (g_norm + weight_decay * w_norm + eps),
-                                  1.0), 1.0)
+      ratio = jnp.where(
+        w_norm > 0, jnp.where(g_norm > 0, trust_coefficient * w_norm / (g_norm + weight_decay * w_norm + eps), 1.0), 1.0
+      )
       v = momentum * v + g
       return (-(lr * ratio) * v).astype(w.dtype), v
 

@@ -30,6 +30,7 @@ outside ``jit`` (tests/test_optimizers.py checks ``optax.lars`` and ``optax.lamb
 Statistics (``track_stats=True``) are per leaf (per layer for stacked leaves): ‖w‖, ‖u‖, r̃, r, whether the bounds
 clipped r̃, and the relative step lr·r·‖u‖/‖w‖ (0 where ‖w‖ = 0); :func:`trust_ratio_stats` flattens them for logging.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -49,18 +50,20 @@ STAT_NAMES = ("param_norm", "direction_norm", "raw_ratio", "ratio", "clipped", "
 
 class LeafStats(NamedTuple):
   """Trust-ratio statistics of one leaf: scalars, or vectors over the layer axis of a stacked leaf."""
-  param_norm: jax.Array      # ‖w‖
+
+  param_norm: jax.Array  # ‖w‖
   direction_norm: jax.Array  # ‖u‖, u = d + βw, the vector the ratio scales
-  raw_ratio: jax.Array       # r̃ before bounds (1 where the leaf is not adapted)
-  ratio: jax.Array           # r after bounds
-  clipped: jax.Array         # 1.0 where the bounds changed r̃, else 0.0
-  relative_step: jax.Array   # lr · r · ‖u‖ / ‖w‖
+  raw_ratio: jax.Array  # r̃ before bounds (1 where the leaf is not adapted)
+  ratio: jax.Array  # r after bounds
+  clipped: jax.Array  # 1.0 where the bounds changed r̃, else 0.0
+  relative_step: jax.Array  # lr · r · ‖u‖ / ‖w‖
 
 
 class TrustRatioState(NamedTuple):
   """State of :func:`scale_by_trust_ratio` when it tracks statistics."""
+
   count: jax.Array  # type: ignore[assignment]  # updates so far (evaluates a learning-rate schedule for relative_step)
-  stats: Any        # tree of LeafStats with the structure of the params
+  stats: Any  # tree of LeafStats with the structure of the params
 
 
 def norm_dtype(dtype: Any) -> Any:
@@ -103,6 +106,7 @@ def _clip(x: jax.Array, bounds: Bounds) -> jax.Array:
 
 class _Pair:
   """(update, stats) of one leaf; deliberately not a pytree, so tree maps treat it as a leaf."""
+
   __slots__ = ("update", "stats")
 
   def __init__(self, update, stats):
@@ -114,8 +118,9 @@ def add_decayed_weights(d: jax.Array, w: jax.Array, beta: float) -> jax.Array:
   return d + beta * w if beta != 0.0 else d
 
 
-def ratio_denominator(kind: str, d: jax.Array, w: jax.Array, u: jax.Array, beta: float, pn: jax.Array,
-                      stacked: bool) -> tuple[jax.Array, jax.Array]:
+def ratio_denominator(
+  kind: str, d: jax.Array, w: jax.Array, u: jax.Array, beta: float, pn: jax.Array, stacked: bool
+) -> tuple[jax.Array, jax.Array]:
   """(direction norm, D): ('paper') ‖d‖ and ‖d‖ + β‖w‖; ('optax') ‖d + βw‖ = ‖u‖ twice."""
   if kind == "paper":
     dn = layer_norm(d, stacked)
@@ -150,8 +155,9 @@ def leaf_stats(pn: jax.Array, un: jax.Array, raw: jax.Array, ratio: jax.Array, l
   return LeafStats(pn, un, raw, ratio, (ratio != raw).astype(raw.dtype), jnp.where(pn > 0, step, 0.0))
 
 
-def _leaf_update(t: "TrustRatio", d: jax.Array, w: jax.Array, decay: bool, adapt: bool, stacked: bool,
-                 lr: Any) -> _Pair:
+def _leaf_update(
+  t: "TrustRatio", d: jax.Array, w: jax.Array, decay: bool, adapt: bool, stacked: bool, lr: Any
+) -> _Pair:
   """One leaf through the composition: u, then (where adapted or tracked) D, r̃, r = clip(r̃), r·u and the stats."""
   beta = t.weight_decay if decay else 0.0
   u = add_decayed_weights(d, w, beta)
@@ -174,8 +180,11 @@ def _leaf_update(t: "TrustRatio", d: jax.Array, w: jax.Array, decay: bool, adapt
 
 def _masks(t: "TrustRatio", params: Any) -> tuple[Any, Any, Any]:
   """The (weight decay, adaptation, stacked) bool trees of ``t``'s masks for ``params``."""
-  return (masks.resolve(t.weight_decay_mask, params, True), masks.resolve(t.adaptation_mask, params, True),
-          masks.resolve(t.stacked_mask, params, False))
+  return (
+    masks.resolve(t.weight_decay_mask, params, True),
+    masks.resolve(t.adaptation_mask, params, True),
+    masks.resolve(t.stacked_mask, params, False),
+  )
 
 
 def _transform(t: "TrustRatio", learning_rate: Optional[optax.ScalarOrSchedule]) -> optax.GradientTransformation:
@@ -184,7 +193,7 @@ def _transform(t: "TrustRatio", learning_rate: Optional[optax.ScalarOrSchedule])
   def init_fn(params):
     if not t.track_stats:
       return optax.EmptyState()
-    shape = lambda w, s: (w.shape[0],) if s and w.ndim >= 1 else ()   # one entry per layer of a stacked leaf
+    shape = lambda w, s: (w.shape[0],) if s and w.ndim >= 1 else ()  # one entry per layer of a stacked leaf
     zeros = lambda w, s: LeafStats(*[jnp.zeros(shape(w, s), norm_dtype(w.dtype))] * len(STAT_NAMES))
     return TrustRatioState(count=jnp.zeros([], jnp.int32), stats=jax.tree.map(zeros, params, _masks(t, params)[2]))
 
@@ -194,8 +203,13 @@ def _transform(t: "TrustRatio", learning_rate: Optional[optax.ScalarOrSchedule])
     lr = 1.0
     if t.track_stats and learning_rate is not None:
       lr = learning_rate(state.count) if callable(learning_rate) else learning_rate
-    pairs = jax.tree.map(lambda d, w, *flags: None if d is None else _leaf_update(t, d, w, *flags, lr),
-                         updates, params, *_masks(t, params), is_leaf=lambda x: x is None)
+    pairs = jax.tree.map(
+      lambda d, w, *flags: None if d is None else _leaf_update(t, d, w, *flags, lr),
+      updates,
+      params,
+      *_masks(t, params),
+      is_leaf=lambda x: x is None,
+    )
     new_updates = jax.tree.map(lambda p: p.update, pairs)
     if not t.track_stats:
       return new_updates, state
@@ -206,27 +220,38 @@ def _transform(t: "TrustRatio", learning_rate: Optional[optax.ScalarOrSchedule])
 
 
 def scale_by_trust_ratio(
-    trust_coefficient: float = 1.0,
-    eps: float = 0.0,
-    *,
-    denominator: str = "optax",
-    weight_decay: float = 0.0,
-    weight_decay_mask: Any = True,
-    adaptation_mask: Any = True,
-    ratio_bounds: Bounds = None,
-    phi_bounds: Bounds = None,
-    zero_norm_ratio: float = 1.0,
-    stacked_mask: Any = False,
-    track_stats: bool = False,
-    learning_rate: Optional[optax.ScalarOrSchedule] = None,
+  trust_coefficient: float = 1.0,
+  eps: float = 0.0,
+  *,
+  denominator: str = "optax",
+  weight_decay: float = 0.0,
+  weight_decay_mask: Any = True,
+  adaptation_mask: Any = True,
+  ratio_bounds: Bounds = None,
+  phi_bounds: Bounds = None,
+  zero_norm_ratio: float = 1.0,
+  stacked_mask: Any = False,
+  track_stats: bool = False,
+  learning_rate: Optional[optax.ScalarOrSchedule] = None,
 ) -> optax.GradientTransformation:
   """Adds decoupled weight decay and scales each layer by its trust ratio (formulas in the module docstring).
 
   The arguments are the fields of :class:`TrustRatio`, where each is explained; ``learning_rate`` (a scalar or a
   schedule) feeds only the ``relative_step`` statistic (1 when None). ``update`` needs ``params``.
   """
-  return TrustRatio(trust_coefficient, eps, denominator, weight_decay, weight_decay_mask, adaptation_mask,
-                    ratio_bounds, phi_bounds, zero_norm_ratio, stacked_mask, track_stats).transform(learning_rate)
+  return TrustRatio(
+    trust_coefficient,
+    eps,
+    denominator,
+    weight_decay,
+    weight_decay_mask,
+    adaptation_mask,
+    ratio_bounds,
+    phi_bounds,
+    zero_norm_ratio,
+    stacked_mask,
+    track_stats,
+  ).transform(learning_rate)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,17 +261,18 @@ class TrustRatio:
   ``TrustRatio(trust_coefficient=0.001, denominator='paper')`` is LARS's ratio; ``.replace(weight_decay=1e-4)``
   changes one field; ``.transform(lr)`` is the transformation (:func:`scale_by_trust_ratio`).
   """
-  trust_coefficient: float = 1.0   # η (LARS: 0.001; LAMB and "layer-wise": 1)
-  eps: float = 0.0                 # ε added to the denominator
-  denominator: str = "optax"       # 'paper': ‖d‖ + β‖w‖ from the raw incoming direction; 'optax': ‖d + βw‖
-  weight_decay: float = 0.0        # β, added as βw to the incoming direction (decoupled from any base optimizer)
-  weight_decay_mask: Any = True    # optax-style mask (bool, bool tree, or params -> bool tree); True = decay
-  adaptation_mask: Any = True      # True = scale the leaf by its ratio; False = pass u = d + βw through
-  ratio_bounds: Bounds = None      # (r_min, r_max) clipping the ratio; None / () = none; either side may be None
-  phi_bounds: Bounds = None        # LAMB's φ(‖w‖) = clip(‖w‖, lower, upper); None / () = identity
-  zero_norm_ratio: float = 1.0     # ρ₀, the ratio where ‖w‖ = 0 or the direction norm is 0
-  stacked_mask: Any = False        # True = the leading axis indexes stacked layers, each with its own ratio
-  track_stats: bool = False        # keep per-leaf LeafStats in the state (otherwise the state is empty)
+
+  trust_coefficient: float = 1.0  # η (LARS: 0.001; LAMB and "layer-wise": 1)
+  eps: float = 0.0  # ε added to the denominator
+  denominator: str = "optax"  # 'paper': ‖d‖ + β‖w‖ from the raw incoming direction; 'optax': ‖d + βw‖
+  weight_decay: float = 0.0  # β, added as βw to the incoming direction (decoupled from any base optimizer)
+  weight_decay_mask: Any = True  # optax-style mask (bool, bool tree, or params -> bool tree); True = decay
+  adaptation_mask: Any = True  # True = scale the leaf by its ratio; False = pass u = d + βw through
+  ratio_bounds: Bounds = None  # (r_min, r_max) clipping the ratio; None / () = none; either side may be None
+  phi_bounds: Bounds = None  # LAMB's φ(‖w‖) = clip(‖w‖, lower, upper); None / () = identity
+  zero_norm_ratio: float = 1.0  # ρ₀, the ratio where ‖w‖ = 0 or the direction norm is 0
+  stacked_mask: Any = False  # True = the leading axis indexes stacked layers, each with its own ratio
+  track_stats: bool = False  # keep per-leaf LeafStats in the state (otherwise the state is empty)
 
   def replace(self, **changes: Any) -> "TrustRatio":
     return dataclasses.replace(self, **changes)
@@ -256,9 +282,11 @@ class TrustRatio:
     naming a bad denominator or bounds."""
     if self.denominator not in DENOMINATORS:
       raise ValueError(f"denominator must be one of {DENOMINATORS}; got {self.denominator!r}.")
-    checked = self.replace(ratio_bounds=_check_bounds(self.ratio_bounds, "ratio_bounds"),
-                           phi_bounds=_check_bounds(self.phi_bounds, "phi_bounds"),
-                           weight_decay=float(self.weight_decay))
+    checked = self.replace(
+      ratio_bounds=_check_bounds(self.ratio_bounds, "ratio_bounds"),
+      phi_bounds=_check_bounds(self.phi_bounds, "phi_bounds"),
+      weight_decay=float(self.weight_decay),
+    )
     return _transform(checked, learning_rate)
 
 

@@ -32,11 +32,13 @@ run files) without checkpoints or TensorBoard files, for a study that outlives i
 The search's Optuna studies are mirrored in ``<workdir>/optuna.db`` (``optuna-dashboard sqlite:///WORKDIR/optuna.db``;
 for a gs:// workdir the file is in the workdir's machine-local folder, ``io_utils.local_path``).
 """
+
 from __future__ import annotations
 
 import shlex
 import signal
 import sys
+
 
 def _raise_interrupt(signum, frame):  # SIGTERM → KeyboardInterrupt: the runner kills its children cleanly
   raise KeyboardInterrupt(f"signal {signum}")
@@ -45,19 +47,30 @@ def _raise_interrupt(signum, frame):  # SIGTERM → KeyboardInterrupt: the runne
 def _define_flags():
   from absl import flags
   from ml_collections import config_flags
-  config_flags.DEFINE_config_file("config", None, "Study config file (lamb_lars/configs/studies/*.py).",
-                                  lock_config=True)
+
+  config_flags.DEFINE_config_file(
+    "config", None, "Study config file (lamb_lars/configs/studies/*.py).", lock_config=True
+  )
   flags.DEFINE_string("workdir", None, "Study directory: study.sqlite, study_config.json, runs/<run_id>/.")
-  flags.DEFINE_string("out", None, "report: output directory (default <workdir>/report); snapshot: the snapshot's "
-                      "folder (required).")
-  flags.DEFINE_string("code_dir", None, "snapshot: the git checkout the study runs from, whose commit the snapshot "
-                      "records (default: the one this command runs from).")
+  flags.DEFINE_string(
+    "out", None, "report: output directory (default <workdir>/report); snapshot: the snapshot's folder (required)."
+  )
+  flags.DEFINE_string(
+    "code_dir",
+    None,
+    "snapshot: the git checkout the study runs from, whose commit the snapshot "
+    "records (default: the one this command runs from).",
+  )
   flags.DEFINE_integer("num_workers", None, "run: trials at once (default config.runner.num_workers).")
   flags.DEFINE_bool("dry_run", False, "run: list the trials and exit; branch: the reference and the branch points.")
   flags.DEFINE_enum("executor", "local", ["local", "ray"], "run: where trials run (local processes or a Ray cluster).")
   flags.DEFINE_string("ray_address", "auto", "run --executor=ray: the cluster ('auto' or HOST:PORT).")
-  flags.DEFINE_bool("allow_dirty", False, "run/branch: start a study whose config file has uncommitted changes "
-                    "(its thresholds are then not pre-registered; the manifest says so).")
+  flags.DEFINE_bool(
+    "allow_dirty",
+    False,
+    "run/branch: start a study whose config file has uncommitted changes "
+    "(its thresholds are then not pre-registered; the manifest says so).",
+  )
   flags.DEFINE_bool("verbose", False, "Show the traceback of a config, store or workdir mistake too.")
   flags.mark_flags_as_required(["workdir"])
   return flags.FLAGS
@@ -84,13 +97,17 @@ def _run(FLAGS, command: str) -> None:  # noqa: N803
   from absl import app
 
   from lamb_lars.common import cli_errors
+
   if not FLAGS["config"].present:
     raise app.UsageError(f"{command} needs --config=lamb_lars/configs/studies/<study>.py")
   study = cli_errors.load_config(lambda: FLAGS.config, FLAGS["config"].config_filename)
   from lamb_lars.study.running import branches, runner, sweep
+
   if branches.is_branching(study) != (command == "branch"):
-    raise ValueError("a study with branch sub-sweeps (role 'branch') runs with `python -m lamb_lars.study branch`, "
-                     "and only such a study does.")
+    raise ValueError(
+      "a study with branch sub-sweeps (role 'branch') runs with `python -m lamb_lars.study branch`, "
+      "and only such a study does."
+    )
   if FLAGS.dry_run and command == "branch":
     ref, examples = branches.prepare(study)
     print(ref.run_id, "reference", dict(ref.overrides), "branch points (examples):", examples)
@@ -100,22 +117,34 @@ def _run(FLAGS, command: str) -> None:  # noqa: N803
       print(t.run_id, t.role, t.technique or "-", dict(t.overrides))
     return
   from lamb_lars.study.publishing import preregistration
+
   if preregistration.load(FLAGS.workdir) is None:  # a new study: its trials checked first, so a mistake writes nothing
     if command == "branch":
       branches.prepare(study)
     else:
       sweep.expand(study)
       runner.checked_settings(study)
-  preregistration.register(FLAGS.workdir, FLAGS["config"].config_filename, FLAGS.allow_dirty,
-                           [a for a in sys.argv[1:] if a.startswith("--config.")])
+  preregistration.register(
+    FLAGS.workdir,
+    FLAGS["config"].config_filename,
+    FLAGS.allow_dirty,
+    [a for a in sys.argv[1:] if a.startswith("--config.")],
+  )
   signal.signal(signal.SIGTERM, _raise_interrupt)
   log = lambda s: print(s, flush=True)
   if command == "branch":
-    counts = branches.run_branching(study, FLAGS.workdir, make_executor=lambda: _executor(FLAGS, study),
-                                    num_workers=FLAGS.num_workers, command=_command(), log=log)
+    counts = branches.run_branching(
+      study,
+      FLAGS.workdir,
+      make_executor=lambda: _executor(FLAGS, study),
+      num_workers=FLAGS.num_workers,
+      command=_command(),
+      log=log,
+    )
   else:
-    counts = runner.run_study(study, FLAGS.workdir, executor=_executor(FLAGS, study), num_workers=FLAGS.num_workers,
-                              command=_command(), log=log)
+    counts = runner.run_study(
+      study, FLAGS.workdir, executor=_executor(FLAGS, study), num_workers=FLAGS.num_workers, command=_command(), log=log
+    )
   print("finished: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v), flush=True)
   if counts.get("failed"):
     _exit_failed(FLAGS.workdir, study.name)
@@ -124,30 +153,41 @@ def _run(FLAGS, command: str) -> None:  # noqa: N803
 def main() -> None:
   if sys.argv[1:2] == ["verify"]:  # folders; --workdir=DIR (the form every other subcommand takes) is one of them
     from lamb_lars.study.publishing import provenance
-    sys.exit(provenance.main([a.split("=", 1)[1] if a.startswith("--workdir=") else a for a in sys.argv[2:]
-                              if a != "--workdir"]))
+
+    sys.exit(
+      provenance.main(
+        [a.split("=", 1)[1] if a.startswith("--workdir=") else a for a in sys.argv[2:] if a != "--workdir"]
+      )
+    )
   if sys.argv[1:2] == ["rereport"]:
     from lamb_lars.study.publishing import provenance
+
     sys.exit(provenance.rereport_main(sys.argv[2:]))
   from absl import app
 
   from lamb_lars.common import cli_errors
+
   FLAGS = _define_flags()
 
   def run(argv):
     from absl import logging
+
     logging.set_verbosity(logging.WARNING)
     if len(argv) != 2 or argv[1] not in ("run", "branch", "report", "status", "snapshot"):
-      raise app.UsageError("usage: python -m lamb_lars.study {run|branch|report|status|snapshot} --workdir=DIR "
-                           "[--config=STUDY.py] | verify DIR | rereport DIR")
+      raise app.UsageError(
+        "usage: python -m lamb_lars.study {run|branch|report|status|snapshot} --workdir=DIR "
+        "[--config=STUDY.py] | verify DIR | rereport DIR"
+      )
     try:
       if argv[1] == "status":
         from lamb_lars.study.running import status
+
         print(status.report(FLAGS.workdir))
       elif argv[1] == "snapshot":
         _snapshot(FLAGS)
       elif argv[1] == "report":
         from lamb_lars.study.publishing.publish import publish
+
         print(publish(FLAGS.workdir, FLAGS.out, command=_command()))
       else:
         _run(FLAGS, argv[1])
@@ -164,19 +204,25 @@ def main() -> None:
 def _snapshot(FLAGS) -> None:  # noqa: N803
   """``snapshot``: copies what the study needs to be resumed elsewhere (running/snapshot.py) and says what it holds."""
   from absl import app
+
   if not FLAGS.out:
     raise app.UsageError("snapshot needs --out=DIR, the folder to write the snapshot to")
   from lamb_lars.study.running import snapshot
+
   record = snapshot.snapshot(FLAGS.workdir, FLAGS.out, FLAGS.code_dir)
-  print(f"snapshot of {FLAGS.workdir} in {FLAGS.out}: trials " + ", ".join(
-      f"{k} {v}" for k, v in record["trials"].items()) + f"; code {record['code']['commit']}"
-      + (" (dirty)" if record["code"]["dirty"] else ""))
+  print(
+    f"snapshot of {FLAGS.workdir} in {FLAGS.out}: trials "
+    + ", ".join(f"{k} {v}" for k, v in record["trials"].items())
+    + f"; code {record['code']['commit']}"
+    + (" (dirty)" if record["code"]["dirty"] else "")
+  )
 
 
 def _exit_failed(workdir: str, study_name: str) -> None:
   """Exit status 1, after one line per failed trial (its error's first line; a traceback's last)."""
   from lamb_lars.study.running import status, store
   from lamb_lars.study.running import workdir as wd
+
   con = store.open_store(wd.store_path(workdir))
   try:
     failed = status.failures(con, study_name)

@@ -5,6 +5,7 @@ This is the bottom layer of ``lamb_lars.study``: it imports nothing else from th
 (``steps_to_target``, ``critical_batch``, ``regimes``, ``table3``, ``report``) read records only; the running side
 (``sweep``, ``search``, ``store``, ``runner``) writes them. Definitions and citations: docs/studies.md.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -18,7 +19,7 @@ from lamb_lars.train.stopping import chance_threshold  # noqa: F401  (the traine
 # (successive halving); 'diverged' = a non-finite loss, stopped because it never left chance level, or trained its
 # budget without learning (result.json's not_learning: exploding_loss | chance_accuracy, lamb_lars/train/stopping.py).
 STATUSES = ("pending", "running", "done", "diverged", "pruned", "failed")
-FINISHED = ("done", "diverged", "pruned")   # a re-run of the study never starts these again
+FINISHED = ("done", "diverged", "pruned")  # a re-run of the study never starts these again
 
 # What a trial is for in a study (docs/studies.md "Roles"):
 #   baseline  the workload's one baseline recipe at B0 (You et al. 2020 Table 2): defines A and ξ
@@ -60,6 +61,7 @@ class Trial:
   replicate repeats; ``promoted``: a pruned trial resumed to its full budget so that its cell has the minimum
   number of full-budget trials; ``space``: the search space its point was drawn from (phases.py).
   """
+
   run_id: str
   batch_size: int
   optimizer: str = ""
@@ -119,9 +121,10 @@ class Trial:
 @dataclasses.dataclass(frozen=True)
 class Target:
   """The goal of steps-to-target (Shallue et al. 2018): ``metric`` meets ``goal`` (≥ for 'max', ≤ for 'min')."""
+
   metric: str
   goal: float
-  mode: str   # 'max' | 'min'; the study's analysis section gives all three (lamb_lars/configs/studies/common.py)
+  mode: str  # 'max' | 'min'; the study's analysis section gives all three (lamb_lars/configs/studies/common.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,15 +132,16 @@ class Baseline:
   """A workload's baseline (You et al. 2020 Table 2): batch B0, test accuracy A, validation loss ξ, budget ρ
   epochs, and the number of training examples N (the full batch B_F); A and ξ are means over its seeds when it
   was replicated."""
+
   batch_size: int
   accuracy: float
   val_loss: float
   epochs: float
   num_train: int
   run_id: str = ""
-  seed_accuracies: tuple = ()   # each seed's A when the baseline was replicated (A is their mean)
+  seed_accuracies: tuple = ()  # each seed's A when the baseline was replicated (A is their mean)
   seed_val_losses: tuple = ()
-  seeds_left_out: tuple = ()    # "<run id> (<status>)" of replicates that ended without a result (diverged, failed)
+  seeds_left_out: tuple = ()  # "<run id> (<status>)" of replicates that ended without a result (diverged, failed)
 
 
 def select(trials: Sequence[Trial], **fields: Any) -> list[Trial]:

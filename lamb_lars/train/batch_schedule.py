@@ -21,6 +21,7 @@ examples seen: the update that starts at E examples, in stage i, uses η_base(E/
 (k), 'sqrt' (√k) or 'none' (1). Linear follows Goyal et al. 2017 for SGD; Smith et al. 2017 keep the LR and let
 the batch do the decaying ('none').
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,6 +40,7 @@ LR_RULES = {"linear": lambda k: k, "sqrt": math.sqrt, "none": lambda k: 1.0}
 @dataclasses.dataclass(frozen=True)
 class Stage:
   """One stage: its first step, the examples seen before it, its global batch, and its LR multiplier."""
+
   start_step: int
   start_example: int
   batch_size: int
@@ -57,8 +59,10 @@ def parse(spec: str, unit: str, num_train: int) -> list[tuple[int, int]]:
     except ValueError:
       x, b = -1.0, 0
     if not sep or x <= 0 or b < 1 or not math.isfinite(x):
-      raise ValueError(f"config.batch_schedule entry {entry!r} is not FROM:BATCH with FROM > 0 ({unit}) and BATCH "
-                       f"a positive integer, e.g. '2:512,4:1024'.")
+      raise ValueError(
+        f"config.batch_schedule entry {entry!r} is not FROM:BATCH with FROM > 0 ({unit}) and BATCH "
+        f"a positive integer, e.g. '2:512,4:1024'."
+      )
     # A point in examples is a duration at batch 1 (lamb_lars/common/durations.py: epochs are x·N, rounded up).
     out.append((durations.to_steps(x, unit, num_train=num_train, batch_size=1), b))
   if any(b[0] <= a[0] for a, b in zip(out, out[1:])):
@@ -74,11 +78,16 @@ def stages(base_batch: int, points: Sequence[tuple[int, int]], total_examples: i
   for x, b in points:
     last = out[-1]
     if x >= total_examples:
-      raise ValueError(f"config.batch_schedule: the stage at {x} examples starts after training ends "
-                       f"({total_examples} examples); drop it or lengthen the run.")
+      raise ValueError(
+        f"config.batch_schedule: the stage at {x} examples starts after training ends "
+        f"({total_examples} examples); drop it or lengthen the run."
+      )
     steps = int(math.ceil((x - last.start_example) / last.batch_size))
-    out.append(Stage(last.start_step + steps, last.start_example + steps * last.batch_size, b,
-                     float(LR_RULES[rule](b / base_batch))))
+    out.append(
+      Stage(
+        last.start_step + steps, last.start_example + steps * last.batch_size, b, float(LR_RULES[rule](b / base_batch))
+      )
+    )
   return out
 
 
@@ -114,5 +123,7 @@ def reschedule(stages_: Sequence[Stage], base_batch: int) -> Callable[[Callable]
       i = jnp.searchsorted(starts, count, side="right") - 1
       seen = firsts[i] + (count - starts[i]) * batches[i]
       return base(seen / base_batch) * mults[i]
+
     return schedule
+
   return wrap

@@ -13,6 +13,7 @@ and bytes, from host values, in the tree's order); a restored state that does no
 disk) counts as damaged too. A step folder that orbax does not list (a save cut short where no temporary name is
 used, as on gs://) is moved aside the same way before the newest intact checkpoint is sought.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,7 +30,7 @@ from lamb_lars.errors import UserError
 
 
 QUARANTINE_DIR = "checkpoints_quarantine"
-CHECKSUM_KEY = "state_sha256"   # in each checkpoint's metadata
+CHECKSUM_KEY = "state_sha256"  # in each checkpoint's metadata
 META_FILE = os.path.join("meta", "metadata")  # a step folder's JSON metadata, as orbax's JsonSave writes it
 
 
@@ -91,12 +92,14 @@ def first_line(e: BaseException) -> str:
 def read_state(workdir: str, step: int, abstract_state: Any) -> Any:
   """The state saved at ``step`` in ``workdir``'s checkpoints, read only (nothing there is created or deleted)."""
   folder = io_utils.abspath(os.path.join(workdir, run_files.CHECKPOINT_DIR))
-  mngr = ocp.CheckpointManager(folder, options=ocp.CheckpointManagerOptions(
-      read_only=True, create=False, save_interval_steps=0))
+  mngr = ocp.CheckpointManager(
+    folder, options=ocp.CheckpointManagerOptions(read_only=True, create=False, save_interval_steps=0)
+  )
   try:
     target = jax.tree.map(ocp.utils.to_shape_dtype_struct, abstract_state)
-    out = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target),
-                                                      meta=ocp.args.JsonRestore()))
+    out = mngr.restore(
+      step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore())
+    )
     return verified(out["state"], dict(out["meta"]))[0]
   finally:
     mngr.close()
@@ -117,22 +120,22 @@ class Checkpointer:
   def save(self, step: int, state: Any, meta: dict) -> None:
     """Saves ``state`` and ``meta`` (a JSON object) as step ``step``; the metadata also records the state's sha256."""
     meta = {**meta, CHECKSUM_KEY: state_checksum(state)}
-    self._mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                   meta=ocp.args.JsonSave(meta)))
+    self._mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
 
   def restore(self, abstract_state: Any, step: Optional[int] = None) -> tuple[Any, dict]:
     """Restores into the shapes, dtypes and shardings of ``abstract_state`` (a tree of arrays or ShapeDtypeStructs),
     checked against the recorded sha256 (ChecksumMismatch)."""
     step = self._mngr.latest_step() if step is None else step
     target = jax.tree.map(ocp.utils.to_shape_dtype_struct, abstract_state)
-    out = self._mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target),
-                                                            meta=ocp.args.JsonRestore()))
+    out = self._mngr.restore(
+      step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore())
+    )
     return verified(out["state"], dict(out["meta"]))
 
   def quarantine(self, step: int) -> str:
     """Moves checkpoint ``step`` to the quarantine folder (a rename, so nothing is lost); returns its new path."""
     dest = f"{self._quarantine.rstrip('/')}/{step}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    io_utils.move_tree(f"{str(self._dir).rstrip('/')}/{step}", dest)   # on gs:// object by object
+    io_utils.move_tree(f"{str(self._dir).rstrip('/')}/{step}", dest)  # on gs:// object by object
     self._mngr.reload()
     return dest
 
@@ -144,8 +147,10 @@ class Checkpointer:
     listed = set(self._mngr.all_steps())
     for name in io_utils.listdir(self._dir):
       if name.isdigit() and int(name) not in listed:
-        log(f"Checkpoint folder {name} in {self._dir} was never completed (a save cut short); moved it to "
-            f"{self.quarantine(int(name))}.")
+        log(
+          f"Checkpoint folder {name} in {self._dir} was never completed (a save cut short); moved it to "
+          f"{self.quarantine(int(name))}."
+        )
 
   def restore_newest_intact(self, abstract_state: Any, log: Callable[[str], None] = print) -> tuple[Any, dict]:
     """The newest checkpoint that restores and matches its checksum; each newer one that fails is quarantined with
@@ -162,12 +167,15 @@ class Checkpointer:
         failed.append((step, first_line(e)))
         continue
       for bad, why in failed if jax.process_index() == 0 else ():  # one process moves the shared folder
-        log(f"Checkpoint at step {bad} does not restore ({why}); moved it to {self.quarantine(bad)} and resuming "
-            f"from step {step}.")
+        log(
+          f"Checkpoint at step {bad} does not restore ({why}); moved it to {self.quarantine(bad)} and resuming "
+          f"from step {step}."
+        )
       return out
     step, why = failed[0]
-    raise CheckpointError(f"no checkpoint under {self._dir} restores (step {step}: {why}); move that folder away "
-                          f"to start the run over.")
+    raise CheckpointError(
+      f"no checkpoint under {self._dir} restores (step {step}: {why}); move that folder away to start the run over."
+    )
 
   def close(self) -> None:
     self._mngr.wait_until_finished()

@@ -6,6 +6,7 @@ once. One evaluation gives ``eval_loss``, ``eval_accuracy``, ``eval_examples`` o
 hold-out: You et al. 2020 (Def. 2.1) report test accuracy and tune on validation loss (MNIST 55K/5K/10K).
 Optional diagnostics at each evaluation: distance from the initial weights and per-layer trust-ratio statistics.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -26,8 +27,9 @@ class Evaluator:
 
   def __init__(self, config: Any, mesh: Any, model, opts: ts.StepOptions, initial_params: Optional[Any] = None):
     ds = config.dataset
-    preprocess = lambda im, lab, rng: input_pipeline.preprocess(im, lab, dataset=ds, train=False, rng=rng,
-                                                                  scaling=config.input_scaling)
+    preprocess = lambda im, lab, rng: input_pipeline.preprocess(
+      im, lab, dataset=ds, train=False, rng=rng, scaling=config.input_scaling
+    )
     self.config, self.mesh = config, mesh
     self.step = ts.make_eval_step(model, opts, preprocess)
     self.splits = ("test", "validation") if input_pipeline.has_validation(config) else ("test",)
@@ -36,8 +38,13 @@ class Evaluator:
 
   def evaluate_split(self, state, split: str) -> dict:
     cfg, totals = self.config, None
-    for batch in input_pipeline.eval_batches(cfg, batch_size=cfg.eval_batch_size, split=split,
-                                             process_index=jax.process_index(), process_count=jax.process_count()):
+    for batch in input_pipeline.eval_batches(
+      cfg,
+      batch_size=cfg.eval_batch_size,
+      split=split,
+      process_index=jax.process_index(),
+      process_count=jax.process_count(),
+    ):
       arrays = mesh_lib.put_global_batch(self.mesh, (batch["image"], batch["label"], batch["mask"]))
       self.in_flight.wait_for_room()
       out = self.step(state.params, state.batch_stats, *arrays)
@@ -65,5 +72,7 @@ def dist_from_init(params: Any, w0: Any) -> dict:
   """‖w − w0‖ in total (``dist_from_init``) and per layer (``dist_from_init/<path>``), in float64."""
   sq = jax.tree.map(lambda w, w0_: float(np.sum((np.asarray(w, np.float64) - w0_) ** 2)), params, w0)
   flat = {"/".join(str(getattr(k, "key", k)) for k in path): v for path, v in jax.tree_util.tree_leaves_with_path(sq)}
-  return {"dist_from_init": float(np.sqrt(sum(flat.values()))),
-          **{f"dist_from_init/{k}": float(np.sqrt(v)) for k, v in flat.items()}}
+  return {
+    "dist_from_init": float(np.sqrt(sum(flat.values()))),
+    **{f"dist_from_init/{k}": float(np.sqrt(v)) for k, v in flat.items()},
+  }

@@ -13,6 +13,7 @@ Each call shape is compiled ahead of time on first use (``.lower().compile()``),
 ``compile_time``. All feeders give the same batches for the same step, so a run resumed at any step, or run with
 another placement, sees the same data.
 """
+
 from __future__ import annotations
 
 import collections
@@ -29,6 +30,7 @@ from lamb_lars.train import batch_schedule, run_plan
 
 PREFETCH = 2  # calls whose inputs are on the devices ahead of the one running
 
+
 @functools.lru_cache(maxsize=2)
 def _cached_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
   return input_pipeline.epoch_permutation(seed, epoch, n)
@@ -38,11 +40,16 @@ def batch_indices(seed: int, step: int, plan: run_plan.RunPlan) -> np.ndarray:
   """The example indices of the global batch of ``step`` (the host pipeline's order, ``input_pipeline.common``; with
   ``data_order='examples'`` the next B examples of the stream, B the step's stage batch)."""
   if plan.data_order == "examples":
-    return input_pipeline.stream_indices(seed, plan.data_start + plan.examples(step), plan.stage_at(step).batch_size,
-                                         plan.num_train, permutation=_cached_permutation).astype(np.int32)
+    return input_pipeline.stream_indices(
+      seed,
+      plan.data_start + plan.examples(step),
+      plan.stage_at(step).batch_size,
+      plan.num_train,
+      permutation=_cached_permutation,
+    ).astype(np.int32)
   epoch, pos = divmod(step, plan.batches_per_epoch)
   perm = _cached_permutation(seed, epoch, plan.num_train)
-  return perm[pos * plan.batch_size:(pos + 1) * plan.batch_size].astype(np.int32)
+  return perm[pos * plan.batch_size : (pos + 1) * plan.batch_size].astype(np.int32)
 
 
 def _pieces(k: int, steps_per_call: int) -> Iterator[tuple[int, int]]:
@@ -114,7 +121,7 @@ class ResidentFeeder(_Feeder):
     idx = _step_indices(self.config.seed, step, k, self.plan)
     pending = []
     for a, size in _pieces(k, self.plan.steps_per_call):
-      batch = mesh_lib.put_global_batch(self.strategy.mesh, idx[a:a + size], batch_axis=1)
+      batch = mesh_lib.put_global_batch(self.strategy.mesh, idx[a : a + size], batch_axis=1)
       state, metrics = self._call(step, size, state, *self.data, batch, key)
       pending.append(metrics)
     return state, pending
@@ -135,16 +142,20 @@ class HostFeeder(_Feeder):
     gather = input_pipeline.train_gatherer(self.config)
     idx = _step_indices(self.config.seed, step, k, self.plan)
     for a, size in _pieces(k, self.plan.steps_per_call):
-      yield size, self.strategy.put_batch(*gather(idx[a:a + size]), key)
+      yield size, self.strategy.put_batch(*gather(idx[a : a + size]), key)
 
   def _placed(self, step: int, k: int, key) -> Iterator[tuple[int, tuple]]:
     if self.plan.data_order == "examples":
       yield from self._gathered(step, k, key)
       return
     if self._stream is None or self._next_step != step:
-      self._stream = input_pipeline.train_stream(self.config, start_step=step, global_batch_size=self.plan.batch_size,
-                                                 process_index=jax.process_index(),
-                                                 process_count=jax.process_count())
+      self._stream = input_pipeline.train_stream(
+        self.config,
+        start_step=step,
+        global_batch_size=self.plan.batch_size,
+        process_index=jax.process_index(),
+        process_count=jax.process_count(),
+      )
     self._next_step = step + k
     for _, size in _pieces(k, self.plan.steps_per_call):
       batches = [next(self._stream) for _ in range(size)]
@@ -164,10 +175,12 @@ def make_feeder(config: Any, plan: run_plan.RunPlan, strategy: Any, info: Any, s
   """The feeder for ``config.data_on_device`` ('auto': resident when it fits; ``pmap`` is always host-fed).
   ``stage_parts(i)``: (model, step options) of stage i of the batch schedule."""
   ds = config.dataset
-  preprocess = lambda im, lab, rng: input_pipeline.preprocess(im, lab, dataset=ds, train=True, rng=rng,
-                                                              scaling=config.input_scaling)
-  make_chunk = lambda stage, resident: strategy.train_chunk(stage_parts(stage)[0], tx, stage_parts(stage)[1],
-                                                            preprocess, resident=resident)
+  preprocess = lambda im, lab, rng: input_pipeline.preprocess(
+    im, lab, dataset=ds, train=True, rng=rng, scaling=config.input_scaling
+  )
+  make_chunk = lambda stage, resident: strategy.train_chunk(
+    stage_parts(stage)[0], tx, stage_parts(stage)[1], preprocess, resident=resident
+  )
   want = config.data_on_device
   resident = config.parallelism == "jit" and (want == "yes" or (want == "auto" and info.in_memory))
   return (ResidentFeeder if resident else HostFeeder)(config, plan, strategy, make_chunk)

@@ -15,6 +15,7 @@ runs fast. It computes the scanned step's function: the same keys and the same s
 rounding may differ where XLA fuses differently; tests/test_host_accumulation.py). A step's per-device values travel
 between the calls as global arrays with a leading device axis. ``jit`` over the mesh only (``parallelism='jit'``).
 """
+
 from __future__ import annotations
 
 
@@ -25,7 +26,7 @@ from jax.sharding import PartitionSpec as P
 
 from lamb_lars.train import mesh as mesh_lib, train_step as ts
 
-_lead = lambda tree: jax.tree.map(lambda x: x[None], tree)   # per-device value → [1, ...] (spec P(axes): [D, ...])
+_lead = lambda tree: jax.tree.map(lambda x: x[None], tree)  # per-device value → [1, ...] (spec P(axes): [D, ...])
 _drop = lambda tree: jax.tree.map(lambda x: x[0], tree)
 
 
@@ -60,8 +61,9 @@ def make_host_chunk(model, tx, opts: ts.StepOptions, preprocess: ts.Preprocess, 
     (params_v, xs, ys, r_drop), (g_sum, l_sum, c_sum, sq_sum, bs_sum) = _drop(inputs), _drop(sums)
     at = lambda a: jax.lax.dynamic_index_in_dim(a, j, keepdims=False)
     g, l, bs, c, sq = ts.micro_sums(grad_fn, params_v, batch_stats, at(xs), at(ys), at(r_drop))
-    return _lead((jax.tree.map(jnp.add, g_sum, g), l_sum + l, c_sum + c, sq_sum + sq,
-                  jax.tree.map(jnp.add, bs_sum, bs)))
+    return _lead(
+      (jax.tree.map(jnp.add, g_sum, g), l_sum + l, c_sum + c, sq_sum + sq, jax.tree.map(jnp.add, bs_sum, bs))
+    )
 
   def end(state, inputs, sums, key):
     ys = _drop(inputs)[2]
@@ -74,14 +76,19 @@ def make_host_chunk(model, tx, opts: ts.StepOptions, preprocess: ts.Preprocess, 
     new_bs = jax.tree.map(first, mean(bs_sum))
     return ts.finish(tx, opts, axes, state, (l_sum / k, new_bs, c_sum, mean(g_sum), sq_sum / k), step_rng, ys.size)
 
-  smap = lambda f, in_specs, out_specs, **kw: jax.jit(jax.shard_map(f, mesh=mesh, in_specs=in_specs,
-                                                                    out_specs=out_specs), **kw)
+  smap = lambda f, in_specs, out_specs, **kw: jax.jit(
+    jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs), **kw
+  )
   if resident:
     first = smap(begin_resident, (P(), P(), P(), split, P(), P()), dev)
   else:
     first = smap(begin, (P(), split, split, P(), P()), dev)
-  return HostChunk(first, smap(micro, (P(), dev, dev, P()), dev, donate_argnums=2),
-                   smap(end, (P(), dev, dev, P()), (P(), P()), donate_argnums=0), k)
+  return HostChunk(
+    first,
+    smap(micro, (P(), dev, dev, P()), dev, donate_argnums=2),
+    smap(end, (P(), dev, dev, P()), (P(), P()), donate_argnums=0),
+    k,
+  )
 
 
 class HostChunk:
@@ -92,7 +99,7 @@ class HostChunk:
 
   def __call__(self, state, *data):
     *data, key = data
-    steps = data[-1].shape[0]          # labels[K, B] or idx[K, B]
+    steps = data[-1].shape[0]  # labels[K, B] or idx[K, B]
     metrics = []
     for i in range(steps):
       inputs, sums = self.begin(state, *data, key, np.int32(i))

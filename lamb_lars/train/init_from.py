@@ -19,6 +19,7 @@ exist) and trains on from there at its own batch B:
   ``init_from_lr_multiplier`` (the proposal of Merrill et al.: the reference's LR, scaled to the branch's batch).
   '': the run's own ``config.optimizer`` schedule from its step 0 (a fine-tune).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -41,6 +42,7 @@ class Reference:
   """Where a branch starts: the reference's workdir and checkpoint step, its batch there, the stream position of
   the branch's first example, and (computed when first asked: validating a study's trials starts no JAX backend in
   the runner) the reference's LR there and the branch's."""
+
   workdir: str
   step: int
   batch_size: int
@@ -67,8 +69,10 @@ class Reference:
 def _reference_plan(workdir: str, num_devices: int) -> tuple[ml_collections.ConfigDict, run_plan.RunPlan]:
   recorded = run_identity.recorded_config(workdir)
   if recorded is None:
-    raise ConfigError(f"config.init_from_dir={workdir!r} holds no run of this trainer (no "
-                      f"{run_files.CONFIG_FILE}); train the reference there first.")
+    raise ConfigError(
+      f"config.init_from_dir={workdir!r} holds no run of this trainer (no "
+      f"{run_files.CONFIG_FILE}); train the reference there first."
+    )
   ref = ml_collections.ConfigDict(recorded)
   if ref.get("init_from_dir"):
     raise ConfigError(f"config.init_from_dir={workdir!r} is itself a branch; branch from the reference run.")
@@ -78,16 +82,23 @@ def _reference_plan(workdir: str, num_devices: int) -> tuple[ml_collections.Conf
 
 def _checkpoint_step(config: Any, workdir: str, ref_plan: run_plan.RunPlan) -> int:
   try:
-    base = durations.steps("init_from", config, num_train=ref_plan.num_train, batch_size=ref_plan.batch_size,
-                           total_steps=ref_plan.base_total_steps)
+    base = durations.steps(
+      "init_from",
+      config,
+      num_train=ref_plan.num_train,
+      batch_size=ref_plan.batch_size,
+      total_steps=ref_plan.base_total_steps,
+    )
   except ValueError as e:
     raise ConfigError(str(e)) from None
   step = batch_schedule.step_reaching(ref_plan.stages, base * ref_plan.batch_size)
   folder = os.path.join(workdir, run_files.CHECKPOINT_DIR)
   if not io_utils.exists(os.path.join(folder, str(step))):
     have = sorted(int(n) for n in io_utils.listdir(folder) if n.isdigit())
-    raise ConfigError(f"config.init_from_* asks for the reference's step {step}, but {folder} holds checkpoints at "
-                      f"steps {have or 'none'}; branch from one of those (the reference must checkpoint there).")
+    raise ConfigError(
+      f"config.init_from_* asks for the reference's step {step}, but {folder} holds checkpoints at "
+      f"steps {have or 'none'}; branch from one of those (the reference must checkpoint there)."
+    )
   return step
 
 
@@ -101,15 +112,28 @@ def resolve(config: Any, num_devices: int) -> Optional[Reference]:
   if rule not in LR_RULES:
     raise ConfigError(f"config.init_from_lr_rule={rule!r} is not one of 'linear', 'sqrt', 'none', ''.")
   if config.data_order != "examples":
-    raise ConfigError("config.init_from_dir needs config.data_order='examples' (a branch continues the "
-                      "reference's position in the example stream).")
+    raise ConfigError(
+      "config.init_from_dir needs config.data_order='examples' (a branch continues the "
+      "reference's position in the example stream)."
+    )
   if config.optimizer.lr_table:
-    raise ConfigError("config.init_from_dir with config.optimizer.lr_table=True is not supported (the table in "
-                      "the reference's optimizer state has the reference's length); set lr_table=False.")
+    raise ConfigError(
+      "config.init_from_dir with config.optimizer.lr_table=True is not supported (the table in "
+      "the reference's optimizer state has the reference's length); set lr_table=False."
+    )
   ref_cfg, ref_plan = _reference_plan(workdir, num_devices)
   step = _checkpoint_step(config, workdir, ref_plan)
-  return Reference(workdir, step, ref_plan.stage_at(step).batch_size, ref_plan.examples(step), rule,
-                   float(config.init_from_lr_multiplier), int(config.batch_size), ref_cfg, ref_plan)
+  return Reference(
+    workdir,
+    step,
+    ref_plan.stage_at(step).batch_size,
+    ref_plan.examples(step),
+    rule,
+    float(config.init_from_lr_multiplier),
+    int(config.batch_size),
+    ref_cfg,
+    ref_plan,
+  )
 
 
 def restore_into(state: Any, ref: Reference) -> Any:
@@ -117,7 +141,9 @@ def restore_into(state: Any, ref: Reference) -> Any:
   try:
     restored = checkpoint.read_state(ref.workdir, ref.step, state)
   except Exception as e:  # noqa: BLE001  (orbax reports a structure mismatch in many ways)
-    raise ConfigError(f"the reference's checkpoint {ref.workdir} step {ref.step} does not fit this run's model and "
-                      f"optimizer ({checkpoint.first_line(e)}); a branch keeps the reference's model and "
-                      f"optimizer.") from None
+    raise ConfigError(
+      f"the reference's checkpoint {ref.workdir} step {ref.step} does not fit this run's model and "
+      f"optimizer ({checkpoint.first_line(e)}); a branch keeps the reference's model and "
+      f"optimizer."
+    ) from None
   return state.replace(params=restored.params, batch_stats=restored.batch_stats, opt_state=restored.opt_state)

@@ -8,6 +8,7 @@ reached at step N stops the run at step N, and a resumed run stops exactly where
 non-finite loss found in chunk N ends the run at its first bad step; the chunk already dispatched after it is
 dropped unread.
 """
+
 from __future__ import annotations
 
 import collections
@@ -40,6 +41,7 @@ def request_stop(signum, frame) -> None:  # noqa: ARG001  (a signal handler's si
 @dataclasses.dataclass
 class Parts:
   """What the loop runs with: the config and plan, the host LR table, the step key, the evaluator and feeder."""
+
   config: ml_collections.ConfigDict
   plan: run_plan.RunPlan
   lrs: np.ndarray
@@ -56,8 +58,10 @@ def at_boundary(step: int, plan: run_plan.RunPlan) -> bool:
 
 def log_eval(log: Callable[[str], None], row: dict, step: int) -> None:
   val = f"  val_loss {row['validation_loss']:.4f}" if "validation_loss" in row else ""
-  log(f"step {step:>6} epoch {row['epoch']:6.2f}  train_loss {row['train_loss']:.4f}  eval_loss {row['eval_loss']:.4f}"
-      f"  eval_acc {100 * row['eval_accuracy']:.2f}%{val}  {row['examples_per_sec']:,.0f} ex/s")
+  log(
+    f"step {step:>6} epoch {row['epoch']:6.2f}  train_loss {row['train_loss']:.4f}  eval_loss {row['eval_loss']:.4f}"
+    f"  eval_acc {100 * row['eval_accuracy']:.2f}%{val}  {row['examples_per_sec']:,.0f} ex/s"
+  )
 
 
 class _Run:
@@ -108,18 +112,27 @@ class _Run:
     """Evaluation and checkpoint due at ``self.step`` (the loop dispatched nothing past it)."""
     p, step, feeder = self.parts.plan, self.step, self.parts.feeder
     if p.due(p.eval_every_steps, step):
-      row = {"epoch": round(p.epoch_of(step), 6), "examples": p.examples(step),
-             "batch_size": p.stage_at(max(step - 1, 0)).batch_size,
-             "lr": float(lr_table.lookup(self.parts.lrs, max(step - 1, 0))), **self.window.summary(),
-             **self.noise.value()}
+      row = {
+        "epoch": round(p.epoch_of(step), 6),
+        "examples": p.examples(step),
+        "batch_size": p.stage_at(max(step - 1, 0)).batch_size,
+        "lr": float(lr_table.lookup(self.parts.lrs, max(step - 1, 0))),
+        **self.window.summary(),
+        **self.noise.value(),
+      }
       row.update(self.parts.evaluate(feeder.to_canonical(train_state)))
       self.writer.write_scalars(step, row, jsonl=True)
       log_eval(self.parts.log, row, step)
       self.last_row, self.stop = row, self.rules.check(step, row)
     if p.checkpoint_every_steps > 0 and p.due(p.checkpoint_every_steps, step):
-      meta = {"train_time": self.window.train_time, "noise_scale": self.noise.state_dict(),
-              "stopping": self.rules.state_dict(), "train_window": self.window.state_dict(),
-              "rows": list(self.writer.rows), "config": run_identity.config_record(self.parts.config)}
+      meta = {
+        "train_time": self.window.train_time,
+        "noise_scale": self.noise.state_dict(),
+        "stopping": self.rules.state_dict(),
+        "train_window": self.window.state_dict(),
+        "rows": list(self.writer.rows),
+        "config": run_identity.config_record(self.parts.config),
+      }
       ckpt.save(step, feeder.to_canonical(train_state), meta)
     self.mark = time.perf_counter()  # evaluation and checkpointing are not training time
 
@@ -127,12 +140,16 @@ class _Run:
     """A run that had nothing left to train (its result.json lost after the last checkpoint) still ends with its
     final row: the one ``metrics.jsonl`` holds for this step, else a fresh evaluation of the state (written there)."""
     p, step = self.parts.plan, self.step
-    row = {"epoch": round(p.epoch_of(step), 6), "examples": p.examples(step),
-           "batch_size": p.stage_at(max(step - 1, 0)).batch_size,
-           "lr": float(lr_table.lookup(self.parts.lrs, max(step - 1, 0)))}
+    row = {
+      "epoch": round(p.epoch_of(step), 6),
+      "examples": p.examples(step),
+      "batch_size": p.stage_at(max(step - 1, 0)).batch_size,
+      "lr": float(lr_table.lookup(self.parts.lrs, max(step - 1, 0))),
+    }
     row.update(self.parts.evaluate(self.parts.feeder.to_canonical(train_state)))  # on every process (collective)
-    recorded = [r for r in io_utils.read_jsonl(self.writer.path) if r.get("step") == step] if self.writer.enabled \
-        else []
+    recorded = (
+      [r for r in io_utils.read_jsonl(self.writer.path) if r.get("step") == step] if self.writer.enabled else []
+    )
     if recorded:
       row = {k: v for k, v in recorded[-1].items() if k != "step"}
     else:
@@ -144,15 +161,30 @@ class _Run:
     status, error = (stop.status, stop.error) if stop else ("diverged" if self.error else "done", self.error)
     if stop and stop.stopped != "nonfinite":
       self.parts.log(f"Stopped at step {self.step}: {stop.stopped}" + (f" ({stop.error})." if stop.error else "."))
-    judged = None if status != "done" or stop else stopping.not_learning(
-        self.last_row, int(c.num_classes), self.parts.plan.epoch_of(self.step), float(c.stop.dead_accuracy),
-        random_labels=c.dataset == "synthetic")
+    judged = (
+      None
+      if status != "done" or stop
+      else stopping.not_learning(
+        self.last_row,
+        int(c.num_classes),
+        self.parts.plan.epoch_of(self.step),
+        float(c.stop.dead_accuracy),
+        random_labels=c.dataset == "synthetic",
+      )
+    )
     if judged:
       status, error = "diverged", judged[1]
       self.parts.log(f"{error[0].upper()}{error[1:]} ({judged[0]}).")
-    return {"status": status, "stopped": stop.stopped if stop else None, "not_learning": judged and judged[0],
-            "step": self.step, "total_steps": self.parts.plan.total_steps, "final": self.last_row,
-            "error": error, "train_time": self.window.train_time}
+    return {
+      "status": status,
+      "stopped": stop.stopped if stop else None,
+      "not_learning": judged and judged[0],
+      "step": self.step,
+      "total_steps": self.parts.plan.total_steps,
+      "final": self.last_row,
+      "error": error,
+      "train_time": self.window.train_time,
+    }
 
 
 def run(parts: Parts, state: Any, step: int, meta: dict, ckpt: Any, writer: Any, bar: Any) -> dict:

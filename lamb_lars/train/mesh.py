@@ -6,6 +6,7 @@ replaces ``axis_index_groups``, which ``shard_map`` does not support. Devices ar
 (process-major), so a BN group never straddles hosts unless it must. Programs over the mesh are dispatched with a
 bound on how many are in flight (:class:`InFlight`).
 """
+
 from __future__ import annotations
 
 import collections
@@ -66,10 +67,10 @@ def initialize_distributed(config: Any) -> None:
     return
   kwargs = {}
   if d.coordinator_address:
-    kwargs = dict(coordinator_address=d.coordinator_address, num_processes=d.num_processes,
-                  process_id=d.process_id)
-  elif mode == "auto" and not any(k in os.environ for k in ("TPU_WORKER_HOSTNAMES", "SLURM_JOB_ID",
-                                                              "JAX_COORDINATOR_ADDRESS")):
+    kwargs = dict(coordinator_address=d.coordinator_address, num_processes=d.num_processes, process_id=d.process_id)
+  elif mode == "auto" and not any(
+    k in os.environ for k in ("TPU_WORKER_HOSTNAMES", "SLURM_JOB_ID", "JAX_COORDINATOR_ADDRESS")
+  ):
     return
   if d.local_device_ids:
     kwargs["local_device_ids"] = [int(i) for i in str(d.local_device_ids).split(",")]

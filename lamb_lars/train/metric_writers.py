@@ -9,6 +9,7 @@ and its status when it ends, so that runs (e.g. a study's trials, ``tensorboard 
 compare in the HParams dashboard, whose metric columns are the last value of each scalar tag. A study trial's
 hyperparameters are the keys its study varies (``lamb_lars.study.running.runner``); a plain run's are ``HPARAM_KEYS``.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,27 +23,58 @@ from lamb_lars.common import io_utils, run_files
 
 # The hyperparameters a plain run (not a study trial) shows in TensorBoard's HParams dashboard: the config keys that
 # define a batch-size experiment (You et al. 2020, Table 3: optimizer, batch size, LR and its scaling, warmup).
-HPARAM_KEYS = ("dataset", "model", "batch_size", "num_epochs", "num_train_steps", "optimizer.name",
-               "optimizer.learning_rate", "optimizer.lr_scaling", "optimizer.base_batch_size",
-               "optimizer.weight_decay", "optimizer.schedule.decay", "optimizer.schedule.warmup_epochs",
-               "optimizer.schedule.warmup_steps", "label_smoothing", "seed")
+HPARAM_KEYS = (
+  "dataset",
+  "model",
+  "batch_size",
+  "num_epochs",
+  "num_train_steps",
+  "optimizer.name",
+  "optimizer.learning_rate",
+  "optimizer.lr_scaling",
+  "optimizer.base_batch_size",
+  "optimizer.weight_decay",
+  "optimizer.schedule.decay",
+  "optimizer.schedule.warmup_epochs",
+  "optimizer.schedule.warmup_steps",
+  "label_smoothing",
+  "seed",
+)
 
 # Eval-row and per-step keys → TensorBoard tag. None: not written (the same value is already logged every step).
 _TAGS = {
-    "epoch": "train/epoch", "examples": "train/examples", "train_loss": "train/loss",
-    "train_accuracy": "train/accuracy", "step/train_loss": "train/loss_per_step",
-    "eval_loss": "eval/test_loss", "eval_accuracy": "eval/test_accuracy", "eval_examples": "eval/test_examples",
-    "validation_loss": "eval/validation_loss", "validation_accuracy": "eval/validation_accuracy",
-    "validation_examples": "eval/validation_examples",
-    "lr": None, "step/lr": "optim/lr", "grad_norm": "optim/grad_norm", "step/grad_norm": "optim/grad_norm_per_step",
-    "step/grad_norm_small_rms": "optim/grad_norm_small_rms_per_step", "signal_to_noise": "optim/signal_to_noise",
-    "noise_scale": "optim/noise_scale_b_simple", "dist_from_init": "optim/dist_from_init",
-    "wall_time": "perf/train_time_s", "compile_time": "perf/compile_time_s",
-    "examples_per_sec": "perf/examples_per_sec", "step_time": "perf/step_time_s",
+  "epoch": "train/epoch",
+  "examples": "train/examples",
+  "train_loss": "train/loss",
+  "train_accuracy": "train/accuracy",
+  "step/train_loss": "train/loss_per_step",
+  "eval_loss": "eval/test_loss",
+  "eval_accuracy": "eval/test_accuracy",
+  "eval_examples": "eval/test_examples",
+  "validation_loss": "eval/validation_loss",
+  "validation_accuracy": "eval/validation_accuracy",
+  "validation_examples": "eval/validation_examples",
+  "lr": None,
+  "step/lr": "optim/lr",
+  "grad_norm": "optim/grad_norm",
+  "step/grad_norm": "optim/grad_norm_per_step",
+  "step/grad_norm_small_rms": "optim/grad_norm_small_rms_per_step",
+  "signal_to_noise": "optim/signal_to_noise",
+  "noise_scale": "optim/noise_scale_b_simple",
+  "dist_from_init": "optim/dist_from_init",
+  "wall_time": "perf/train_time_s",
+  "compile_time": "perf/compile_time_s",
+  "examples_per_sec": "perf/examples_per_sec",
+  "step_time": "perf/step_time_s",
 }
-_PREFIXES = {"trust_ratio/": "optim/trust_ratio/", "relative_step/": "optim/relative_step/",
-             "dist_from_init/": "optim/dist_from_init/", "eval_": "eval/test_", "validation_": "eval/validation_",
-             "train_": "train/"}
+_PREFIXES = {
+  "trust_ratio/": "optim/trust_ratio/",
+  "relative_step/": "optim/relative_step/",
+  "dist_from_init/": "optim/dist_from_init/",
+  "eval_": "eval/test_",
+  "validation_": "eval/validation_",
+  "train_": "train/",
+}
 GROUPS = ("train", "eval", "optim", "perf")
 
 
@@ -53,7 +85,7 @@ def tensorboard_tag(key: str) -> Optional[str]:
     return _TAGS[key]
   for prefix, group in _PREFIXES.items():
     if key.startswith(prefix):
-      return group + key[len(prefix):]
+      return group + key[len(prefix) :]
   return "train/" + key
 
 
@@ -104,8 +136,11 @@ def keep_rows_until(path: str, resume_step: int, log: Callable[[str], None] = pr
     keep.append(line)
   if dropped or torn or fixed:
     io_utils.write_text_atomic(path, "".join(keep))
-    done = ([f"removed {dropped} row(s) after step {resume_step}, the checkpoint this run resumes from"] * bool(dropped)
-            + ["removed a last line cut short by a kill"] * torn + ["ended its last line with a newline"] * fixed)
+    done = (
+      [f"removed {dropped} row(s) after step {resume_step}, the checkpoint this run resumes from"] * bool(dropped)
+      + ["removed a last line cut short by a kill"] * torn
+      + ["ended its last line with a newline"] * fixed
+    )
     log(f"{path}: " + ", and ".join(done) + ".")
 
 
@@ -126,9 +161,11 @@ def restore_rows(path: str, saved: list, log: Callable[[str], None] = print) -> 
     io_utils.write_text_atomic(path + ".damaged", old)
   io_utils.write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in saved))
   missing = len({r["step"] for r in saved} - {r["step"] for r in have})
-  log(f"{path}: {missing} of the checkpoint's {len(saved)} row(s) were missing and "
-      f"{sum(r not in saved for r in have)} row(s) differed; rewrote it from the checkpoint"
-      + (f" (the old file is {path}.damaged)." if old else "."))
+  log(
+    f"{path}: {missing} of the checkpoint's {len(saved)} row(s) were missing and "
+    f"{sum(r not in saved for r in have)} row(s) differed; rewrote it from the checkpoint"
+    + (f" (the old file is {path}.damaged)." if old else ".")
+  )
 
 
 def _hparam_value(v: Any) -> Any:
@@ -154,6 +191,7 @@ def config_hparams(config: Any, keys: tuple[str, ...] = HPARAM_KEYS) -> dict[str
       out[key] = _hparam_value(node)
   if out.get("optimizer.learning_rate") == "null":  # the optimizer's default LR (lamb_lars/configs/optimizer.py)
     from lamb_lars.optim import optimizer_config
+
     out["optimizer.learning_rate"] = optimizer_config.learning_rate(config["optimizer"])
   return out
 
@@ -162,6 +200,7 @@ def _hparams_summary(hparams: Mapping[str, Any]):
   """The HParams plugin's session-start summary (tensorboardX.summary.hparams writes it; no experiment summary, so
   TensorBoard infers the experiment from every session of the logdir: trials that vary different keys combine)."""
   from tensorboardX.summary import hparams as hparams_summary
+
   _, start, _ = hparams_summary({k: _hparam_value(v) for k, v in hparams.items()}, {})
   return start
 
@@ -170,10 +209,12 @@ def _session_end_summary(status: str):
   from tensorboardX.proto.api_pb2 import Status
   from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData, SessionEndInfo
   from tensorboardX.proto.summary_pb2 import Summary, SummaryMetadata
+
   code = {"done": "STATUS_SUCCESS", "diverged": "STATUS_FAILURE"}.get(status, "STATUS_UNKNOWN")
   content = HParamsPluginData(session_end_info=SessionEndInfo(status=Status.Value(code)), version=0)
-  meta = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="hparams",
-                                                                content=content.SerializeToString()))
+  meta = SummaryMetadata(
+    plugin_data=SummaryMetadata.PluginData(plugin_name="hparams", content=content.SerializeToString())
+  )
   return Summary(value=[Summary.Value(tag="_hparams_/session_end_info", metadata=meta)])
 
 
@@ -181,9 +222,16 @@ class MetricWriter:
   """Appends scalars to ``<workdir>/metrics.jsonl`` (eval rows) and to TensorBoard (all rows, grouped tags), and
   writes the run's HParams session (``hparams``) to TensorBoard."""
 
-  def __init__(self, workdir: str, *, enabled: bool = True, resume_step: int = 0,
-               log: Callable[[str], None] = print, hparams: Optional[Mapping[str, Any]] = None,
-               saved_rows: Optional[list] = None):
+  def __init__(
+    self,
+    workdir: str,
+    *,
+    enabled: bool = True,
+    resume_step: int = 0,
+    log: Callable[[str], None] = print,
+    hparams: Optional[Mapping[str, Any]] = None,
+    saved_rows: Optional[list] = None,
+  ):
     """``saved_rows``: the rows the checkpoint resumed from kept (:func:`restore_rows`); None: none kept."""
     self.enabled = enabled
     self.path = os.path.join(workdir, run_files.METRICS_FILE)
@@ -197,8 +245,10 @@ class MetricWriter:
       restore_rows(self.path, saved_rows, log)
     self.rows = [r for r in io_utils.read_jsonl(self.path) if isinstance(r.get("step"), int)]
     from tensorboardX import SummaryWriter  # a pinned dependency (pyproject.toml); imported here to keep start-up light
-    self._tb = SummaryWriter(os.path.join(workdir, run_files.TENSORBOARD_DIR),
-                             purge_step=resume_step + 1 if resume_step else None)
+
+    self._tb = SummaryWriter(
+      os.path.join(workdir, run_files.TENSORBOARD_DIR), purge_step=resume_step + 1 if resume_step else None
+    )
     if hparams:
       self._tb.file_writer.add_summary(_hparams_summary(hparams))
       self._tb.flush()

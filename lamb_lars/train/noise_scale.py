@@ -23,6 +23,7 @@ gradients g_d, split g_d = g∥ + g⊥ along ḡ; SNR = E‖g∥‖ / E‖g⊥�
 All functions are pure and work on numpy values and on jax arrays (also under jit / pmap); norms are accumulated
 in float32 or wider.
 """
+
 from __future__ import annotations
 
 from typing import Any, NamedTuple
@@ -66,6 +67,7 @@ def two_batch_estimates(small_sq: Any, big_sq: Any, b_small: float, b_big: float
 
 class NoiseScaleState(NamedTuple):
   """EMAs of the |G|² and tr(Σ) estimates (both start at 0) and the number of updates."""
+
   g2: Any
   trace: Any
   count: Any
@@ -76,13 +78,14 @@ def init(dtype: Any = jnp.float32) -> NoiseScaleState:
   return NoiseScaleState(jnp.zeros((), dtype), jnp.zeros((), dtype), jnp.zeros((), jnp.int32))
 
 
-def update(state: NoiseScaleState, small_sq: Any, big_sq: Any, b_small: float, b_big: float,
-           decay: float = 0.99) -> NoiseScaleState:
+def update(
+  state: NoiseScaleState, small_sq: Any, big_sq: Any, b_small: float, b_big: float, decay: float = 0.99
+) -> NoiseScaleState:
   """One step: EMA ← decay·EMA + (1 − decay)·estimate, for numerator and denominator separately."""
   g2, trace = two_batch_estimates(small_sq, big_sq, b_small, b_big)
-  return NoiseScaleState(g2=decay * state.g2 + (1.0 - decay) * g2,
-                         trace=decay * state.trace + (1.0 - decay) * trace,
-                         count=state.count + 1)
+  return NoiseScaleState(
+    g2=decay * state.g2 + (1.0 - decay) * g2, trace=decay * state.trace + (1.0 - decay) * trace, count=state.count + 1
+  )
 
 
 def b_simple(state: NoiseScaleState) -> Any:

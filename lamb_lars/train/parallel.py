@@ -7,6 +7,7 @@ it. The loop, the feeders and the train step only call a :class:`Strategy`: the 
 chunk, the state's training and canonical (checkpointed, evaluated) forms, and the placement of a host batch. Both
 give the same numbers (tests/test_parallel.py, tests/test_train.py).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -31,8 +32,9 @@ class Jit:
   def bn_axes(self, num_devices: int, group_devices: int) -> dict:
     """The model's BN axis arguments: statistics over a group's ``replica`` axis, or per device."""
     g = group_devices
-    return dict(group_axis_name=mesh_lib.BN_AXIS if g > 1 else None,
-                stats_axis_name="group" if g > 1 else mesh_lib.DATA_AXES)
+    return dict(
+      group_axis_name=mesh_lib.BN_AXIS if g > 1 else None, stats_axis_name="group" if g > 1 else mesh_lib.DATA_AXES
+    )
 
   def train_chunk(self, model, tx, opts: ts.StepOptions, preprocess: ts.Preprocess, *, resident: bool):
     make = host_accumulation.make_host_chunk if opts.microbatch_loop == "host" else ts.make_train_chunk
@@ -64,8 +66,11 @@ class Pmap:
 
   def bn_axes(self, num_devices: int, group_devices: int) -> dict:
     g = group_devices
-    return dict(group_axis_name=PMAP_AXIS if g > 1 else None,
-                group_axis_index_groups=bn_groups.axis_index_groups(num_devices, g), stats_axis_name=PMAP_AXIS)
+    return dict(
+      group_axis_name=PMAP_AXIS if g > 1 else None,
+      group_axis_index_groups=bn_groups.axis_index_groups(num_devices, g),
+      stats_axis_name=PMAP_AXIS,
+    )
 
   def train_chunk(self, model, tx, opts: ts.StepOptions, preprocess: ts.Preprocess, *, resident: bool):
     if resident:
@@ -98,6 +103,7 @@ def make_pmap_train_chunk(model, tx, opts: ts.StepOptions, preprocess: ts.Prepro
 
   def chunk(state, images, labels, key):
     return ts.scan_steps(local_step, state, lambda xy: xy, (images, labels), key, axis_name)
+
   return jax.pmap(chunk, axis_name=axis_name, donate_argnums=0)
 
 

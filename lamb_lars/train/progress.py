@@ -9,6 +9,7 @@ Examples/s and the ETA count wall time from the end of the first chunk of steps 
 and include evaluations and checkpoints: they say when the run will end, not how fast one step is
 (``perf/examples_per_sec`` in the metrics is the training throughput alone).
 """
+
 from __future__ import annotations
 
 import os
@@ -45,6 +46,7 @@ def in_notebook() -> bool:
 def _has_widgets() -> bool:
   try:
     import ipywidgets  # noqa: F401
+
     return True
   except ImportError:
     return False
@@ -54,9 +56,19 @@ class Progress:
   """``update(k, loss)`` after every chunk of ``k`` steps; ``close()`` at the end. ``mode``: 'bar' (tqdm),
   'widget' (tqdm.auto in a notebook), 'lines' (periodic lines) or 'off'; default chosen from the stream."""
 
-  def __init__(self, *, total: int, initial: int, batch_size: int, epoch_of: Callable[[int], float],
-               every_s: float, enabled: bool = True, stream: TextIO = sys.stderr, mode: Optional[str] = None,
-               clock: Callable[[], float] = time.monotonic):
+  def __init__(
+    self,
+    *,
+    total: int,
+    initial: int,
+    batch_size: int,
+    epoch_of: Callable[[int], float],
+    every_s: float,
+    enabled: bool = True,
+    stream: TextIO = sys.stderr,
+    mode: Optional[str] = None,
+    clock: Callable[[], float] = time.monotonic,
+  ):
     self.total, self.step, self.batch_size, self.epoch_of = int(total), int(initial), int(batch_size), epoch_of
     self.every_s, self.stream, self.clock = float(every_s), stream, clock
     if mode is None:
@@ -97,8 +109,10 @@ class Progress:
 
   def line(self, now: float, loss: Optional[float] = None) -> str:
     """``progress: step s/N (p%)  epoch e  R ex/s  ETA T  loss l``."""
-    parts = [f"progress: step {self.step}/{self.total} ({100 * self.step / max(1, self.total):.1f}%)",
-             f"epoch {self.epoch_of(self.step):.2f}"]
+    parts = [
+      f"progress: step {self.step}/{self.total} ({100 * self.step / max(1, self.total):.1f}%)",
+      f"epoch {self.epoch_of(self.step):.2f}",
+    ]
     rate = None
     if self._start is not None and now > self._start[0] and self.step > self._start[1]:
       rate = (self.step - self._start[1]) / (now - self._start[0])  # steps per second

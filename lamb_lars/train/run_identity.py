@@ -15,6 +15,7 @@ missing from the record is ignored: configs are locked, so only a code upgrade a
 Each checkpoint carries the same record (``config`` in its metadata, :mod:`lamb_lars.train.loop`), so a run dir
 whose ``config.json`` is gone is still checked, against its newest checkpoint's record.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,10 +26,22 @@ from lamb_lars.common import io_utils, run_files
 from lamb_lars.train.run_plan import ConfigError
 
 CONFIG_FILE = run_files.CONFIG_FILE
-ALLOWED = ("progress", "eval_every_epochs", "eval_every_steps", "checkpoint_every_epochs", "checkpoint_every_steps",
-           "keep_checkpoints", "steps_per_fetch", "data_dir", "grain_workers", "data_on_device", "dataset_in_memory",
-           "distributed.",
-           "microbatch_loop", "unroll_microbatches")
+ALLOWED = (
+  "progress",
+  "eval_every_epochs",
+  "eval_every_steps",
+  "checkpoint_every_epochs",
+  "checkpoint_every_steps",
+  "keep_checkpoints",
+  "steps_per_fetch",
+  "data_dir",
+  "grain_workers",
+  "data_on_device",
+  "dataset_in_memory",
+  "distributed.",
+  "microbatch_loop",
+  "unroll_microbatches",
+)
 
 
 def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -55,8 +68,9 @@ def differing_keys(recorded: Mapping[str, Any], config: Any, allowed: bool = Tru
   """The flattened keys whose value in ``config`` differs from ``recorded`` (keys absent from the record and, with
   ``allowed``, the :data:`ALLOWED` keys are not compared)."""
   old, new = _flatten(_plain(recorded)), _flatten(_plain(config))
-  return sorted(k for k in old.keys() | new.keys()
-                if k in old and old.get(k) != new.get(k) and not (allowed and _allowed(k)))
+  return sorted(
+    k for k in old.keys() | new.keys() if k in old and old.get(k) != new.get(k) and not (allowed and _allowed(k))
+  )
 
 
 def config_record(config: Any) -> dict:
@@ -67,15 +81,20 @@ def config_record(config: Any) -> dict:
 def checkpoint_config(workdir: str) -> Optional[dict]:
   """The config record of ``workdir``'s newest checkpoint that carries one, or None."""
   from lamb_lars.train import checkpoint  # orbax: imported only where a run dir is checked
-  return next((meta["config"] for _, meta in checkpoint.saved_metas(workdir)
-               if isinstance(meta.get("config"), dict)), None)
+
+  return next(
+    (meta["config"] for _, meta in checkpoint.saved_metas(workdir) if isinstance(meta.get("config"), dict)), None
+  )
 
 
 def recorded_config(workdir: str) -> Optional[dict]:
   """The config recorded in ``workdir``, or None (a new run dir); a damaged record is a one-sentence ConfigError."""
-  return io_utils.read_json_object(os.path.join(workdir, CONFIG_FILE), error=ConfigError,
-                                   damaged="is not valid JSON, so this run's config cannot be checked",
-                                   remedy="restore it or use a new --workdir")
+  return io_utils.read_json_object(
+    os.path.join(workdir, CONFIG_FILE),
+    error=ConfigError,
+    damaged="is not valid JSON, so this run's config cannot be checked",
+    remedy="restore it or use a new --workdir",
+  )
 
 
 def check(config: Any, workdir: str) -> None:
@@ -89,8 +108,10 @@ def check(config: Any, workdir: str) -> None:
   keys = differing_keys(record, config)
   if keys:
     shown = ", ".join(keys[:6]) + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
-    raise ConfigError(f"{workdir} holds {where} started with a different config ({shown}); use a new --workdir for "
-                      f"the changed config, or restore the old values to resume it.")
+    raise ConfigError(
+      f"{workdir} holds {where} started with a different config ({shown}); use a new --workdir for "
+      f"the changed config, or restore the old values to resume it."
+    )
 
 
 def record(config: Any, workdir: str) -> None:

@@ -6,6 +6,7 @@ schedule (at ``batch_size``) at the examples seen, times the stage's LR multipli
 constant LR. Either way the optimizer's state has the same structure (the schedule is a function of the count in
 every case), so a branch can take over its reference's optimizer state as it is.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -22,10 +23,16 @@ def create_optimizer(config: ml_collections.ConfigDict, plan: run_plan.RunPlan, 
   opt = config.optimizer.copy_and_resolve_references()
   opt.track_stats = bool(opt.track_stats or config.diagnostics.trust_ratios)
   if constant_lr is not None:
-    wrap: Any = lambda base: (lambda count: constant_lr + 0.0 * count)
+    wrap: Any = lambda base: lambda count: constant_lr + 0.0 * count
   elif len(plan.stages) > 1:
     wrap = batch_schedule.reschedule(plan.stages, plan.batch_size)
   else:
     wrap = None
-  return optimizer_config.create_optimizer(opt, total_steps=plan.base_total_steps, num_train=plan.num_train,
-                                           batch_size=plan.batch_size, reschedule=wrap, run_steps=plan.total_steps)
+  return optimizer_config.create_optimizer(
+    opt,
+    total_steps=plan.base_total_steps,
+    num_train=plan.num_train,
+    batch_size=plan.batch_size,
+    reschedule=wrap,
+    run_steps=plan.total_steps,
+  )

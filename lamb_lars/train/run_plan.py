@@ -5,6 +5,7 @@ duration (total, warmup, eval and checkpoint cadence) is turned into steps by :f
 (one precedence rule, round up). A chunk — the steps between two metric fetches of the host — runs as compiled calls
 of ``steps_per_call`` optimizer steps each.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -18,28 +19,30 @@ from lamb_lars.errors import ConfigError  # the typed config error, re-exported 
 
 
 _CHOICES = {
-    "dataset": ("mnist", "cifar10", "imagenet2012", "synthetic"),
-    "data_source": ("offline", "tfds"),
-    "data_on_device": ("auto", "yes", "no"),
-    "dataset_in_memory": ("auto", "yes", "no"),
-    "dtype": ("float32", "bfloat16"),
-    "parallelism": ("jit", "pmap"),
-    "input_scaling": ("standardize", "unit"),
-    "data_order": ("batches", "examples"),
-    "microbatch_loop": ("scan", "unrolled", "host"),
+  "dataset": ("mnist", "cifar10", "imagenet2012", "synthetic"),
+  "data_source": ("offline", "tfds"),
+  "data_on_device": ("auto", "yes", "no"),
+  "dataset_in_memory": ("auto", "yes", "no"),
+  "dtype": ("float32", "bfloat16"),
+  "parallelism": ("jit", "pmap"),
+  "input_scaling": ("standardize", "unit"),
+  "data_order": ("batches", "examples"),
+  "microbatch_loop": ("scan", "unrolled", "host"),
 }
 
 
 @dataclasses.dataclass(frozen=True)
 class DiagnosticsPlan:
   """Which per-device gradient diagnostics the train step computes (see :func:`diagnostics_plan`)."""
-  noise_scale: bool = False       # B_simple from |G_small|² (per device) and |G_big|² (global)
-  signal_to_noise: bool = False   # E_d‖g∥‖ / E_d‖g⊥‖ over the per-device gradients
+
+  noise_scale: bool = False  # B_simple from |G_small|² (per device) and |G_big|² (global)
+  signal_to_noise: bool = False  # E_d‖g∥‖ / E_d‖g⊥‖ over the per-device gradients
 
 
 @dataclasses.dataclass(frozen=True)
 class StagePlan(batch_schedule.Stage):
   """A stage of the batch schedule (:mod:`lamb_lars.train.batch_schedule`) with its own split and BN groups."""
+
   num_microbatches: int = 1
   per_device_batch: int = 0
   bn: bn_groups.BNPlan = None  # type: ignore[assignment]  # every plan sets it
@@ -50,22 +53,22 @@ class RunPlan:
   num_devices: int
   batch_size: int
   num_microbatches: int
-  per_device_batch: int        # per micro-batch
-  num_train: int               # N training examples (after any validation hold-out)
-  batches_per_epoch: int       # the data order: N // B whole batches per data epoch, each a fresh permutation
-  total_steps: int             # durations (lamb_lars/common/durations.py) count an epoch as N / B steps, rounded up
-  warmup_steps: int            # of the learning-rate schedule
+  per_device_batch: int  # per micro-batch
+  num_train: int  # N training examples (after any validation hold-out)
+  batches_per_epoch: int  # the data order: N // B whole batches per data epoch, each a fresh permutation
+  total_steps: int  # durations (lamb_lars/common/durations.py) count an epoch as N / B steps, rounded up
+  warmup_steps: int  # of the learning-rate schedule
   eval_every_steps: int
   checkpoint_every_steps: int
-  steps_per_fetch: int         # optimizer steps between two metric fetches of the host (a chunk)
-  steps_per_call: int          # optimizer steps in one compiled call (lax.scan, unrolled)
+  steps_per_fetch: int  # optimizer steps between two metric fetches of the host (a chunk)
+  steps_per_call: int  # optimizer steps in one compiled call (lax.scan, unrolled)
   bn: bn_groups.BNPlan
   diagnostics: DiagnosticsPlan = DiagnosticsPlan()
-  stages: tuple = ()           # StagePlan per stage of config.batch_schedule; stage 0 is the fields above
+  stages: tuple = ()  # StagePlan per stage of config.batch_schedule; stage 0 is the fields above
   data_order: str = "batches"  # 'batches': per data epoch N // B whole batches; 'examples': one stream (feeders.py)
-  data_start: int = 0          # the stream position of this run's first example (a branch continues its reference)
-  base_total_steps: int = 0    # the run's length in steps of the base batch (the LR schedule's clock)
-  branch: Any = None           # a branch's init_from.Reference (lamb_lars/train/init_from.py), else None
+  data_start: int = 0  # the stream position of this run's first example (a branch continues its reference)
+  base_total_steps: int = 0  # the run's length in steps of the base batch (the LR schedule's clock)
+  branch: Any = None  # a branch's init_from.Reference (lamb_lars/train/init_from.py), else None
 
   def examples(self, step: int) -> int:
     """Examples this run has seen after ``step`` steps."""
@@ -83,8 +86,9 @@ class RunPlan:
     """Whether a periodic action every ``every_steps`` base-batch steps (0: only at the end) falls on ``step``: when
     the examples seen cross a multiple of ``every_steps · B0`` (for a fixed batch, ``step % every_steps == 0``)."""
     period = every_steps * self.batch_size
-    return step == self.total_steps or (every_steps > 0 and step > 0 and
-                                        self.examples(step) // period > self.examples(step - 1) // period)
+    return step == self.total_steps or (
+      every_steps > 0 and step > 0 and self.examples(step) // period > self.examples(step - 1) // period
+    )
 
   def next_boundary(self, step: int) -> int:
     """The next step at which the loop must return to the host: an eval, a checkpoint, a new stage, the end."""
@@ -134,17 +138,21 @@ def diagnostics_plan(config: Any, plan: RunPlan) -> DiagnosticsPlan:
   for key, value in (("noise_scale", ns), ("signal_to_noise", snr)):
     if value is True and coupled:
       raise ConfigError(
-          f"config.diagnostics.{key}=True needs per-device gradients, but BN groups span {plan.bn.group_devices} "
-          f"devices (bn.group_devices / bn.examples_per_group / bn.ghost_batch_size), so each device's gradient "
-          f"depends on other devices' examples; set diagnostics.{key}=False (or 'auto' for noise_scale) or keep "
-          f"BN groups within a device.")
+        f"config.diagnostics.{key}=True needs per-device gradients, but BN groups span {plan.bn.group_devices} "
+        f"devices (bn.group_devices / bn.examples_per_group / bn.ghost_batch_size), so each device's gradient "
+        f"depends on other devices' examples; set diagnostics.{key}=False (or 'auto' for noise_scale) or keep "
+        f"BN groups within a device."
+      )
   samples = plan.num_devices * plan.num_microbatches
   if ns is True and samples < 2:
-    raise ConfigError("config.diagnostics.noise_scale=True needs at least 2 gradient samples per step (devices × "
-                      "num_microbatches: small- vs whole-batch gradients); set config.num_microbatches=2, or "
-                      "diagnostics.noise_scale to 'auto' or False.")
-  return DiagnosticsPlan(noise_scale=bool(ns) and samples > 1 and not coupled,
-                         signal_to_noise=snr and plan.num_devices > 1)
+    raise ConfigError(
+      "config.diagnostics.noise_scale=True needs at least 2 gradient samples per step (devices × "
+      "num_microbatches: small- vs whole-batch gradients); set config.num_microbatches=2, or "
+      "diagnostics.noise_scale to 'auto' or False."
+    )
+  return DiagnosticsPlan(
+    noise_scale=bool(ns) and samples > 1 and not coupled, signal_to_noise=snr and plan.num_devices > 1
+  )
 
 
 def num_microbatches(config: Any, num_devices: int, batch_size: int = 0) -> int:
@@ -156,8 +164,10 @@ def num_microbatches(config: Any, num_devices: int, batch_size: int = 0) -> int:
   if m <= 0:
     return k
   if k != 1:
-    raise ConfigError(f"config.num_microbatches={k} and config.microbatch_size={m} both set the accumulation; "
-                      f"set one of them (the other to 1 or 0).")
+    raise ConfigError(
+      f"config.num_microbatches={k} and config.microbatch_size={m} both set the accumulation; "
+      f"set one of them (the other to 1 or 0)."
+    )
   b = int(batch_size or config.batch_size)
   if num_devices < 1 or b < 1 or b % num_devices:
     return 1  # make_plan's own checks say what is wrong
@@ -166,8 +176,10 @@ def num_microbatches(config: Any, num_devices: int, batch_size: int = 0) -> int:
     return 1
   size = max(d for d in range(1, m + 1) if per_device % d == 0)
   if 2 * size <= m:
-    raise ConfigError(f"config.microbatch_size={m}: no divisor of the per-device batch {per_device} lies in "
-                      f"({m // 2}, {m}]; choose another microbatch_size or set config.num_microbatches.")
+    raise ConfigError(
+      f"config.microbatch_size={m}: no divisor of the per-device batch {per_device} lies in "
+      f"({m // 2}, {m}]; choose another microbatch_size or set config.num_microbatches."
+    )
   return per_device // size
 
 
@@ -182,8 +194,10 @@ def _batch_split(config: Any, b: int, what: str, *, num_train: int, num_devices:
   if k < 1:
     raise ConfigError(f"config.num_microbatches={k} must be at least 1.")
   if b % (num_devices * k):
-    raise ConfigError(f"{what}={b} is not divisible by {num_devices} devices × {k} micro-batches "
-                      f"(= {num_devices * k}); choose a multiple of {num_devices * k}.")
+    raise ConfigError(
+      f"{what}={b} is not divisible by {num_devices} devices × {k} micro-batches "
+      f"(= {num_devices * k}); choose a multiple of {num_devices * k}."
+    )
   if b > num_train:
     raise ConfigError(f"{what}={b} exceeds the {num_train} training examples (full batch is {num_train}).")
   return k, b // (num_devices * k)
@@ -194,10 +208,14 @@ def _stage_plan(config: Any, stage: batch_schedule.Stage, *, num_train: int, num
   what = "config.batch_size" if stage.start_step == 0 else f"config.batch_schedule's batch from step {stage.start_step}"
   k, per_device = _batch_split(config, stage.batch_size, what, num_train=num_train, num_devices=num_devices)
   try:
-    bn = bn_groups.plan_bn_groups(per_device_batch=per_device, num_devices=num_devices, mode=config.bn.mode,
-                                  group_devices=int(config.bn.group_devices),
-                                  examples_per_group=int(config.bn.examples_per_group),
-                                  ghost_batch_size=int(config.bn.ghost_batch_size))
+    bn = bn_groups.plan_bn_groups(
+      per_device_batch=per_device,
+      num_devices=num_devices,
+      mode=config.bn.mode,
+      group_devices=int(config.bn.group_devices),
+      examples_per_group=int(config.bn.examples_per_group),
+      ghost_batch_size=int(config.bn.ghost_batch_size),
+    )
   except ValueError as e:
     raise ConfigError(f"{what}={stage.batch_size}: {e}") from None
   return StagePlan(**dataclasses.asdict(stage), num_microbatches=k, per_device_batch=per_device, bn=bn)
@@ -219,12 +237,16 @@ def _stages(config: Any, total_examples: int, *, num_train: int, num_devices: in
   except ValueError as e:
     raise ConfigError(str(e)) from None
   if points and config.data_order != "examples":
-    raise ConfigError("config.batch_schedule needs config.data_order='examples' (the data order of a run whose "
-                      "batch changes is a function of the examples seen).")
+    raise ConfigError(
+      "config.batch_schedule needs config.data_order='examples' (the data order of a run whose "
+      "batch changes is a function of the examples seen)."
+    )
   out = tuple(_stage_plan(config, s, num_train=num_train, num_devices=num_devices) for s in raw)
   if len({s.bn.group_devices for s in out}) > 1:
-    raise ConfigError("config.batch_schedule changes how many devices a BN group spans between stages; set "
-                      "bn.group_devices (or bn.mode) so that every stage keeps the same device groups.")
+    raise ConfigError(
+      "config.batch_schedule changes how many devices a BN group spans between stages; set "
+      "bn.group_devices (or bn.mode) so that every stage keeps the same device groups."
+    )
   return out
 
 
@@ -237,13 +259,16 @@ def make_plan(config: Any, *, num_train: int, num_devices: int) -> RunPlan:
   for key in _CHOICES:
     _check_choice(config, key)
   if config.microbatch_loop == "host" and config.parallelism == "pmap":
-    raise ConfigError("config.microbatch_loop='host' drives the micro-batches of the jit-compiled step; use "
-                      "parallelism='jit', or microbatch_loop='unrolled' with pmap.")
+    raise ConfigError(
+      "config.microbatch_loop='host' drives the micro-batches of the jit-compiled step; use "
+      "parallelism='jit', or microbatch_loop='unrolled' with pmap."
+    )
   if not 0.0 <= config.label_smoothing < 1.0:
     raise ConfigError(f"config.label_smoothing={config.label_smoothing} must be in [0, 1).")
   if config.eval_batch_size < 1 or config.eval_batch_size % num_devices:
-    raise ConfigError(f"config.eval_batch_size={config.eval_batch_size} must be a positive multiple of the "
-                      f"{num_devices} devices.")
+    raise ConfigError(
+      f"config.eval_batch_size={config.eval_batch_size} must be a positive multiple of the {num_devices} devices."
+    )
   b = int(config.batch_size)
   _batch_split(config, b, "config.batch_size", num_train=num_train, num_devices=num_devices)
   kw = dict(num_train=num_train, batch_size=b)
@@ -252,15 +277,24 @@ def make_plan(config: Any, *, num_train: int, num_devices: int) -> RunPlan:
   stages = _stages(config, base_total * b, num_train=num_train, num_devices=num_devices)
   at = lambda steps: batch_schedule.step_reaching(stages, steps * b)  # base-batch steps → this run's steps
   s0 = stages[0]
-  plan = RunPlan(num_devices=num_devices, batch_size=b, num_microbatches=s0.num_microbatches,
-                 per_device_batch=s0.per_device_batch, num_train=num_train, batches_per_epoch=num_train // b,
-                 total_steps=at(base_total), warmup_steps=at(_steps("warmup", config.optimizer.schedule, default=0,
-                                                                      **kw)),
-                 eval_every_steps=_steps("eval_every", config, default=0, **kw),
-                 checkpoint_every_steps=_steps("checkpoint_every", config, default=0, **kw),
-                 steps_per_fetch=steps_per_fetch(config, num_train // b), steps_per_call=steps_per_call(config),
-                 bn=s0.bn, stages=stages, data_order=config.data_order,
-                 base_total_steps=base_total)
+  plan = RunPlan(
+    num_devices=num_devices,
+    batch_size=b,
+    num_microbatches=s0.num_microbatches,
+    per_device_batch=s0.per_device_batch,
+    num_train=num_train,
+    batches_per_epoch=num_train // b,
+    total_steps=at(base_total),
+    warmup_steps=at(_steps("warmup", config.optimizer.schedule, default=0, **kw)),
+    eval_every_steps=_steps("eval_every", config, default=0, **kw),
+    checkpoint_every_steps=_steps("checkpoint_every", config, default=0, **kw),
+    steps_per_fetch=steps_per_fetch(config, num_train // b),
+    steps_per_call=steps_per_call(config),
+    bn=s0.bn,
+    stages=stages,
+    data_order=config.data_order,
+    base_total_steps=base_total,
+  )
   return dataclasses.replace(plan, diagnostics=diagnostics_plan(config, plan))
 
 

@@ -26,6 +26,7 @@ A run that trains its whole budget is also judged at its end (:func:`not_learnin
 The recent accuracies are state: :class:`StopRules` saves them with each checkpoint, so a resumed run stops exactly
 where an uninterrupted one does.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,8 +36,14 @@ import numpy as np
 
 from lamb_lars.errors import ConfigError
 
-TARGET_METRICS = ("eval_accuracy", "eval_loss", "validation_accuracy", "validation_loss", "train_accuracy",
-                  "train_loss")
+TARGET_METRICS = (
+  "eval_accuracy",
+  "eval_loss",
+  "validation_accuracy",
+  "validation_loss",
+  "train_accuracy",
+  "train_loss",
+)
 MODES = ("max", "min")
 
 
@@ -54,8 +61,9 @@ def chance_threshold(num_classes: int) -> float:
 EXPLODING_FACTOR = 1e3  # a finite training loss above this × ln C is an exploding loss (not_learning)
 
 
-def not_learning(row: Optional[dict], num_classes: int, epochs: float, threshold: Optional[float] = None,
-                 random_labels: bool = False) -> Optional[tuple[str, str]]:
+def not_learning(
+  row: Optional[dict], num_classes: int, epochs: float, threshold: Optional[float] = None, random_labels: bool = False
+) -> Optional[tuple[str, str]]:
   """(reason, one sentence) when a run that trained its budget ends not learning (module docstring), else None.
 
   ``row``: the run's last evaluation row; ``epochs``: the epochs it trained; ``threshold``: the chance level
@@ -67,19 +75,24 @@ def not_learning(row: Optional[dict], num_classes: int, epochs: float, threshold
   loss, acc = row.get("train_loss"), row.get("eval_accuracy")
   limit = EXPLODING_FACTOR * float(np.log(max(int(num_classes), 2)))
   if loss is not None and np.isfinite(loss) and loss > limit:
-    return "exploding_loss", (f"not learning: the training loss {loss:.3g} is finite but above {limit:.4g} "
-                              f"({EXPLODING_FACTOR:g} × ln {num_classes}, the loss of a uniform guess); lower the "
-                              f"learning rate")
+    return "exploding_loss", (
+      f"not learning: the training loss {loss:.3g} is finite but above {limit:.4g} "
+      f"({EXPLODING_FACTOR:g} × ln {num_classes}, the loss of a uniform guess); lower the "
+      f"learning rate"
+    )
   threshold = chance_threshold(num_classes) if threshold is None or threshold < 0 else threshold
   if acc is not None and epochs >= 1.0 and not random_labels and (not np.isfinite(acc) or acc <= threshold):
-    return "chance_accuracy", (f"not learning: the final eval accuracy {100 * acc:.2f}% is at chance level "
-                               f"(≤ {100 * threshold:.2f}% for {num_classes} classes) after {epochs:.1f} epochs")
+    return "chance_accuracy", (
+      f"not learning: the final eval accuracy {100 * acc:.2f}% is at chance level "
+      f"(≤ {100 * threshold:.2f}% for {num_classes} classes) after {epochs:.1f} epochs"
+    )
   return None
 
 
 @dataclasses.dataclass(frozen=True)
 class Stop:
   """Why a run ended early: ``stopped`` ∈ {'target', 'dead', 'nonfinite'}, its ``status`` and an ``error`` sentence."""
+
   stopped: str
   status: str
   error: Optional[str] = None
@@ -97,6 +110,7 @@ def validate(config: Any) -> None:
   if s.target_metric and s.target_metric not in TARGET_METRICS:
     raise ConfigError(f"config.stop.target_metric={s.target_metric!r} must be '' or one of {TARGET_METRICS}.")
   from lamb_lars import input_pipeline  # noqa: PLC0415  (a user loader may bring its own validation split)
+
   if s.target_metric.startswith("validation_") and not input_pipeline.has_validation(config):
     raise ConfigError(f"config.stop.target_metric={s.target_metric!r} needs config.validation_split > 0.")
   if s.target_mode not in MODES:
@@ -127,21 +141,23 @@ class StopRules:
     return {"recent_eval_accuracy": list(self.recent)}
 
   def load_state_dict(self, state: Optional[dict]) -> None:
-    self.recent = [float(a) for a in (state or {}).get("recent_eval_accuracy", [])][-self.num_recent:]
+    self.recent = [float(a) for a in (state or {}).get("recent_eval_accuracy", [])][-self.num_recent :]
 
   def check(self, step: int, row: dict) -> Optional[Stop]:
     """The rule that ends the run at the evaluation ``row`` of ``step``, or None to go on."""
     acc = row.get("eval_accuracy")
     if acc is not None:
-      self.recent = (self.recent + [float(acc) if np.isfinite(acc) else 0.0])[-self.num_recent:]
+      self.recent = (self.recent + [float(acc) if np.isfinite(acc) else 0.0])[-self.num_recent :]
     if self.metric and self.metric in row:
       value = float(row[self.metric])
       if (value >= self.goal) if self.mode == "max" else (value <= self.goal):
         return Stop("target", "done")
-    if self.dead_from is not None and step >= self.dead_from and self.recent \
-        and max(self.recent) <= self.threshold:
-      return Stop("dead", "diverged",
-                  f"no progress off chance level: the last {len(self.recent)} eval accuracies are ≤ "
-                  f"{100 * self.threshold:.2f}% (latest {100 * self.recent[-1]:.2f}%) after "
-                  f"{self.epoch_of(step):.1f} of {round(self.epoch_of(self.total_steps), 1):g} epochs")
+    if self.dead_from is not None and step >= self.dead_from and self.recent and max(self.recent) <= self.threshold:
+      return Stop(
+        "dead",
+        "diverged",
+        f"no progress off chance level: the last {len(self.recent)} eval accuracies are ≤ "
+        f"{100 * self.threshold:.2f}% (latest {100 * self.recent[-1]:.2f}%) after "
+        f"{self.epoch_of(step):.1f} of {round(self.epoch_of(self.total_steps), 1):g} epochs",
+      )
     return None

@@ -6,6 +6,7 @@
 :class:`NoiseScaleTracker` owns the EMA of the simple noise scale (McCandlish et al. 2018; formulas in
 :mod:`lamb_lars.train.noise_scale`) and the state it saves with each checkpoint.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -78,8 +79,12 @@ class MetricsWindow:
     """What a checkpoint between two evaluations keeps, so that a resumed run's next row equals an uninterrupted
     run's: the per-step values since the last evaluation (exact as JSON: float32 values are exact float64s) and the
     throughput counters."""
-    return {"values": {k: list(v) for k, v in self.values.items()}, "time": self.time, "examples": self.examples,
-            "steps": self.steps}
+    return {
+      "values": {k: list(v) for k, v in self.values.items()},
+      "time": self.time,
+      "examples": self.examples,
+      "steps": self.steps,
+    }
 
   def load_state_dict(self, saved: Optional[dict]) -> None:
     if saved:
@@ -89,20 +94,34 @@ class MetricsWindow:
   def summary(self) -> dict:
     """The row's training statistics and timing; then starts a new window."""
     v = self.values
-    out = {"train_loss": float(np.mean(v["train_loss"])), "train_accuracy": float(np.mean(v["train_accuracy"])),
-           "grad_norm": float(np.mean(v["grad_norm"]))}
+    out = {
+      "train_loss": float(np.mean(v["train_loss"])),
+      "train_accuracy": float(np.mean(v["train_accuracy"])),
+      "grad_norm": float(np.mean(v["grad_norm"])),
+    }
     if v["signal_to_noise"]:
       out["signal_to_noise"] = float(np.mean(v["signal_to_noise"]))
-    out.update(wall_time=self.train_time, compile_time=self.compile_time,
-               examples_per_sec=self.examples / self.time if self.time else float("nan"),
-               step_time=self.time / self.steps if self.steps else float("nan"))
+    out.update(
+      wall_time=self.train_time,
+      compile_time=self.compile_time,
+      examples_per_sec=self.examples / self.time if self.time else float("nan"),
+      step_time=self.time / self.steps if self.steps else float("nan"),
+    )
     self.reset()
     return out
 
 
 def step_scalars(first_step: int, metrics: dict, lrs: np.ndarray) -> list[tuple[int, dict[str, Any]]]:
   """(step, scalars) for TensorBoard of each step in a chunk; ``first_step`` is the 1-based number of its first."""
-  return [(first_step + j, {"step/train_loss": float(metrics["train_loss"][j]), "step/lr": float(lrs[j]),
-                            "step/grad_norm": float(metrics["grad_norm"][j]),
-                            "step/grad_norm_small_rms": float(np.sqrt(metrics["grad_sq_norm_small"][j]))})
-          for j in range(len(metrics["train_loss"]))]
+  return [
+    (
+      first_step + j,
+      {
+        "step/train_loss": float(metrics["train_loss"][j]),
+        "step/lr": float(lrs[j]),
+        "step/grad_norm": float(metrics["grad_norm"][j]),
+        "step/grad_norm_small_rms": float(np.sqrt(metrics["grad_sq_norm_small"][j])),
+      },
+    )
+    for j in range(len(metrics["train_loss"]))
+  ]

@@ -12,6 +12,7 @@ over devices and, inside a device, into ``num_microbatches`` micro-batches (grad
 B/(D·k)) and ``|g|²`` (batch B) are returned so the gradient noise scale (McCandlish et al. 2018) can be estimated
 from two batch sizes for free: on several devices, or on one device with ``num_microbatches ≥ 2``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -47,9 +48,10 @@ class StepOptions:
   fraction of labels by uniform random classes (§6.3, which found none of them helps). All are off (0) by default
   and then cost nothing.
   """
+
   num_classes: int
   num_microbatches: int = 1
-  microbatch_loop: str = "scan"       # scan | unrolled | host (:mod:`lamb_lars.train.host_accumulation`)
+  microbatch_loop: str = "scan"  # scan | unrolled | host (:mod:`lamb_lars.train.host_accumulation`)
   label_smoothing: float = 0.0
   signal_to_noise: bool = False
   activation_noise: float = 0.0
@@ -82,8 +84,12 @@ def tree_sq_norm(tree: Any) -> jax.Array:
 def init_state(model: nn.Module, tx: optax.GradientTransformation, rng: jax.Array, input_shape: tuple) -> TrainState:
   variables = model.init(rng, jnp.zeros((1,) + tuple(input_shape), jnp.float32), train=False)
   params = variables["params"]
-  return TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                    batch_stats=variables.get("batch_stats", {}), opt_state=tx.init(params))
+  return TrainState(
+    step=jnp.zeros((), jnp.int32),
+    params=params,
+    batch_stats=variables.get("batch_stats", {}),
+    opt_state=tx.init(params),
+  )
 
 
 def make_grad_fn(model: nn.Module, opts: StepOptions):
@@ -91,7 +97,7 @@ def make_grad_fn(model: nn.Module, opts: StepOptions):
 
   def loss_fn(params, batch_stats, x, y, dropout_rng):
     variables = {"params": params}
-    rngs = {"dropout": dropout_rng}   # unused (and compiled away) in models without dropout
+    rngs = {"dropout": dropout_rng}  # unused (and compiled away) in models without dropout
     if batch_stats:
       variables["batch_stats"] = batch_stats
       logits, new_vars = model.apply(variables, x, train=True, mutable=["batch_stats"], rngs=rngs)
@@ -132,17 +138,31 @@ def _accumulate(grad_fn, state: TrainState, params_v, xs, ys, r_drop, opts: Step
     g_acc, l_acc, c_acc, sq_acc = carry
     g, l, bs, c, sq = micro_sums(grad_fn, params_v, batch_stats, *xy)
     return (jax.tree.map(jnp.add, g_acc, g), l_acc + l, c_acc + c, sq_acc + sq), bs
+
   zeros = vary(jax.tree.map(jnp.zeros_like, state.params))
   scalar = lambda dtype: vary(jnp.zeros((), dtype))
   init = (zeros, scalar(jnp.float32), scalar(jnp.int32), scalar(jnp.float32))
-  (g_sum, l_sum, correct, sq_sum), bs_stack = jax.lax.scan(micro, init, (xs, ys, r_drop),
-                                                            unroll=opts.microbatch_loop == "unrolled")
-  return (l_sum / k, jax.tree.map(lambda s: s.mean(0), bs_stack), correct, jax.tree.map(lambda g: g / k, g_sum),
-          sq_sum / k)
+  (g_sum, l_sum, correct, sq_sum), bs_stack = jax.lax.scan(
+    micro, init, (xs, ys, r_drop), unroll=opts.microbatch_loop == "unrolled"
+  )
+  return (
+    l_sum / k,
+    jax.tree.map(lambda s: s.mean(0), bs_stack),
+    correct,
+    jax.tree.map(lambda g: g / k, g_sum),
+    sq_sum / k,
+  )
 
 
-def prepare(state: TrainState, images: jax.Array, labels: jax.Array, rng: jax.Array, opts: StepOptions,
-            preprocess: Preprocess, vary):
+def prepare(
+  state: TrainState,
+  images: jax.Array,
+  labels: jax.Array,
+  rng: jax.Array,
+  opts: StepOptions,
+  preprocess: Preprocess,
+  vary,
+):
   """This device's step inputs: (weights the forward pass sees, micro-batches [k, b/k, ...], labels [k, b/k], one
   dropout key per micro-batch). ``rng`` differs per device (augmentation, input/label/weight noise)."""
   k = opts.num_microbatches
@@ -158,8 +178,15 @@ def prepare(state: TrainState, images: jax.Array, labels: jax.Array, rng: jax.Ar
   return params_v, xs, ys, r_drop
 
 
-def finish(tx: optax.GradientTransformation, opts: StepOptions, axes: Any, state: TrainState, sums: tuple,
-           step_rng: jax.Array, batch: int):
+def finish(
+  tx: optax.GradientTransformation,
+  opts: StepOptions,
+  axes: Any,
+  state: TrainState,
+  sums: tuple,
+  step_rng: jax.Array,
+  batch: int,
+):
   """The optimizer update from this device's ``sums`` = (loss, new BN statistics, correct, g_d, mean |g_dj|²) of
   its ``batch`` examples: g = mean over devices of g_d; (new state, the step's metrics)."""
   loss, new_bs, correct, local_grads, small_sq = sums
@@ -169,21 +196,28 @@ def finish(tx: optax.GradientTransformation, opts: StepOptions, axes: Any, state
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   metrics = {
-      "train_loss": jax.lax.pmean(loss, axes),
-      "train_accuracy": jax.lax.pmean(correct / batch, axes),
-      "grad_norm": jnp.sqrt(tree_sq_norm(grads)),
-      "grad_sq_norm_small": jax.lax.pmean(small_sq, axes),   # mean over devices and micro-batches of |g_dj|²
+    "train_loss": jax.lax.pmean(loss, axes),
+    "train_accuracy": jax.lax.pmean(correct / batch, axes),
+    "grad_norm": jnp.sqrt(tree_sq_norm(grads)),
+    "grad_sq_norm_small": jax.lax.pmean(small_sq, axes),  # mean over devices and micro-batches of |g_dj|²
   }
   if opts.signal_to_noise:
     par, perp = noise_scale.snr_components(local_grads, jax.lax.pmean(local_grads, axes))
     metrics["signal_to_noise"] = jax.lax.pmean(par, axes) / jax.lax.pmean(perp, axes)
   new_state = state.replace(  # type: ignore[attr-defined]  # flax.struct.dataclass adds replace
-      step=state.step + 1, params=params, batch_stats=new_bs, opt_state=opt_state)
+    step=state.step + 1, params=params, batch_stats=new_bs, opt_state=opt_state
+  )
   return new_state, metrics
 
 
-def make_local_step(model: nn.Module, tx: optax.GradientTransformation, opts: StepOptions,
-                    preprocess: Preprocess, axes: Any, vary: Callable[[Any], Any]):
+def make_local_step(
+  model: nn.Module,
+  tx: optax.GradientTransformation,
+  opts: StepOptions,
+  preprocess: Preprocess,
+  axes: Any,
+  vary: Callable[[Any], Any],
+):
   """One optimizer step on this device's share of the global batch; collectives over ``axes``."""
   grad_fn = make_grad_fn(model, opts)
 
@@ -209,8 +243,10 @@ def scan_steps(local_step, state, fetch, xs, key, axes):
   (measured: docs/performance.md), so callers keep the number of steps per call small and dispatch calls
   asynchronously instead.
   """
+
   def body(state, x):
     return local_step(state, *fetch(x), *device_rngs(key, state.step, axes))
+
   if jax.tree.leaves(xs)[0].shape[0] == 1:  # one step: straight-line code, no loop construct at all
     state, metrics = body(state, jax.tree.map(lambda x: x[0], xs))
     return state, jax.tree.map(lambda m: m[None], metrics)
@@ -231,12 +267,16 @@ def make_train_chunk(model, tx, opts: StepOptions, preprocess: Preprocess, mesh:
   split = P(None, axes)
   in_specs: tuple[P, ...]
   if resident:  # both variants are named ``chunk``: the compiled program is ``jit_chunk`` (the cache's file names)
+
     def chunk(state, images_all, labels_all, idx, key):
       return scan_steps(local_step, state, lambda i: (images_all[i], labels_all[i]), idx, key, axes)
+
     in_specs = (P(), P(), P(), split, P())
   else:
+
     def chunk(state, images, labels, key):  # type: ignore[misc]  # the other variant's signature
       return scan_steps(local_step, state, lambda xy: xy, (images, labels), key, axes)
+
     in_specs = (P(), split, split, P())
   fn = jax.shard_map(chunk, mesh=mesh, in_specs=in_specs, out_specs=(P(), P()))
   return jax.jit(fn, donate_argnums=0)
@@ -244,6 +284,7 @@ def make_train_chunk(model, tx, opts: StepOptions, preprocess: Preprocess, mesh:
 
 def make_eval_step(model, opts: StepOptions, preprocess: Preprocess):
   """Sums of loss, correct predictions and counted examples over a padded batch (``mask`` marks real examples)."""
+
   def eval_step(params, batch_stats, images, labels, mask):
     variables = {"params": params}
     if batch_stats:
@@ -254,4 +295,5 @@ def make_eval_step(model, opts: StepOptions, preprocess: Preprocess):
     loss = cross_entropy(logits, labels, opts.num_classes) * m
     correct = (jnp.argmax(logits, -1) == labels) * m
     return jnp.stack([loss.sum(), correct.sum(), m.sum()])
+
   return jax.jit(eval_step)

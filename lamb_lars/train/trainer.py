@@ -11,6 +11,7 @@ dispatched one ahead, metrics fetched one chunk late), :mod:`~lamb_lars.train.fe
 :mod:`~lamb_lars.train.parallel` (jit or pmap), :mod:`~lamb_lars.train.evaluation`,
 :mod:`~lamb_lars.train.stopping`, :mod:`~lamb_lars.train.checkpoint`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,8 +26,20 @@ import ml_collections
 
 from lamb_lars import input_pipeline
 from lamb_lars.models import bn_groups, create_model
-from lamb_lars.train import (checkpoint, evaluation, feeders, init_from, mesh as mesh_lib, metric_writers, parallel,
-                             progress, run_identity, run_optimizer, run_plan, validate)
+from lamb_lars.train import (
+  checkpoint,
+  evaluation,
+  feeders,
+  init_from,
+  mesh as mesh_lib,
+  metric_writers,
+  parallel,
+  progress,
+  run_identity,
+  run_optimizer,
+  run_plan,
+  validate,
+)
 from lamb_lars.common import io_utils, run_files, workdir_lock
 from lamb_lars.optim import lr_table
 from lamb_lars.train import loop as loop_lib, train_step as ts
@@ -37,14 +50,19 @@ DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 def _log(msg: str) -> None:
   if jax.process_index() == 0:
     from tqdm import tqdm
+
     tqdm.write(msg, file=sys.stderr)
 
 
 def recorded_result(workdir: str) -> Optional[dict]:
   """The result of a run that already finished in ``workdir`` (done or diverged), else None."""
   path = os.path.join(workdir, run_files.RESULT_FILE)
-  result = io_utils.read_json_object(path, error=run_plan.ConfigError, damaged="is damaged (not valid JSON)",
-                                     remedy="move it away to resume the run from its checkpoints")
+  result = io_utils.read_json_object(
+    path,
+    error=run_plan.ConfigError,
+    damaged="is damaged (not valid JSON)",
+    remedy="move it away to resume the run from its checkpoints",
+  )
   if result and result.get("status") in ("done", "diverged"):
     _log(f"{workdir} already finished ({result['status']} at step {result.get('step')}); nothing to do.")
     return result
@@ -54,21 +72,38 @@ def recorded_result(workdir: str) -> Optional[dict]:
 def build_model(config: ml_collections.ConfigDict, plan: run_plan.RunPlan, strategy: Any, stage: int = 0):
   """The model with its BN layers wired to the groups of the plan's stage ``stage`` over the strategy's axes."""
   bn = plan.stages[stage].bn
-  norm = functools.partial(bn_groups.GroupBatchNorm, momentum=config.bn.momentum, epsilon=config.bn.epsilon,
-                           ghost_batch_size=bn.ghost_batch_size, **strategy.bn_axes(plan.num_devices, bn.group_devices))
-  return create_model(config.model, num_classes=config.num_classes, dtype=DTYPES[config.dtype], norm=norm,
-                      zero_init_last_bn=config.zero_init_last_bn, width=config.model_width,
-                      depth=config.model_depth, hidden=tuple(config.mlp_hidden))
+  norm = functools.partial(
+    bn_groups.GroupBatchNorm,
+    momentum=config.bn.momentum,
+    epsilon=config.bn.epsilon,
+    ghost_batch_size=bn.ghost_batch_size,
+    **strategy.bn_axes(plan.num_devices, bn.group_devices),
+  )
+  return create_model(
+    config.model,
+    num_classes=config.num_classes,
+    dtype=DTYPES[config.dtype],
+    norm=norm,
+    zero_init_last_bn=config.zero_init_last_bn,
+    width=config.model_width,
+    depth=config.model_depth,
+    hidden=tuple(config.mlp_hidden),
+  )
 
 
 def step_options(config: ml_collections.ConfigDict, plan: run_plan.RunPlan, stage: int = 0) -> ts.StepOptions:
   noise = config.diagnostics.noise_injection
-  return ts.StepOptions(num_classes=config.num_classes, num_microbatches=plan.stages[stage].num_microbatches,
-                        microbatch_loop=config.microbatch_loop,
-                        label_smoothing=config.label_smoothing,
-                        signal_to_noise=plan.diagnostics.signal_to_noise,
-                        activation_noise=noise.activations, weight_noise=noise.weights,
-                        gradient_noise=noise.gradients, label_noise=noise.labels)
+  return ts.StepOptions(
+    num_classes=config.num_classes,
+    num_microbatches=plan.stages[stage].num_microbatches,
+    microbatch_loop=config.microbatch_loop,
+    label_smoothing=config.label_smoothing,
+    signal_to_noise=plan.diagnostics.signal_to_noise,
+    activation_noise=noise.activations,
+    weight_noise=noise.weights,
+    gradient_noise=noise.gradients,
+    label_noise=noise.labels,
+  )
 
 
 def create_train_state(model, tx, mesh, image_shape: tuple, seed: int, table=None):
@@ -94,8 +129,10 @@ def restore(ckpt: checkpoint.Checkpointer, state, workdir: str, plan: run_plan.R
   if ckpt.latest_step() is None:
     if plan.branch is None:
       return state, {}
-    _log(f"Branching from {plan.branch.workdir} at its step {plan.branch.step} (example {plan.data_start}), "
-         f"LR {plan.branch.lr if plan.branch.lr is not None else 'from config.optimizer'}.")
+    _log(
+      f"Branching from {plan.branch.workdir} at its step {plan.branch.step} (example {plan.data_start}), "
+      f"LR {plan.branch.lr if plan.branch.lr is not None else 'from config.optimizer'}."
+    )
     return init_from.restore_into(state, plan.branch), {}
   state, meta = ckpt.restore_newest_intact(state, log=_log)
   _log(f"Resumed from step {int(state.step)} in {workdir}.")
@@ -105,15 +142,24 @@ def restore(ckpt: checkpoint.Checkpointer, state, workdir: str, plan: run_plan.R
 def progress_bar(config, plan: run_plan.RunPlan, step: int) -> progress.Progress:
   """A bar on a terminal or in a notebook, else a line every minute (lamb_lars/train/progress.py)."""
   batches = "→".join(str(s.batch_size) for s in plan.stages)
-  _log(f"Training {config.model} on {config.dataset}: batch {batches} on {plan.num_devices} device(s) "
-       f"× {plan.num_microbatches} micro-batch(es), {plan.total_steps} steps ({plan.epoch_of(1) ** -1:.2f}/epoch), "
-       f"BN group {plan.bn.group_devices} device(s) × ghost {plan.bn.ghost_batch_size}.")
-  return progress.Progress(total=plan.total_steps, initial=step, batch_size=plan.batch_size, epoch_of=plan.epoch_of,
-                           every_s=progress.every_s(), enabled=jax.process_index() == 0 and config.progress)
+  _log(
+    f"Training {config.model} on {config.dataset}: batch {batches} on {plan.num_devices} device(s) "
+    f"× {plan.num_microbatches} micro-batch(es), {plan.total_steps} steps ({plan.epoch_of(1) ** -1:.2f}/epoch), "
+    f"BN group {plan.bn.group_devices} device(s) × ghost {plan.bn.ghost_batch_size}."
+  )
+  return progress.Progress(
+    total=plan.total_steps,
+    initial=step,
+    batch_size=plan.batch_size,
+    epoch_of=plan.epoch_of,
+    every_s=progress.every_s(),
+    enabled=jax.process_index() == 0 and config.progress,
+  )
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
-                       hparams: Optional[dict[str, Any]] = None) -> dict:
+def train_and_evaluate(
+  config: ml_collections.ConfigDict, workdir: str, hparams: Optional[dict[str, Any]] = None
+) -> dict:
   """Trains and evaluates ``config`` in ``workdir``; resumes if a checkpoint is there. Returns the result record.
 
   Everything checkable is checked first (:func:`lamb_lars.train.validate.validate`, the validator studies use too):
@@ -137,8 +183,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     return _train(config, workdir, info, devices, plan, hparams)
 
 
-def _train(config: ml_collections.ConfigDict, workdir: str, info: input_pipeline.DatasetInfo, devices: list,
-           plan: run_plan.RunPlan, hparams: Optional[dict[str, Any]]) -> dict:
+def _train(
+  config: ml_collections.ConfigDict,
+  workdir: str,
+  info: input_pipeline.DatasetInfo,
+  devices: list,
+  plan: run_plan.RunPlan,
+  hparams: Optional[dict[str, Any]],
+) -> dict:
   """Builds the run's parts, resumes, runs the loop; the checkpointer and the writer are closed on every exit."""
   tx, lr_fn = run_optimizer.create_optimizer(config, plan, plan.branch.lr if plan.branch else None)
   lrs = lr_table.tabulate(lr_fn, plan.total_steps)  # the LR of every update, on the host: logged per step
@@ -146,19 +198,31 @@ def _train(config: ml_collections.ConfigDict, workdir: str, info: input_pipeline
   strategy = parallel.make(config, mesh)
   stage_parts = functools.lru_cache()(lambda i: (build_model(config, plan, strategy, i), step_options(config, plan, i)))
   model, opts = stage_parts(0)
-  state, step_key = create_train_state(model, tx, mesh, info.image_shape, config.seed,
-                                       lrs if config.optimizer.lr_table else None)
+  state, step_key = create_train_state(
+    model, tx, mesh, info.image_shape, config.seed, lrs if config.optimizer.lr_table else None
+  )
   w0 = jax.device_get(state.params) if config.diagnostics.dist_from_init else None
-  parts = loop_lib.Parts(config=config, plan=plan, lrs=lrs, step_key=step_key, log=_log,
-                         evaluate=evaluation.Evaluator(config, mesh, model, opts, w0),
-                         feeder=feeders.make_feeder(config, plan, strategy, info, stage_parts, tx))
+  parts = loop_lib.Parts(
+    config=config,
+    plan=plan,
+    lrs=lrs,
+    step_key=step_key,
+    log=_log,
+    evaluate=evaluation.Evaluator(config, mesh, model, opts, w0),
+    feeder=feeders.make_feeder(config, plan, strategy, info, stage_parts, tx),
+  )
   ckpt, writer, bar, status = checkpoint.Checkpointer(workdir, keep=config.keep_checkpoints), None, None, None
   try:
     state, meta = restore(ckpt, state, workdir, plan)
     step = int(jax.device_get(state.step))
-    writer = metric_writers.MetricWriter(workdir, enabled=jax.process_index() == 0, resume_step=step, log=_log,
-                                         hparams=hparams or metric_writers.config_hparams(config),
-                                         saved_rows=meta.get("rows"))
+    writer = metric_writers.MetricWriter(
+      workdir,
+      enabled=jax.process_index() == 0,
+      resume_step=step,
+      log=_log,
+      hparams=hparams or metric_writers.config_hparams(config),
+      saved_rows=meta.get("rows"),
+    )
     bar = progress_bar(config, plan, step)
     result = loop_lib.run(parts, state, step, meta, ckpt, writer, bar)
     status = result["status"]

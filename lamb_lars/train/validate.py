@@ -19,6 +19,7 @@ it checks:
   run is capped at :data:`MAX_TOTAL_STEPS` updates (80 MB of float64), far beyond any run we know of (90 ImageNet
   epochs at batch 256 are 450,000).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,16 +38,17 @@ MIN_IMAGE_SIZE = {"lenet5": 12}  # SAME 5×5 conv, 2×2 pool, VALID 5×5 conv, 2
 
 
 def _finite_positive(value: Any) -> bool:
-  return (isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-          and float(value) > 0)
+  return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and float(value) > 0
 
 
 def check_bounds(config: Any) -> None:
   """Numeric settings whose value cannot be right (module docstring); ConfigError naming the first."""
   lr = optimizer_config.learning_rate(config.optimizer)
   if lr is None:
-    raise ConfigError(f"config.optimizer.learning_rate is None and config.optimizer.default_learning_rate has no "
-                      f"entry for {config.optimizer.name!r}; give --config.optimizer.learning_rate.")
+    raise ConfigError(
+      f"config.optimizer.learning_rate is None and config.optimizer.default_learning_rate has no "
+      f"entry for {config.optimizer.name!r}; give --config.optimizer.learning_rate."
+    )
   if not _finite_positive(lr):
     raise ConfigError(f"config.optimizer.learning_rate={lr!r} must be a finite number > 0.")
   m, eps = config.bn.momentum, config.bn.epsilon
@@ -62,8 +64,10 @@ def check_bounds(config: Any) -> None:
   if import_path.is_import_path(config.model):
     import_path.resolve(config.model, "model")  # the module and its attribute exist; the call is checked in check_data
   elif config.model not in models.MODEL_NAMES:
-    raise ConfigError(f"config.model={config.model!r} is not one of {', '.join(models.MODEL_NAMES)}, nor an import "
-                      f"path 'package.module:Name'.")
+    raise ConfigError(
+      f"config.model={config.model!r} is not one of {', '.join(models.MODEL_NAMES)}, nor an import "
+      f"path 'package.module:Name'."
+    )
   check_more_bounds(config)
 
 
@@ -76,8 +80,10 @@ def check_model_size(config: Any) -> None:
   if not (isinstance(depth, numbers.Integral) and not isinstance(depth, bool) and int(depth) >= 0):
     raise ConfigError(f"config.model_depth={depth!r} must be an integer ≥ 0 (0 = the model's own depth).")
   if depth and config.model != "mlp":
-    raise ConfigError(f"config.model_depth={depth} applies to model 'mlp' only; config.model={config.model!r} has "
-                      f"its depth in its name or its definition, so set model_depth=0.")
+    raise ConfigError(
+      f"config.model_depth={depth} applies to model 'mlp' only; config.model={config.model!r} has "
+      f"its depth in its name or its definition, so set model_depth=0."
+    )
   hidden = tuple(config.mlp_hidden)
   if not hidden or not all(isinstance(h, numbers.Integral) and not isinstance(h, bool) and int(h) >= 1 for h in hidden):
     raise ConfigError(f"config.mlp_hidden={hidden!r} must be a non-empty tuple of integers ≥ 1.")
@@ -91,6 +97,7 @@ def check_user_model(config: Any, info: Any) -> None:
   shape: it must build with (num_classes, dtype, norm), take ``(x, train=...)`` and return [1, num_classes] logits."""
   import jax  # noqa: PLC0415
   import jax.numpy as jnp  # noqa: PLC0415
+
   model = models.create_model(config.model, num_classes=int(config.num_classes), dtype=jnp.float32)
   x = jnp.zeros((1,) + tuple(info.image_shape), jnp.float32)
   rngs = {"params": jax.random.PRNGKey(0), "dropout": jax.random.PRNGKey(1)}
@@ -98,12 +105,16 @@ def check_user_model(config: Any, info: Any) -> None:
     variables = jax.eval_shape(lambda: model.init(rngs, x, train=False))
     out = jax.eval_shape(lambda v: model.apply(v, x, train=True, mutable=["batch_stats"], rngs=rngs), variables)[0]
   except Exception as e:  # noqa: BLE001  (the user's module failed on the data: a mistake in the workload)
-    raise ConfigError(f"config.model={config.model!r} fails on one example of shape {tuple(info.image_shape)} "
-                      f"called as model.apply(variables, x, train=...) ({type(e).__name__}: "
-                      f"{' '.join(str(e).split())[:200]}); see docs/workloads.md.") from None
+    raise ConfigError(
+      f"config.model={config.model!r} fails on one example of shape {tuple(info.image_shape)} "
+      f"called as model.apply(variables, x, train=...) ({type(e).__name__}: "
+      f"{' '.join(str(e).split())[:200]}); see docs/workloads.md."
+    ) from None
   if getattr(out, "shape", None) != (1, int(config.num_classes)):
-    raise ConfigError(f"config.model={config.model!r} returns {getattr(out, 'shape', type(out).__name__)} for one "
-                      f"example; it must return logits of shape (batch, num_classes) = (1, {config.num_classes}).")
+    raise ConfigError(
+      f"config.model={config.model!r} returns {getattr(out, 'shape', type(out).__name__)} for one "
+      f"example; it must return logits of shape (batch, num_classes) = (1, {config.num_classes})."
+    )
 
 
 def check_more_bounds(config: Any) -> None:
@@ -125,8 +136,9 @@ def check_more_bounds(config: Any) -> None:
       if not int(config.synthetic[key]) >= 1:
         raise ConfigError(f"config.synthetic.{key}={config.synthetic[key]!r} must be ≥ 1.")
   if config.init_from_dir and not io_utils.exists(config.init_from_dir):
-    raise ConfigError(f"config.init_from_dir={config.init_from_dir!r} does not exist; give the workdir of the "
-                      f"reference run.")
+    raise ConfigError(
+      f"config.init_from_dir={config.init_from_dir!r} does not exist; give the workdir of the reference run."
+    )
 
 
 def check_eval_batch(config: Any, info: Any) -> None:
@@ -134,23 +146,30 @@ def check_eval_batch(config: Any, info: Any) -> None:
   before its buffers are allocated."""
   most = max(int(info.num_eval), int(info.num_validation), 1)
   if config.eval_batch_size > max(most, 65536):
-    raise ConfigError(f"config.eval_batch_size={config.eval_batch_size:,} is larger than the {most:,} examples of "
-                      f"the largest evaluated split; use at most {max(most, 65536):,}.")
+    raise ConfigError(
+      f"config.eval_batch_size={config.eval_batch_size:,} is larger than the {most:,} examples of "
+      f"the largest evaluated split; use at most {max(most, 65536):,}."
+    )
 
 
 def check_data(config: Any, info: Any) -> None:
   """``num_classes`` and the example shape against the dataset (``input_pipeline.DatasetInfo``)."""
   if int(config.num_classes) != int(info.num_classes):
-    raise ConfigError(f"config.num_classes={config.num_classes} but dataset {info.name!r} has {info.num_classes} "
-                      f"classes; set config.num_classes={info.num_classes}.")
+    raise ConfigError(
+      f"config.num_classes={config.num_classes} but dataset {info.name!r} has {info.num_classes} "
+      f"classes; set config.num_classes={info.num_classes}."
+    )
   shape = tuple(info.image_shape)
   if len(shape) != 3 or min(shape) < 1:
-    raise ConfigError(f"dataset {info.name!r} gives examples of shape {shape}; the models need (height, width, "
-                      f"channels), each ≥ 1.")
+    raise ConfigError(
+      f"dataset {info.name!r} gives examples of shape {shape}; the models need (height, width, channels), each ≥ 1."
+    )
   least = MIN_IMAGE_SIZE.get(config.model, 1)
   if min(shape[:2]) < least:
-    raise ConfigError(f"config.model={config.model!r} needs images of at least {least}×{least}; dataset "
-                      f"{info.name!r} gives {shape[0]}×{shape[1]}.")
+    raise ConfigError(
+      f"config.model={config.model!r} needs images of at least {least}×{least}; dataset "
+      f"{info.name!r} gives {shape[0]}×{shape[1]}."
+    )
   if import_path.is_import_path(config.model):
     check_user_model(config, info)
 
@@ -158,12 +177,16 @@ def check_data(config: Any, info: Any) -> None:
 def check_plan(config: Any, plan: run_plan.RunPlan) -> None:
   """Checks that need the step counts: warmup ≤ training, the LR table's size."""
   if plan.total_steps > MAX_TOTAL_STEPS:
-    raise ConfigError(f"the run has {plan.total_steps:,} steps (config.num_train_steps / num_epochs), more than the "
-                      f"{MAX_TOTAL_STEPS:,} the host LR table holds; shorten it.")
+    raise ConfigError(
+      f"the run has {plan.total_steps:,} steps (config.num_train_steps / num_epochs), more than the "
+      f"{MAX_TOTAL_STEPS:,} the host LR table holds; shorten it."
+    )
   if plan.warmup_steps > plan.total_steps and not config.optimizer.schedule.allow_long_warmup:
-    raise ConfigError(f"the warmup ({plan.warmup_steps} steps) is longer than training ({plan.total_steps} steps), "
-                      f"so the LR never reaches its peak; shorten config.optimizer.schedule.warmup_* or set "
-                      f"config.optimizer.schedule.allow_long_warmup=True.")
+    raise ConfigError(
+      f"the warmup ({plan.warmup_steps} steps) is longer than training ({plan.total_steps} steps), "
+      f"so the LR never reaches its peak; shorten config.optimizer.schedule.warmup_* or set "
+      f"config.optimizer.schedule.allow_long_warmup=True."
+    )
 
 
 def dataset_info(config: Any) -> input_pipeline.DatasetInfo:
@@ -177,8 +200,9 @@ def dataset_info(config: Any) -> input_pipeline.DatasetInfo:
     raise ConfigError(str(e)) from None
 
 
-def validate(config: Any, devices: Union[int, Sequence[Any]],
-             info: Optional[input_pipeline.DatasetInfo] = None) -> run_plan.RunPlan:
+def validate(
+  config: Any, devices: Union[int, Sequence[Any]], info: Optional[input_pipeline.DatasetInfo] = None
+) -> run_plan.RunPlan:
   """Every check of a training config, before anything compiles: the run's plan, or a one-sentence ConfigError.
 
   ``devices``: the devices the run will use (a list, checked against ``config.num_devices``), or their number.
@@ -199,12 +223,16 @@ def validate(config: Any, devices: Union[int, Sequence[Any]],
     raise ConfigError(str(e)) from None
   stopping.validate(config)
   if config.data_order == "examples" and not info.in_memory and not input_pipeline.gathers_examples(config):
-    raise ConfigError(f"config.data_order='examples' needs a dataset held in memory or images of one fixed shape; "
-                      f"{info.name!r} is streamed with crops, so use data_order='batches' (and no batch_schedule or "
-                      f"init_from_dir).")
+    raise ConfigError(
+      f"config.data_order='examples' needs a dataset held in memory or images of one fixed shape; "
+      f"{info.name!r} is streamed with crops, so use data_order='batches' (and no batch_schedule or "
+      f"init_from_dir)."
+    )
   if config.data_on_device == "yes" and config.parallelism == "jit" and not info.in_memory:
-    raise ConfigError(f"config.data_on_device='yes' needs a dataset held in memory; {info.name!r} is streamed, so "
-                      f"set config.data_on_device='auto' or 'no'.")
+    raise ConfigError(
+      f"config.data_on_device='yes' needs a dataset held in memory; {info.name!r} is streamed, so "
+      f"set config.data_on_device='auto' or 'no'."
+    )
   plan = run_plan.make_plan(config, num_train=info.num_train, num_devices=devices)
   ref = init_from.resolve(config, devices)
   if ref is not None:

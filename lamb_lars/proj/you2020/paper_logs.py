@@ -16,6 +16,7 @@ re-running it skips finished runs and resumes a killed one from its checkpoint. 
 paper_logs``: the commit that reported, the commands that ran the runs, the machine, the files' sha256), so that
 ``python -m lamb_lars.study verify DIR`` checks the folder like any published study.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,7 +39,6 @@ VERIFIER = "lamb_lars.proj.you2020.paper_logs"  # manifest.json's verifier: `stu
 FILES = ("runs.csv", "authors.csv", "README.md")
 
 
-
 def run_dir(workdir: str, config: str, seed: int, learning_rate: Optional[float] = None) -> str:
   """WORKDIR/<config>/seed<k>, or WORKDIR/<config>/lr<η>/seed<k> for a run at another LR (the slice)."""
   parts = [workdir, config] + ([f"lr{learning_rate:g}"] if learning_rate is not None else []) + [f"seed{seed}"]
@@ -55,8 +55,9 @@ def load_config(name: str, seed: int, learning_rate: Optional[float] = None):
 
 
 def _command(name: str, seed: int, out: str, learning_rate: Optional[float]) -> list[str]:
-  return ([sys.executable, "-m", "lamb_lars.proj.you2020.paper_logs", "one", name, str(seed), out]
-          + ([f"--learning_rate={learning_rate}"] if learning_rate is not None else []))
+  return [sys.executable, "-m", "lamb_lars.proj.you2020.paper_logs", "one", name, str(seed), out] + (
+    [f"--learning_rate={learning_rate}"] if learning_rate is not None else []
+  )
 
 
 def _pinned(cpus: Optional[set]):
@@ -67,10 +68,12 @@ def _pinned(cpus: Optional[set]):
 def _exit_reason(returncode: int) -> str:
   """One sentence on why a run's process ended badly (a negative code is the signal that killed it)."""
   if returncode == -9:
-    return ("killed by SIGKILL: on Linux most often the out-of-memory killer (`dmesg` says), e.g. two full-batch "
-            "runs of the CNN at once with the unrolled micro-batch loop, ≈ 14 GB each, on a 24 GiB machine; then "
-            "run fewer at once or use config.microbatch_loop='host'. It resumes from its last checkpoint when run "
-            "again.")
+    return (
+      "killed by SIGKILL: on Linux most often the out-of-memory killer (`dmesg` says), e.g. two full-batch "
+      "runs of the CNN at once with the unrolled micro-batch loop, ≈ 14 GB each, on a 24 GiB machine; then "
+      "run fewer at once or use config.microbatch_loop='host'. It resumes from its last checkpoint when run "
+      "again."
+    )
   if returncode < 0:
     return f"killed by signal {-returncode}; it resumes from its last checkpoint when run again."
   return f"exit status {returncode} (its error is printed above)."
@@ -84,6 +87,7 @@ BASE_GB, PER_MICROBATCH_GB, HOST_LOOP_GB = 1.2, 0.46, 2.0
 def estimated_gb(name: str) -> float:
   """A run's peak host memory, estimated from its micro-batch loop and number of micro-batches (constants above)."""
   from lamb_lars.train import run_plan
+
   config = load_config(name, 0)
   k = run_plan.num_microbatches(config, 1) if config.microbatch_loop == "unrolled" else 1
   return HOST_LOOP_GB if config.microbatch_loop == "host" else BASE_GB + PER_MICROBATCH_GB * (k - 1)
@@ -105,9 +109,15 @@ def _next_fitting(todo: list, running_gb: float, budget_gb: float, gb) -> Option
   return None
 
 
-def run(workdir: str, configs: Sequence[str], seeds: Sequence[int],
-        learning_rates: Sequence[Optional[float]] = (None,), workers: int = 1,
-        memory_gb: Optional[float] = None, gb=estimated_gb) -> int:
+def run(
+  workdir: str,
+  configs: Sequence[str],
+  seeds: Sequence[int],
+  learning_rates: Sequence[Optional[float]] = (None,),
+  workers: int = 1,
+  memory_gb: Optional[float] = None,
+  gb=estimated_gb,
+) -> int:
   """Trains every configuration × LR × seed not finished yet, one process each, ``workers`` at a time; returns how
   many failed. With ``workers`` > 1 each process gets its own share of the CPUs (pinned) and a single-threaded XLA
   (one intra-op thread per CPU of its share): on the 2-core CPU two such runs of the authors' CNN train at 819 + 771
@@ -115,14 +125,20 @@ def run(workdir: str, configs: Sequence[str], seeds: Sequence[int],
   the first waiting run whose estimated memory (``gb``) fits beside the running ones within ``memory_gb`` (default
   90% of the machine's memory): two full-batch runs with the unrolled micro-batch loop (≈ 14 GB each) do not run
   together on a 24 GiB machine; with the host loop of the full-batch paper configs (≤ 2 GB each) they do."""
-  todo = [(name, lr, seed) for name in configs for lr in learning_rates for seed in seeds
-          if not os.path.exists(os.path.join(run_dir(workdir, name, seed, lr), run_files.RESULT_FILE))]
+  todo = [
+    (name, lr, seed)
+    for name in configs
+    for lr in learning_rates
+    for seed in seeds
+    if not os.path.exists(os.path.join(run_dir(workdir, name, seed, lr), run_files.RESULT_FILE))
+  ]
   ncpu = len(usable_cpus())
   share = max(1, ncpu // workers) if workers > 1 else 0
   env = dict(os.environ)
   if share:
-    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false "
-                        f"intra_op_parallelism_threads={share}").strip()
+    env["XLA_FLAGS"] = (
+      env.get("XLA_FLAGS", "") + f" --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads={share}"
+    ).strip()
   running: dict[int, tuple[str, subprocess.Popen, float]] = {}  # slot → (what runs, its process, its memory)
   budget = 0.9 * machine_gb() if memory_gb is None else memory_gb
   est = {name: gb(name) for name in {n for n, _, _ in todo}}  # once, before any run starts
@@ -144,8 +160,11 @@ def run(workdir: str, configs: Sequence[str], seeds: Sequence[int],
       cpus = slot_cpus(slot, share) if share and ncpu >= workers else None
       what = f"{name} lr {lr or 'as logged'} seed {seed}"
       print(f"{time.strftime('%H:%M:%S')} {what} → {out}" + (f" (CPUs {sorted(cpus)})" if cpus else ""), flush=True)
-      running[slot] = (what, subprocess.Popen(_command(name, seed, out, lr), env=env, preexec_fn=_pinned(cpus)),
-                       est[name])
+      running[slot] = (
+        what,
+        subprocess.Popen(_command(name, seed, out, lr), env=env, preexec_fn=_pinned(cpus)),
+        est[name],
+      )
     if running:
       time.sleep(1.0)
   return failed
@@ -155,10 +174,12 @@ def record_command(workdir: str, command: str) -> None:
   """Appends ``command`` to WORKDIR/commands.txt, time-stamped, with the commit of the code that runs it
   (workdir.command_line); the published manifest's ``run_commands`` are these lines."""
   from lamb_lars.study.running import workdir as wd
+
   os.makedirs(workdir, exist_ok=True)
   with open(os.path.join(workdir, "commands.txt"), "a") as f:
-    f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')}  {wd.command_line(command, code_state.code_state())}"
-            f"{_placement()}\n")
+    f.write(
+      f"{time.strftime('%Y-%m-%d %H:%M:%S')}  {wd.command_line(command, code_state.code_state())}{_placement()}\n"
+    )
 
 
 def _placement() -> str:
@@ -174,6 +195,7 @@ def _placement() -> str:
 
 def _one(name: str, seed: int, out: str, learning_rate: Optional[float]) -> None:
   from lamb_lars.train import trainer
+
   trainer.train_and_evaluate(load_config(name, seed, learning_rate), out)
 
 
@@ -187,8 +209,16 @@ def _run_row(config: str, learning_rate: str, seed: int, path: str) -> list:
   with open(path) as f:
     r = json.load(f)
   acc = (r.get("final") or {}).get("eval_accuracy")
-  return [config, learning_rate, seed, r["status"], int(r["step"]), "" if acc is None else f"{acc:.6f}",
-          "" if r.get("train_time") is None else f"{r['train_time']:.1f}", _microbatch_loop(os.path.dirname(path))]
+  return [
+    config,
+    learning_rate,
+    seed,
+    r["status"],
+    int(r["step"]),
+    "" if acc is None else f"{acc:.6f}",
+    "" if r.get("train_time") is None else f"{r['train_time']:.1f}",
+    _microbatch_loop(os.path.dirname(path)),
+  ]
 
 
 def collect(workdir: str) -> list[list]:
@@ -228,20 +258,30 @@ def write_report(workdir: str, out: str, command: str) -> None:
   with open(os.path.join(out, "README.md"), "w") as f:
     f.write(authors_logs.render(_read_csv(os.path.join(out, "runs.csv")), command, authors_logs.PATHS))
   commands = os.path.join(workdir, "commands.txt")  # how the runs were launched, at which commit (record_command)
-  manifest = dict(kind=KIND, verifier=VERIFIER, paths=authors_logs.PATHS, code=code, report_command=command,
-                  run_commands=open(commands).read().splitlines() if os.path.exists(commands) else [],
-                  machine=code_state.machine(), runs=len(collect(workdir)),
-                  files={n: code_state.sha256(os.path.join(out, n)) for n in FILES})
+  manifest = dict(
+    kind=KIND,
+    verifier=VERIFIER,
+    paths=authors_logs.PATHS,
+    code=code,
+    report_command=command,
+    run_commands=open(commands).read().splitlines() if os.path.exists(commands) else [],
+    machine=code_state.machine(),
+    runs=len(collect(workdir)),
+    files={n: code_state.sha256(os.path.join(out, n)) for n in FILES},
+  )
   manifest_lib.write_manifest(out, manifest)
 
 
 def verify(out: str, manifest: dict) -> list[str]:
   """The mismatches of a published comparison with its manifest: file hashes, authors.csv against
   :data:`lamb_lars.proj.you2020.paper.AUTHORS`, and the README recomputed from runs.csv (one sentence each)."""
-  problems = [f"{n} has sha256 {code_state.sha256(os.path.join(out, n))[:12]}…, the manifest says "
-              f"{str(manifest.get('files', {}).get(n))[:12]}…." for n in FILES
-              if not os.path.isfile(os.path.join(out, n))
-              or code_state.sha256(os.path.join(out, n)) != manifest.get("files", {}).get(n)]
+  problems = [
+    f"{n} has sha256 {code_state.sha256(os.path.join(out, n))[:12]}…, the manifest says "
+    f"{str(manifest.get('files', {}).get(n))[:12]}…."
+    for n in FILES
+    if not os.path.isfile(os.path.join(out, n))
+    or code_state.sha256(os.path.join(out, n)) != manifest.get("files", {}).get(n)
+  ]
   if problems:
     return problems
   theirs = [list(r.values()) for r in _read_csv(os.path.join(out, "authors.csv"))]
@@ -251,25 +291,30 @@ def verify(out: str, manifest: dict) -> list[str]:
   if len(runs) != manifest.get("runs"):
     problems.append(f"runs.csv has {len(runs)} runs, the manifest says {manifest.get('runs')}.")
   with open(os.path.join(out, "README.md")) as f:
-    if f.read() != authors_logs.render(runs, manifest.get("report_command", ""),
-                                       manifest.get("paths") or authors_logs.LEGACY_PATHS):
+    if f.read() != authors_logs.render(
+      runs, manifest.get("report_command", ""), manifest.get("paths") or authors_logs.LEGACY_PATHS
+    ):
       problems.append("README.md differs from the one recomputed from runs.csv.")
   return problems
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-  ap = argparse.ArgumentParser(prog="python -m lamb_lars.proj.you2020.paper_logs",
-                               description=__doc__.split("\n\n")[0])
+  ap = argparse.ArgumentParser(prog="python -m lamb_lars.proj.you2020.paper_logs", description=__doc__.split("\n\n")[0])
   sub = ap.add_subparsers(dest="cmd", required=True)
   r = sub.add_parser("run")
   r.add_argument("--workdir", required=True)
   r.add_argument("--seeds", default="0,1")
   r.add_argument("--configs", default=",".join(paper.AUTHORS))
   r.add_argument("--workers", type=int, default=1, help="runs at once, each pinned to its share of the CPUs")
-  r.add_argument("--memory_gb", type=float, default=None,
-                 help="host memory the runs at once may use (default: 90%% of the machine's); see estimated_gb")
-  r.add_argument("--slice_lrs", default="",
-                 help=f"also run {paper.SLICE_CONFIG} at these LRs (the response-surface slice)")
+  r.add_argument(
+    "--memory_gb",
+    type=float,
+    default=None,
+    help="host memory the runs at once may use (default: 90%% of the machine's); see estimated_gb",
+  )
+  r.add_argument(
+    "--slice_lrs", default="", help=f"also run {paper.SLICE_CONFIG} at these LRs (the response-surface slice)"
+  )
   p = sub.add_parser("report")
   p.add_argument("--workdir", required=True)
   p.add_argument("--out", required=True)
@@ -291,8 +336,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     record_command(a.workdir, " ".join(["python -m lamb_lars.proj.you2020.paper_logs"] + list(argv or sys.argv[1:])))
     failed = run(a.workdir, a.configs.split(","), seeds, workers=a.workers, memory_gb=a.memory_gb)
     if a.slice_lrs:
-      failed += run(a.workdir, [paper.SLICE_CONFIG], seeds, [float(x) for x in a.slice_lrs.split(",")],
-                    workers=a.workers, memory_gb=a.memory_gb)
+      failed += run(
+        a.workdir,
+        [paper.SLICE_CONFIG],
+        seeds,
+        [float(x) for x in a.slice_lrs.split(",")],
+        workers=a.workers,
+        memory_gb=a.memory_gb,
+      )
     print(f"finished: {failed} run(s) failed")
     return 1 if failed else 0
   command = " ".join(["python -m lamb_lars.proj.you2020.paper_logs"] + list(argv or sys.argv[1:]))

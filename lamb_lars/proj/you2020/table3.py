@@ -25,6 +25,7 @@ split selects on the test accuracy, and the cell says so (``selected_on``). If n
 'unstable' if any trial was unstable, else 'diverge' if any diverged, else 'n/a'. Failed (crashed) and unfinished
 trials are not results.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -50,6 +51,7 @@ LOSSES = ("train_loss", "eval_loss", "validation_loss")
 @dataclasses.dataclass(frozen=True)
 class Verdict:
   """One trial's verdict ('ok' | 'diverge' | 'unstable' | 'pruned'), final and best test accuracy, and why."""
+
   verdict: str
   final: Optional[float]
   best: Optional[float]
@@ -59,13 +61,14 @@ class Verdict:
 @dataclasses.dataclass(frozen=True)
 class Cell:
   """A table cell: verdict ('ok' | 'diverge' | 'unstable' | 'n/a'), accuracy of the best ok trial, counts."""
+
   verdict: str
   accuracy: Optional[float] = None
   run_id: Optional[str] = None
   num_trials: int = 0
   counts: Mapping[str, int] = dataclasses.field(default_factory=dict)
-  selected_on: str = ""                                    # 'validation_accuracy' | 'eval_accuracy' (test)
-  replicates: Optional[replicates_lib.Summary] = None      # test accuracy over the chosen trial's fresh seeds
+  selected_on: str = ""  # 'validation_accuracy' | 'eval_accuracy' (test)
+  replicates: Optional[replicates_lib.Summary] = None  # test accuracy over the chosen trial's fresh seeds
 
   def text(self, digits: int = 1) -> str:
     return f"{100 * self.accuracy:.{digits}f}" if self.verdict == "ok" else self.verdict
@@ -74,6 +77,7 @@ class Cell:
 @dataclasses.dataclass(frozen=True)
 class Table3:
   """Rows (optimizers) × columns; ``cells[(row, column)]``; the first column is the baseline batch when given."""
+
   batch_size: int
   baseline_batch: Optional[int]
   rows: tuple[str, ...]
@@ -102,8 +106,12 @@ def trial_verdict(trial: Trial, *, num_classes: int = 10, drop_tol: float = 0.01
     how = "never left chance level" if best is None or best <= threshold else "fell back to chance level"
     return Verdict("diverge", final, best, f"{how} (final {shown} ≤ {100 * threshold:.1f}%)")
   if final < best - drop_tol:
-    return Verdict("unstable", final, best, f"ended at {100 * (final or 0):.2f}%, {100 * (best - (final or 0)):.2f} "
-                   f"points below its best {100 * best:.2f}%")
+    return Verdict(
+      "unstable",
+      final,
+      best,
+      f"ended at {100 * (final or 0):.2f}%, {100 * (best - (final or 0)):.2f} points below its best {100 * best:.2f}%",
+    )
   return Verdict("ok", final, best)
 
 
@@ -112,8 +120,11 @@ def cell(trials: Iterable[Trial], **verdict_kw) -> Cell:
   everything = list(trials)
   # A cell with fixed settings selected nothing, so each of its seeds is judged (replicates.fixed_settings).
   fixed = replicates_lib.fixed_settings(everything) is not None
-  judged = [(t, v) for t in everything if (fixed or t.phase != "replicate")
-            and (v := trial_verdict(t, **verdict_kw)) is not None]
+  judged = [
+    (t, v)
+    for t in everything
+    if (fixed or t.phase != "replicate") and (v := trial_verdict(t, **verdict_kw)) is not None
+  ]
   counts: dict[str, int] = {}
   for _, v in judged:
     counts[v.verdict] = counts.get(v.verdict, 0) + 1
@@ -139,8 +150,9 @@ def batch_label(batch: int) -> str:
   return f"{batch // 1024}K" if batch >= 1024 and batch % 1024 == 0 else str(batch)
 
 
-def study_table3(trials: Sequence[Trial], batch: Optional[int], baseline_batch: Optional[int], workload: str,
-                 num_classes: int) -> tuple[int, Optional[int], Table3]:
+def study_table3(
+  trials: Sequence[Trial], batch: Optional[int], baseline_batch: Optional[int], workload: str, num_classes: int
+) -> tuple[int, Optional[int], Table3]:
   """(the Table 3 batch, its B0 column's batch or None, the table) of a study, as both report sections read it: at
   ``batch`` (else the largest
   ``role='table3'`` batch), with a B0 column at the baseline's batch, else the paper's B0 (so a Table 3 study
@@ -150,8 +162,14 @@ def study_table3(trials: Sequence[Trial], batch: Optional[int], baseline_batch: 
   return batch, b0, build_table3(trials, batch, baseline_batch=b0, num_classes=num_classes)
 
 
-def build_table3(trials: Sequence[Trial], batch_size: int, *, baseline_batch: Optional[int] = None,
-                 optimizers: Optional[Sequence[str]] = None, **verdict_kw) -> Table3:
+def build_table3(
+  trials: Sequence[Trial],
+  batch_size: int,
+  *,
+  baseline_batch: Optional[int] = None,
+  optimizers: Optional[Sequence[str]] = None,
+  **verdict_kw,
+) -> Table3:
   """Table 3 at ``batch_size`` from the ``role='table3'`` trials; with ``baseline_batch``, a first column
   'bs B0' from the 'original' trials at B0."""
   trials = [t for t in trials if t.role == "table3"]
@@ -163,11 +181,13 @@ def build_table3(trials: Sequence[Trial], batch_size: int, *, baseline_batch: Op
   cells = {}
   for name, batch, variant in columns:
     for opt in rows:
-      group = [t for t in trials if t.optimizer == opt and t.batch_size == batch
-               and normalise_variant(t.variant) == variant]
+      group = [
+        t for t in trials if t.optimizer == opt and t.batch_size == batch and normalise_variant(t.variant) == variant
+      ]
       cells[(opt, name)] = cell(group, **verdict_kw)
-  return Table3(batch_size=batch_size, baseline_batch=baseline_batch, rows=rows,
-                columns=tuple(c[0] for c in columns), cells=cells)
+  return Table3(
+    batch_size=batch_size, baseline_batch=baseline_batch, rows=rows, columns=tuple(c[0] for c in columns), cells=cells
+  )
 
 
 def render_markdown(table: Table3, paper: Optional[Mapping[str, Sequence[str]]] = None, digits: int = 1) -> str:
@@ -184,8 +204,10 @@ def render_markdown(table: Table3, paper: Optional[Mapping[str, Sequence[str]]] 
 
 # --- the study report's sections (reference.py names them; lamb_lars/study/report/reference.py calls them)
 
-def table3_section(trials: Sequence[Trial], spec: Any, baseline_batch: Optional[int],
-                   out_dir: Optional[str]) -> list[str]:
+
+def table3_section(
+  trials: Sequence[Trial], spec: Any, baseline_batch: Optional[int], out_dir: Optional[str]
+) -> list[str]:
   """The generic report's "Table 3" section (``spec``: its ReportSpec): the table, each cell against the paper, the
   trials per cell, and the curves of one trial per large-batch cell (``out_dir`` None: named, not drawn)."""
   if not any(t.role == "table3" for t in trials):
@@ -193,24 +215,41 @@ def table3_section(trials: Sequence[Trial], spec: Any, baseline_batch: Optional[
   lines = ["## Table 3: optimizer × layer-wise variants", ""]
   batch, _, cells = study_table3(trials, spec.table3_batch, baseline_batch, spec.workload, spec.num_classes)
   ref = paper_numbers.TABLE3 if spec.workload == "mnist_lenet" else None
-  lines += [render_markdown(cells, ref), "Each cell: measured / paper. Measured = the mean final test accuracy "
-            "(%) of the replicates of the cell's chosen trial (the full-budget trial, neither 'diverge' nor "
-            "'unstable', with the best final validation accuracy), or that trial's own when it has no replicates "
-            "(a single run); when there is none, the cell's verdict (docs/studies.md).", ""]
+  lines += [
+    render_markdown(cells, ref),
+    "Each cell: measured / paper. Measured = the mean final test accuracy "
+    "(%) of the replicates of the cell's chosen trial (the full-budget trial, neither 'diverge' nor "
+    "'unstable', with the best final validation accuracy), or that trial's own when it has no replicates "
+    "(a single run); when there is none, the cell's verdict (docs/studies.md).",
+    "",
+  ]
   rows = []
   for opt in cells.rows:
     for col in cells.columns:
       c = cells.cells[(opt, col)]
       if c.num_trials:
-        rows.append([opt, col, c.text(2), c.run_id and f"`{c.run_id}`",
-                     ", ".join(f"{k} {v}" for k, v in sorted(c.counts.items()))])
+        rows.append(
+          [
+            opt,
+            col,
+            c.text(2),
+            c.run_id and f"`{c.run_id}`",
+            ", ".join(f"{k} {v}" for k, v in sorted(c.counts.items())),
+          ]
+        )
   lines += ["Trials per cell:", ""] + table(["solver", "column", "cell", "best trial", "verdicts"], rows)
   curves = _curves(trials, cells, batch)
   if curves:
-    name = plots.training_curves(out_dir, "table3_curves.png", curves,
-                                 title=f"Table 3 at batch {batch:,}: one trial per optimizer × variant")
-    lines += [f"The trial shown per cell at batch {batch}: the cell's chosen trial, or (no trial ok) the full-budget "
-              "trial with the best accuracy it ever reached.", "", f"![Table 3 curves]({name})", ""]
+    name = plots.training_curves(
+      out_dir, "table3_curves.png", curves, title=f"Table 3 at batch {batch:,}: one trial per optimizer × variant"
+    )
+    lines += [
+      f"The trial shown per cell at batch {batch}: the cell's chosen trial, or (no trial ok) the full-budget "
+      "trial with the best accuracy it ever reached.",
+      "",
+      f"![Table 3 curves]({name})",
+      "",
+    ]
   return lines
 
 
@@ -223,9 +262,16 @@ def _curves(trials: Sequence[Trial], cells: Table3, batch: int) -> dict[str, Seq
       c = cells.cells[(opt, col)]
       pick = by_id.get(c.run_id) if c.run_id else None
       if pick is None:
-        group = [t for t in trials if t.role == "table3" and t.optimizer == opt and t.batch_size == batch
-                 and COLUMN_NAMES[t.variant] == col.split(" ", 1)[1] and t.status in ("done", "diverged")
-                 and t.best(ACC) is not None]
+        group = [
+          t
+          for t in trials
+          if t.role == "table3"
+          and t.optimizer == opt
+          and t.batch_size == batch
+          and COLUMN_NAMES[t.variant] == col.split(" ", 1)[1]
+          and t.status in ("done", "diverged")
+          and t.best(ACC) is not None
+        ]
         pick = max(group, key=lambda t: t.best(ACC), default=None)
       if pick is not None:  # a cell's verdict ('diverge') is not the shown trial's status ('done'): both are named
         shown = "" if c.verdict == "ok" else f" (shown: a {pick.status} trial)"
@@ -243,8 +289,9 @@ def _paper_value(opt: str, col_index: int) -> Optional[float]:
     return None
 
 
-def table3_replicates_section(trials: Sequence[Trial], batch: Optional[int], baseline_batch: Optional[int],
-                              num_classes: int, workload: str) -> list[str]:
+def table3_replicates_section(
+  trials: Sequence[Trial], batch: Optional[int], baseline_batch: Optional[int], num_classes: int, workload: str
+) -> list[str]:
   """The "Table 3 cells against the paper" subsection of the replicates section: each replicated cell's 95% interval
   against the paper's value ± ``PAPER_TOLERANCE`` (agrees / differs / inconclusive)."""
   if workload != "mnist_lenet" or not any(t.role == "table3" and t.phase == "replicate" for t in trials):
@@ -257,11 +304,21 @@ def table3_replicates_section(trials: Sequence[Trial], batch: Optional[int], bas
       ref = _paper_value(opt, i if b0 else i + 1)
       if c.replicates is None:
         continue
-      rows.append([opt, col, c.replicates.text(), pct(ref, 1),
-                   replicates_lib.agreement(c.replicates, ref, PAPER_TOLERANCE) if ref is not None else "—"])
+      rows.append(
+        [
+          opt,
+          col,
+          c.replicates.text(),
+          pct(ref, 1),
+          replicates_lib.agreement(c.replicates, ref, PAPER_TOLERANCE) if ref is not None else "—",
+        ]
+      )
   if not rows:
     return []
-  return (["### Table 3 cells against the paper", "",
-           f"A cell agrees when its 95% interval lies inside the paper's value ± {100 * PAPER_TOLERANCE:.1f} pp, "
-           "differs when it lies wholly outside, and is inconclusive otherwise.", ""]
-          + table(["solver", "column", "replicates (%)", "paper (%)", "verdict"], rows))
+  return [
+    "### Table 3 cells against the paper",
+    "",
+    f"A cell agrees when its 95% interval lies inside the paper's value ± {100 * PAPER_TOLERANCE:.1f} pp, "
+    "differs when it lies wholly outside, and is inconclusive otherwise.",
+    "",
+  ] + table(["solver", "column", "replicates (%)", "paper (%)", "verdict"], rows)

@@ -24,6 +24,7 @@ Command: ``python -m lamb_lars.study.analysis.axes <root> [--out=<dir>]`` writes
 ``critical_batch_axes.png`` (default: into <root>); ``... <root> --check`` recomputes ``axes.md`` from the parts'
 CSVs and exits 1 naming each line that differs (a hand-edited number, or a part republished since).
 """
+
 from __future__ import annotations
 
 import csv
@@ -85,6 +86,7 @@ def seed_points(folder: str, goal: float, sweep: str = "tuned") -> Points:
 @dataclasses.dataclass(frozen=True)
 class SettingResult:
   """One setting's B_crit: the fit on every seed and the bootstrap interval (None: not run or not fittable)."""
+
   name: str
   target: float
   points: Points
@@ -129,8 +131,10 @@ def b_simple_at(folder: str, examples: Sequence[float]) -> dict[float, Optional[
   """The baseline's noise scale at the first evaluation at or after each number of examples."""
   runs = _read(os.path.join(folder, "runs.csv"))
   base = [r["run_id"] for r in runs if r["role"] == "baseline" and r.get("phase", "search") != "replicate"]
-  rows = sorted((r for r in _read(os.path.join(folder, "evals.csv")) if base and r["run_id"] == base[0]),
-                key=lambda r: _float(r["examples"]))
+  rows = sorted(
+    (r for r in _read(os.path.join(folder, "evals.csv")) if base and r["run_id"] == base[0]),
+    key=lambda r: _float(r["examples"]),
+  )
   out: dict[float, Optional[float]] = {}
   for x in examples:
     vals = [_float(r.get("noise_scale", "")) for r in rows if _float(r["examples"]) >= x]
@@ -145,35 +149,49 @@ def _fmt(x: Optional[float]) -> str:
 
 
 def steps_table(results: Sequence[SettingResult]) -> str:
-  lines = ["| setting | axes | params | N | target | B_crit | 95% bootstrap | ∞ share | S_min | seeds/batch | "
-           "censored |", "|---|---|---:|---:|---:|---:|---|---:|---:|---|---:|"]
+  lines = [
+    "| setting | axes | params | N | target | B_crit | 95% bootstrap | ∞ share | S_min | seeds/batch | censored |",
+    "|---|---|---:|---:|---:|---:|---|---:|---:|---|---:|",
+  ]
   for r in results:
     s = cba.SETTINGS[r.name]
     seeds = ", ".join(f"{b}: {len(v)}" for b, v in sorted(r.points.items())) or "—"
     cens = sum(c for v in r.points.values() for _, c in v)
     if r.fit is None:
-      lines.append(f"| {r.name} | {'+'.join(s['axes'])} | {cba.num_params(s['model'], s['width']):,} | {s['n']:,} | "
-                   f"{r.target:.1%} | {r.note} | | | | {seeds} | {cens} |")
+      lines.append(
+        f"| {r.name} | {'+'.join(s['axes'])} | {cba.num_params(s['model'], s['width']):,} | {s['n']:,} | "
+        f"{r.target:.1%} | {r.note} | | | | {seeds} | {cens} |"
+      )
       continue
     iv = r.interval
     ci = f"[{_fmt(iv.lo)}, {_fmt(iv.hi)}]" if iv else "—"
-    lines.append(f"| {r.name} | {'+'.join(s['axes'])} | {cba.num_params(s['model'], s['width']):,} | {s['n']:,} | "
-                 f"{r.target:.1%} | {_fmt(r.fit.b_crit)} | {ci} | {iv.infinite if iv else math.nan:.0%} | "
-                 f"{_fmt(r.fit.s_min)} | {seeds} | {cens} |")
+    lines.append(
+      f"| {r.name} | {'+'.join(s['axes'])} | {cba.num_params(s['model'], s['width']):,} | {s['n']:,} | "
+      f"{r.target:.1%} | {_fmt(r.fit.b_crit)} | {ci} | {iv.infinite if iv else math.nan:.0%} | "
+      f"{_fmt(r.fit.s_min)} | {seeds} | {cens} |"
+    )
   return "\n".join(lines)
 
 
 def axis_spread(results: Sequence[SettingResult], axis: str) -> str:
   """How far B_crit moves along an axis: max/min of the point estimates and whether any two intervals are disjoint."""
-  rs = [r for r in results if axis in cba.SETTINGS[r.name]["axes"] and r.fit and r.interval
-        and 0 < r.fit.b_crit < math.inf]
+  rs = [
+    r for r in results if axis in cba.SETTINGS[r.name]["axes"] and r.fit and r.interval and 0 < r.fit.b_crit < math.inf
+  ]
   if len(rs) < 2:
     return f"{axis} axis: fewer than two settings with a finite B_crit; no comparison."
   est = [r.fit.b_crit for r in rs]
-  disjoint = [(a.name, b.name) for i, a in enumerate(rs) for b in rs[i + 1:]
-              if a.interval.hi < b.interval.lo or b.interval.hi < a.interval.lo]
-  verdict = (f"intervals disjoint for {', '.join(f'{a} vs {b}' for a, b in disjoint)}" if disjoint
-             else "every pair of intervals overlaps (no change shown)")
+  disjoint = [
+    (a.name, b.name)
+    for i, a in enumerate(rs)
+    for b in rs[i + 1 :]
+    if a.interval.hi < b.interval.lo or b.interval.hi < a.interval.lo
+  ]
+  verdict = (
+    f"intervals disjoint for {', '.join(f'{a} vs {b}' for a, b in disjoint)}"
+    if disjoint
+    else "every pair of intervals overlaps (no change shown)"
+  )
   return f"{axis} axis: B_crit spans {max(est) / min(est):.2f}× over {len(rs)} settings; {verdict}."
 
 
@@ -187,8 +205,8 @@ def axis_spread(results: Sequence[SettingResult], axis: str) -> str:
 # undecided, whatever its interval.
 LEVEL = 0.95
 MAX_UNBOUNDED = 0.025
-LENET_WIDTHS = ("lenet5_w0.5", "lenet5", "lenet5_w2")   # model size within one family (Zhang et al.'s reading)
-FIXED_EPOCHS = cba.LIMIT_EXAMPLES / cba.FULL           # the fixed-epoch reading's step limit: 60 epochs of N
+LENET_WIDTHS = ("lenet5_w0.5", "lenet5", "lenet5_w2")  # model size within one family (Zhang et al.'s reading)
+FIXED_EPOCHS = cba.LIMIT_EXAMPLES / cba.FULL  # the fixed-epoch reading's step limit: 60 epochs of N
 
 
 def recensor(points: Points, limit_examples: float) -> Points:
@@ -208,8 +226,9 @@ def fixed_epoch_points(points: Points, n: int, epochs: float = FIXED_EPOCHS) -> 
   return recensor(points, epochs * n)
 
 
-def resampled_b_crit(points_by_setting: Mapping[str, Points], num: int = 1000, seed: int = 0
-                     ) -> tuple[dict[str, np.ndarray], int]:
+def resampled_b_crit(
+  points_by_setting: Mapping[str, Points], num: int = 1000, seed: int = 0
+) -> tuple[dict[str, np.ndarray], int]:
   """({setting: B_crit per kept resample}, resamples dropped): resample r draws each setting's seeds per batch with
   replacement (its own generator per setting) and refits; a resample where any setting has no fit is dropped."""
   names = [k for k, v in points_by_setting.items() if v]
@@ -238,7 +257,7 @@ def _slope(x: Sequence[float], y: np.ndarray) -> np.ndarray:
   lx = lx - lx.mean()
   with np.errstate(invalid="ignore", divide="ignore"):
     ly = np.log(y)
-    return (lx[:, None] * (ly - ly.mean(axis=0))).sum(axis=0) / (lx ** 2).sum()
+    return (lx[:, None] * (ly - ly.mean(axis=0))).sum(axis=0) / (lx**2).sum()
 
 
 def _log_spread(y: np.ndarray) -> np.ndarray:
@@ -253,6 +272,7 @@ def _log_spread(y: np.ndarray) -> np.ndarray:
 class Statistic:
   """A statistic's point value (on the fits to every seed), its percentile interval over resamples, the share of
   resamples where it is not finite, and the sign its interval decides (+1, −1, or 0: straddles 0 or unbounded)."""
+
   name: str
   value: float
   lo: float
@@ -279,13 +299,14 @@ def _statistic(name: str, value: float, draws: np.ndarray) -> Statistic:
     return Statistic(name, value, math.nan, math.nan, 1.0, 0)
   unbounded = float(np.mean(~np.isfinite(draws)))
   a = (1.0 - LEVEL) / 2.0
-  v = np.sort(np.where(np.isfinite(draws), draws, np.inf))   # ±∞ and nan sort to the top end: conservative
+  v = np.sort(np.where(np.isfinite(draws), draws, np.inf))  # ±∞ and nan sort to the top end: conservative
   lo, hi = (scaling_fit._order_stat(v, a), scaling_fit._order_stat(v, 1.0 - a)) if fin.size else (math.nan,) * 2
   return Statistic(name, value, lo, hi, unbounded, int(draws.size))
 
 
-def axis_statistics(points_by_setting: Mapping[str, Points], num: int = 1000, seed: int = 0
-                    ) -> tuple[dict[str, Statistic], int]:
+def axis_statistics(
+  points_by_setting: Mapping[str, Points], num: int = 1000, seed: int = 0
+) -> tuple[dict[str, Statistic], int]:
   """The statistics the verdicts read, each with its bootstrap interval (``resampled_b_crit``):
 
   * ``data slope``: d log B_crit / d log N over the data axis (LeNet-5 on N = 7.5K … 55K);
@@ -319,17 +340,20 @@ def axis_statistics(points_by_setting: Mapping[str, Points], num: int = 1000, se
     out["data slope"] = _statistic("data slope", float(_slope(x, stack(data, fits))[0]), _slope(x, stack(data, draws)))
   if have(widths):
     x = [params[k] for k in widths]
-    out["model slope"] = _statistic("model slope (LeNet-5 widths)", float(_slope(x, stack(widths, fits))[0]),
-                                    _slope(x, stack(widths, draws)))
+    out["model slope"] = _statistic(
+      "model slope (LeNet-5 widths)", float(_slope(x, stack(widths, fits))[0]), _slope(x, stack(widths, draws))
+    )
   if "data slope" in out and "model slope" in out:
     xd, xm = [cba.SETTINGS[k]["n"] for k in data], [params[k] for k in widths]
     value = float(_slope(xd, stack(data, fits))[0] - abs(_slope(xm, stack(widths, fits))[0]))
-    out["data - |model| slope"] = _statistic("data − |model| slope", value, _slope(xd, stack(data, draws))
-                                             - np.abs(_slope(xm, stack(widths, draws))))
+    out["data - |model| slope"] = _statistic(
+      "data − |model| slope", value, _slope(xd, stack(data, draws)) - np.abs(_slope(xm, stack(widths, draws)))
+    )
   if have(data) and have(model):
     value = float(_log_spread(stack(model, fits))[0] - _log_spread(stack(data, fits))[0])
-    out["spread"] = _statistic("model − data log spread", value,
-                               _log_spread(stack(model, draws)) - _log_spread(stack(data, draws)))
+    out["spread"] = _statistic(
+      "model − data log spread", value, _log_spread(stack(model, draws)) - _log_spread(stack(data, draws))
+    )
   return out, dropped
 
 
@@ -337,7 +361,7 @@ def axis_statistics(points_by_setting: Mapping[str, Points], num: int = 1000, se
 class ClaimVerdict:
   paper: str
   claim: str
-  verdict: str        # 'agrees' | 'differs' | 'inconclusive'
+  verdict: str  # 'agrees' | 'differs' | 'inconclusive'
   reason: str
 
 
@@ -356,9 +380,11 @@ def verdicts(stats: Mapping[str, Statistic]) -> list[ClaimVerdict]:
     out.append(ClaimVerdict(*GOLMANT, "inconclusive", "not every data-axis and model-axis setting has a B_crit yet."))
   else:
     v = {1: "agrees", -1: "differs", 0: "inconclusive"}[sp.sign]
-    why = {1: "B_crit moves more across the models than across the dataset sizes",
-           -1: "B_crit moves more across the dataset sizes than across the models",
-           0: "the interval includes 0 or is unbounded: the two spreads are not told apart"}[sp.sign]
+    why = {
+      1: "B_crit moves more across the models than across the dataset sizes",
+      -1: "B_crit moves more across the dataset sizes than across the models",
+      0: "the interval includes 0 or is unbounded: the two spreads are not told apart",
+    }[sp.sign]
     out.append(ClaimVerdict(*GOLMANT, v, f"{why} ({sp.text()}, natural-log units)."))
   ds, gap = stats.get("data slope"), stats.get("data - |model| slope")
   if ds is None or gap is None:
@@ -368,31 +394,41 @@ def verdicts(stats: Mapping[str, Statistic]) -> list[ClaimVerdict]:
       v, why = "agrees", "B_crit grows with N, and faster than with LeNet-5's parameters"
     elif ds.sign == -1 or gap.sign == -1:
       v = "differs"
-      why = ("B_crit falls with N" if ds.sign == -1 else
-             "B_crit changes more with LeNet-5's parameters than with N")
+      why = "B_crit falls with N" if ds.sign == -1 else "B_crit changes more with LeNet-5's parameters than with N"
     else:
       v = "inconclusive"
       why = "an interval includes 0 or is unbounded"
-    out.append(ClaimVerdict(*ZHANG, v, f"{why} ({ds.text()}; {gap.text()}; slopes of log B_crit on log N and on "
-                                       "log parameters)."))
+    out.append(
+      ClaimVerdict(
+        *ZHANG, v, f"{why} ({ds.text()}; {gap.text()}; slopes of log B_crit on log N and on log parameters)."
+      )
+    )
   return out
 
 
 def claims_section(points_by_setting: Mapping[str, Points], num: int = 1000, seed: int = 0) -> str:
   """The verdicts under both readings of "data size": as run (the same step limit in examples at every N) and
   fixed epochs (the limit re-censored at ``FIXED_EPOCHS`` passes over each N)."""
-  readings = (("as run: the same examples at every N (step limit "
-               f"{cba.LIMIT_EXAMPLES:,} examples)", dict(points_by_setting)),
-              (f"fixed epochs: the step limit {FIXED_EPOCHS:g} epochs of each N (re-censored)",
-               {k: fixed_epoch_points(v, cba.SETTINGS[k]["n"]) if v else v for k, v in points_by_setting.items()}))
-  lines = ["### The two claims, from the intervals", "",
-           "Per bootstrap resample (each setting's seeds resampled per batch, independently across settings), the "
-           "slope of log B_crit on log N over the data axis, on log parameters over LeNet-5's widths, and the log "
-           "spread (sd of log B_crit) over each axis; 95% percentile intervals. An interval wholly above or below 0 "
-           "decides; one that includes 0, or a statistic not finite in more than "
-           f"{MAX_UNBOUNDED:.1%} of resamples, is inconclusive. More seeds per batch, or more settings on an axis, "
-           "narrow the intervals of an inconclusive verdict.", "",
-           "| reading of data size | statistics | Golmant et al. | Zhang et al. |", "|---|---|---|---|"]
+  readings = (
+    (f"as run: the same examples at every N (step limit {cba.LIMIT_EXAMPLES:,} examples)", dict(points_by_setting)),
+    (
+      f"fixed epochs: the step limit {FIXED_EPOCHS:g} epochs of each N (re-censored)",
+      {k: fixed_epoch_points(v, cba.SETTINGS[k]["n"]) if v else v for k, v in points_by_setting.items()},
+    ),
+  )
+  lines = [
+    "### The two claims, from the intervals",
+    "",
+    "Per bootstrap resample (each setting's seeds resampled per batch, independently across settings), the "
+    "slope of log B_crit on log N over the data axis, on log parameters over LeNet-5's widths, and the log "
+    "spread (sd of log B_crit) over each axis; 95% percentile intervals. An interval wholly above or below 0 "
+    "decides; one that includes 0, or a statistic not finite in more than "
+    f"{MAX_UNBOUNDED:.1%} of resamples, is inconclusive. More seeds per batch, or more settings on an axis, "
+    "narrow the intervals of an inconclusive verdict.",
+    "",
+    "| reading of data size | statistics | Golmant et al. | Zhang et al. |",
+    "|---|---|---|---|",
+  ]
   reasons = []
   for label, pts in readings:
     stats, dropped = axis_statistics(pts, num, seed)
@@ -402,14 +438,18 @@ def claims_section(points_by_setting: Mapping[str, Points], num: int = 1000, see
       text += f" ({dropped} of {num} resamples without a fit dropped)"
     lines.append(f"| {label} | {text} | {vs[0].verdict} | {vs[1].verdict} |")
     reasons += [f"- {label}: **{v.paper}** ({v.claim}): {v.verdict}: {v.reason}" for v in vs]
-  lines += ["", *reasons, "",
-            "Which reading each paper uses: Zhang et al. scale the number of training tokens, each seen once, so "
-            "their data size is also their training length; Golmant et al. train subsets for a fixed number of "
-            "epochs, so a larger subset also trains longer. This study holds the training length fixed in examples "
-            "at every N (the step limit and the baseline's length), which separates the dataset size from the "
-            "training length; the fixed-epoch row re-censors the same runs at "
-            f"{FIXED_EPOCHS:g} passes over each N, the nearer reading to Golmant et al.'s (the branching points are "
-            "matched in examples only: CBS(t) has no fixed-epoch reading in this data)."]
+  lines += [
+    "",
+    *reasons,
+    "",
+    "Which reading each paper uses: Zhang et al. scale the number of training tokens, each seen once, so "
+    "their data size is also their training length; Golmant et al. train subsets for a fixed number of "
+    "epochs, so a larger subset also trains longer. This study holds the training length fixed in examples "
+    "at every N (the step limit and the baseline's length), which separates the dataset size from the "
+    "training length; the fixed-epoch row re-censors the same runs at "
+    f"{FIXED_EPOCHS:g} passes over each N, the nearer reading to Golmant et al.'s (the branching points are "
+    "matched in examples only: CBS(t) has no fixed-epoch reading in this data).",
+  ]
   return "\n".join(lines)
 
 
@@ -427,29 +467,41 @@ def cbs_tables(root: str, epsilons: Sequence[float] = cba.EPSILON_SENSITIVITY) -
       continue
     traj = {e: branching_lib.trajectory(bl, cba.B0, e, relative=True) for e in sorted(set(epsilons) | {cba.EPSILON})}
     pts = [c.point for c in traj[cba.EPSILON]]
-    pre.append(f"| {name} | " + " | ".join(f"{p / cba.FULL:.3g}: {_bracket(c)}" for p, c in
-                                            zip(pts, traj[cba.EPSILON])) + " |")
+    pre.append(
+      f"| {name} | " + " | ".join(f"{p / cba.FULL:.3g}: {_bracket(c)}" for p, c in zip(pts, traj[cba.EPSILON])) + " |"
+    )
     for e in sorted(traj):
-      sens.append(f"| {name} | {e:g}{' (pre-registered)' if e == cba.EPSILON else ''} | "
-                  + " | ".join(_bracket(c) for c in traj[e]) + " |")
+      sens.append(
+        f"| {name} | {e:g}{' (pre-registered)' if e == cba.EPSILON else ''} | "
+        + " | ".join(_bracket(c) for c in traj[e])
+        + " |"
+      )
     steps_folder = os.path.join(root, name)
     if os.path.exists(os.path.join(steps_folder, "evals.csv")):
       bs = b_simple_at(steps_folder, pts)
       simple.append(f"| {name} | " + " | ".join(f"{p / cba.FULL:.3g}: {_fmt(bs[p])}" for p in pts) + " |")
   head = "| setting | CBS bracket per point (epochs of 55K: [low, high]) |\n|---|---|"
-  out = [f"### CBS(t) at the pre-registered ε = {cba.EPSILON:g} (relative)", "", head, *pre, "",
-         "### ε sensitivity (brackets at each point, in order)", "", "| setting | ε | brackets |", "|---|---|---|",
-         *sens]
+  out = [
+    f"### CBS(t) at the pre-registered ε = {cba.EPSILON:g} (relative)",
+    "",
+    head,
+    *pre,
+    "",
+    "### ε sensitivity (brackets at each point, in order)",
+    "",
+    "| setting | ε | brackets |",
+    "|---|---|---|",
+    *sens,
+  ]
   if simple:
-    out += ["", "### B_simple (baseline run) at the branch points", "", "| setting | B_simple |", "|---|---|",
-            *simple]
+    out += ["", "### B_simple (baseline run) at the branch points", "", "| setting | B_simple |", "|---|---|", *simple]
   return "\n".join(out)
 
 
 def _separated(a: branching_lib.CriticalBatch, b: branching_lib.CriticalBatch) -> bool:
   """Whether CBS at ``a`` lies below CBS at ``b``: some batch ≤ b's low (every batch of b up to it passes) is above
   a's high (a fails at the next tested batch after its high)."""
-  return (not a.censored and a.high is not None and b.low is not None and a.high < b.low)
+  return not a.censored and a.high is not None and b.low is not None and a.high < b.low
 
 
 def cbs_axis_comparison(root: str, epsilon: float = cba.EPSILON) -> str:
@@ -463,8 +515,12 @@ def cbs_axis_comparison(root: str, epsilon: float = cba.EPSILON) -> str:
       bl = branch_losses(folder)
       if bl:
         traj[name] = branching_lib.trajectory(bl, cba.B0, epsilon, relative=True)
-  lines = [f"### CBS(t) along each axis at matched points (ε = {epsilon:g}, pre-registered)", "",
-           "| point (epochs of 55K) | axis | brackets | separated (lower < higher) |", "|---|---|---|---|"]
+  lines = [
+    f"### CBS(t) along each axis at matched points (ε = {epsilon:g}, pre-registered)",
+    "",
+    "| point (epochs of 55K) | axis | brackets | separated (lower < higher) |",
+    "|---|---|---|---|",
+  ]
   any_row = False
   for i, p in enumerate(cba.POINTS_EXAMPLES):
     for axis in ("data", "model"):
@@ -474,8 +530,11 @@ def cbs_axis_comparison(root: str, epsilon: float = cba.EPSILON) -> str:
       any_row = True
       cs = {k: traj[k][i] for k in names}
       pairs = [f"{a} < {b}" for a in names for b in names if a != b and _separated(cs[a], cs[b])]
-      lines.append(f"| {p / cba.FULL:.3g} | {axis} | " + "; ".join(f"{k}: {_bracket(c)}" for k, c in cs.items())
-                   + f" | {', '.join(pairs) if pairs else 'none: no change shown'} |")
+      lines.append(
+        f"| {p / cba.FULL:.3g} | {axis} | "
+        + "; ".join(f"{k}: {_bracket(c)}" for k, c in cs.items())
+        + f" | {', '.join(pairs) if pairs else 'none: no change shown'} |"
+      )
   if not any_row:
     return "\n".join(lines[:2] + ["Fewer than two settings of an axis have branching results yet."])
   return "\n".join(lines)
@@ -485,11 +544,15 @@ def figure(results: Sequence[SettingResult], path: str) -> str:
   """B_crit with its interval against dataset size (left) and parameters (right), log axes, shared y; an interval
   open upwards (bootstrap resamples with B_crit = ∞) is drawn to 10× the estimate with an arrow head."""
   import matplotlib
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+
   fig, axes = plt.subplots(1, 2, figsize=(9, 3.6), sharey=True)
-  for ax, axis, xlabel in ((axes[0], "data", "training examples N (LeNet-5)"),
-                           (axes[1], "model", "parameters (55K examples)")):
+  for ax, axis, xlabel in (
+    (axes[0], "data", "training examples N (LeNet-5)"),
+    (axes[1], "model", "parameters (55K examples)"),
+  ):
     xs, ys, lo, hi, labels, kept = [], [], [], [], [], []
     for r in results:
       s = cba.SETTINGS[r.name]
@@ -507,9 +570,10 @@ def figure(results: Sequence[SettingResult], path: str) -> str:
       kept.append(r)
     if xs:
       ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", capsize=4)
-      open_top = [(x, y + h) for x, y, h, r in zip(xs, ys, hi, kept) if not (r.interval and
-                                                                           math.isfinite(r.interval.hi))]
-      if open_top:   # an interval without a finite upper end: drawn to 10× the estimate, marked by an arrow head
+      open_top = [
+        (x, y + h) for x, y, h, r in zip(xs, ys, hi, kept) if not (r.interval and math.isfinite(r.interval.hi))
+      ]
+      if open_top:  # an interval without a finite upper end: drawn to 10× the estimate, marked by an arrow head
         ax.plot(*zip(*open_top), "^", color="C0")
       for x, y, lab in zip(xs, ys, labels):
         ax.annotate(lab, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
@@ -536,14 +600,28 @@ def _results(root: str, num_bootstrap: int) -> list[SettingResult]:
 
 def markdown(root: str, results: Sequence[SettingResult], num_bootstrap: int = 1000) -> str:
   """The text of ``axes.md``, computed from the parts' CSVs alone (fixed bootstrap seeds: reproducible)."""
-  return "\n".join([
-      "## Critical batch: data axis against model axis", "",
+  return "\n".join(
+    [
+      "## Critical batch: data axis against model axis",
+      "",
       f"Targets and ε pre-registered in lamb_lars/configs/studies/critical_batch_axes.py; step limit "
-      f"{cba.LIMIT_EXAMPLES:,} examples (a miss is a censored point).", "",
-      steps_table(results), "", "- " + axis_spread(results, "data"), "- " + axis_spread(results, "model"), "",
-      claims_section({r.name: r.points for r in results}, num=num_bootstrap), "",
-      cbs_tables(root), "", cbs_axis_comparison(root), "",
-      "![B_crit against data and model size](critical_batch_axes.png)", ""])
+      f"{cba.LIMIT_EXAMPLES:,} examples (a miss is a censored point).",
+      "",
+      steps_table(results),
+      "",
+      "- " + axis_spread(results, "data"),
+      "- " + axis_spread(results, "model"),
+      "",
+      claims_section({r.name: r.points for r in results}, num=num_bootstrap),
+      "",
+      cbs_tables(root),
+      "",
+      cbs_axis_comparison(root),
+      "",
+      "![B_crit against data and model size](critical_batch_axes.png)",
+      "",
+    ]
+  )
 
 
 def report(root: str, out: Optional[str] = None, num_bootstrap: int = 1000) -> str:
@@ -578,11 +656,13 @@ def main(argv: Sequence[str]) -> int:
   """``<root> [--out=<dir>]`` writes the report; ``<root> --check`` exits 1 when ``<root>/axes.md`` is not what the
   parts' CSVs give."""
   args = [a for a in argv if not a.startswith("--out=") and a != "--check"]
-  outs = [a[len("--out="):] for a in argv if a.startswith("--out=")]
+  outs = [a[len("--out=") :] for a in argv if a.startswith("--out=")]
   if len(args) != 1 or not os.path.isdir(args[0]) or ("--check" in argv and outs):
-    print("error: give one existing folder holding the published parts (<root>/<setting>, <root>/branch-<setting>), "
-          "e.g. python -m lamb_lars.study.analysis.axes docs/studies/critical_batch_axes [--out=DIR | --check].",
-          file=sys.stderr)
+    print(
+      "error: give one existing folder holding the published parts (<root>/<setting>, <root>/branch-<setting>), "
+      "e.g. python -m lamb_lars.study.analysis.axes docs/studies/critical_batch_axes [--out=DIR | --check].",
+      file=sys.stderr,
+    )
     return 2
   if "--check" in argv:
     diff = check(args[0])

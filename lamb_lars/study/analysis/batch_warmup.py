@@ -23,6 +23,7 @@ within its interval, in ≥ 30% fewer optimizer steps"):
   first evaluation with test accuracy ≥ a* (its resolution is the evaluation cadence); a seed that never reaches
   it is censored ("> its steps"). This is the steps-to-target view (Shallue et al. 2018) of the same runs.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,7 +35,7 @@ from lamb_lars.study.records import Trial
 
 ROLE = "warmup"
 ACC = "eval_accuracy"
-MAX_RATIO = 0.7          # the issue's goal: ≥ 30% fewer optimizer steps
+MAX_RATIO = 0.7  # the issue's goal: ≥ 30% fewer optimizer steps
 
 
 def arms(trials: Sequence[Trial]) -> dict[str, list[Trial]]:
@@ -87,8 +88,9 @@ def paired_differences(arm: Sequence[Trial], base: Sequence[Trial]) -> list[floa
   return [final(t) - by_seed[t.seed] for t in arm if t.seed in by_seed]
 
 
-def non_inferiority(arm: Sequence[Trial], base: Sequence[Trial],
-                    margin: float = verdict_lib.ACC_TOLERANCE) -> Optional[verdict_lib.Verdict]:
+def non_inferiority(
+  arm: Sequence[Trial], base: Sequence[Trial], margin: float = verdict_lib.ACC_TOLERANCE
+) -> Optional[verdict_lib.Verdict]:
   """The verdict of the paired differences against −``margin`` (the study config's pre-registered
   ``analysis.noninferiority_margin``; module docstring); None without a pair."""
   d = [x if math.isfinite(x) else -math.inf for x in paired_differences(arm, base)]

@@ -28,6 +28,7 @@ Batch-size warmup (Merrill et al. §5; Smith et al. 2017 is the older form) turn
 schedule: start at B0 and, at each measured point, double the batch as long as the conservative CBS (``low``)
 is at least twice it (:func:`warmup_schedule`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,7 +37,7 @@ from typing import Mapping, Optional, Sequence
 
 from lamb_lars.study.analysis import verdict as verdict_lib
 
-BLOWUP = 1e10   # a branch loss at or above this (or non-finite) blew up: that batch fails at that point
+BLOWUP = 1e10  # a branch loss at or above this (or non-finite) blew up: that batch fails at that point
 
 
 def blew_up(loss: float) -> bool:
@@ -48,6 +49,7 @@ def blew_up(loss: float) -> bool:
 class BranchLoss:
   """One branch's result: from the reference checkpoint at ``point`` (epochs of the reference), at ``batch_size``,
   with branch seed ``seed``, the loss after Δ examples (``nan`` or ``inf`` when the branch diverged)."""
+
   point: float
   batch_size: int
   seed: int
@@ -57,10 +59,11 @@ class BranchLoss:
 @dataclasses.dataclass(frozen=True)
 class CriticalBatch:
   """CBS at one branch point: the bracket [low, high] and the per-batch verdicts it comes from."""
+
   point: float
-  low: Optional[int]       # largest batch with every tested batch ≤ it passing; None: even the smallest k > 1 fails
-  high: Optional[int]      # largest batch with no tested batch ≤ it failing
-  censored: bool           # every tested batch passes: CBS ≥ the largest tested batch
+  low: Optional[int]  # largest batch with every tested batch ≤ it passing; None: even the smallest k > 1 fails
+  high: Optional[int]  # largest batch with no tested batch ≤ it failing
+  censored: bool  # every tested batch passes: CBS ≥ the largest tested batch
   verdicts: Mapping[int, verdict_lib.Verdict]
 
 
@@ -78,8 +81,15 @@ def paired_differences(branches: Sequence[BranchLoss], point: float, base_batch:
   return out
 
 
-def critical_batch(branches: Sequence[BranchLoss], point: float, base_batch: int, epsilon: float, *,
-                   relative: bool = False, tolerance: Optional[float] = None) -> CriticalBatch:
+def critical_batch(
+  branches: Sequence[BranchLoss],
+  point: float,
+  base_batch: int,
+  epsilon: float,
+  *,
+  relative: bool = False,
+  tolerance: Optional[float] = None,
+) -> CriticalBatch:
   """CBS at ``point`` from its branches (see the module docstring).
 
   ``epsilon``: the loss a branch may lose, absolute, or a fraction of the mean reference loss when ``relative``.
@@ -110,8 +120,9 @@ def trajectory(branches: Sequence[BranchLoss], base_batch: int, epsilon: float, 
   return [critical_batch(branches, p, base_batch, epsilon, **kwargs) for p in sorted({b.point for b in branches})]
 
 
-def doubling_schedule(limits: Sequence[tuple[float, Optional[float]]], base_batch: int,
-                      max_batch: Optional[int] = None) -> list[tuple[float, int]]:
+def doubling_schedule(
+  limits: Sequence[tuple[float, Optional[float]]], base_batch: int, max_batch: Optional[int] = None
+) -> list[tuple[float, int]]:
   """[(from_epoch, batch), …] starting at (0, B0): at each (point, limit) in order, the batch doubles while twice
   it is ≤ the limit (None or non-finite: keep the batch) and ≤ ``max_batch``. It never shrinks: Merrill et al.'s
   CBS(t) rises and then plateaus, and a schedule that shrinks would undo the steps it saved."""
@@ -119,8 +130,12 @@ def doubling_schedule(limits: Sequence[tuple[float, Optional[float]]], base_batc
   batch = base_batch
   for point, limit in sorted(limits, key=lambda pl: pl[0]):
     grown = batch
-    while (limit is not None and math.isfinite(limit) and 2 * grown <= limit
-           and (max_batch is None or 2 * grown <= max_batch)):
+    while (
+      limit is not None
+      and math.isfinite(limit)
+      and 2 * grown <= limit
+      and (max_batch is None or 2 * grown <= max_batch)
+    ):
       grown *= 2
     if grown != batch:
       batch = grown
@@ -128,8 +143,11 @@ def doubling_schedule(limits: Sequence[tuple[float, Optional[float]]], base_batc
   return schedule
 
 
-def warmup_schedule(cbs: Sequence[CriticalBatch], base_batch: int, max_batch: Optional[int] = None,
-                    ) -> list[tuple[float, int]]:
+def warmup_schedule(
+  cbs: Sequence[CriticalBatch],
+  base_batch: int,
+  max_batch: Optional[int] = None,
+) -> list[tuple[float, int]]:
   """A batch-size warmup from a measured CBS(t): :func:`doubling_schedule` on the conservative CBS (``low``; a
   point with no passing batch keeps the current one)."""
   return doubling_schedule([(c.point, c.low) for c in cbs], base_batch, max_batch)

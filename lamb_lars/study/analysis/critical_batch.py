@@ -29,6 +29,7 @@ smallest B_k with finite T_k such that no larger measured batch is faster by mor
 min_{j>k} T_j ≥ (1 − rel_tol)·T_k. If only the largest measured batch qualifies, time was still falling at the
 edge of the data and the breakdown point is not observed (None).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,6 +44,7 @@ from lamb_lars.study.analysis import scaling_fit
 @dataclasses.dataclass(frozen=True)
 class InverseLawFit:
   """S(B) = s_min·(1 + b_crit/B); ``rms_log_residual`` = √mean (log S_i − log Ŝ_i)²."""
+
   s_min: float
   b_crit: float
   e_min: float
@@ -54,6 +56,7 @@ class InverseLawFit:
 @dataclasses.dataclass(frozen=True)
 class StepTimeFit:
   """t(B) = gamma + delta·B seconds per step."""
+
   gamma: float
   delta: float
 
@@ -68,13 +71,13 @@ def _wls(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float]:
 
 def _fit_ab(x: np.ndarray, y: np.ndarray, weighting: str) -> tuple[float, float]:
   """'none' or 'relative': the closed-form weighted linear least squares."""
-  return _wls(x, y, np.ones_like(y) if weighting == "none" else 1.0 / y ** 2)
+  return _wls(x, y, np.ones_like(y) if weighting == "none" else 1.0 / y**2)
 
 
 def _one_param(x: np.ndarray, y: np.ndarray, weighting: str, which: str) -> float:
   """Best a (model y = a) or b (model y = b·x) under the 'none' or 'relative' residual."""
   z = np.ones_like(x) if which == "a" else x
-  w = np.ones_like(y) if weighting == "none" else 1.0 / y ** 2
+  w = np.ones_like(y) if weighting == "none" else 1.0 / y**2
   return float(np.sum(w * z * y) / np.sum(w * z * z))
 
 
@@ -93,16 +96,28 @@ def fit_inverse_law(batches: Sequence[float], steps: Sequence[float], *, weighti
   rms = lambda a, b: float(np.sqrt(np.mean((np.log(y) - np.log(a + b * x)) ** 2)))
   if weighting == "log":  # the global minimum of the log loss (scaling_fit's profile), boundaries included
     f = scaling_fit.fit(bs, y)
-    return InverseLawFit(s_min=f.s_min, b_crit=f.b_crit, e_min=f.e_min, rms_log_residual=rms(f.s_min, f.e_min),
-                         num_points=len(y), weighting=weighting)
+    return InverseLawFit(
+      s_min=f.s_min,
+      b_crit=f.b_crit,
+      e_min=f.e_min,
+      rms_log_residual=rms(f.s_min, f.e_min),
+      num_points=len(y),
+      weighting=weighting,
+    )
   a, b = _fit_ab(x, y, weighting)
   if b < 0:
     a, b = _one_param(x, y, weighting, "a"), 0.0
   elif a <= 0:
     a, b = 0.0, _one_param(x, y, weighting, "b")
   b_crit = math.inf if a == 0 else b / a
-  return InverseLawFit(s_min=a, b_crit=b_crit, e_min=b if a == 0 else a * b_crit, rms_log_residual=rms(a, b),
-                       num_points=len(y), weighting=weighting)
+  return InverseLawFit(
+    s_min=a,
+    b_crit=b_crit,
+    e_min=b if a == 0 else a * b_crit,
+    rms_log_residual=rms(a, b),
+    num_points=len(y),
+    weighting=weighting,
+  )
 
 
 def steps_model(fit: InverseLawFit, batch: Any) -> Any:
@@ -123,7 +138,7 @@ def fit_step_time(batches: Sequence[float], seconds_per_step: Sequence[float]) -
     raise ValueError("the step-time fit needs at least two distinct batch sizes")
   if np.any(bs <= 0) or np.any(t <= 0) or not np.all(np.isfinite(t)):
     raise ValueError("batch sizes and step times must be positive and finite")
-  w = 1.0 / t ** 2
+  w = 1.0 / t**2
   gamma, delta = _wls(bs, t, w)
   if gamma < 0:
     gamma, delta = 0.0, float(np.sum(w * bs * t) / np.sum(w * bs * bs))
@@ -154,15 +169,17 @@ def seconds_per_step(curve: Sequence[Mapping[str, Any]]) -> Optional[float]:
   Uses the first interval only when it is the only one. None without two evals with wall times.
   """
   rows = sorted((r for r in curve if r.get("wall_time") is not None), key=lambda r: r["step"])
-  rates = [(b["wall_time"] - a["wall_time"]) / (b["step"] - a["step"])
-           for a, b in zip(rows, rows[1:]) if b["step"] > a["step"]]
+  rates = [
+    (b["wall_time"] - a["wall_time"]) / (b["step"] - a["step"]) for a, b in zip(rows, rows[1:]) if b["step"] > a["step"]
+  ]
   if not rates:
     return None
   return float(np.median(rates[1:] if len(rates) > 1 else rates))
 
 
-def breakdown_point(batches: Sequence[float], times: Sequence[Optional[float]], *,
-                    rel_tol: float = 0.05) -> Optional[float]:
+def breakdown_point(
+  batches: Sequence[float], times: Sequence[Optional[float]], *, rel_tol: float = 0.05
+) -> Optional[float]:
   """Golmant et al. 2018 breakdown point on measured (B, T) pairs; see the module docstring.
 
   ``times`` may hold None or ∞ for batches that never reached the target (they are never "faster").
@@ -171,7 +188,7 @@ def breakdown_point(batches: Sequence[float], times: Sequence[Optional[float]], 
   for k, (b, t) in enumerate(pts):
     if not math.isfinite(t):
       continue
-    later = [tj for _, tj in pts[k + 1:]]
+    later = [tj for _, tj in pts[k + 1 :]]
     if not later:
       return None  # only the largest batch qualifies: still falling at the edge of the data
     if min(later) >= (1.0 - rel_tol) * t:

@@ -15,6 +15,7 @@ size:
 
 Non-finite values are counted and reported, never dropped silently; non-positive finite values stay in the median.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,6 +32,7 @@ KEY = "noise_scale"
 @dataclasses.dataclass(frozen=True)
 class Phase:
   """One phase of training: its step range as fractions of S, the finite values' median and quartiles, counts."""
+
   index: int
   num_phases: int
   median: Optional[float]
@@ -69,8 +71,11 @@ def trajectory(trials: Sequence[Trial], *, num_phases: int = 10, key: str = KEY)
   for k, vals in enumerate(pools):
     x = np.asarray(vals, dtype=np.float64)
     fin = x[np.isfinite(x)]
-    med, q25, q75 = ((float(np.median(fin)), float(np.percentile(fin, 25)), float(np.percentile(fin, 75)))
-                     if fin.size else (None, None, None))
+    med, q25, q75 = (
+      (float(np.median(fin)), float(np.percentile(fin, 25)), float(np.percentile(fin, 75)))
+      if fin.size
+      else (None, None, None)
+    )
     out.append(Phase(k, num_phases, med, q25, q75, int(fin.size), int(x.size - fin.size), int((fin <= 0).sum())))
   return out
 

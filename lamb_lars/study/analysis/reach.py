@@ -4,6 +4,7 @@ Per declared technique and cell, the configuration the cell chose on the validat
 (selection.chosen_of_cell) is read with its replicate seeds; the strongest verdict wins. Where a regime label (one
 reaching run suffices) and the verdict over seeds disagree, in either direction, ``disagreements`` says so.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,14 +17,18 @@ from lamb_lars.study.records import Baseline, Trial
 @dataclasses.dataclass(frozen=True)
 class ReachEvidence:
   """Def. 2.2 at one batch: the technique with the strongest verdict, its chosen run and that run's seeds."""
+
   technique: str
   run_id: str
   verdict: regimes.vd.Verdict
-  best_on_test: bool = False   # no chosen trial: the cell's best trial on the test set stands in (optimistic)
+  best_on_test: bool = False  # no chosen trial: the cell's best trial on the test set stands in (optimistic)
 
   def text(self) -> str:
-    return (f"{self.technique} `{self.run_id}`" + (" (best on test: nothing chosen)" if self.best_on_test else "")
-            + f" {regimes.vd.shown_text(self.verdict)}")
+    return (
+      f"{self.technique} `{self.run_id}`"
+      + (" (best on test: nothing chosen)" if self.best_on_test else "")
+      + f" {regimes.vd.shown_text(self.verdict)}"
+    )
 
   def short(self) -> str:
     n = self.verdict.num_values
@@ -32,7 +37,7 @@ class ReachEvidence:
 
 
 _STRENGTH = {"pass": 2, "borderline": 1, "fail": 0}
-_NOT_EVIDENCE = ("pending", "running", "failed")   # a seed not yet run, or crashed, says nothing about the recipe
+_NOT_EVIDENCE = ("pending", "running", "failed")  # a seed not yet run, or crashed, says nothing about the recipe
 
 
 def seeds_of(reps: Sequence[Trial], t: Trial, *, selected: bool = False) -> list[Trial]:
@@ -44,8 +49,14 @@ def seeds_of(reps: Sequence[Trial], t: Trial, *, selected: bool = False) -> list
   return own if (selected and own) else [t] + own
 
 
-def reach_evidence(trials: Sequence[Trial], reps: Sequence[Trial], techniques: Sequence[str], batch: int,
-                   baseline: Baseline, reading: str = regimes.READING) -> Optional[ReachEvidence]:
+def reach_evidence(
+  trials: Sequence[Trial],
+  reps: Sequence[Trial],
+  techniques: Sequence[str],
+  batch: int,
+  baseline: Baseline,
+  reading: str = regimes.READING,
+) -> Optional[ReachEvidence]:
   """Def. 2.2 at ``batch`` (verdict.py): per declared technique and cell, the configuration the cell chose on the
   validation split (selection.chosen_of_cell) with its replicate seeds; a cell without a chosen trial (none ran its
   full budget, or no validation split) is read from its trial with the best test accuracy, one run. A chosen
@@ -78,10 +89,13 @@ def disagreements(r: regimes.Regimes, d21v: dict, d22: dict) -> list[str]:
       out.append(f"batch {b}: one linear-scaling run passes Def. 2.1 but its seeds fail it")
     techs = [n for n in r.reached_by.get(b, ()) if n != "linear"]
     if techs and b in d22 and d22[b].verdict.verdict == "fail":
-      out.append(f"batch {b}: a trial of {', '.join(techs)} reaches 99.5%·A, but no technique's chosen configuration "
-                 f"does over its seeds (Def. 2.2 {d22[b].short()})" + ("; B_H rests on that trial" if b == r.b_h
-                                                                        else ""))
+      out.append(
+        f"batch {b}: a trial of {', '.join(techs)} reaches 99.5%·A, but no technique's chosen configuration "
+        f"does over its seeds (Def. 2.2 {d22[b].short()})" + ("; B_H rests on that trial" if b == r.b_h else "")
+      )
     if not r.reached_by.get(b) and b in d22 and d22[b].verdict.verdict == "pass":
-      out.append(f"batch {b}: no trial's own run reaches 99.5%·A, but {d22[b].technique}'s chosen configuration does "
-                 f"over its replicate seeds (Def. 2.2 {d22[b].short()}); the label reads the trials alone")
+      out.append(
+        f"batch {b}: no trial's own run reaches 99.5%·A, but {d22[b].technique}'s chosen configuration does "
+        f"over its replicate seeds (Def. 2.2 {d22[b].short()}); the label reads the trials alone"
+      )
   return out

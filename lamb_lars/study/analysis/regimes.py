@@ -38,6 +38,7 @@ run, or those run failed and the others were not: Defs 2.1–2.2 cannot tell lar
 (…)' (the same, but below a batch that a technique reached: only
 B > B_H is huge, Def. 2.2), 'untested' (nothing finished yet). A batch ≥ B_F is also marked full.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -60,6 +61,7 @@ _UNFINISHED = ("pending", "running")
 class Regimes:
   """B_L (the smallest tested batch above B0 where linear scaling fails; None if none fails) with the last passing
   tested batch below it, B_H with the first huge tested batch above it, B_F, a label per tested batch, anomalies."""
+
   b_l: Optional[int]
   b_l_last_pass: Optional[int]
   b_h: Optional[int]
@@ -106,17 +108,26 @@ READINGS = ("any", "final")
 READING = "any"
 
 
-def def_values(trial: Trial, baseline: Baseline, *, definition: str, reading: str = READING,
-               acc_key: str = TEST_ACC, loss_key: str = VAL_LOSS) -> tuple[float, float]:
+def def_values(
+  trial: Trial,
+  baseline: Baseline,
+  *,
+  definition: str,
+  reading: str = READING,
+  acc_key: str = TEST_ACC,
+  loss_key: str = VAL_LOSS,
+) -> tuple[float, float]:
   """(test accuracy, validation loss) that decide Def. ``definition`` ('2.1' or '2.2') for one run under
   ``reading`` (``READINGS``): the evaluation within ρ epochs that the reading picks. A diverged or failed run, or one
   without such an eval, gives (−inf, +inf): it reaches nothing. Def. 2.2 needs no loss (+inf when none logged)."""
   if reading not in READINGS or definition not in ("2.1", "2.2"):
-    raise ValueError(f"reading must be one of {READINGS} and definition '2.1' or '2.2'; got {reading!r}, "
-                     f"{definition!r}.")
+    raise ValueError(
+      f"reading must be one of {READINGS} and definition '2.1' or '2.2'; got {reading!r}, {definition!r}."
+    )
   need = (acc_key, loss_key) if definition == "2.1" else (acc_key,)
-  rows = [r for r in _within_budget(trial, baseline)
-          if all(r.get(k) is not None and r[k] == r[k] for k in need)]  # a NaN eval is no value
+  rows = [
+    r for r in _within_budget(trial, baseline) if all(r.get(k) is not None and r[k] == r[k] for k in need)
+  ]  # a NaN eval is no value
   if trial.status in ("diverged", "failed") or not rows:
     return -float("inf"), float("inf")
   if reading == "final":
@@ -130,8 +141,9 @@ def def_values(trial: Trial, baseline: Baseline, *, definition: str, reading: st
   return float(pick[acc_key]), float(loss) if loss is not None else float("inf")
 
 
-def passes_large_batch(trial: Trial, baseline: Baseline, *, acc_key: str = TEST_ACC,
-                       loss_key: str = VAL_LOSS, reading: str = READING) -> bool:
+def passes_large_batch(
+  trial: Trial, baseline: Baseline, *, acc_key: str = TEST_ACC, loss_key: str = VAL_LOSS, reading: str = READING
+) -> bool:
   """Def. 2.1 for one trial under ``reading``: test acc ≥ 0.995·A and validation loss ≤ 1.2·ξ at the same eval
   within ρ epochs (some eval: 'any'; the last: 'final')."""
   acc, loss = def_values(trial, baseline, definition="2.1", reading=reading, acc_key=acc_key, loss_key=loss_key)
@@ -141,34 +153,45 @@ def passes_large_batch(trial: Trial, baseline: Baseline, *, acc_key: str = TEST_
 def reaches_accuracy(trial: Trial, baseline: Baseline, *, acc_key: str = TEST_ACC, reading: str = READING) -> bool:
   """Def. 2.2's test for one trial under ``reading``: test acc ≥ 0.995·A within ρ epochs."""
   return def_values(trial, baseline, definition="2.2", reading=reading, acc_key=acc_key)[0] >= (
-      ACC_FRACTION * baseline.accuracy)
+    ACC_FRACTION * baseline.accuracy
+  )
 
 
 @dataclasses.dataclass(frozen=True)
 class LinearVerdict:
   """Def. 2.1 with its uncertainty: the accuracy and the loss verdicts, and both combined (verdict.combine)."""
+
   verdict: str
   accuracy: vd.Verdict
   loss: vd.Verdict
 
 
-def def21_values(trial: Trial, baseline: Baseline, *, acc_key: str = TEST_ACC,
-                 loss_key: str = VAL_LOSS, reading: str = READING) -> tuple[float, float]:
+def def21_values(
+  trial: Trial, baseline: Baseline, *, acc_key: str = TEST_ACC, loss_key: str = VAL_LOSS, reading: str = READING
+) -> tuple[float, float]:
   """(test accuracy, validation loss) of the eval within ρ epochs that decides Def. 2.1 for one run
   (``def_values``): under 'any', the most accurate eval that meets the loss bar 1.2·ξ, else the most accurate eval."""
   return def_values(trial, baseline, definition="2.1", reading=reading, acc_key=acc_key, loss_key=loss_key)
 
 
-def best_accuracy_within_budget(trial: Trial, baseline: Baseline, *, acc_key: str = TEST_ACC,
-                                reading: str = READING) -> float:
+def best_accuracy_within_budget(
+  trial: Trial, baseline: Baseline, *, acc_key: str = TEST_ACC, reading: str = READING
+) -> float:
   """Def. 2.2's value for one run (``def_values``): under 'any', its best test accuracy within ρ epochs (−inf:
   diverged, failed or none)."""
   return def_values(trial, baseline, definition="2.2", reading=reading, acc_key=acc_key)[0]
 
 
-def linear_verdict(seeds: Sequence[Trial], baseline: Baseline, *, acc_tolerance: float = vd.ACC_TOLERANCE,
-                   loss_tolerance: float = vd.LOSS_TOLERANCE, acc_key: str = TEST_ACC,
-                   loss_key: str = VAL_LOSS, reading: str = READING) -> LinearVerdict:
+def linear_verdict(
+  seeds: Sequence[Trial],
+  baseline: Baseline,
+  *,
+  acc_tolerance: float = vd.ACC_TOLERANCE,
+  loss_tolerance: float = vd.LOSS_TOLERANCE,
+  acc_key: str = TEST_ACC,
+  loss_key: str = VAL_LOSS,
+  reading: str = READING,
+) -> LinearVerdict:
   """Def. 2.1 at one batch from the runs of one configuration (its seeds): pass / fail / borderline.
 
   Per seed, ``def_values`` under ``reading``; the accuracy values against 0.995·A and the loss values against 1.2·ξ,
@@ -176,17 +199,27 @@ def linear_verdict(seeds: Sequence[Trial], baseline: Baseline, *, acc_tolerance:
   either fails, pass if both pass, else borderline (shown as ``verdict.shown``: inconclusive, add seeds)."""
   vals = [def21_values(t, baseline, acc_key=acc_key, loss_key=loss_key, reading=reading) for t in seeds]
   acc = vd.threshold_verdict([a for a, _ in vals], ACC_FRACTION * baseline.accuracy, tolerance=acc_tolerance)
-  loss = vd.threshold_verdict([l for _, l in vals], LOSS_FACTOR * baseline.val_loss, mode="min",
-                              tolerance=loss_tolerance, relative=True)
+  loss = vd.threshold_verdict(
+    [l for _, l in vals], LOSS_FACTOR * baseline.val_loss, mode="min", tolerance=loss_tolerance, relative=True
+  )
   return LinearVerdict(vd.combine(acc.verdict, loss.verdict), acc, loss)
 
 
-def reach_verdict(seeds: Sequence[Trial], baseline: Baseline, *, acc_tolerance: float = vd.ACC_TOLERANCE,
-                  acc_key: str = TEST_ACC, reading: str = READING) -> vd.Verdict:
+def reach_verdict(
+  seeds: Sequence[Trial],
+  baseline: Baseline,
+  *,
+  acc_tolerance: float = vd.ACC_TOLERANCE,
+  acc_key: str = TEST_ACC,
+  reading: str = READING,
+) -> vd.Verdict:
   """Def. 2.2's test at one batch from the runs of one configuration (its seeds): does it reach 0.995·A within ρ
   epochs — pass / fail / borderline (``verdict.threshold_verdict`` over the per-seed ``def_values``)."""
-  return vd.threshold_verdict([best_accuracy_within_budget(t, baseline, acc_key=acc_key, reading=reading)
-                               for t in seeds], ACC_FRACTION * baseline.accuracy, tolerance=acc_tolerance)
+  return vd.threshold_verdict(
+    [best_accuracy_within_budget(t, baseline, acc_key=acc_key, reading=reading) for t in seeds],
+    ACC_FRACTION * baseline.accuracy,
+    tolerance=acc_tolerance,
+  )
 
 
 def _verdict(trials: Sequence[Trial], ok) -> Optional[bool]:
@@ -204,8 +237,7 @@ def scaling_rule(trial: Trial) -> str:
   return str(trial.params.get("lr_scaling") or "linear")
 
 
-def linear_evidence(trials: Iterable[Trial], baseline: Baseline, *, rule: str = "linear",
-                    **kw) -> dict[int, bool]:
+def linear_evidence(trials: Iterable[Trial], baseline: Baseline, *, rule: str = "linear", **kw) -> dict[int, bool]:
   """``{batch: passes Def. 2.1}`` from the ``role='linear'`` trials whose scaling rule is ``rule``: 'linear' is
   Def. 2.1 itself; 'sqrt' is the square-root rule the paper's "Optimization 0" (§3.1) takes when it is better,
   reported beside it and never used for B_L."""
@@ -217,8 +249,14 @@ def linear_evidence(trials: Iterable[Trial], baseline: Baseline, *, rule: str = 
   return {b: v for b, v in sorted(out.items()) if v is not None}
 
 
-def technique_evidence(trials: Iterable[Trial], baseline: Baseline, techniques: Sequence[str], *,
-                       acc_key: str = TEST_ACC, reading: str = READING) -> dict[int, dict[str, bool]]:
+def technique_evidence(
+  trials: Iterable[Trial],
+  baseline: Baseline,
+  techniques: Sequence[str],
+  *,
+  acc_key: str = TEST_ACC,
+  reading: str = READING,
+) -> dict[int, dict[str, bool]]:
   """``{batch: {technique: reaches 0.995·A}}`` for the declared techniques (others are ignored)."""
   groups: dict[tuple[int, str], list[Trial]] = {}
   for t in trials:
@@ -232,8 +270,15 @@ def technique_evidence(trials: Iterable[Trial], baseline: Baseline, techniques: 
   return out
 
 
-def _label(b: int, baseline: Baseline, linear: Mapping[int, bool], tech: Mapping[str, bool],
-           techniques: Sequence[str], b_l: Optional[int] = None, last_pass: Optional[int] = None) -> str:
+def _label(
+  b: int,
+  baseline: Baseline,
+  linear: Mapping[int, bool],
+  tech: Mapping[str, bool],
+  techniques: Sequence[str],
+  b_l: Optional[int] = None,
+  last_pass: Optional[int] = None,
+) -> str:
   if b == baseline.batch_size:
     return "baseline"
   if b < baseline.batch_size:
@@ -273,36 +318,64 @@ def first_failure(evidence: Mapping[int, bool], b0: int) -> tuple[Optional[int],
   return fail, (max(below) if below else (b0 if above else None))
 
 
-def classify(baseline: Baseline, linear: Mapping[int, bool], tech: Mapping[int, Mapping[str, bool]],
-             techniques: Sequence[str]) -> Regimes:
+def classify(
+  baseline: Baseline, linear: Mapping[int, bool], tech: Mapping[int, Mapping[str, bool]], techniques: Sequence[str]
+) -> Regimes:
   """Regimes from per-batch evidence (see the module docstring)."""
   b0 = baseline.batch_size
   above = sorted(b for b in linear if b > b0)
   b_l, b_l_last_pass = first_failure(linear, b0)
   batches = sorted(set(linear) | set(tech))
   labels = {b: _label(b, baseline, linear, tech.get(b, {}), techniques, b_l, b_l_last_pass) for b in batches}
-  reached_by = {b: tuple(sorted(n for n, ok in tech.get(b, {}).items() if ok)) + (("linear",) if linear.get(b)
-                                                                                 else ()) for b in batches}
+  reached_by = {
+    b: tuple(sorted(n for n, ok in tech.get(b, {}).items() if ok)) + (("linear",) if linear.get(b) else ())
+    for b in batches
+  }
   reaching = [b for b in batches if b > b0 and reached_by[b]]
   b_h = max(reaching) if reaching else (b0 if any(b > b0 for b in batches) else None)
   for b in batches:  # Def. 2.2: only B > B_H is huge, so an undetermined batch below a reached one is large
     if b_h is not None and b < b_h and labels[b].startswith("large or huge: undetermined"):
-      labels[b] = "large: below B_H" + labels[b][len("large or huge: undetermined"):]
+      labels[b] = "large: below B_H" + labels[b][len("large or huge: undetermined") :]
   huge = [b for b in batches if labels[b] == "huge"]
   b_h_next = min((b for b in huge if b_h is not None and b > b_h), default=None)
-  anomalies = [f"batch {b}: linear scaling passes above B_L = {b_l} (its first failure)"
-               for b in above if b_l is not None and b > b_l and linear[b]]
-  anomalies += [f"batch {b} is huge (every technique failed) but batch {b_h} above it was reached"
-                for b in huge if b_h is not None and b < b_h]
+  anomalies = [
+    f"batch {b}: linear scaling passes above B_L = {b_l} (its first failure)"
+    for b in above
+    if b_l is not None and b > b_l and linear[b]
+  ]
+  anomalies += [
+    f"batch {b} is huge (every technique failed) but batch {b_h} above it was reached"
+    for b in huge
+    if b_h is not None and b < b_h
+  ]
   for b in batches:
     if b >= baseline.num_train:
       labels[b] += " (full batch)"
-  return Regimes(b_l=b_l, b_l_last_pass=b_l_last_pass, b_h=b_h, b_h_next_huge=b_h_next, b_f=baseline.num_train,
-                 labels=labels, reached_by=reached_by, anomalies=tuple(anomalies))
+  return Regimes(
+    b_l=b_l,
+    b_l_last_pass=b_l_last_pass,
+    b_h=b_h,
+    b_h_next_huge=b_h_next,
+    b_f=baseline.num_train,
+    labels=labels,
+    reached_by=reached_by,
+    anomalies=tuple(anomalies),
+  )
 
 
-def classify_trials(baseline: Baseline, trials: Sequence[Trial], techniques: Sequence[str], *,
-                    acc_key: str = TEST_ACC, loss_key: str = VAL_LOSS, reading: str = READING) -> Regimes:
+def classify_trials(
+  baseline: Baseline,
+  trials: Sequence[Trial],
+  techniques: Sequence[str],
+  *,
+  acc_key: str = TEST_ACC,
+  loss_key: str = VAL_LOSS,
+  reading: str = READING,
+) -> Regimes:
   """Regimes of a study from its tagged trials and its declared technique set, Defs 2.1–2.2 read as ``reading``."""
-  return classify(baseline, linear_evidence(trials, baseline, acc_key=acc_key, loss_key=loss_key, reading=reading),
-                  technique_evidence(trials, baseline, techniques, acc_key=acc_key, reading=reading), techniques)
+  return classify(
+    baseline,
+    linear_evidence(trials, baseline, acc_key=acc_key, loss_key=loss_key, reading=reading),
+    technique_evidence(trials, baseline, techniques, acc_key=acc_key, reading=reading),
+    techniques,
+  )

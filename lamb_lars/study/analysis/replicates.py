@@ -23,6 +23,7 @@ Against a threshold θ (a pass/fail rule such as Def. 2.1's 99.5%·A of You et a
 Steps to target per seed (Shallue et al. 2018): the first evaluation that meets the goal, or, for a seed that
 misses it within its budget (or diverges), a *censored* value: S > budget steps (only a lower bound is known).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,12 +36,41 @@ from lamb_lars.study.records import Trial
 from lamb_lars.study.analysis.steps_to_target import first_hit
 
 # t_{0.975, ν}: the two-sided 95% quantile of Student's t with ν degrees of freedom (standard tables).
-_T975 = {1: 12.7062047, 2: 4.30265273, 3: 3.18244631, 4: 2.77644511, 5: 2.57058184, 6: 2.44691185, 7: 2.36462425,
-         8: 2.30600414, 9: 2.26215716, 10: 2.22813885, 11: 2.20098516, 12: 2.17881283, 13: 2.16036866,
-         14: 2.14478669, 15: 2.13144955, 16: 2.11990530, 17: 2.10981558, 18: 2.10092204, 19: 2.09302405,
-         20: 2.08596345, 21: 2.07961384, 22: 2.07387307, 23: 2.06865761, 24: 2.06389856, 25: 2.05953855,
-         26: 2.05552944, 27: 2.05183052, 28: 2.04840714, 29: 2.04522964, 30: 2.04227246, 40: 2.02107539,
-         60: 2.00029782, 120: 1.97993041}
+_T975 = {
+  1: 12.7062047,
+  2: 4.30265273,
+  3: 3.18244631,
+  4: 2.77644511,
+  5: 2.57058184,
+  6: 2.44691185,
+  7: 2.36462425,
+  8: 2.30600414,
+  9: 2.26215716,
+  10: 2.22813885,
+  11: 2.20098516,
+  12: 2.17881283,
+  13: 2.16036866,
+  14: 2.14478669,
+  15: 2.13144955,
+  16: 2.11990530,
+  17: 2.10981558,
+  18: 2.10092204,
+  19: 2.09302405,
+  20: 2.08596345,
+  21: 2.07961384,
+  22: 2.07387307,
+  23: 2.06865761,
+  24: 2.06389856,
+  25: 2.05953855,
+  26: 2.05552944,
+  27: 2.05183052,
+  28: 2.04840714,
+  29: 2.04522964,
+  30: 2.04227246,
+  40: 2.02107539,
+  60: 2.00029782,
+  120: 1.97993041,
+}
 _Z975 = 1.95996398
 
 
@@ -62,6 +92,7 @@ def t975(dof: int) -> float:
 @dataclasses.dataclass(frozen=True)
 class Summary:
   """Mean, sample sd and 95% t interval of k replicate values (sd and interval None when k < 2)."""
+
   values: tuple[float, ...]
   mean: Optional[float]
   sd: Optional[float]
@@ -78,8 +109,10 @@ class Summary:
       return "—"
     if self.sd is None:
       return f"{scale * self.mean:.{digits}f} (single run, no interval)"
-    return (f"{scale * self.mean:.{digits}f} ± {scale * self.sd:.{digits}f} "
-            f"[{scale * self.lo:.{digits}f}, {scale * self.hi:.{digits}f}] (n={self.n})")
+    return (
+      f"{scale * self.mean:.{digits}f} ± {scale * self.sd:.{digits}f} "
+      f"[{scale * self.lo:.{digits}f}, {scale * self.hi:.{digits}f}] (n={self.n})"
+    )
 
 
 def summarise(values: Sequence[float]) -> Summary:
@@ -141,6 +174,7 @@ def accuracy_summary(reps: Sequence[Trial], key: str = "eval_accuracy") -> Summa
 @dataclasses.dataclass(frozen=True)
 class SeedSteps:
   """Steps to the goal of one seed; ``censored``: missed within its budget, ``steps`` is then the budget."""
+
   run_id: str
   batch_size: int
   seed: Optional[int]
@@ -148,8 +182,9 @@ class SeedSteps:
   censored: bool
 
 
-def steps_per_seed(trials: Sequence[Trial], metric: str, goal: float, mode: str = "max",
-                   within: float = 1.0) -> list[SeedSteps]:
+def steps_per_seed(
+  trials: Sequence[Trial], metric: str, goal: float, mode: str = "max", within: float = 1.0
+) -> list[SeedSteps]:
   """Each finished trial's steps to ``goal``: its first hit within ``within`` × its budget, else censored at that
   many steps, or at its last step when it stopped earlier without the goal (e.g. at a lower target: S is only known
   to exceed the steps it ran); a diverged trial never reaches the goal and is censored at the limit. Failed and
@@ -172,8 +207,9 @@ def steps_per_seed(trials: Sequence[Trial], metric: str, goal: float, mode: str 
   return out
 
 
-def headline_target(baseline_seeds: Sequence[Trial], targets: Sequence[float], metric: str,
-                    mode: str = "max") -> Optional[float]:
+def headline_target(
+  baseline_seeds: Sequence[Trial], targets: Sequence[float], metric: str, mode: str = "max"
+) -> Optional[float]:
   """The highest of ``targets`` that every baseline seed reaches within half its budget (None if none does).
 
   A target near the workload's accuracy ceiling is reached by some seeds and missed by others, and steps to it

@@ -21,6 +21,7 @@ B_crit, with the share of resamples whose B_crit is ∞); ``leave_one_batch_out`
 A B_crit that moves by a factor of ten when one batch is dropped rests on that batch alone.
 ``bootstrap_trials_and_seeds`` adds the tuning noise: which configuration each batch's search chose (issue 41).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,13 +30,14 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-_GRID = 200     # points per stage of the profile over log β
-_STAGES = 5     # grid stages: the last spacing is ~1e-9 in log β
+_GRID = 200  # points per stage of the profile over log β
+_STAGES = 5  # grid stages: the last spacing is ~1e-9 in log β
 
 
 @dataclasses.dataclass(frozen=True)
 class CensoredFit:
   """S(B) = s_min·(1 + b_crit/B); ``e_min`` = s_min·b_crit (finite when b_crit = ∞); ``loss``: the objective."""
+
   s_min: float
   b_crit: float
   e_min: float
@@ -69,7 +71,7 @@ def _best_c(g: np.ndarray, ly: np.ndarray, cens: np.ndarray) -> tuple[np.ndarray
   r = ly[None, :] - g
   unc = ~cens
   n_u, s_u = float(unc.sum()), r[:, unc].sum(axis=1)
-  rc = -np.sort(-r[:, cens], axis=1)                                   # censored r, decreasing
+  rc = -np.sort(-r[:, cens], axis=1)  # censored r, decreasing
   prefix = np.concatenate([np.zeros((r.shape[0], 1)), np.cumsum(rc, axis=1)], axis=1)  # P_0 … P_m
   j = np.arange(rc.shape[1], dtype=np.float64)[None, :]
   k = ((n_u + j) * rc - s_u[:, None] - prefix[:, :-1] > 0).sum(axis=1)
@@ -82,8 +84,11 @@ def _profile(log_betas: np.ndarray, b, ly, cens) -> tuple[np.ndarray, np.ndarray
   """(c, loss) at each log β; β = 0 and β = ∞ as the limits −∞ and +∞ (for β = ∞, c = log E_min)."""
   lb = np.asarray(log_betas, np.float64)[:, None]
   with np.errstate(over="ignore"):
-    g = np.where(np.isposinf(lb), -np.log(b)[None, :],
-                 np.where(np.isneginf(lb), 0.0, np.log1p(np.exp(np.where(np.isfinite(lb), lb, 0.0)) / b[None, :])))
+    g = np.where(
+      np.isposinf(lb),
+      -np.log(b)[None, :],
+      np.where(np.isneginf(lb), 0.0, np.log1p(np.exp(np.where(np.isfinite(lb), lb, 0.0)) / b[None, :])),
+    )
   return _best_c(g, ly, cens)
 
 
@@ -115,6 +120,7 @@ def fit(batches: Sequence[float], steps: Sequence[float], censored: Optional[Seq
 class Interval:
   """A percentile interval of B_crit over resamples; ``infinite``: share of resamples with B_crit = ∞;
   ``failed``: resamples without reached points at two batch sizes (no fit)."""
+
   lo: float
   hi: float
   num: int
@@ -128,8 +134,9 @@ def _order_stat(sorted_vals: np.ndarray, q: float) -> float:
   return float(sorted_vals[idx])
 
 
-def bootstrap(points: Mapping[int, Sequence[tuple[float, bool]]], num: int = 200, seed: int = 0,
-              level: float = 0.95) -> Optional[Interval]:
+def bootstrap(
+  points: Mapping[int, Sequence[tuple[float, bool]]], num: int = 200, seed: int = 0, level: float = 0.95
+) -> Optional[Interval]:
   """Percentile interval of B_crit: each batch's (steps, censored) seeds resampled with replacement, ``num``
   times (a fixed numpy generator: the interval is reproducible). None when no resample could be fitted."""
   rng = np.random.default_rng(seed)
@@ -189,12 +196,14 @@ def fit_points(points: Mapping[int, Sequence[tuple[float, bool]]]) -> CensoredFi
 class Candidate:
   """One configuration a batch's search could have chosen: ``rank`` (lower is chosen first, the search's own
   order) and the (steps, censored) points of its seeds (the chosen one's replicates; another's single run)."""
+
   rank: float
   points: tuple[tuple[float, bool], ...]
 
 
-def bootstrap_trials_and_seeds(cells: Mapping[Any, Sequence[Candidate]], num: int = 200, seed: int = 0,
-                               level: float = 0.95) -> Optional[Interval]:
+def bootstrap_trials_and_seeds(
+  cells: Mapping[Any, Sequence[Candidate]], num: int = 200, seed: int = 0, level: float = 0.95
+) -> Optional[Interval]:
   """Percentile interval of B_crit over tuning noise and seed noise (issue 41). ``cells``: per searched cell, keyed
   by its batch or by (batch, cell name) when a batch has several cells (their points are pooled, as in ``fit``),
   the configurations its search could have chosen. Per resample and cell: its candidates are drawn with

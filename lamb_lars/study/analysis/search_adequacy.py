@@ -14,6 +14,7 @@ nothing says the optimum is not beyond it. The runner then searches the range sh
 side, [lo²/hi, lo] or [hi, hi²/lo] (phases.py), a bounded number of times; the range of a cell is the union of
 the ranges searched.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,8 +44,11 @@ def edge(lr: float, lo: float, hi: float, fraction: float, tried: Sequence[float
 
 def tried_lrs(trials: Sequence[Trial]) -> list[float]:
   """The LRs of the cell's trials that gave a result (failed trials tested nothing)."""
-  return [float(t.params["learning_rate"]) for t in trials
-          if t.status != "failed" and t.params.get("learning_rate") is not None]
+  return [
+    float(t.params["learning_rate"])
+    for t in trials
+    if t.status != "failed" and t.params.get("learning_rate") is not None
+  ]
 
 
 def neighbours(lr: float, tried: Sequence[float]) -> tuple[Optional[float], Optional[float]]:
@@ -76,13 +80,14 @@ def union_range(trials: Sequence[Trial]) -> Optional[tuple[float, float]]:
 @dataclasses.dataclass(frozen=True)
 class Adequacy:
   """One cell: trials (search and extensions), full-budget ones, the ranges searched, where the chosen point lies."""
+
   cell: str
   num_trials: int
   num_full_budget: int
   ranges: tuple[tuple[float, float], ...]
   chosen: Optional[str]
   chosen_lr: Optional[float]
-  where: str                  # 'interior' | 'low edge' | 'high edge' | 'no LR search' | 'nothing chosen'
+  where: str  # 'interior' | 'low edge' | 'high edge' | 'no LR search' | 'nothing chosen'
 
   @property
   def interior(self) -> bool:
@@ -103,5 +108,12 @@ def adequacy(cell: str, trials: Sequence[Trial], chosen: Optional[Trial], fracti
   else:
     side = edge(float(lr), span[0], span[1], fraction, tried_lrs(searched))
     where = f"{side} edge" if side else "interior"
-  return Adequacy(cell, len(searched), full, ranges, None if chosen is None else chosen.run_id,
-                  None if lr is None else float(lr), where)
+  return Adequacy(
+    cell,
+    len(searched),
+    full,
+    ranges,
+    None if chosen is None else chosen.run_id,
+    None if lr is None else float(lr),
+    where,
+  )

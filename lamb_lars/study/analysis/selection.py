@@ -16,6 +16,7 @@ diverged and failed trials are not). Order:
 Ties: the smaller run_id. A candidate without ``metric`` in its curve (a study without a validation split) is never
 chosen: such a study cannot select without the test set and gets no chosen configuration.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,8 +36,9 @@ def _value(t: Trial, metric: str, final: bool, mode: str) -> Optional[float]:
   return v if v is not None and math.isfinite(v) else None
 
 
-def choose(trials: Sequence[Trial], metric: str = "validation_accuracy", mode: str = "max",
-           goal: Optional[float] = None) -> Optional[Trial]:
+def choose(
+  trials: Sequence[Trial], metric: str = "validation_accuracy", mode: str = "max", goal: Optional[float] = None
+) -> Optional[Trial]:
   """The cell's chosen trial (module docstring), or None when no candidate has ``metric``."""
   sign = -1.0 if mode == "max" else 1.0
   ranked = []

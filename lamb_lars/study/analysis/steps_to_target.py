@@ -18,6 +18,7 @@ run_id; ``by='epochs'`` uses the epoch at the hit, ties by steps, wall time, run
 
 A batch size where no trial meets the goal is still reported, with ``steps=None`` (``reached`` is False).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,6 +38,7 @@ class Result:
   num_trials: all trials at this batch; num_feasible: those not diverged/failed; num_reached: feasible trials
   whose curve meets the goal.
   """
+
   batch_size: int
   steps: Optional[int]
   epochs: Optional[float]
@@ -64,8 +66,9 @@ def meets(value: Any, goal: float, mode: str = "max") -> bool:
   return value >= goal if mode == "max" else value <= goal
 
 
-def first_hit(curve: Iterable[Mapping[str, Any]], metric: str, goal: float,
-              mode: str = "max") -> Optional[Mapping[str, Any]]:
+def first_hit(
+  curve: Iterable[Mapping[str, Any]], metric: str, goal: float, mode: str = "max"
+) -> Optional[Mapping[str, Any]]:
   """The earliest eval row (by step) whose ``metric`` meets ``goal``; None if none does."""
   for row in sorted(curve, key=lambda r: r["step"]):
     if meets(row.get(metric), goal, mode):
@@ -88,8 +91,9 @@ def _sort_key(by: str, row: Mapping[str, Any], run_id: str) -> tuple:
   raise ValueError(f"by must be 'steps', 'wall_time' or 'epochs', got {by!r}")
 
 
-def best_hit(trials: Sequence[Trial], metric: str, goal: float, mode: str = "max",
-             by: str = "steps") -> tuple[Optional[Trial], Optional[Mapping[str, Any]]]:
+def best_hit(
+  trials: Sequence[Trial], metric: str, goal: float, mode: str = "max", by: str = "steps"
+) -> tuple[Optional[Trial], Optional[Mapping[str, Any]]]:
   """The feasible trial with the best first hit (see module docstring for the order) and that hit row."""
   best, best_key = (None, None), None
   for t in trials:
@@ -104,8 +108,9 @@ def best_hit(trials: Sequence[Trial], metric: str, goal: float, mode: str = "max
   return best
 
 
-def steps_to_target(trials: Iterable[Trial], metric: str, goal: float, mode: str = "max", *,
-                    by: str = "steps") -> dict[int, Result]:
+def steps_to_target(
+  trials: Iterable[Trial], metric: str, goal: float, mode: str = "max", *, by: str = "steps"
+) -> dict[int, Result]:
   """``{batch_size: Result}`` over all batch sizes present in ``trials`` (sorted by batch size)."""
   groups: dict[int, list[Trial]] = {}
   for t in trials:
@@ -117,13 +122,16 @@ def steps_to_target(trials: Iterable[Trial], metric: str, goal: float, mode: str
     reached = [t for t in feasible if first_hit(t.curve, metric, goal, mode) is not None]
     trial, row = best_hit(group, metric, goal, mode, by)
     out[b] = Result(
-        batch_size=b,
-        steps=None if row is None else int(row["step"]),
-        epochs=None if row is None or row.get("epoch") is None else float(row["epoch"]),
-        examples=None if row is None or row.get("examples") is None else int(row["examples"]),
-        wall_time=None if row is None or row.get("wall_time") is None else float(row["wall_time"]),
-        best_run_id=None if trial is None else trial.run_id,
-        num_trials=len(group), num_feasible=len(feasible), num_reached=len(reached))
+      batch_size=b,
+      steps=None if row is None else int(row["step"]),
+      epochs=None if row is None or row.get("epoch") is None else float(row["epoch"]),
+      examples=None if row is None or row.get("examples") is None else int(row["examples"]),
+      wall_time=None if row is None or row.get("wall_time") is None else float(row["wall_time"]),
+      best_run_id=None if trial is None else trial.run_id,
+      num_trials=len(group),
+      num_feasible=len(feasible),
+      num_reached=len(reached),
+    )
   return out
 
 

@@ -12,6 +12,7 @@ threshold decides nothing. The verdict compares an *interval* with the threshold
 margin to the threshold is smaller than the interval's half-width; the regimes report shows it as "inconclusive
 (add seeds)" (``shown``).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,30 +32,35 @@ PASS, FAIL, BORDERLINE = "pass", "fail", "borderline"
 # 0.2 pp of a threshold is borderline. Loss: 5% of the value, our choice (no replicate data yet). Both give way to
 # the seed interval as soon as a cell has two or more seeds.
 ACC_TOLERANCE = 0.002
-LOSS_TOLERANCE = 0.05   # relative: value·(1 ± 0.05)
+LOSS_TOLERANCE = 0.05  # relative: value·(1 ± 0.05)
 
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
   """``verdict`` of the interval [low, high] around ``value`` (the mean) against ``threshold``."""
+
   verdict: str
   value: float
   low: float
   high: float
   threshold: float
   num_values: int
-  num_finite: int = -1   # values that are finite (−1: all of them)
+  num_finite: int = -1  # values that are finite (−1: all of them)
 
   def text(self, digits: int = 4) -> str:
     how = f"{self.num_values} seeds" if self.num_values > 1 else "1 run"
     if not math.isfinite(self.value):
       finite = [b for b in (self.low, self.high) if math.isfinite(b)]
       if self.num_finite > 0 and finite:  # some seeds diverged: the best of the others bounds the cell
-        return (f"{self.verdict}: {self.num_values - self.num_finite} of {self.num_values} seeds diverged or had no "
-                f"eval, the best other {finite[0]:.{digits}g} vs {self.threshold:.{digits}g}")
+        return (
+          f"{self.verdict}: {self.num_values - self.num_finite} of {self.num_values} seeds diverged or had no "
+          f"eval, the best other {finite[0]:.{digits}g} vs {self.threshold:.{digits}g}"
+        )
       return f"{self.verdict}: no finite value (diverged or no eval) vs {self.threshold:.{digits}g}, {how}"
-    return (f"{self.verdict}: {self.value:.{digits}g} ∈ [{self.low:.{digits}g}, {self.high:.{digits}g}] vs "
-            f"{self.threshold:.{digits}g}, {how}")
+    return (
+      f"{self.verdict}: {self.value:.{digits}g} ∈ [{self.low:.{digits}g}, {self.high:.{digits}g}] vs "
+      f"{self.threshold:.{digits}g}, {how}"
+    )
 
 
 def mean_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
@@ -67,8 +73,9 @@ def mean_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, 
   return mean, mean - half, mean + half
 
 
-def threshold_verdict(values: Sequence[float], threshold: float, *, mode: str = "max", tolerance: float,
-                      relative: bool = False) -> Verdict:
+def threshold_verdict(
+  values: Sequence[float], threshold: float, *, mode: str = "max", tolerance: float, relative: bool = False
+) -> Verdict:
   """pass / fail / borderline of per-seed ``values`` against ``threshold`` (see the module docstring).
 
   ``tolerance`` is the single-run half-width (absolute, or a fraction of the value when ``relative``); it is used
@@ -113,4 +120,4 @@ def shown(verdict: str) -> str:
 def shown_text(v: Verdict, digits: int = 4) -> str:
   """``Verdict.text`` with the verdict ``shown``."""
   t = v.text(digits)
-  return shown(v.verdict) + t[len(v.verdict):] if t.startswith(v.verdict) else t
+  return shown(v.verdict) + t[len(v.verdict) :] if t.startswith(v.verdict) else t

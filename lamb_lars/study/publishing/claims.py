@@ -17,6 +17,7 @@ identifiers (a number glued to letters: LeNet-5, H100, 2c14c0b) and section refe
 eq. 2.11, issue 41). A folder whose manifest has ``"claims_checked": true`` (set by new reports) fails ``verify``
 on an unmatched number; for the others, ``verify --claims`` prints them as warnings.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -36,19 +37,24 @@ _COMMENT = re.compile(r"<!--.*?-->")
 _LINK_TARGET = re.compile(r"\]\([^)]*\)")
 _URL = re.compile(r"https?://\S+")
 _DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?Z?)?\b|\b\d{1,2}:\d{2}(?::\d{2})?\b")
-_REF = re.compile(r"(?:\bDefs?\.?|\bDefinitions?|\bTables?|\bFig(?:ure)?s?\.?|\beq\.|§|\bissues?|\bOptimization|"
-                  r"\bSection|\bAlgorithm|\bPR|\bet al\.|#)\s*\d+(?:\.\d+)*(?:\s*(?:–|-|and|,)\s*\d+(?:\.\d+)*)*",
-                  re.IGNORECASE)
+_REF = re.compile(
+  r"(?:\bDefs?\.?|\bDefinitions?|\bTables?|\bFig(?:ure)?s?\.?|\beq\.|§|\bissues?|\bOptimization|"
+  r"\bSection|\bAlgorithm|\bPR|\bet al\.|#)\s*\d+(?:\.\d+)*(?:\s*(?:–|-|and|,)\s*\d+(?:\.\d+)*)*",
+  re.IGNORECASE,
+)
 # A number: optional sign, digits with thousands commas, decimals, optional exponent, an optional K suffix. Not
 # glued to a letter, digit or '.' on the left, nor to a letter (other than the K) on the right.
-_NUM = re.compile(r"(?<![\w.])(?<!\w-)([−\-+]?)(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?"
-                  r"(?:e([−\-+]?\d{1,2})(?!\d))?(K)?(?![\w])")
+_NUM = re.compile(
+  r"(?<![\w.])(?<!\w-)([−\-+]?)(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?"
+  r"(?:e([−\-+]?\d{1,2})(?!\d))?(K)?(?![\w])"
+)
 _DATA_NUM = re.compile(r"([−\-+]?)(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(?:e([−\-+]?\d{1,2})(?!\d))?(K)?")  # fixed_256 too
 
 
 @dataclasses.dataclass(frozen=True)
 class Quoted:
   """A number as written: its value (K read as written, ×1000), decimals, whether it had K or %, and where."""
+
   text: str
   value: float
   decimals: int
@@ -114,10 +120,10 @@ def data_numbers(texts: Iterable[str]) -> list[float]:
 def matches(q: Quoted, data: Sequence[float]) -> bool:
   """Whether the quoted number is one of ``data`` (sorted) at its own rounding (module docstring)."""
   half = 0.5 * 10.0 ** (-q.decimals)
-  units = (1024.0, 1000.0) if q.kilo else (1.0,)   # 8K is 8192 or 8000; the K is itself a rounding
+  units = (1024.0, 1000.0) if q.kilo else (1.0,)  # 8K is 8192 or 8000; the K is itself a rounding
   for u in units:
     t, h = abs(q.value) * u, half * u * (1 + 1e-9)
-    i = bisect.bisect_left(data, t - h)   # ``data`` is sorted (data_numbers)
+    i = bisect.bisect_left(data, t - h)  # ``data`` is sorted (data_numbers)
     if i < len(data) and data[i] <= t + h:
       return True
   return False
@@ -140,8 +146,9 @@ def _paragraphs(text: str) -> list[tuple[int, int, str]]:
   return out
 
 
-def unmatched(text: str, own: Sequence[float], other_folders: Optional[dict[str, Sequence[float]]] = None
-              ) -> list[Quoted]:
+def unmatched(
+  text: str, own: Sequence[float], other_folders: Optional[dict[str, Sequence[float]]] = None
+) -> list[Quoted]:
   """The numbers ``text`` quotes that neither ``own`` (the folder's data numbers) nor, within a paragraph linking
   ``../<folder>/``, that folder's numbers (``other_folders``) contain."""
   other_folders = other_folders or {}
@@ -165,8 +172,9 @@ def index_row(index_text: str, folder: str) -> Optional[str]:
   return None
 
 
-def check_folder(out_dir: str, recomputed_readme: str, manifest: dict,
-                 readme_of: Optional[callable] = None) -> list[str]:
+def check_folder(
+  out_dir: str, recomputed_readme: str, manifest: dict, readme_of: Optional[callable] = None
+) -> list[str]:
   """One sentence per number in ``out_dir``'s discussion.md and index row that the data do not produce.
 
   ``recomputed_readme``: the README as the report computes it now from the CSVs; ``readme_of(name)``: another
@@ -179,14 +187,17 @@ def check_folder(out_dir: str, recomputed_readme: str, manifest: dict,
     names = set(_LINKED.findall(text))
     others = {n: data_numbers([t]) for n in names if readme_of and (t := readme_of(n)) is not None}
     for q in unmatched(text, own, others):
-      problems.append(f"discussion.md line {q.line} quotes {q.text}, which the folder's data do not produce "
-                      f"({q.context!r}).")
+      problems.append(
+        f"discussion.md line {q.line} quotes {q.text}, which the folder's data do not produce ({q.context!r})."
+      )
   folder = os.path.basename(os.path.normpath(out_dir))
   index_path = os.path.join(os.path.dirname(os.path.normpath(out_dir)), "README.md")
   if os.path.isfile(index_path):
     row = index_row(io_utils.read_text(index_path), folder)
     if row is not None:
       for q in unmatched(row, own):
-        problems.append(f"the studies index row of {folder} quotes {q.text}, which the folder's data do not "
-                        f"produce ({q.context[:100]!r}…).")
+        problems.append(
+          f"the studies index row of {folder} quotes {q.text}, which the folder's data do not "
+          f"produce ({q.context[:100]!r}…)."
+        )
   return problems

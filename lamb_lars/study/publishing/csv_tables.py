@@ -11,6 +11,7 @@ trial a replicate repeats), ``promoted`` (a pruned trial resumed to its full bud
 validation_accuracy, validation_loss``, then every other logged metric (train loss, LR, noise scale, …).
 The columns are documented in docs/studies.md.
 """
+
 from __future__ import annotations
 
 import csv
@@ -24,14 +25,51 @@ from lamb_lars.common import io_utils
 from lamb_lars.study.records import Trial
 from lamb_lars.study.running import store
 
-RUN_COLUMNS = ("run_id", "study", "cell", "role", "technique", "batch_size", "optimizer", "variant",
-               "learning_rate", "warmup_epochs", "lr_scaling", "num_epochs", "budget_epochs", "status", "stopped",
-               "final_test_accuracy", "final_test_loss", "final_validation_accuracy", "final_validation_loss",
-               "best_test_accuracy", "steps", "wall_time", "started", "finished", "error", "overrides",
-               "seed", "phase", "replicate_of", "promoted", "search_space")
-EVAL_COLUMNS = ("run_id", "step", "epoch", "examples", "wall_time", "test_accuracy", "test_loss",
-                "validation_accuracy", "validation_loss")
-_RENAME = {"eval_accuracy": "test_accuracy", "eval_loss": "test_loss"}   # trainer key → CSV column
+RUN_COLUMNS = (
+  "run_id",
+  "study",
+  "cell",
+  "role",
+  "technique",
+  "batch_size",
+  "optimizer",
+  "variant",
+  "learning_rate",
+  "warmup_epochs",
+  "lr_scaling",
+  "num_epochs",
+  "budget_epochs",
+  "status",
+  "stopped",
+  "final_test_accuracy",
+  "final_test_loss",
+  "final_validation_accuracy",
+  "final_validation_loss",
+  "best_test_accuracy",
+  "steps",
+  "wall_time",
+  "started",
+  "finished",
+  "error",
+  "overrides",
+  "seed",
+  "phase",
+  "replicate_of",
+  "promoted",
+  "search_space",
+)
+EVAL_COLUMNS = (
+  "run_id",
+  "step",
+  "epoch",
+  "examples",
+  "wall_time",
+  "test_accuracy",
+  "test_loss",
+  "validation_accuracy",
+  "validation_loss",
+)
+_RENAME = {"eval_accuracy": "test_accuracy", "eval_loss": "test_loss"}  # trainer key → CSV column
 _BACK = {v: k for k, v in _RENAME.items()}
 _PARAM_KEYS = ("learning_rate", "warmup_epochs", "lr_scaling")
 
@@ -56,8 +94,10 @@ def export_csvs(con, study_name: str, out_dir: str) -> tuple[str, str]:
       extra += [k for k in row if k not in EVAL_COLUMNS and k not in extra]
       eval_rows.append(row)
   runs_path, evals_path = os.path.join(out_dir, "runs.csv"), os.path.join(out_dir, "evals.csv")
-  for path, columns, rows in ((runs_path, RUN_COLUMNS, run_rows),
-                              (evals_path, EVAL_COLUMNS + tuple(sorted(extra)), eval_rows)):
+  for path, columns, rows in (
+    (runs_path, RUN_COLUMNS, run_rows),
+    (evals_path, EVAL_COLUMNS + tuple(sorted(extra)), eval_rows),
+  ):
     f = io.StringIO(newline="")
     w = csv.DictWriter(f, fieldnames=columns)
     w.writeheader()
@@ -72,18 +112,36 @@ def _run_row(d: dict, t: Trial) -> dict:
   final = t.curve[-1] if t.curve else {}
   overrides = {k: v for k, v in d["params"].items() if k not in _PARAM_KEYS}
   return {
-      "run_id": t.run_id, "study": d["study"], "cell": t.cell, "role": t.role, "technique": t.technique,
-      "batch_size": t.batch_size, "optimizer": t.optimizer, "variant": t.variant,
-      **{k: d["params"].get(k) for k in _PARAM_KEYS}, "num_epochs": t.final_epoch,
-      "budget_epochs": t.budget_epochs, "status": t.status, "stopped": t.stopped,
-      "final_test_accuracy": final.get("eval_accuracy"), "final_test_loss": final.get("eval_loss"),
-      "final_validation_accuracy": final.get("validation_accuracy"),
-      "final_validation_loss": final.get("validation_loss"), "best_test_accuracy": t.best("eval_accuracy"),
-      "steps": d["steps"], "wall_time": t.wall_time, "started": d["started"], "finished": d["finished"],
-      "error": (t.error or "").strip().splitlines()[-1] if t.error else "",
-      "overrides": json.dumps(overrides, sort_keys=True), "seed": t.seed, "phase": t.phase,
-      "replicate_of": t.replicate_of, "promoted": int(t.promoted),
-      "search_space": json.dumps(t.space, sort_keys=True)}
+    "run_id": t.run_id,
+    "study": d["study"],
+    "cell": t.cell,
+    "role": t.role,
+    "technique": t.technique,
+    "batch_size": t.batch_size,
+    "optimizer": t.optimizer,
+    "variant": t.variant,
+    **{k: d["params"].get(k) for k in _PARAM_KEYS},
+    "num_epochs": t.final_epoch,
+    "budget_epochs": t.budget_epochs,
+    "status": t.status,
+    "stopped": t.stopped,
+    "final_test_accuracy": final.get("eval_accuracy"),
+    "final_test_loss": final.get("eval_loss"),
+    "final_validation_accuracy": final.get("validation_accuracy"),
+    "final_validation_loss": final.get("validation_loss"),
+    "best_test_accuracy": t.best("eval_accuracy"),
+    "steps": d["steps"],
+    "wall_time": t.wall_time,
+    "started": d["started"],
+    "finished": d["finished"],
+    "error": (t.error or "").strip().splitlines()[-1] if t.error else "",
+    "overrides": json.dumps(overrides, sort_keys=True),
+    "seed": t.seed,
+    "phase": t.phase,
+    "replicate_of": t.replicate_of,
+    "promoted": int(t.promoted),
+    "search_space": json.dumps(t.space, sort_keys=True),
+  }
 
 
 def _num(text: str) -> Any:
@@ -114,11 +172,27 @@ def load_csvs(out_dir: str) -> list[Trial]:
   for r in read_csv(os.path.join(out_dir, "runs.csv")):
     v = {k: _num(x) for k, x in r.items()}
     params = {**json.loads(r["overrides"] or "{}"), **{k: v[k] for k in _PARAM_KEYS if v[k] is not None}}
-    out.append(Trial(run_id=r["run_id"], batch_size=int(v["batch_size"]), optimizer=r["optimizer"],
-                     variant=r["variant"] or "original", role=r["role"] or "search", technique=r["technique"],
-                     cell=r["cell"], params=params, status=r["status"], stopped=r["stopped"] or None,
-                     budget_epochs=v["budget_epochs"], error=r["error"] or None, wall_time=v["wall_time"],
-                     curve=sorted(curves.get(r["run_id"], []), key=lambda row: row["step"]),
-                     seed=v.get("seed"), phase=r.get("phase") or "search", replicate_of=r.get("replicate_of") or "",
-                     promoted=bool(v.get("promoted")), space=json.loads(r.get("search_space") or "{}")))
+    out.append(
+      Trial(
+        run_id=r["run_id"],
+        batch_size=int(v["batch_size"]),
+        optimizer=r["optimizer"],
+        variant=r["variant"] or "original",
+        role=r["role"] or "search",
+        technique=r["technique"],
+        cell=r["cell"],
+        params=params,
+        status=r["status"],
+        stopped=r["stopped"] or None,
+        budget_epochs=v["budget_epochs"],
+        error=r["error"] or None,
+        wall_time=v["wall_time"],
+        curve=sorted(curves.get(r["run_id"], []), key=lambda row: row["step"]),
+        seed=v.get("seed"),
+        phase=r.get("phase") or "search",
+        replicate_of=r.get("replicate_of") or "",
+        promoted=bool(v.get("promoted")),
+        space=json.loads(r.get("search_space") or "{}"),
+      )
+    )
   return out

@@ -13,6 +13,7 @@ files alone; ``manifest.json`` records how they were made:
 
 ``verify`` (provenance.py) recomputes the hashes, the trial counts and the README against it.
 """
+
 from __future__ import annotations
 
 import collections
@@ -65,18 +66,36 @@ def spec_from_json(d: Mapping[str, Any]) -> report.ReportSpec:
   return report.ReportSpec(**d)
 
 
-def build_manifest(out_dir: str, spec: report.ReportSpec, *, study: str, commands: Sequence[str],
-                   config_json: Optional[str], code: Optional[Mapping] = None,
-                   started: Optional[float] = None, finished: Optional[float] = None, **extra: Any) -> dict:
+def build_manifest(
+  out_dir: str,
+  spec: report.ReportSpec,
+  *,
+  study: str,
+  commands: Sequence[str],
+  config_json: Optional[str],
+  code: Optional[Mapping] = None,
+  started: Optional[float] = None,
+  finished: Optional[float] = None,
+  **extra: Any,
+) -> dict:
   """The manifest of a published folder whose runs.csv, evals.csv and README.md are already written."""
   if started is None and finished is None:
     started, finished = trial_window(out_dir)
-  return {"study": study, "code": dict(code) if code is not None else code_state(), "commands": list(commands),
-          "config_sha256": config_sha256(config_json) if config_json else None, "machine": machine(),
-          "started": iso(started), "finished": iso(finished), "trials": trial_counts(out_dir),
-          "files": {name: sha256(os.path.join(out_dir, name)) for name in HASHED},
-          "report_spec": spec_to_json(spec), "superseded": False,
-          **({"workload": workload} if (workload := workload_provenance.sources(config_json)) else {}), **extra}
+  return {
+    "study": study,
+    "code": dict(code) if code is not None else code_state(),
+    "commands": list(commands),
+    "config_sha256": config_sha256(config_json) if config_json else None,
+    "machine": machine(),
+    "started": iso(started),
+    "finished": iso(finished),
+    "trials": trial_counts(out_dir),
+    "files": {name: sha256(os.path.join(out_dir, name)) for name in HASHED},
+    "report_spec": spec_to_json(spec),
+    "superseded": False,
+    **({"workload": workload} if (workload := workload_provenance.sources(config_json)) else {}),
+    **extra,
+  }
 
 
 def write_manifest(out_dir: str, manifest: Mapping) -> str:

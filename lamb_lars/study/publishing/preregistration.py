@@ -10,6 +10,7 @@ None, ``git``: False) and the study runs. ``--config.*`` overrides on the comman
 record is written once and kept on resume, so it names the state of the thresholds when the first trial started;
 ``publish`` copies it into the manifest (``preregistration``).
 """
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,12 @@ def config_state(config_path: str) -> dict:
     dirty = bool(_git(top, "status", "--porcelain", "--", rel).strip())
   except (OSError, subprocess.SubprocessError):
     return {"config": config_path, "commit": None, "dirty": None, "git": False}
-  return {"config": rel + (":" + config_path.split(":", 1)[1] if ":" in config_path else ""), "commit": commit,
-          "dirty": dirty, "git": True}
+  return {
+    "config": rel + (":" + config_path.split(":", 1)[1] if ":" in config_path else ""),
+    "commit": commit,
+    "dirty": dirty,
+    "git": True,
+  }
 
 
 def load(workdir: str) -> Optional[dict]:
@@ -49,8 +54,9 @@ def load(workdir: str) -> Optional[dict]:
   return json.loads(text) if text else None
 
 
-def register(workdir: str, config_path: Optional[str], allow_dirty: bool = False,
-             overrides: Sequence[str] = ()) -> dict:
+def register(
+  workdir: str, config_path: Optional[str], allow_dirty: bool = False, overrides: Sequence[str] = ()
+) -> dict:
   """The workdir's record: the existing one (a resumed study), else the config file's state now, written. Raises
   ValueError (one sentence) when the config has uncommitted changes or was never committed and ``allow_dirty`` is
   off."""
@@ -58,19 +64,33 @@ def register(workdir: str, config_path: Optional[str], allow_dirty: bool = False
   if old is not None:
     return old
   from lamb_lars.study.running import workdir as wd
+
   if os.path.exists(wd.store_path(workdir)) or io_utils.exists(os.path.join(workdir, wd.STORE_FILE)):
     # trials ran before records were kept: the state now says nothing about the first trial's
-    record = {"config": config_path, "commit": None, "dirty": None, "git": None, "allow_dirty": bool(allow_dirty),
-              "overrides": list(overrides), "started_before_record": True,
-              "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    record = {
+      "config": config_path,
+      "commit": None,
+      "dirty": None,
+      "git": None,
+      "allow_dirty": bool(allow_dirty),
+      "overrides": list(overrides),
+      "started_before_record": True,
+      "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     io_utils.write_text_atomic(os.path.join(workdir, FILE), json.dumps(record, indent=1, sort_keys=True) + "\n")
     return record
   state = config_state(config_path) if config_path else {"config": None, "commit": None, "dirty": None, "git": False}
   if state["git"] and (state["dirty"] or state["commit"] is None) and not allow_dirty:
-    raise ValueError(f"the study config {state['config']} has uncommitted changes (or is not committed): commit it "
-                     "before the first trial, so that its thresholds are pre-registered, or pass --allow_dirty.")
-  record = {**state, "allow_dirty": bool(allow_dirty), "overrides": list(overrides),
-            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    raise ValueError(
+      f"the study config {state['config']} has uncommitted changes (or is not committed): commit it "
+      "before the first trial, so that its thresholds are pre-registered, or pass --allow_dirty."
+    )
+  record = {
+    **state,
+    "allow_dirty": bool(allow_dirty),
+    "overrides": list(overrides),
+    "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+  }
   io_utils.makedirs(workdir)
   io_utils.write_text_atomic(os.path.join(workdir, FILE), json.dumps(record, indent=1, sort_keys=True) + "\n")
   return record

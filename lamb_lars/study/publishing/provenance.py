@@ -6,6 +6,7 @@ committed README section by section. A folder published by earlier code carries 
 sections the current code no longer reproduces (``not_recomputed``: section → why); those sections are covered
 by the README's hash only. Each mismatch is one sentence.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -86,8 +87,9 @@ def verify(out_dir: str, claims: Optional[list] = None) -> list[str]:
   problems += workload_provenance.problems(m.get("workload") or {})
   counts = trial_counts(out_dir)
   if counts != m.get("trials"):
-    problems.append(f"runs.csv has {counts['total']} trials {counts['by_status']}, the manifest says "
-                    f"{m.get('trials')}.")
+    problems.append(
+      f"runs.csv has {counts['total']} trials {counts['by_status']}, the manifest says {m.get('trials')}."
+    )
   old = sections(io_utils.read_text(os.path.join(out_dir, "README.md")))
   new = _recomputed(out_dir, m)
   problems += _compare(old, new, m.get("not_recomputed") or {})
@@ -103,11 +105,13 @@ def claim_problems(out_dir: str, m: dict, recomputed: str) -> list[str]:
   """The numbers the folder's discussion.md and index row quote that its data do not produce (claims.py); a
   number quoted from another folder (a paragraph linking ``../<folder>/``) is looked up in that folder's README."""
   from lamb_lars.study.publishing import claims as claims_lib
+
   parent = os.path.dirname(os.path.normpath(out_dir))
 
   def readme_of(name: str) -> Optional[str]:
     p = os.path.join(parent, name, "README.md")
     return io_utils.read_text(p) if os.path.isfile(p) else None
+
   return claims_lib.check_folder(out_dir, recomputed, m, readme_of)
 
 
@@ -120,8 +124,7 @@ def _recomputed(out_dir: str, m: dict) -> dict[str, str]:
       else:
         os.symlink(os.path.abspath(os.path.join(out_dir, name)), os.path.join(tmp, name))
     # the text is compared; the figures are not re-rendered
-    regenerated = report.write_report(csv_tables.load_csvs(tmp), tmp, spec_from_json(m["report_spec"]),
-                                      figures=False)
+    regenerated = report.write_report(csv_tables.load_csvs(tmp), tmp, spec_from_json(m["report_spec"]), figures=False)
     with open(regenerated, encoding="utf-8") as f:
       return sections(f.read())
 
@@ -138,12 +141,15 @@ def rereport(out_dir: str, command: str, code: Optional[Mapping] = None) -> str:
     raise ValueError(f"{out_dir} is a {m['kind']} folder: re-report it with `python -m {_verifier(m)} report`.")
   for name in ("runs.csv", "evals.csv"):
     if sha256(os.path.join(out_dir, name)) != m.get("files", {}).get(name):
-      raise ValueError(f"{out_dir}/{name} is not the file its manifest records; a re-report recomputes from the "
-                       "published CSVs only.")
+      raise ValueError(
+        f"{out_dir}/{name} is not the file its manifest records; a re-report recomputes from the published CSVs only."
+      )
   code = dict(code) if code is not None else code_state.code_state()
   if code.get("dirty") or not code.get("commit"):
-    raise ValueError("the checkout has uncommitted changes (or is no git checkout); commit first, so that the "
-                     "re-report's commit says what computed it.")
+    raise ValueError(
+      "the checkout has uncommitted changes (or is no git checkout); commit first, so that the "
+      "re-report's commit says what computed it."
+    )
   readme = report.write_report(csv_tables.load_csvs(out_dir), out_dir, spec_from_json(m["report_spec"]))
   m["files"]["README.md"] = sha256(readme)
   m["code"] = code
@@ -165,8 +171,9 @@ def _compare(old: dict[str, str], new: dict[str, str], skipped: Mapping) -> list
       problems.append(f"README lacks the section '{head}' that the report computes from the CSVs.")
     elif new[head] != old[head]:
       line = next((a for a, b in zip(old[head].splitlines() + [""] * 999, new[head].splitlines()) if a != b), "")
-      problems.append(f"README section '{head}' differs from the one recomputed from the CSVs (first differing "
-                      f"line: {line[:120]!r}).")
+      problems.append(
+        f"README section '{head}' differs from the one recomputed from the CSVs (first differing line: {line[:120]!r})."
+      )
   return problems
 
 
@@ -192,8 +199,10 @@ def main(argv: Sequence[str]) -> int:
       print(f"{d}: {p}")
     for w in found or ():
       print(f"{d}: warning: {w}")
-    print(f"{d}: {'verified' if not problems else f'{len(problems)} mismatch(es)'}"
-          + (f" ({len(found)} quoted number(s) not in the data: warnings)" if found else ""))
+    print(
+      f"{d}: {'verified' if not problems else f'{len(problems)} mismatch(es)'}"
+      + (f" ({len(found)} quoted number(s) not in the data: warnings)" if found else "")
+    )
     status = status or (1 if problems else 0)
   return status
 

@@ -2,6 +2,7 @@
 (so every number in it can be recomputed from them), and the manifest that records how they were made
 (manifest.py; ``verify`` in provenance.py checks a folder against it).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,8 +25,9 @@ from lamb_lars.study.running import workdir as wd
 
 def _study_window(con, study_name: str) -> tuple[Optional[float], Optional[float], float]:
   """(first start, last finish, busy seconds = length of the union of the trials' [start, finish])."""
-  spans = sorted((d["started"], d["finished"]) for d in store.runs(con, study=study_name)
-                 if d["started"] and d["finished"])
+  spans = sorted(
+    (d["started"], d["finished"]) for d in store.runs(con, study=study_name) if d["started"] and d["finished"]
+  )
   if not spans:
     return None, None, 0.0
   busy, cur_s, cur_e = 0.0, spans[0][0], spans[0][1]
@@ -52,28 +54,43 @@ def report_spec(study: ml_collections.ConfigDict, workdir: str, con) -> report.R
   base = study.base
   first, last, busy = _study_window(con, study.name)
   stamp = lambda t: time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else "—"
-  settings = [f"- study `{study.name}`: model `{base.model}` on `{base.dataset}` "
-              f"({int(a['num_train'])} training examples, validation split {base.get('validation_split', 0)}),"
-              f" budget ρ = {a['baseline_epochs']:g} epochs, eval every "
-              f"{base.eval_every_epochs:g} epoch(s)",
-              f"- search: {_key_values(_plain_dict(study.get('search')))}; runner: "
-              f"{_key_values({k: v for k, v in _plain_dict(study.get('runner')).items() if k != 'env'})}",
-              f"- machine: {os.cpu_count()} CPUs ({code_state.cpu_model()}), {platform.system()} {platform.release()}",
-              ] + ([f"- first trial started {stamp(first)}, last finished {stamp(last)}; wall time with at least "
-                    f"one trial running: {busy / 60:.1f} min"] if first else [])
+  settings = [
+    f"- study `{study.name}`: model `{base.model}` on `{base.dataset}` "
+    f"({int(a['num_train'])} training examples, validation split {base.get('validation_split', 0)}),"
+    f" budget ρ = {a['baseline_epochs']:g} epochs, eval every "
+    f"{base.eval_every_epochs:g} epoch(s)",
+    f"- search: {_key_values(_plain_dict(study.get('search')))}; runner: "
+    f"{_key_values({k: v for k, v in _plain_dict(study.get('runner')).items() if k != 'env'})}",
+    f"- machine: {os.cpu_count()} CPUs ({code_state.cpu_model()}), {platform.system()} {platform.release()}",
+  ] + (
+    [
+      f"- first trial started {stamp(first)}, last finished {stamp(last)}; wall time with at least "
+      f"one trial running: {busy / 60:.1f} min"
+    ]
+    if first
+    else []
+  )
   cmds = wd.commands(workdir)
   if cmds:
     settings += ["- commands (latest last):", ""] + [f"      {c}" for c in cmds[-4:]] + [""]
   return report.ReportSpec(
-      title=str(a["title"] or f"Study {study.name}"), notes=str(a["notes"]), workload=str(a["paper"]),
-      reference=str(a["reference"]),
-      target=Target(a["target_metric"], float(a["target_goal"]), a["target_mode"]),
-      baseline_epochs=float(a["baseline_epochs"]) or float(base.num_epochs), num_train=int(a["num_train"]),
-      num_classes=int(base.num_classes), techniques=tuple(a["techniques"]),
-      target_technique=str(a["target_technique"]), table3_batch=int(a["table3_batch"]),
-      settings=tuple(settings), targets=tuple(float(g) for g in a["targets"]),
-      edge_fraction=float(sections.section(study, "search")["edge_fraction"]),
-      noninferiority_margin=float(a["noninferiority_margin"]), **_branching_spec(study))
+    title=str(a["title"] or f"Study {study.name}"),
+    notes=str(a["notes"]),
+    workload=str(a["paper"]),
+    reference=str(a["reference"]),
+    target=Target(a["target_metric"], float(a["target_goal"]), a["target_mode"]),
+    baseline_epochs=float(a["baseline_epochs"]) or float(base.num_epochs),
+    num_train=int(a["num_train"]),
+    num_classes=int(base.num_classes),
+    techniques=tuple(a["techniques"]),
+    target_technique=str(a["target_technique"]),
+    table3_batch=int(a["table3_batch"]),
+    settings=tuple(settings),
+    targets=tuple(float(g) for g in a["targets"]),
+    edge_fraction=float(sections.section(study, "search")["edge_fraction"]),
+    noninferiority_margin=float(a["noninferiority_margin"]),
+    **_branching_spec(study),
+  )
 
 
 def _branching_spec(study: ml_collections.ConfigDict) -> dict[str, Any]:
@@ -81,8 +98,12 @@ def _branching_spec(study: ml_collections.ConfigDict) -> dict[str, Any]:
   if not any(dict(s).get("role") == "branch" for s in study.get("sweeps") or ()):
     return {}
   b = sections.section(study, "branching")
-  return {"branch_epsilon": float(b["epsilon"]), "branch_relative": bool(b["relative"]),
-          "branch_loss": str(b["loss"]), "branch_epsilons": tuple(float(e) for e in b["epsilon_sensitivity"])}
+  return {
+    "branch_epsilon": float(b["epsilon"]),
+    "branch_relative": bool(b["relative"]),
+    "branch_loss": str(b["loss"]),
+    "branch_epsilons": tuple(float(e) for e in b["epsilon_sensitivity"]),
+  }
 
 
 def publish(workdir: str, out_dir: Optional[str] = None, command: Optional[str] = None) -> str:
@@ -97,9 +118,11 @@ def publish(workdir: str, out_dir: Optional[str] = None, command: Optional[str] 
   if not io_utils.is_remote(out_dir) and os.path.exists(out_dir) and not os.path.isdir(out_dir):
     raise ValueError(f"--out={out_dir} is a file; give a directory for the report.")
   if not (os.path.exists(wd.store_path(workdir)) or io_utils.exists(os.path.join(workdir, wd.STORE_FILE))):
-    raise ValueError(f"{workdir} has no results store ({wd.STORE_FILE}); re-run `python -m lamb_lars.study run` with "
-                     f"the same --config and --workdir to rebuild it (finished trials are read back from their run "
-                     f"dirs).")
+    raise ValueError(
+      f"{workdir} has no results store ({wd.STORE_FILE}); re-run `python -m lamb_lars.study run` with "
+      f"the same --config and --workdir to rebuild it (finished trials are read back from their run "
+      f"dirs)."
+    )
   con = wd.open_store(workdir)
   try:
     export_csvs(con, study.name, out_dir)
@@ -107,13 +130,26 @@ def publish(workdir: str, out_dir: Optional[str] = None, command: Optional[str] 
   finally:
     con.close()
   if io_utils.exists(os.path.join(out_dir, "discussion.md")):  # hand-written next to the generated report
-    spec = dataclasses.replace(spec, notes=(spec.notes + "\n\n" if spec.notes else "") + (
-        "The disagreements with the paper, and what would settle them, are discussed in "
-        "[discussion.md](discussion.md)."))
+    spec = dataclasses.replace(
+      spec,
+      notes=(spec.notes + "\n\n" if spec.notes else "")
+      + (
+        "The disagreements with the paper, and what would settle them, are discussed in [discussion.md](discussion.md)."
+      ),
+    )
   readme = report.write_report(load_csvs(out_dir), out_dir, spec)
   config_json = io_utils.read_text(os.path.join(workdir, wd.STUDY_CONFIG_FILE))
-  manifest.write_manifest(out_dir, manifest.build_manifest(
-      out_dir, spec, study=study.name, commands=wd.commands(workdir) + ([command] if command else []),
-      config_json=config_json, code=code, claims_checked=True,
-      preregistration=preregistration.load(workdir)))  # verify: every number discussion.md quotes
+  manifest.write_manifest(
+    out_dir,
+    manifest.build_manifest(
+      out_dir,
+      spec,
+      study=study.name,
+      commands=wd.commands(workdir) + ([command] if command else []),
+      config_json=config_json,
+      code=code,
+      claims_checked=True,
+      preregistration=preregistration.load(workdir),
+    ),
+  )  # verify: every number discussion.md quotes
   return readme

@@ -5,6 +5,7 @@ commit alone does not say what ran. Its manifest (``provenance.py``) records, pe
 it and that file's sha256; ``study verify`` recomputes the hash and says in one sentence when the workload changed
 since the study was reported, or cannot be imported where verify runs.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,10 +41,14 @@ def problems(recorded: Mapping) -> list[str]:
     try:
       now = import_path.source_sha256(path)
     except (ValueError, OSError) as e:
-      out.append(f"the workload {path!r} cannot be read here ({e}), so its sha256 cannot be checked; run verify "
-                      f"where it imports.")
+      out.append(
+        f"the workload {path!r} cannot be read here ({e}), so its sha256 cannot be checked; run verify "
+        f"where it imports."
+      )
       continue
     if now != rec.get("sha256"):
-      out.append(f"the workload {path!r} ({rec.get('file')}) has sha256 {now[:12]}…, the manifest says "
-                      f"{str(rec.get('sha256'))[:12]}…: it changed since the study was reported.")
+      out.append(
+        f"the workload {path!r} ({rec.get('file')}) has sha256 {now[:12]}…, the manifest says "
+        f"{str(rec.get('sha256'))[:12]}…: it changed since the study was reported."
+      )
   return out

@@ -1,4 +1,5 @@
 """Markdown helpers of the study report (report layer): number formatting and tables."""
+
 from __future__ import annotations
 
 import math
@@ -14,8 +15,11 @@ def fmt(x: Any, digits: int = 4) -> str:
 
 
 def table(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
-  return (["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
-          + ["| " + " | ".join(fmt(c) for c in r) + " |" for r in rows] + [""])
+  return (
+    ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    + ["| " + " | ".join(fmt(c) for c in r) + " |" for r in rows]
+    + [""]
+  )
 
 
 def pct(x: Optional[float], digits: int = 2) -> str:

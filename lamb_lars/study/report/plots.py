@@ -5,6 +5,7 @@ Paper-ready by construction: a title, axis labels in words with units (accuracy 
 labels on major ticks only, legends in words, and a colour + marker (+ line style) per series that never repeats
 within a figure (``series_styles``).
 """
+
 from __future__ import annotations
 
 import math
@@ -20,7 +21,7 @@ from lamb_lars.study.analysis.critical_batch import InverseLawFit, steps_model
 
 _MAX_LEGEND = 16
 _COLORS = [colormaps["tab10"](i) for i in range(10)]
-_MARKERS = ("o", "s", "^", "D", "v", "P", "X")          # 7 markers: coprime with the 10 colours
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X")  # 7 markers: coprime with the 10 colours
 _LINESTYLES = ("-", "--", ":", "-.")
 
 
@@ -36,18 +37,26 @@ def series_styles(labels: Sequence[str]) -> dict[str, dict]:
   groups = list(dict.fromkeys(k.split(" ", 1)[0] for k in keys))
   variants = list(dict.fromkeys(k.split(" ", 1)[1] if " " in k else "" for k in keys))
   pairs = {(k.split(" ", 1)[0], k.split(" ", 1)[1] if " " in k else "") for k in keys}
-  grouped = (1 < len(groups) <= len(_COLORS) and len(variants) > 1 and len(pairs) == len(labels)
-             and len(variants) <= len(_MARKERS) * len(_LINESTYLES))
+  grouped = (
+    1 < len(groups) <= len(_COLORS)
+    and len(variants) > 1
+    and len(pairs) == len(labels)
+    and len(variants) <= len(_MARKERS) * len(_LINESTYLES)
+  )
   out = {}
   for i, (label, key) in enumerate(zip(labels, keys)):
     if grouped:
       g, v = key.split(" ", 1)[0], key.split(" ", 1)[1] if " " in key else ""
       j = variants.index(v)
-      out[label] = dict(color=_COLORS[groups.index(g)], marker=_MARKERS[j % len(_MARKERS)],
-                        linestyle=_LINESTYLES[j % len(_LINESTYLES)])  # (marker, style) distinct for j < 28
+      out[label] = dict(
+        color=_COLORS[groups.index(g)], marker=_MARKERS[j % len(_MARKERS)], linestyle=_LINESTYLES[j % len(_LINESTYLES)]
+      )  # (marker, style) distinct for j < 28
     else:
-      out[label] = dict(color=_COLORS[i % len(_COLORS)], marker=_MARKERS[i % len(_MARKERS)],
-                        linestyle=_LINESTYLES[(i // 70) % len(_LINESTYLES)])
+      out[label] = dict(
+        color=_COLORS[i % len(_COLORS)],
+        marker=_MARKERS[i % len(_MARKERS)],
+        linestyle=_LINESTYLES[(i // 70) % len(_LINESTYLES)],
+      )
   return out
 
 
@@ -91,9 +100,17 @@ def _legend(ax, n: int, **kw) -> None:
     ax.legend(fontsize=7, **kw)
 
 
-def steps_vs_batch(out_dir: Optional[str], name: str, batches: Sequence[float], steps: Sequence[float],
-                   fit: Optional[InverseLawFit] = None, ylabel: str = "training steps to reach the target",
-                   *, title: str = "Steps to target against batch size", target: str = "") -> str:
+def steps_vs_batch(
+  out_dir: Optional[str],
+  name: str,
+  batches: Sequence[float],
+  steps: Sequence[float],
+  fit: Optional[InverseLawFit] = None,
+  ylabel: str = "training steps to reach the target",
+  *,
+  title: str = "Steps to target against batch size",
+  target: str = "",
+) -> str:
   """Log-log steps-to-target with the fitted S(B) and the perfect-scaling line (slope −1 through the first point).
   ``target`` (e.g. ``"99.0% test accuracy"``) is drawn into the title and the y label."""
   fig = Figure(figsize=(6.5, 4.6))
@@ -105,8 +122,9 @@ def steps_vs_batch(out_dir: Optional[str], name: str, batches: Sequence[float], 
     ax.loglog(grid, s[0] * b[0] / grid, ":", color="gray", label="perfect scaling (steps ∝ 1/batch)")
     if fit is not None:
       b_crit = "∞" if math.isinf(fit.b_crit) else f"{fit.b_crit:,.0f}"
-      label = (f"fit S(B) = S_min·(1 + B_crit/B): S_min = {fit.s_min:,.0f} steps, "
-               f"critical batch B_crit = {b_crit} examples")
+      label = (
+        f"fit S(B) = S_min·(1 + B_crit/B): S_min = {fit.s_min:,.0f} steps, critical batch B_crit = {b_crit} examples"
+      )
       ax.loglog(grid, steps_model(fit, grid), "-", color=_COLORS[1], label=label)
   ax.set_xscale("log", base=2)
   _log_axis(ax.xaxis, base=2)
@@ -119,9 +137,14 @@ def steps_vs_batch(out_dir: Optional[str], name: str, batches: Sequence[float], 
   return _save(fig, out_dir, name)
 
 
-def accuracy_vs_batch(out_dir: Optional[str], name: str, series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
-                      ylabel: str = "final test accuracy (%)", *,
-                      title: str = "Final test accuracy against batch size") -> str:
+def accuracy_vs_batch(
+  out_dir: Optional[str],
+  name: str,
+  series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+  ylabel: str = "final test accuracy (%)",
+  *,
+  title: str = "Final test accuracy against batch size",
+) -> str:
   """One line per optimizer: accuracy (a fraction, drawn in %) against batch size (log₂ axis)."""
   fig = Figure(figsize=(6.5, 4.6))
   ax = fig.add_subplot()
@@ -139,14 +162,25 @@ def accuracy_vs_batch(out_dir: Optional[str], name: str, series: Mapping[str, tu
   return _save(fig, out_dir, name)
 
 
-_WORDS = {"eval_accuracy": "test accuracy (%)", "validation_accuracy": "validation accuracy (%)",
-          "train_loss": "training loss (log scale)", "eval_loss": "test loss (log scale)",
-          "validation_loss": "validation loss (log scale)"}
+_WORDS = {
+  "eval_accuracy": "test accuracy (%)",
+  "validation_accuracy": "validation accuracy (%)",
+  "train_loss": "training loss (log scale)",
+  "eval_loss": "test loss (log scale)",
+  "validation_loss": "validation loss (log scale)",
+}
 
 
-def training_curves(out_dir: Optional[str], name: str, curves: Mapping[str, Sequence[Mapping]],
-                    acc_key: str = "eval_accuracy", loss_key: str = "train_loss", *,
-                    title: str = "Training curves", target: Optional[float] = None) -> str:
+def training_curves(
+  out_dir: Optional[str],
+  name: str,
+  curves: Mapping[str, Sequence[Mapping]],
+  acc_key: str = "eval_accuracy",
+  loss_key: str = "train_loss",
+  *,
+  title: str = "Training curves",
+  target: Optional[float] = None,
+) -> str:
   """Accuracy (%) against epoch (step if no epoch) and loss against step, one line per trial; ``target`` (a
   fraction of ``acc_key``) is drawn as a dashed line on the accuracy panel."""
   fig = Figure(figsize=(11, 4.4))
@@ -156,11 +190,15 @@ def training_curves(out_dir: Optional[str], name: str, curves: Mapping[str, Sequ
   for label, curve in curves.items():
     xkey = "epoch" if all(r.get("epoch") is not None for r in curve) else "step"
     style = dict(styles[label], markersize=4, markevery=0.1)
-    x, y = _finite([r[xkey] for r in curve if r.get(acc_key) is not None],
-                   [r[acc_key] for r in curve if r.get(acc_key) is not None])
+    x, y = _finite(
+      [r[xkey] for r in curve if r.get(acc_key) is not None], [r[acc_key] for r in curve if r.get(acc_key) is not None]
+    )
     ax_acc.plot(x, 100 * y, label=label, **style)
-    x, y = _finite([r["step"] for r in curve if r.get(loss_key) is not None],
-                   [r[loss_key] for r in curve if r.get(loss_key) is not None], positive=True)
+    x, y = _finite(
+      [r["step"] for r in curve if r.get(loss_key) is not None],
+      [r[loss_key] for r in curve if r.get(loss_key) is not None],
+      positive=True,
+    )
     ax_loss.plot(x, y, label=label, **style)
   if target is not None and math.isfinite(target):
     ax_acc.axhline(100 * target, color="k", ls="--", lw=1, label=f"target {100 * target:.1f}%")
@@ -177,9 +215,19 @@ def training_curves(out_dir: Optional[str], name: str, curves: Mapping[str, Sequ
   return _save(fig, out_dir, name)
 
 
-def series_plot(out_dir: Optional[str], name: str, series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
-                xlabel: str, ylabel: str, hline: Optional[float] = None, hlabel: str = "",
-                logx: bool = True, logy: bool = True, *, title: str = "") -> str:
+def series_plot(
+  out_dir: Optional[str],
+  name: str,
+  series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+  xlabel: str,
+  ylabel: str,
+  hline: Optional[float] = None,
+  hlabel: str = "",
+  logx: bool = True,
+  logy: bool = True,
+  *,
+  title: str = "",
+) -> str:
   """Several (x, y) series on log (or linear) axes, with an optional horizontal reference line."""
   fig = Figure(figsize=(6.5, 4.6))
   ax = fig.add_subplot()
@@ -204,8 +252,9 @@ def series_plot(out_dir: Optional[str], name: str, series: Mapping[str, tuple[Se
   return _save(fig, out_dir, name)
 
 
-def cbs_trajectory(out_dir: Optional[str], name: str, cbs: Sequence, base_batch: int,
-                   b_simple: Sequence[Optional[float]]) -> str:
+def cbs_trajectory(
+  out_dir: Optional[str], name: str, cbs: Sequence, base_batch: int, b_simple: Sequence[Optional[float]]
+) -> str:
   """CBS(t) as brackets [low, high] (a point with no passing batch is drawn at B0; a censored one with an upward
   triangle: CBS ≥ its top) and B_simple(t) against the branch point in epochs, log y (``cbs``: CriticalBatch)."""
   fig = Figure(figsize=(6.5, 4.6))
@@ -213,8 +262,15 @@ def cbs_trajectory(out_dir: Optional[str], name: str, cbs: Sequence, base_batch:
   x = np.asarray([c.point for c in cbs], np.float64)
   lo = np.asarray([c.low or base_batch for c in cbs], np.float64)
   hi = np.asarray([c.high or base_batch for c in cbs], np.float64)
-  ax.errorbar(x, lo, yerr=[np.zeros_like(lo), hi - lo], fmt="o", color=_COLORS[0], capsize=4,
-              label="CBS(t) by branching: bracket [low, high]")
+  ax.errorbar(
+    x,
+    lo,
+    yerr=[np.zeros_like(lo), hi - lo],
+    fmt="o",
+    color=_COLORS[0],
+    capsize=4,
+    label="CBS(t) by branching: bracket [low, high]",
+  )
   up = [c.censored for c in cbs]
   if any(up):
     ax.plot(x[up], hi[up], "^", color=_COLORS[0], markersize=8, label="censored: CBS ≥ largest tested batch")

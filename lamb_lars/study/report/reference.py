@@ -13,6 +13,7 @@ so ``verify`` recomputes a README with the same reference. A reference module ma
 A project keeps its reference in its own folder (``lamb_lars/proj/<name>/``, big_vision style); nothing under
 lamb_lars/ outside proj/ imports a project.
 """
+
 from __future__ import annotations
 
 import functools

@@ -1,6 +1,7 @@
 """The report's "Batch-size warmup against fixed batches" section: one table row per arm and a figure of test
 accuracy against optimizer steps. The measures and their definitions: lamb_lars/study/analysis/batch_warmup.py.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,8 +25,9 @@ def _pp(v: verdict_lib.Verdict) -> str:
   return f"{v.verdict}: {100 * v.value:+.2f} pp [{100 * v.low:+.2f}, {100 * v.high:+.2f}] (n={v.num_values})"
 
 
-def rows(by_arm: dict[str, list[Trial]], base: str, goal: float,
-         margin: float = verdict_lib.ACC_TOLERANCE) -> list[list]:
+def rows(
+  by_arm: dict[str, list[Trial]], base: str, goal: float, margin: float = verdict_lib.ACC_TOLERANCE
+) -> list[list]:
   """One table row per arm: seeds, final accuracy with interval, non-inferiority, total steps and their ratio to
   the base's, and steps to a* per seed."""
   out, base_steps = [], bw.total_steps(by_arm[base])
@@ -38,8 +40,9 @@ def rows(by_arm: dict[str, list[Trial]], base: str, goal: float,
     v = None if name == base else bw.non_inferiority(ts, by_arm[base], margin)
     steps = bw.total_steps(ts)
     ratio = "—" if name == base or not steps or not base_steps else f"{steps / base_steps:.3f}"
-    out.append([name, len(ts), acc, "—" if v is None else _pp(v), steps, ratio,
-                "; ".join(_reach_text(t, goal) for t in ts)])
+    out.append(
+      [name, len(ts), acc, "—" if v is None else _pp(v), steps, ratio, "; ".join(_reach_text(t, goal) for t in ts)]
+    )
   return out
 
 
@@ -53,17 +56,36 @@ def section(trials: Sequence[Trial], out_dir: Optional[str], margin: float = ver
   goal = bw.target(by_arm[base])
   if not math.isfinite(goal):
     return [f"The base arm `{base}` has no finished run, so there is no target.", ""]
-  lines = ["## Batch-size warmup against fixed batches", "",
-           f"Arms of role `warmup`; the base arm is `{base}`. Non-inferiority: the 95% interval of the paired "
-           f"per-seed differences of final test accuracy (arm − base, same seed, same example stream) against "
-           f"−{100 * margin:g} pp (`pass`: no worse by more than that). Steps: the whole "
-           f"budget's optimizer steps and their ratio to the base's (goal ≤ {bw.MAX_RATIO}: ≥ 30% fewer). Steps "
-           f"(examples) to a* = {pct(goal)}% test accuracy, the low end of `{base}`'s 95% interval of final "
-           f"accuracy: the first evaluation at or above it, per seed. Definitions: "
-           f"lamb_lars/study/analysis/batch_warmup.py.", ""]
-  lines += table(["arm", "seeds", "final test accuracy, % (mean [95% CI])", "arm − base (non-inferiority)",
-                  "steps", "steps ÷ base", "steps to a* per seed"], rows(by_arm, base, goal, margin))
+  lines = [
+    "## Batch-size warmup against fixed batches",
+    "",
+    f"Arms of role `warmup`; the base arm is `{base}`. Non-inferiority: the 95% interval of the paired "
+    f"per-seed differences of final test accuracy (arm − base, same seed, same example stream) against "
+    f"−{100 * margin:g} pp (`pass`: no worse by more than that). Steps: the whole "
+    f"budget's optimizer steps and their ratio to the base's (goal ≤ {bw.MAX_RATIO}: ≥ 30% fewer). Steps "
+    f"(examples) to a* = {pct(goal)}% test accuracy, the low end of `{base}`'s 95% interval of final "
+    f"accuracy: the first evaluation at or above it, per seed. Definitions: "
+    f"lamb_lars/study/analysis/batch_warmup.py.",
+    "",
+  ]
+  lines += table(
+    [
+      "arm",
+      "seeds",
+      "final test accuracy, % (mean [95% CI])",
+      "arm − base (non-inferiority)",
+      "steps",
+      "steps ÷ base",
+      "steps to a* per seed",
+    ],
+    rows(by_arm, base, goal, margin),
+  )
   curves = {f"{name} seed {t.seed}": t.curve for name, ts in by_arm.items() for t in ts[:1]}
-  png = plots.training_curves(out_dir, "batch_warmup.png", curves, title="Batch-size warmup against fixed batches "
-                              "(first seed of each arm)", target=goal)
+  png = plots.training_curves(
+    out_dir,
+    "batch_warmup.png",
+    curves,
+    title="Batch-size warmup against fixed batches (first seed of each arm)",
+    target=goal,
+  )
   return lines + ["", f"![batch-size warmup]({png})", ""]

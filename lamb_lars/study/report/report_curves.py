@@ -11,6 +11,7 @@ Which trial stands for a group of trials (an optimizer at a batch size), ``selec
   manifests keep so that ``verify`` still recomputes them. It is biased upward: the maximum of k noisy test
   accuracies is selected along with its noise.
 """
+
 from __future__ import annotations
 
 from typing import Optional, Sequence
@@ -95,22 +96,35 @@ def accuracy_section(trials, out_dir: Optional[str], select_on: str = "test") ->
   if not series:
     return []
   bs = sorted({b for s in series.values() for b in s})
-  lines += table(["optimizer"] + [f"{b:,}" for b in bs],
-                  [[k] + [pct(s.get(b)) + ("†" if (k, b) in marked else "") if b in s else pct(None) for b in bs]
-                   for k, s in sorted(series.items())])
+  lines += table(
+    ["optimizer"] + [f"{b:,}" for b in bs],
+    [
+      [k] + [pct(s.get(b)) + ("†" if (k, b) in marked else "") if b in s else pct(None) for b in bs]
+      for k, s in sorted(series.items())
+    ],
+  )
   if select_on == "validation":
-    lines += ["Each entry: the final test accuracy (%, last evaluation) of the trial chosen on the validation split "
-              "among that optimizer's trials at that batch size, as the mean over its replicate seeds where it has "
-              "them; † = no validation metric to choose on, so the highest final test accuracy (biased upward); "
-              "— = none finished.", ""]
+    lines += [
+      "Each entry: the final test accuracy (%, last evaluation) of the trial chosen on the validation split "
+      "among that optimizer's trials at that batch size, as the mean over its replicate seeds where it has "
+      "them; † = no validation metric to choose on, so the highest final test accuracy (biased upward); "
+      "— = none finished.",
+      "",
+    ]
     title = "Final test accuracy against batch size (chosen on validation)"
   else:
-    lines += ["Each entry: the highest final test accuracy (%, at the last evaluation) among the finished trials of "
-              "that optimizer and batch size; — = none finished.", ""]
+    lines += [
+      "Each entry: the highest final test accuracy (%, at the last evaluation) among the finished trials of "
+      "that optimizer and batch size; — = none finished.",
+      "",
+    ]
     title = "Best final test accuracy against batch size"
-  name = plots.accuracy_vs_batch(out_dir, "accuracy_vs_batch.png",
-                                 {k: (sorted(s), [s[b] for b in sorted(s)]) for k, s in sorted(series.items())},
-                                 title=title)
+  name = plots.accuracy_vs_batch(
+    out_dir,
+    "accuracy_vs_batch.png",
+    {k: (sorted(s), [s[b] for b in sorted(s)]) for k, s in sorted(series.items())},
+    title=title,
+  )
   return lines + [f"![accuracy vs batch]({name})", ""]
 
 
@@ -121,43 +135,62 @@ def points_section(trials: Sequence[Trial], points: Sequence[tuple], num_train: 
   rows = []
   for batch, opt, acc, what in points:
     batch = num_train if batch == "full" else batch
-    group = [t for t in trials if t.batch_size == batch and opt in ("any", t.optimizer)
-             and (select_on == "validation" or t.phase != "replicate")]
+    group = [
+      t
+      for t in trials
+      if t.batch_size == batch and opt in ("any", t.optimizer) and (select_on == "validation" or t.phase != "replicate")
+    ]
     got = [t for t in group if t.status == "done" and t.last(ACC_KEY) is not None and t.phase != "replicate"]
     rep = representative(group, select_on)
     if rep is not None:
       mark = "†" if select_on == "validation" and not rep[2] else ""
-      rows.append([f"{opt} at {batch}", what, f"{pct(rep[1])}{mark} (`{rep[0].run_id}`, {len(got)} finished "
-                                              "trials)", pct(acc, 1)])
+      rows.append(
+        [f"{opt} at {batch}", what, f"{pct(rep[1])}{mark} (`{rep[0].run_id}`, {len(got)} finished trials)", pct(acc, 1)]
+      )
   if not rows:
     return []
   val = select_on == "validation"
-  measured = ("the final test accuracy (last evaluation) of the trial chosen on the validation split among that "
-              "optimizer's trials at that batch size, as the mean over its replicate seeds where it has them; † = no "
-              "validation metric, so the highest final test accuracy (biased upward). The" if val else
-              "the highest final test accuracy (last evaluation) among the finished trials of that optimizer and "
-              "batch size; the")
-  return (["## Huge-batch results next to the paper", ""]
-          + table(["setting", "paper's recipe", f"measured: {'' if val else 'best '}final test acc (%)", "paper (%)"],
-                  rows)
-          + [f"Measured = {measured} paper's settings this study did not run are not listed.", ""])
+  measured = (
+    "the final test accuracy (last evaluation) of the trial chosen on the validation split among that "
+    "optimizer's trials at that batch size, as the mean over its replicate seeds where it has them; † = no "
+    "validation metric, so the highest final test accuracy (biased upward). The"
+    if val
+    else "the highest final test accuracy (last evaluation) among the finished trials of that optimizer and "
+    "batch size; the"
+  )
+  return (
+    ["## Huge-batch results next to the paper", ""]
+    + table(["setting", "paper's recipe", f"measured: {'' if val else 'best '}final test acc (%)", "paper (%)"], rows)
+    + [f"Measured = {measured} paper's settings this study did not run are not listed.", ""]
+  )
 
 
-def curves_section(trials, out_dir: Optional[str], limit: int, target: Optional[float] = None,
-                   select_on: str = "test") -> list[str]:
+def curves_section(
+  trials, out_dir: Optional[str], limit: int, target: Optional[float] = None, select_on: str = "test"
+) -> list[str]:
   lines = ["## Training curves", ""]
   best = best_per_batch(trials, limit, select_on)
   if not best:
     return []
   validation = select_on == "validation"
-  name = plots.training_curves(out_dir, "training_curves.png",
-                               {f"batch {b:,} ({t.optimizer})": t.curve for b, t in best.items()},
-                               title="Training curves: the " + ("chosen" if validation else "best")
-                               + " trial per batch size", target=target)
-  what = ("the trial chosen on the validation split (the highest final test accuracy where no trial logged one)"
-          if validation else "the trial with the highest final test accuracy (last evaluation)")
-  return lines + [f"Per batch size, {what}" + (f"; dashed: the target, {100 * target:.1f}%." if target is not None
-                                               else "."), "", f"![training curves]({name})", ""]
+  name = plots.training_curves(
+    out_dir,
+    "training_curves.png",
+    {f"batch {b:,} ({t.optimizer})": t.curve for b, t in best.items()},
+    title="Training curves: the " + ("chosen" if validation else "best") + " trial per batch size",
+    target=target,
+  )
+  what = (
+    "the trial chosen on the validation split (the highest final test accuracy where no trial logged one)"
+    if validation
+    else "the trial with the highest final test accuracy (last evaluation)"
+  )
+  return lines + [
+    f"Per batch size, {what}" + (f"; dashed: the target, {100 * target:.1f}%." if target is not None else "."),
+    "",
+    f"![training curves]({name})",
+    "",
+  ]
 
 
 def series(t: Trial, key: str) -> tuple[list[float], list[float]]:
@@ -171,12 +204,20 @@ def diffusion_section(trials, out_dir: Optional[str], limit: int) -> list[str]:
   if not have:
     return []
   best = best_per_batch(have, limit)
-  name = plots.series_plot(out_dir, "dist_from_init.png",
-                           {f"batch {b:,}": series(t, "dist_from_init") for b, t in best.items()},
-                           "training step t (log scale)", "distance from initialisation ‖w_t − w_0‖ (log scale)",
-                           title="Distance from initialisation (best trial per batch size)")
-  return lines + ["log ‖w_t − w_0‖ against log t (Hoffer et al. 2017; You et al. 2020 Figs 11–12).", "",
-                  f"![distance from init]({name})", ""]
+  name = plots.series_plot(
+    out_dir,
+    "dist_from_init.png",
+    {f"batch {b:,}": series(t, "dist_from_init") for b, t in best.items()},
+    "training step t (log scale)",
+    "distance from initialisation ‖w_t − w_0‖ (log scale)",
+    title="Distance from initialisation (best trial per batch size)",
+  )
+  return lines + [
+    "log ‖w_t − w_0‖ against log t (Hoffer et al. 2017; You et al. 2020 Figs 11–12).",
+    "",
+    f"![distance from init]({name})",
+    "",
+  ]
 
 
 def trust_section(trials, out_dir: Optional[str]) -> list[str]:
@@ -186,8 +227,18 @@ def trust_section(trials, out_dir: Optional[str]) -> list[str]:
     return []
   t = max(have, key=lambda t: (t.batch_size, final(t) or -1.0, t.run_id))
   keys = sorted({k for r in t.curve for k in r if k.startswith("trust_ratio/")})
-  name = plots.series_plot(out_dir, "trust_ratio.png", {k[len("trust_ratio/"):]: series(t, k) for k in keys},
-                           "training step", "trust ratio ‖w‖/‖update direction‖ (log scale)", logx=False,
-                           title=f"Per-layer trust ratios, batch {t.batch_size:,} ({t.optimizer})")
-  return lines + [f"Run `{t.run_id}` (batch {t.batch_size}, {t.optimizer} {t.variant}), {len(keys)} layers.", "",
-                  f"![trust ratio]({name})", ""]
+  name = plots.series_plot(
+    out_dir,
+    "trust_ratio.png",
+    {k[len("trust_ratio/") :]: series(t, k) for k in keys},
+    "training step",
+    "trust ratio ‖w‖/‖update direction‖ (log scale)",
+    logx=False,
+    title=f"Per-layer trust ratios, batch {t.batch_size:,} ({t.optimizer})",
+  )
+  return lines + [
+    f"Run `{t.run_id}` (batch {t.batch_size}, {t.optimizer} {t.variant}), {len(keys)} layers.",
+    "",
+    f"![trust ratio]({name})",
+    "",
+  ]

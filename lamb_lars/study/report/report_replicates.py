@@ -11,6 +11,7 @@
   leave-one-batch-out values beside B_crit (scaling_fit.py); the headline target is the highest one every
   baseline seed reaches within half its budget (replicates.headline_target).
 """
+
 from __future__ import annotations
 
 import collections
@@ -43,56 +44,94 @@ def adequacy_section(trials: Sequence[Trial], edge_fraction: float) -> list[str]
   for c, group in searched.items():
     a = search_adequacy.adequacy(c, group, chosen_of_cell(group), edge_fraction)
     ranges = ", ".join(f"[{lo:.3g}, {hi:.3g}]" for lo, hi in a.ranges) or "—"
-    row = [c, a.num_trials, a.num_full_budget, sum(t.promoted for t in group),
-           f"`{a.chosen}`" if a.chosen else "—", fmt(a.chosen_lr), a.where, ranges]
+    row = [
+      c,
+      a.num_trials,
+      a.num_full_budget,
+      sum(t.promoted for t in group),
+      f"`{a.chosen}`" if a.chosen else "—",
+      fmt(a.chosen_lr),
+      a.where,
+      ranges,
+    ]
     if refined:
       own = [t for t in group if t.phase != "replicate"]
-      below, above = (None, None) if a.chosen_lr is None else search_adequacy.neighbours(
-          a.chosen_lr, search_adequacy.tried_lrs(own))
+      below, above = (
+        (None, None) if a.chosen_lr is None else search_adequacy.neighbours(a.chosen_lr, search_adequacy.tried_lrs(own))
+      )
       row.append(" / ".join("—" if r is None else f"×{r:.2f}" for r in (below, above)))
     rows.append(row)
-  note = (" Nearest tried LR: how far the nearest LR tried below and above the chosen one lies (a ratio; the "
-          "runner's refinement tries η/r and η·r until both are within ×r)." if refined else "")
-  return (["## Search adequacy", "",
-           "Per searched cell: trials (extensions included, replicates not), trials that ran the full budget or "
-           "stopped at the target (promoted: pruned trials resumed to the full budget), the trial chosen on the "
-           f"validation split, and whether its LR is interior (inside the inner {100 * (1 - 2 * edge_fraction):.0f}% "
-           "of the log range searched, with worse trials on both sides) or at an edge." + note, ""]
-          + table(["cell", "trials", "full budget", "promoted", "chosen (validation)", "LR", "best point",
-                   "LR ranges searched"] + (["nearest tried LR below / above"] if refined else []), rows))
+  note = (
+    " Nearest tried LR: how far the nearest LR tried below and above the chosen one lies (a ratio; the "
+    "runner's refinement tries η/r and η·r until both are within ×r)."
+    if refined
+    else ""
+  )
+  return [
+    "## Search adequacy",
+    "",
+    "Per searched cell: trials (extensions included, replicates not), trials that ran the full budget or "
+    "stopped at the target (promoted: pruned trials resumed to the full budget), the trial chosen on the "
+    f"validation split, and whether its LR is interior (inside the inner {100 * (1 - 2 * edge_fraction):.0f}% "
+    "of the log range searched, with worse trials on both sides) or at an edge." + note,
+    "",
+  ] + table(
+    ["cell", "trials", "full budget", "promoted", "chosen (validation)", "LR", "best point", "LR ranges searched"]
+    + (["nearest tried LR below / above"] if refined else []),
+    rows,
+  )
 
 
 def replicates_section(trials: Sequence[Trial]) -> list[str]:
   reps = [t for t in trials if t.phase == "replicate"]
   if not reps:
-    return ["## Replicates", "", "No replicates in this study: every number above is a single run (one seed) "
-            "and carries no interval; run the study again with `--config.replicates.num_seeds=3`.", ""]
+    return [
+      "## Replicates",
+      "",
+      "No replicates in this study: every number above is a single run (one seed) "
+      "and carries no interval; run the study again with `--config.replicates.num_seeds=3`.",
+      "",
+    ]
   by_id = {t.run_id: t for t in trials}
   rows, any_fixed = [], False
   for chosen_id in sorted({t.replicate_of for t in reps}, key=lambda r: (by_id[r].batch_size if r in by_id else 0, r)):
     chosen = by_id.get(chosen_id)
     # its cell's trials; without a cell name nothing says the chosen trial was alone, so it is not pooled
-    cell_trials = ([t for t in trials if t.cell == chosen.cell] if chosen is not None and chosen.cell
-                   else replicates.replicates_of(reps, chosen_id))
+    cell_trials = (
+      [t for t in trials if t.cell == chosen.cell]
+      if chosen is not None and chosen.cell
+      else replicates.replicates_of(reps, chosen_id)
+    )
     group = replicates.seeds_of(cell_trials, chosen_id)
     pooled = any(t.run_id == chosen_id and t.phase != "replicate" for t in group)
     any_fixed |= pooled
     s = replicates.accuracy_summary(group, ACC)
-    seeds = ", ".join(f"{t.seed}: {pct(t.last(ACC))}" + ("" if t.status == "done" else f" ({t.status})")
-                      for t in group)
+    seeds = ", ".join(f"{t.seed}: {pct(t.last(ACC))}" + ("" if t.status == "done" else f" ({t.status})") for t in group)
     own = (pct(chosen.last(ACC)) + (" (fixed settings: a seed)" if pooled else "")) if chosen else "—"
     rows.append([chosen.cell if chosen else "—", f"`{chosen_id}`", own, s.text(), seeds])
-  fixed_note = (" In a cell with fixed settings (one trial, nothing searched) nothing was selected, so the chosen "
-                "trial is one seed more and is counted among them." if any_fixed else "")
-  return (["## Replicates", "",
-           "Each cell's chosen configuration re-run with fresh seeds (initialisation, data order, dropout). Test "
-           "accuracy (%) over those seeds: mean ± sd [95% t interval] (n); the chosen trial itself is not among "
-           "them (it was selected, so its own test accuracy is biased upward)." + fixed_note, ""]
-          + table(["cell", "chosen", "chosen's own test acc", "replicates: mean ± sd [95% CI]", "per seed"], rows))
+  fixed_note = (
+    " In a cell with fixed settings (one trial, nothing searched) nothing was selected, so the chosen "
+    "trial is one seed more and is counted among them."
+    if any_fixed
+    else ""
+  )
+  return [
+    "## Replicates",
+    "",
+    "Each cell's chosen configuration re-run with fresh seeds (initialisation, data order, dropout). Test "
+    "accuracy (%) over those seeds: mean ± sd [95% t interval] (n); the chosen trial itself is not among "
+    "them (it was selected, so its own test accuracy is biased upward)." + fixed_note,
+    "",
+  ] + table(["cell", "chosen", "chosen's own test acc", "replicates: mean ± sd [95% CI]", "per seed"], rows)
 
 
-def scaling_section(trials: Sequence[Trial], target: Optional[Target], targets: Sequence[float],
-                    target_technique: str, bootstrap_num: int = 200) -> list[str]:
+def scaling_section(
+  trials: Sequence[Trial],
+  target: Optional[Target],
+  targets: Sequence[float],
+  target_technique: str,
+  bootstrap_num: int = 200,
+) -> list[str]:
   if target is None:
     return []
   goals = sorted(set(targets) | {target.goal})
@@ -102,19 +141,23 @@ def scaling_section(trials: Sequence[Trial], target: Optional[Target], targets: 
   lines = ["## Steps to target per seed and B_crit", ""]
   if not reps:
     return lines + ["No replicate seeds of the steps-to-target cells: no per-seed S(B), no censored fit.", ""]
-  lines += [f"Targets {', '.join(f'{100 * g:.2f}%' for g in goals)} on `{target.metric}`. Headline target (the "
-            "highest that every baseline seed reaches within half its budget): "
-            + (f"{100 * headline:.2f}%." if headline is not None else "none of them."), "",
-            "S(B) = S_min·(1 + B_crit/B) (McCandlish et al. 2018 eq. 2.11) fitted to every seed in log steps; a "
-            "seed that missed the target is a lower bound at its budget (censored). Beside B_crit: a bootstrap "
-            f"interval over seeds ({bootstrap_num} resamples; each batch's seeds resampled with replacement) and "
-            "B_crit refitted without each batch. With k = 3 seeds a batch has only 10 distinct resamples, so the "
-            "percentile interval is rough and tends to be too narrow; resamples left with reached points at fewer "
-            "than two batch sizes cannot be fitted and are counted, and the interval is conditional on the rest.",
-            ""]
+  lines += [
+    f"Targets {', '.join(f'{100 * g:.2f}%' for g in goals)} on `{target.metric}`. Headline target (the "
+    "highest that every baseline seed reaches within half its budget): "
+    + (f"{100 * headline:.2f}%." if headline is not None else "none of them."),
+    "",
+    "S(B) = S_min·(1 + B_crit/B) (McCandlish et al. 2018 eq. 2.11) fitted to every seed in log steps; a "
+    "seed that missed the target is a lower bound at its budget (censored). Beside B_crit: a bootstrap "
+    f"interval over seeds ({bootstrap_num} resamples; each batch's seeds resampled with replacement) and "
+    "B_crit refitted without each batch. With k = 3 seeds a batch has only 10 distinct resamples, so the "
+    "percentile interval is rough and tends to be too narrow; resamples left with reached points at fewer "
+    "than two batch sizes cannot be fitted and are counted, and the interval is conditional on the rest.",
+    "",
+  ]
   rows = [_scaling_row(reps, target, goal, goal == headline, bootstrap_num) for goal in goals]
-  lines += table(["target", "B_crit", "95% bootstrap", "S_min", "leave one batch out", "steps per seed "
-                  "(>: censored)"], rows)
+  lines += table(
+    ["target", "B_crit", "95% bootstrap", "S_min", "leave one batch out", "steps per seed (>: censored)"], rows
+  )
   return lines + sensitivity_section(trials, target, goals, headline, target_technique, bootstrap_num)
 
 
@@ -130,18 +173,26 @@ def _scaling_row(reps: Sequence[Trial], target: Target, goal: float, headline: b
     return [name, "—", "—", "—", str(e), seeds]
   ci = scaling_fit.bootstrap(pts, num=bootstrap_num)
   lobo = scaling_fit.leave_one_batch_out(pts)
-  ci_txt = "—" if ci is None else (f"[{fmt(ci.lo)}, {fmt(ci.hi)}]" + (f", ∞ in {100 * ci.infinite:.0f}%"
-                                                                       if ci.infinite else "")
-                                   + (f"; {ci.failed} of {ci.num + ci.failed} resamples had no fit (left out)"
-                                      if ci.failed else ""))
+  ci_txt = (
+    "—"
+    if ci is None
+    else (
+      f"[{fmt(ci.lo)}, {fmt(ci.hi)}]"
+      + (f", ∞ in {100 * ci.infinite:.0f}%" if ci.infinite else "")
+      + (f"; {ci.failed} of {ci.num + ci.failed} resamples had no fit (left out)" if ci.failed else "")
+    )
+  )
   return [name, fmt(f.b_crit), ci_txt, fmt(f.s_min), ", ".join(f"−{b}: {fmt(v)}" for b, v in lobo.items()), seeds]
 
 
 def _interval_text(ci: Optional[scaling_fit.Interval]) -> str:
   if ci is None:
     return "—"
-  return (f"[{fmt(ci.lo)}, {fmt(ci.hi)}]" + (f", ∞ in {100 * ci.infinite:.0f}%" if ci.infinite else "")
-          + (f"; {ci.failed} of {ci.num + ci.failed} without a fit" if ci.failed else ""))
+  return (
+    f"[{fmt(ci.lo)}, {fmt(ci.hi)}]"
+    + (f", ∞ in {100 * ci.infinite:.0f}%" if ci.infinite else "")
+    + (f"; {ci.failed} of {ci.num + ci.failed} without a fit" if ci.failed else "")
+  )
 
 
 def _points(trials: Sequence[Trial], metric: str, goal: float, mode: str) -> dict[int, list[tuple[float, bool]]]:
@@ -151,8 +202,9 @@ def _points(trials: Sequence[Trial], metric: str, goal: float, mode: str) -> dic
   return pts
 
 
-def _candidates(trials: Sequence[Trial], reps: Sequence[Trial], metric: str, goal: float, mode: str
-                ) -> dict[tuple[int, str], list[scaling_fit.Candidate]]:
+def _candidates(
+  trials: Sequence[Trial], reps: Sequence[Trial], metric: str, goal: float, mode: str
+) -> dict[tuple[int, str], list[scaling_fit.Candidate]]:
   """Per (batch, cell), the configurations its search could have chosen: the chosen one (rank −∞) with its
   replicate seeds, and every other candidate of selection.finished_full in its cell with its own single run, ranked
   by its best validation accuracy (the search's fallback order)."""
@@ -166,8 +218,13 @@ def _candidates(trials: Sequence[Trial], reps: Sequence[Trial], metric: str, goa
     chosen = next((t for t in trials if t.run_id == chosen_id), None)
     cands = [scaling_fit.Candidate(-float("inf"), pts)]
     for t in trials:
-      if (chosen is not None and t.cell == chosen.cell and t.run_id != chosen_id and t.phase != "replicate"
-              and finished_full(t)):
+      if (
+        chosen is not None
+        and t.cell == chosen.cell
+        and t.run_id != chosen_id
+        and t.phase != "replicate"
+        and finished_full(t)
+      ):
         own = replicates.steps_per_seed([t], metric, goal, mode)
         val = t.best("validation_accuracy")
         if own and val is not None:
@@ -177,16 +234,23 @@ def _candidates(trials: Sequence[Trial], reps: Sequence[Trial], metric: str, goa
 
 
 _SENSITIVITY_INTRO = (
-    "Each target's B_crit refitted under the choices behind it: the interval over trials and seeds re-applies "
-    "each batch's choice of configuration to its resampled candidates (the chosen configuration with its "
-    "replicate seeds, every other full-budget trial of the cell with its one run, ranked by validation "
-    "accuracy); 'reached seeds only' drops the seeds that missed the target (censored); 'baseline recipe at "
-    "B0' puts the baseline's seeds in place of the tuned B0 cell. A statement about B_crit at a target holds "
-    "only if it holds over its whole row group.")
+  "Each target's B_crit refitted under the choices behind it: the interval over trials and seeds re-applies "
+  "each batch's choice of configuration to its resampled candidates (the chosen configuration with its "
+  "replicate seeds, every other full-budget trial of the cell with its one run, ranked by validation "
+  "accuracy); 'reached seeds only' drops the seeds that missed the target (censored); 'baseline recipe at "
+  "B0' puts the baseline's seeds in place of the tuned B0 cell. A statement about B_crit at a target holds "
+  "only if it holds over its whole row group."
+)
 
 
-def sensitivity_section(trials: Sequence[Trial], target: Target, goals: Sequence[float], headline: Optional[float],
-                        target_technique: str, bootstrap_num: int = 200) -> list[str]:
+def sensitivity_section(
+  trials: Sequence[Trial],
+  target: Target,
+  goals: Sequence[float],
+  headline: Optional[float],
+  target_technique: str,
+  bootstrap_num: int = 200,
+) -> list[str]:
   """B_crit's sensitivity to the choices behind it (issue 41), per target: the published fit with its interval
   over seeds; the same fit with an interval over trials and seeds (the search's choice re-applied to resampled
   candidates, scaling_fit.bootstrap_trials_and_seeds); the fit without censored points (the seeds that missed the
@@ -203,13 +267,22 @@ def sensitivity_section(trials: Sequence[Trial], target: Target, goals: Sequence
       spans.append(f"{name}: {fmt(min(values))} … {fmt(max(values))}")
   if not rows:
     return []
-  return (["### B_crit sensitivity", "", _SENSITIVITY_INTRO, ""]
-          + table(["target", "variant", "B_crit", "95% interval", "points"], rows)
-          + ["B_crit over every variant, interval and left-out batch of the table: " + "; ".join(spans) + ".", ""])
+  return (
+    ["### B_crit sensitivity", "", _SENSITIVITY_INTRO, ""]
+    + table(["target", "variant", "B_crit", "95% interval", "points"], rows)
+    + ["B_crit over every variant, interval and left-out batch of the table: " + "; ".join(spans) + ".", ""]
+  )
 
 
-def _sensitivity_rows(name: str, goal: float, trials: Sequence[Trial], reps: Sequence[Trial],
-                      base: Sequence[Trial], target: Target, bootstrap_num: int) -> tuple[list[list], list[float]]:
+def _sensitivity_rows(
+  name: str,
+  goal: float,
+  trials: Sequence[Trial],
+  reps: Sequence[Trial],
+  base: Sequence[Trial],
+  target: Target,
+  bootstrap_num: int,
+) -> tuple[list[list], list[float]]:
   """One target's row group of the sensitivity table (row label ``name``), and every B_crit and interval end in it
   (its span)."""
   b0 = base[0].batch_size if base else None
@@ -217,30 +290,45 @@ def _sensitivity_rows(name: str, goal: float, trials: Sequence[Trial], reps: Seq
   fits = [_variant_row(name, "tuned B0, censored as bounds; interval over seeds", pts, bootstrap_num)]
   cands = _candidates(trials, reps, target.metric, goal, target.mode)
   if cands and any(len(c) > 1 for c in cands.values()):
-    fits.append(_variant_row(name, "same fit; interval over trials and seeds", pts, bootstrap_num,
-                             scaling_fit.bootstrap_trials_and_seeds(cands, num=bootstrap_num)))
-  fits.append(_variant_row(name, "reached seeds only (censored left out)", scaling_fit.reached_only(pts),
-                           bootstrap_num))
+    fits.append(
+      _variant_row(
+        name,
+        "same fit; interval over trials and seeds",
+        pts,
+        bootstrap_num,
+        scaling_fit.bootstrap_trials_and_seeds(cands, num=bootstrap_num),
+      )
+    )
+  fits.append(
+    _variant_row(name, "reached seeds only (censored left out)", scaling_fit.reached_only(pts), bootstrap_num)
+  )
   if b0 is not None and b0 in pts and base:
     swapped = dict(pts)
     swapped[b0] = [(s.steps, s.censored) for s in replicates.steps_per_seed(base, target.metric, goal, target.mode)]
     if swapped[b0]:
-      fits.append(_variant_row(name, f"baseline recipe at B0 = {b0} instead of the tuned cell", swapped,
-                               bootstrap_num))
+      fits.append(_variant_row(name, f"baseline recipe at B0 = {b0} instead of the tuned cell", swapped, bootstrap_num))
   rows, values = [row for row, _ in fits], [v for _, vs in fits for v in vs]
   try:
     lobo = [v for v in scaling_fit.leave_one_batch_out(pts).values() if v is not None]
   except ValueError:
     lobo = []
   if lobo:
-    rows.append([name, "leave one batch out (range over the batches)", f"{fmt(min(lobo))} … {fmt(max(lobo))}",
-                 "—", f"{len(lobo)} refits"])
+    rows.append(
+      [
+        name,
+        "leave one batch out (range over the batches)",
+        f"{fmt(min(lobo))} … {fmt(max(lobo))}",
+        "—",
+        f"{len(lobo)} refits",
+      ]
+    )
     values += lobo
   return rows, values
 
 
-def _variant_row(name: str, label: str, p: dict, bootstrap_num: int,
-                 interval: Optional[scaling_fit.Interval] = None) -> tuple[list, list[float]]:
+def _variant_row(
+  name: str, label: str, p: dict, bootstrap_num: int, interval: Optional[scaling_fit.Interval] = None
+) -> tuple[list, list[float]]:
   """One row of the sensitivity table: the fit of ``p`` with ``interval`` (default: over seeds); and its B_crit and
   interval ends, which join its target's span (none when ``p`` cannot be fitted)."""
   try:
@@ -258,9 +346,14 @@ def sections(trials: Sequence[Trial], spec, baseline_batch: Optional[int]) -> li
   trials = list(trials)
   out = adequacy_section(trials, spec.edge_fraction) + replicates_section(trials)
   if any(t.role == "table3" for t in trials):  # the paper's cells against their replicates: the reference's section
-    out += reference.section(spec, "table3_replicates_section", trials, spec.table3_batch, baseline_batch,
-                             spec.num_classes, spec.workload)
+    out += reference.section(
+      spec, "table3_replicates_section", trials, spec.table3_batch, baseline_batch, spec.num_classes, spec.workload
+    )
   target_trials = [t for t in trials if not spec.target_technique or t.technique == spec.target_technique]
   ids = {t.run_id for t in target_trials}  # with no target technique the baseline is among them already
-  return out + scaling_section(target_trials + [t for t in trials if t.role == "baseline" and t.run_id not in ids],
-                               spec.target, spec.targets, spec.target_technique)
+  return out + scaling_section(
+    target_trials + [t for t in trials if t.role == "baseline" and t.run_id not in ids],
+    spec.target,
+    spec.targets,
+    spec.target_technique,
+  )

@@ -4,6 +4,7 @@ S(B) = S_min·(1 + B_crit/B), the step-time fit t(B) = γ + δB with the time-op
 with its trajectory over training (noise_trajectory.py).
 Report layer: reads records only. Definitions: docs/studies.md.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,27 +38,52 @@ def b_crit_caveat(fit: critical_batch.InverseLawFit, batches: Sequence[int]) -> 
   largest = max(batches)
   if not fit.b_crit > largest:
     return None
-  return (f"Caution: B_crit = {fmt(fit.b_crit)} lies beyond the largest batch that reached the goal ({largest}). "
-          f"Up to there S(B) shows no bend, so the data only say B_crit ≳ {largest}.")
+  return (
+    f"Caution: B_crit = {fmt(fit.b_crit)} lies beyond the largest batch that reached the goal ({largest}). "
+    f"Up to there S(B) shows no bend, so the data only say B_crit ≳ {largest}."
+  )
 
 
-def steps_section(trials, target: Optional[Target],
-                  out_dir: Optional[str]) -> tuple[list[str], Optional[critical_batch.InverseLawFit]]:
+def steps_section(
+  trials, target: Optional[Target], out_dir: Optional[str]
+) -> tuple[list[str], Optional[critical_batch.InverseLawFit]]:
   lines = ["## Steps to target", ""]
   if target is None:
-    return lines + ["No target given (`target=Target(metric, goal, mode)`): steps-to-target, the S(B) fit, "
-                    "B* and the breakdown point are skipped.", ""], None
+    return lines + [
+      "No target given (`target=Target(metric, goal, mode)`): steps-to-target, the S(B) fit, "
+      "B* and the breakdown point are skipped.",
+      "",
+    ], None
   res = steps_to_target(trials, target.metric, target.goal, target.mode)
   goal = goal_text(target)
-  lines += [f"Goal: the first evaluation with {goal_sentence(target)}; "
-            "diverged and failed trials are infeasible (Shallue et al. 2018).", ""]
+  lines += [
+    f"Goal: the first evaluation with {goal_sentence(target)}; "
+    "diverged and failed trials are infeasible (Shallue et al. 2018).",
+    "",
+  ]
   if not res:
     return [], None
-  lines += table(["batch", "steps", "epochs", "wall-clock s", "best run", "trials", "feasible", "reached"],
-                  [[b, r.steps, r.epochs, r.wall_time, r.best_run_id and f"`{r.best_run_id}`", r.num_trials,
-                    r.num_feasible, r.num_reached] for b, r in res.items()])
-  lines += ["Best run = the feasible trial that reached the goal in the fewest steps; steps, epochs and wall-clock "
-            "seconds are that trial's (at its first evaluation past the goal).", ""]
+  lines += table(
+    ["batch", "steps", "epochs", "wall-clock s", "best run", "trials", "feasible", "reached"],
+    [
+      [
+        b,
+        r.steps,
+        r.epochs,
+        r.wall_time,
+        r.best_run_id and f"`{r.best_run_id}`",
+        r.num_trials,
+        r.num_feasible,
+        r.num_reached,
+      ]
+      for b, r in res.items()
+    ],
+  )
+  lines += [
+    "Best run = the feasible trial that reached the goal in the fewest steps; steps, epochs and wall-clock "
+    "seconds are that trial's (at its first evaluation past the goal).",
+    "",
+  ]
   bs, steps = reached_arrays(res)
   fit_lines, fit = _inverse_law_lines(bs, steps)
   lines += fit_lines
@@ -69,17 +95,24 @@ def steps_section(trials, target: Optional[Target],
   return lines, fit
 
 
-def _inverse_law_lines(bs: Sequence[int], steps: Sequence[float]
-                       ) -> tuple[list[str], Optional[critical_batch.InverseLawFit]]:
+def _inverse_law_lines(
+  bs: Sequence[int], steps: Sequence[float]
+) -> tuple[list[str], Optional[critical_batch.InverseLawFit]]:
   """The S(B) fit over the batches that reached the goal (at least two), with its caveat; and the fit (None: none)."""
   if len(set(bs)) < 2:
     return ["Fewer than two batch sizes reached the goal: no S(B) fit.", ""], None
   fit = critical_batch.fit_inverse_law(bs, steps)
-  lines = [f"Fit S(B) = S_min·(1 + B_crit/B) (least squares in log S): S_min = {fmt(fit.s_min)}, "
-           f"B_crit = {fmt(fit.b_crit)}, E_min = S_min·B_crit = {fmt(fit.e_min)} examples, "
-           f"rms log residual {fit.rms_log_residual:.3f} over {fit.num_points} batch sizes"
-           + (" (two points for two parameters: the curve passes through both, so it does not test the law)."
-              if fit.num_points == 2 else "."), ""]
+  lines = [
+    f"Fit S(B) = S_min·(1 + B_crit/B) (least squares in log S): S_min = {fmt(fit.s_min)}, "
+    f"B_crit = {fmt(fit.b_crit)}, E_min = S_min·B_crit = {fmt(fit.e_min)} examples, "
+    f"rms log residual {fit.rms_log_residual:.3f} over {fit.num_points} batch sizes"
+    + (
+      " (two points for two parameters: the curve passes through both, so it does not test the law)."
+      if fit.num_points == 2
+      else "."
+    ),
+    "",
+  ]
   caveat = b_crit_caveat(fit, bs)
   if caveat:
     lines += [caveat, ""]
@@ -92,17 +125,21 @@ def _step_time_lines(trials: Sequence[Trial], fit: Optional[critical_batch.Inver
   if len(times) < 2:
     return ["Step times at fewer than two batch sizes: no t(B) fit, no B*.", ""]
   stf = critical_batch.fit_step_time(list(times), list(times.values()))
-  lines = [f"Step time t(B) = γ + δ·B: γ = {stf.gamma:.4g} s, δ = {stf.delta:.4g} s/example "
-           "(median Δwall/Δstep per batch, first eval interval skipped; "
-           "least squares in relative error, γ, δ ≥ 0)."]
+  lines = [
+    f"Step time t(B) = γ + δ·B: γ = {stf.gamma:.4g} s, δ = {stf.delta:.4g} s/example "
+    "(median Δwall/Δstep per batch, first eval interval skipped; "
+    "least squares in relative error, γ, δ ≥ 0)."
+  ]
   if fit is not None and stf.delta == 0:
     lines += ["δ = 0: a step costs the same at every batch, so a larger batch is always faster (B* = ∞)."]
   elif fit is not None and stf.gamma > 0:
     lines += [f"Time-optimal batch B* = √(B_crit·γ/δ) = {fmt(critical_batch.optimal_batch(fit, stf))}."]
   elif fit is not None:
-    lines += ["γ = 0: a step has no fixed cost to amortise, so the time to the goal T(B) = S(B)·δ·B = "
-              "δ·S_min·(B + B_crit) grows with B and the smallest batch is the fastest here (B* = 0): on this "
-              "machine a larger batch buys no parallelism."]
+    lines += [
+      "γ = 0: a step has no fixed cost to amortise, so the time to the goal T(B) = S(B)·δ·B = "
+      "δ·S_min·(B + B_crit) grows with B and the smallest batch is the fastest here (B* = 0): on this "
+      "machine a larger batch buys no parallelism."
+    ]
   return lines + [""]
 
 
@@ -110,9 +147,11 @@ def _breakdown_lines(trials: Sequence[Trial], target: Target) -> list[str]:
   """The Golmant et al. 2018 breakdown point in wall-clock time to the goal."""
   by_time = steps_to_target(trials, target.metric, target.goal, target.mode, by="wall_time")
   point = critical_batch.breakdown_point(list(by_time), [r.wall_time for r in by_time.values()])
-  return ["Breakdown point (Golmant et al. 2018; smallest batch beyond which no larger batch reaches the goal "
-          f"more than 5% faster in wall-clock): {fmt(point) if point else 'not observed in the measured range'}.",
-          ""]
+  return [
+    "Breakdown point (Golmant et al. 2018; smallest batch beyond which no larger batch reaches the goal "
+    f"more than 5% faster in wall-clock): {fmt(point) if point else 'not observed in the measured range'}.",
+    "",
+  ]
 
 
 def goal_text(target: Target) -> str:
@@ -156,33 +195,55 @@ def noise_section(trials, out_dir: Optional[str], fit: Optional[critical_batch.I
   predicted = float(np.median([late_median(t, "noise_scale") for t in have]))
   fitted = fit.b_crit if fit is not None else None
   bad, total = noise_trajectory.count_nonfinite(have)
-  lines += table(["batch", "B_simple (median over runs of each run's second-half median)", "runs",
-                  "non-finite evals / evals"],
-                  [[b, float(np.median([late_median(t, "noise_scale") for t in ts])), len(ts),
-                    "{} / {}".format(*noise_trajectory.count_nonfinite(ts))] for b, ts in sorted(per_batch.items())])
-  lines += [f"Predicted B_crit ≈ B_simple = {fmt(predicted)} (second-half median; {bad} of {total} evaluations "
-            "were non-finite and are not in it); fitted B_crit = "
-            f"{fmt(fitted) if fitted is not None else 'no fit'}"
-            + (f"; ratio predicted/fitted = {predicted / fitted:.3g}." if fitted and math.isfinite(fitted) else "."),
-            ""]
+  lines += table(
+    ["batch", "B_simple (median over runs of each run's second-half median)", "runs", "non-finite evals / evals"],
+    [
+      [
+        b,
+        float(np.median([late_median(t, "noise_scale") for t in ts])),
+        len(ts),
+        "{} / {}".format(*noise_trajectory.count_nonfinite(ts)),
+      ]
+      for b, ts in sorted(per_batch.items())
+    ],
+  )
+  lines += [
+    f"Predicted B_crit ≈ B_simple = {fmt(predicted)} (second-half median; {bad} of {total} evaluations "
+    "were non-finite and are not in it); fitted B_crit = "
+    f"{fmt(fitted) if fitted is not None else 'no fit'}"
+    + (f"; ratio predicted/fitted = {predicted / fitted:.3g}." if fitted and math.isfinite(fitted) else "."),
+    "",
+  ]
   lines += trajectory_lines(per_batch)
   best = best_per_batch(have, limit)
-  name = plots.series_plot(out_dir, "noise_scale.png",
-                           {f"batch {b:,}": series(t, "noise_scale") for b, t in best.items()}, "training step",
-                           "gradient noise scale B_simple (examples, log scale)", hline=fitted,
-                           hlabel="fitted critical batch B_crit", logx=False,
-                           title="Gradient noise scale during training (best trial per batch size)")
+  name = plots.series_plot(
+    out_dir,
+    "noise_scale.png",
+    {f"batch {b:,}": series(t, "noise_scale") for b, t in best.items()},
+    "training step",
+    "gradient noise scale B_simple (examples, log scale)",
+    hline=fitted,
+    hlabel="fitted critical batch B_crit",
+    logx=False,
+    title="Gradient noise scale during training (best trial per batch size)",
+  )
   return lines + [f"![noise scale]({name})", ""]
 
 
 def trajectory_lines(per_batch: dict[int, list[Trial]], num_phases: int = 10) -> list[str]:
   """B_simple per tenth of training (noise_trajectory.py): it is no constant, so no single number stands for it."""
   traj = {b: noise_trajectory.trajectory(ts, num_phases=num_phases) for b, ts in sorted(per_batch.items())}
-  cell = lambda p: ("—" if p.median is None else f"{fmt(p.median)} [{fmt(p.q25)}, {fmt(p.q75)}], n {p.num_finite}") + (
-      f", {p.num_nonfinite} non-finite" if p.num_nonfinite else "") + (
-      f", {p.num_nonpositive} ≤ 0" if p.num_nonpositive else "")
-  rows = [[f"{10 * k}–{10 * (k + 1)}%" if num_phases == 10 else f"{k + 1}/{num_phases}"]
-          + [cell(traj[b][k]) for b in traj] for k in range(num_phases)]
-  return (["B_simple over training: per phase of each run's budget in steps, the median [quartiles] of the finite "
-           "evaluations, their number n, and the non-finite ones (counted, never used).", ""]
-          + table(["phase of training"] + [f"B = {b}" for b in traj], rows))
+  cell = lambda p: (
+    ("—" if p.median is None else f"{fmt(p.median)} [{fmt(p.q25)}, {fmt(p.q75)}], n {p.num_finite}")
+    + (f", {p.num_nonfinite} non-finite" if p.num_nonfinite else "")
+    + (f", {p.num_nonpositive} ≤ 0" if p.num_nonpositive else "")
+  )
+  rows = [
+    [f"{10 * k}–{10 * (k + 1)}%" if num_phases == 10 else f"{k + 1}/{num_phases}"] + [cell(traj[b][k]) for b in traj]
+    for k in range(num_phases)
+  ]
+  return [
+    "B_simple over training: per phase of each run's budget in steps, the median [quartiles] of the finite "
+    "evaluations, their number n, and the non-finite ones (counted, never used).",
+    "",
+  ] + table(["phase of training"] + [f"B = {b}" for b in traj], rows)

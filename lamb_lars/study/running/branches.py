@@ -23,6 +23,7 @@ config can get wrong — a branch point with no checkpoint kept, an unknown rule
 divide (each branch must see exactly Δ examples), B0 missing from the batches — is one sentence before anything
 runs (:func:`prepare`).
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -35,7 +36,7 @@ from lamb_lars.study.running import workdir as wd
 
 RULES = ("linear", "sqrt", "none")
 LOSSES = ("validation_loss", "eval_loss")
-POINT_KEY = "init_from_examples"   # the grid key of the branch point (the reference's examples seen)
+POINT_KEY = "init_from_examples"  # the grid key of the branch point (the reference's examples seen)
 _TOL = 1e-9
 
 
@@ -45,9 +46,11 @@ def subsweeps(study: ml_collections.ConfigDict) -> tuple[dict, list[dict]]:
   refs = [s for s in all_ if s.get("role") == "baseline"]
   branches = [s for s in all_ if s.get("role") == "branch"]
   if len(refs) != 1 or not branches or len(refs) + len(branches) != len(all_):
-    raise ValueError("a branching study has exactly one reference sub-sweep (role 'baseline') and at least one "
-                     f"branch sub-sweep (role 'branch'), nothing else; this one has roles "
-                     f"{[s.get('role', 'search') for s in all_]}.")
+    raise ValueError(
+      "a branching study has exactly one reference sub-sweep (role 'baseline') and at least one "
+      f"branch sub-sweep (role 'branch'), nothing else; this one has roles "
+      f"{[s.get('role', 'search') for s in all_]}."
+    )
   return refs[0], branches
 
 
@@ -64,14 +67,17 @@ def num_train(study: ml_collections.ConfigDict, ref: sweep.TrialSpec) -> int:
   against the reference's dataset when that is on this machine."""
   from lamb_lars.input_pipeline import DatasetNotFoundError  # noqa: PLC0415
   from lamb_lars.train.validate import dataset_info  # noqa: PLC0415
+
   n = int(sections.section(study, "analysis")["num_train"])
   try:
     actual = int(dataset_info(ref.config).num_train)
   except DatasetNotFoundError:
     return n
   if actual != n:
-    raise ValueError(f"analysis.num_train={n}, but the reference trains on {actual} examples (its dataset after "
-                     f"validation_split); set analysis.num_train={actual}.")
+    raise ValueError(
+      f"analysis.num_train={n}, but the reference trains on {actual} examples (its dataset after "
+      f"validation_split); set analysis.num_train={actual}."
+    )
   return n
 
 
@@ -81,8 +87,10 @@ def _check_settings(study: ml_collections.ConfigDict, b0: int, n: int) -> dict[s
   if b["lr_rule"] not in RULES:
     raise ValueError(f"branching.lr_rule={b['lr_rule']!r} is not one of {RULES}.")
   if b["loss"] not in LOSSES or not float(b["epsilon"]) > 0 or not float(b["lr_multiplier"]) >= 0:
-    raise ValueError(f"branching: loss must be one of {LOSSES}, epsilon > 0 and lr_multiplier ≥ 0; got "
-                     f"{b['loss']!r}, {b['epsilon']!r}, {b['lr_multiplier']!r}.")
+    raise ValueError(
+      f"branching: loss must be one of {LOSSES}, epsilon > 0 and lr_multiplier ≥ 0; got "
+      f"{b['loss']!r}, {b['epsilon']!r}, {b['lr_multiplier']!r}."
+    )
   if not b["points_epochs"] or any(not float(p) > 0 for p in b["points_epochs"]):
     raise ValueError(f"branching.points_epochs must be positive epochs of the reference; got {b['points_epochs']!r}.")
   delta = int(b["delta_examples"])
@@ -90,17 +98,23 @@ def _check_settings(study: ml_collections.ConfigDict, b0: int, n: int) -> dict[s
   for s in subsweeps(study)[1]:
     grid = dict(s.get("grid") or {})
     if s.get("search") or POINT_KEY in grid or POINT_KEY in dict(s.get("fixed") or {}):
-      raise ValueError(f"branch sub-sweep {s.get('name')!r}: no search and no {POINT_KEY!r} (the branch points "
-                       "come from branching.points_epochs).")
+      raise ValueError(
+        f"branch sub-sweep {s.get('name')!r}: no search and no {POINT_KEY!r} (the branch points "
+        "come from branching.points_epochs)."
+      )
     batches = [int(x) for x in grid.get("batch_size", ())]
     if b0 not in batches or "seed" not in grid:
-      raise ValueError(f"branch sub-sweep {s.get('name')!r} needs a grid over 'seed' and over 'batch_size' that "
-                       f"holds the reference's batch {b0} (its own continuation); it has {sorted(grid)}, batches "
-                       f"{batches}.")
+      raise ValueError(
+        f"branch sub-sweep {s.get('name')!r} needs a grid over 'seed' and over 'batch_size' that "
+        f"holds the reference's batch {b0} (its own continuation); it has {sorted(grid)}, batches "
+        f"{batches}."
+      )
     bad = [x for x in batches if delta <= 0 or delta % x or not exact(x)]
     if bad:
-      raise ValueError(f"branching.delta_examples={delta} must be a positive multiple of every branch batch, so "
-                       f"that each branch trains exactly Δ examples; it is not one of {bad}.")
+      raise ValueError(
+        f"branching.delta_examples={delta} must be a positive multiple of every branch batch, so "
+        f"that each branch trains exactly Δ examples; it is not one of {bad}."
+      )
   return b
 
 
@@ -109,6 +123,7 @@ def checkpoint_examples(study: ml_collections.ConfigDict, ref: sweep.TrialSpec, 
   after the point. ValueError (one sentence) when a point has no such checkpoint, or the reference does not keep
   it to its end (``keep_checkpoints``: the newest K are kept)."""
   from lamb_lars.train import run_plan  # noqa: PLC0415  (the trainer's plan: the reference's own step arithmetic)
+
   devices = trial_checks.trial_devices(ref.config, {**sections.section(study, "runner")["env"], **ref.env})
   plan = run_plan.make_plan(ref.config, num_train=n, num_devices=devices)
   every, total = plan.checkpoint_every_steps, plan.total_steps
@@ -119,15 +134,21 @@ def checkpoint_examples(study: ml_collections.ConfigDict, ref: sweep.TrialSpec, 
   for p in sections.section(study, "branching")["points_epochs"]:
     step = next((s for s in saves if s >= float(p) * n / plan.batch_size - _TOL), None)
     if step is None:
-      raise ValueError(f"branch point {p:g} epochs is past the reference's end ({total * plan.batch_size / n:g} "
-                       "epochs): no checkpoint to branch from.")
+      raise ValueError(
+        f"branch point {p:g} epochs is past the reference's end ({total * plan.batch_size / n:g} "
+        "epochs): no checkpoint to branch from."
+      )
     if len(saves) - saves.index(step) > keep:
-      raise ValueError(f"the reference keeps only its newest {keep} checkpoints, so its checkpoint at step {step} "
-                       f"(branch point {p:g} epochs) is gone by its end: set keep_checkpoints ≥ "
-                       f"{len(saves) - saves.index(step)} in the reference sub-sweep.")
+      raise ValueError(
+        f"the reference keeps only its newest {keep} checkpoints, so its checkpoint at step {step} "
+        f"(branch point {p:g} epochs) is gone by its end: set keep_checkpoints ≥ "
+        f"{len(saves) - saves.index(step)} in the reference sub-sweep."
+      )
     if step * plan.batch_size in out:
-      raise ValueError(f"branch point {p:g} epochs falls on the same reference checkpoint (step {step}) as an "
-                       "earlier one; space the points by at least the reference's checkpoint cadence.")
+      raise ValueError(
+        f"branch point {p:g} epochs falls on the same reference checkpoint (step {step}) as an "
+        "earlier one; space the points by at least the reference's checkpoint cadence."
+      )
     out.append(step * plan.batch_size)
   return out
 
@@ -138,7 +159,7 @@ def prepare(study: ml_collections.ConfigDict) -> tuple[sweep.TrialSpec, list[int
   ref_sweep, _ = subsweeps(study)
   if ref_sweep.get("search") or ref_sweep.get("grid"):
     raise ValueError(f"the reference sub-sweep {ref_sweep.get('name')!r} is one run: no grid and no search.")
-  ref, = sweep.expand(with_sweeps(study, [ref_sweep]))
+  (ref,) = sweep.expand(with_sweeps(study, [ref_sweep]))
   n = num_train(study, ref)
   _check_settings(study, ref.batch_size, n)
   return ref, checkpoint_examples(study, ref, n)
@@ -150,9 +171,15 @@ def branch_sweeps(study: ml_collections.ConfigDict, ref_dir: str, examples: Sequ
   n = int(sections.section(study, "analysis")["num_train"])
   out = []
   for s in subsweeps(study)[1]:
-    fixed = {**dict(s.get("fixed") or {}), "init_from_dir": ref_dir, "data_order": "examples",
-             "init_from_lr_rule": b["lr_rule"], "init_from_lr_multiplier": float(b["lr_multiplier"]),
-             "num_epochs": int(b["delta_examples"]) / n, "num_train_steps": -1}
+    fixed = {
+      **dict(s.get("fixed") or {}),
+      "init_from_dir": ref_dir,
+      "data_order": "examples",
+      "init_from_lr_rule": b["lr_rule"],
+      "init_from_lr_multiplier": float(b["lr_multiplier"]),
+      "num_epochs": int(b["delta_examples"]) / n,
+      "num_train_steps": -1,
+    }
     out.append({**s, "fixed": fixed, "grid": {POINT_KEY: tuple(int(e) for e in examples), **dict(s["grid"])}})
   return out
 
@@ -166,21 +193,37 @@ def _reference_status(workdir: str, run_id: str) -> Optional[str]:
   return rows[0]["status"] if rows else None
 
 
-def run_branching(study: ml_collections.ConfigDict, workdir: str, *,
-                  make_executor: Callable[[], Any] = lambda: None, num_workers: Optional[int] = None,
-                  command: Optional[str] = None, log: Callable[[str], None] = print, **kwargs) -> dict[str, int]:
+def run_branching(
+  study: ml_collections.ConfigDict,
+  workdir: str,
+  *,
+  make_executor: Callable[[], Any] = lambda: None,
+  num_workers: Optional[int] = None,
+  command: Optional[str] = None,
+  log: Callable[[str], None] = print,
+  **kwargs,
+) -> dict[str, int]:
   """Runs (or resumes) the reference, then every branch (module docstring); returns the count of runs per status.
 
   ``make_executor``: a fresh executor per step (None: the runner's local one); ``kwargs`` go to
   ``runner.run_study``. A reference that does not end ``done`` stops here with one sentence (ValueError)."""
   ref, examples = prepare(study)
   ref_sweep, _ = subsweeps(study)
-  runner.run_study(with_sweeps(study, [ref_sweep]), workdir, executor=make_executor(),
-                            num_workers=num_workers, command=command, log=log, **kwargs)
+  runner.run_study(
+    with_sweeps(study, [ref_sweep]),
+    workdir,
+    executor=make_executor(),
+    num_workers=num_workers,
+    command=command,
+    log=log,
+    **kwargs,
+  )
   status = _reference_status(workdir, ref.run_id)
   if status != "done":
-    raise ValueError(f"the reference run {ref.run_id} ended {status!r}, so there is nothing to branch from; see "
-                     f"{wd.run_dir(workdir, ref.run_id)}/log.txt.")
+    raise ValueError(
+      f"the reference run {ref.run_id} ended {status!r}, so there is nothing to branch from; see "
+      f"{wd.run_dir(workdir, ref.run_id)}/log.txt."
+    )
   ref_dir = io_utils.abspath(wd.run_dir(workdir, ref.run_id))
   full = with_sweeps(study, [ref_sweep] + branch_sweeps(study, ref_dir, examples))
   log(f"study {study.name}: reference {ref.run_id} done; {len(examples)} branch points × the branch grid")

@@ -5,6 +5,7 @@ are written (``run_files.MetricsTail``), reporting them to their cell's pruner, 
 :meth:`Driver.poll_trial` each running trial — pruned, timed out, still running, killed by a signal it did not get
 from us (resumed once from its checkpoint), or ended with a result.
 """
+
 from __future__ import annotations
 
 import collections
@@ -55,15 +56,23 @@ def ingest_run_dir(con, run_id: str, run_dir: str) -> Optional[str]:
   final = result.get("final") or {}
   wall = final.get("wall_time")
   status = result.get("status", "done")
-  store.set_status(con, run_id, status, error=result.get("error"), steps=result.get("step", final.get("step")),
-                   final=final, wall_time=None if wall is None or not math.isfinite(wall) else float(wall),
-                   stopped=result.get("stopped"))
+  store.set_status(
+    con,
+    run_id,
+    status,
+    error=result.get("error"),
+    steps=result.get("step", final.get("step")),
+    final=final,
+    wall_time=None if wall is None or not math.isfinite(wall) else float(wall),
+    stopped=result.get("stopped"),
+  )
   return status
 
 
 @dataclasses.dataclass
 class Active:
   """A running trial: its spec and handle, when it started, and the tail of its ``metrics.jsonl``."""
+
   spec: TrialSpec
   handle: TrialHandle
   started: float
@@ -75,12 +84,21 @@ class Active:
 class Driver:
   """The state of one ``run_study`` call: store connection, executor, searches and the active trials."""
 
-  def __init__(self, study: ml_collections.ConfigDict, workdir_: str, con, executor: Executor, searches,
-               search_cfg: Mapping[str, Any], runner_cfg: Mapping[str, Any], log: Callable[[str], None]):
+  def __init__(
+    self,
+    study: ml_collections.ConfigDict,
+    workdir_: str,
+    con,
+    executor: Executor,
+    searches,
+    search_cfg: Mapping[str, Any],
+    runner_cfg: Mapping[str, Any],
+    log: Callable[[str], None],
+  ):
     self.study, self.workdir, self.con, self.executor = study, workdir_, con, executor
     self.searches, self.search_cfg, self.runner_cfg, self.log = searches, search_cfg, runner_cfg, log
     self.active: dict[str, Active] = {}
-    self.promoted: set[str] = set()   # pruned trials resumed to their full budget: never pruned again
+    self.promoted: set[str] = set()  # pruned trials resumed to their full budget: never pruned again
     self.timeout = float(runner_cfg["timeout_s"]) or 0.0
     self.done_count, self.total, self.retried = 0, 0, set()
 
@@ -93,8 +111,7 @@ class Driver:
     io_utils.remove(os.path.join(rdir, run_files.ERROR_FILE))  # from an earlier failed attempt
     store.set_status(self.con, spec.run_id, "running")
     handle = self.executor.submit(spec.run_id, rdir, trial_env(self.runner_cfg, spec, self.workdir))
-    self.active[spec.run_id] = Active(spec, handle, time.monotonic(), run_files.MetricsTail(rdir),
-                                      exclusive=exclusive)
+    self.active[spec.run_id] = Active(spec, handle, time.monotonic(), run_files.MetricsTail(rdir), exclusive=exclusive)
 
   def fill(self, todo: collections.deque) -> None:
     """Starts trials of ``todo`` while the executor has free slots; a trial the executor wants alone on its
@@ -139,9 +156,14 @@ class Driver:
     # Rows past the prune point — later rows of the same poll, or written between the poll and the kill — are
     # not part of the trial's record.
     store.delete_evals_after(self.con, a.spec.run_id, int(row["step"]))
-    store.set_status(self.con, a.spec.run_id, "pruned", stopped="pruned",
-                     error=f"pruned by the search at epoch {step}: {self.search_cfg['metric']} {value:.4f} was not "
-                           f"in the top 1/{self.search_cfg['reduction_factor']} of its cell at that rung")
+    store.set_status(
+      self.con,
+      a.spec.run_id,
+      "pruned",
+      stopped="pruned",
+      error=f"pruned by the search at epoch {step}: {self.search_cfg['metric']} {value:.4f} was not "
+      f"in the top 1/{self.search_cfg['reduction_factor']} of its cell at that rung",
+    )
 
   def finish(self, a: Active, code: Optional[int]) -> str:
     """Records an ended trial: its result, or ``failed`` with the reason."""
@@ -185,8 +207,7 @@ class Driver:
     if a.spec.cell in self.searches:
       self.searches[a.spec.cell].finish(rid, status)
     self.done_count += 1
-    self.log(status_lib.progress_line(self.con, rid, status, self.done_count, self.total,
-                                      time.monotonic() - a.started))
+    self.log(status_lib.progress_line(self.con, rid, status, self.done_count, self.total, time.monotonic() - a.started))
     wd.upload_store(self.con, self.workdir)  # an object-store workdir gets the store after every trial
 
   def interrupt(self) -> None:
@@ -208,8 +229,12 @@ class Driver:
       while todo or self.active:
         if status_every_s and time.monotonic() - last_status >= status_every_s:
           last_status = time.monotonic()
-          self.log("\n".join([status_lib.status_line(self.con, self.study.name, self.executor.slots)]
-                             + status_lib.running_lines(self.con, self.study.name)))
+          self.log(
+            "\n".join(
+              [status_lib.status_line(self.con, self.study.name, self.executor.slots)]
+              + status_lib.running_lines(self.con, self.study.name)
+            )
+          )
         self.fill(todo)
         time.sleep(poll_s)
         for a in list(self.active.values()):

@@ -7,6 +7,7 @@ ends (``error.txt`` on a crash), and its output goes to ``RUN_DIR/log.txt`` (the
 The driver reads ``metrics.jsonl`` while the trial runs and kills the trials its search prunes. Both executors
 start a trial with :func:`spawn_trial`.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -34,7 +35,7 @@ def slot_cpus(slot: int, per_slot: int) -> set[int]:
   """Slot ``slot``'s share of :func:`usable_cpus`: its ``per_slot`` CPUs, counted within the process's own
   affinity, so that a study started under ``taskset -c 1`` pins its one worker to CPU 1, not to CPU 0 beside
   whatever else was placed there."""
-  return set(usable_cpus()[slot * per_slot:(slot + 1) * per_slot])
+  return set(usable_cpus()[slot * per_slot : (slot + 1) * per_slot])
 
 
 class TrialHandle(Protocol):
@@ -76,12 +77,19 @@ def trial_command(run_dir: str, python: str = sys.executable) -> list[str]:
   return [python, "-m", "lamb_lars.study.running.run_one", run_dir]
 
 
-def spawn_trial(run_dir: str, log: IO, env: Optional[Mapping[str, str]] = None, *, python: str = sys.executable,
-                cpus: Optional[set[int]] = None) -> subprocess.Popen:
+def spawn_trial(
+  run_dir: str,
+  log: IO,
+  env: Optional[Mapping[str, str]] = None,
+  *,
+  python: str = sys.executable,
+  cpus: Optional[set[int]] = None,
+) -> subprocess.Popen:
   """Starts the trial of ``run_dir`` (:func:`trial_command`) with ``env`` added to this process's environment, its
   output going to ``log``. The child dies with the process that started it (``PR_SET_PDEATHSIG = SIGKILL``: a
   ``kill -9`` of the driver, or of a Ray worker, leaves no orphan trainer writing into the study), pinned to
   ``cpus`` when given. Both executors start trials here."""
+
   def preexec() -> None:
     try:
       ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -90,8 +98,14 @@ def spawn_trial(run_dir: str, log: IO, env: Optional[Mapping[str, str]] = None, 
     if cpus:
       os.sched_setaffinity(0, cpus)
 
-  return subprocess.Popen(trial_command(run_dir, python), stdout=log, stderr=subprocess.STDOUT,
-                          stdin=subprocess.DEVNULL, env=child_env(env), preexec_fn=preexec)
+  return subprocess.Popen(
+    trial_command(run_dir, python),
+    stdout=log,
+    stderr=subprocess.STDOUT,
+    stdin=subprocess.DEVNULL,
+    env=child_env(env),
+    preexec_fn=preexec,
+  )
 
 
 class LocalHandle:
@@ -131,6 +145,7 @@ def _open_log(run_dir: str) -> tuple[IO, Callable[[], None]]:
     with open(path, encoding="utf-8", errors="replace") as f:
       io_utils.append_text(os.path.join(run_dir, run_files.LOG_FILE), f.read())
     os.remove(path)
+
   return log, upload
 
 
@@ -143,6 +158,7 @@ class LocalExecutor:
   (``PR_SET_PDEATHSIG``): a ``kill -9`` of the driver leaves no orphan trainer writing into the study. A trial
   that forces more CPU devices than ``cpus_per_trial`` (e.g. 2 for the gradient noise scale) runs unpinned.
   """
+
   name = "local"
 
   def __init__(self, slots: int = 1, cpus_per_trial: int = 0, python: str = sys.executable):
@@ -150,8 +166,9 @@ class LocalExecutor:
     self._free = list(range(self.slots))
     ncpu = len(usable_cpus())
     if self._cpus and self._cpus * self.slots > ncpu:
-      raise ValueError(f"{self.slots} workers × {self._cpus} CPUs each need {self._cpus * self.slots} CPUs; this "
-                       f"machine has {ncpu}.")
+      raise ValueError(
+        f"{self.slots} workers × {self._cpus} CPUs each need {self._cpus * self.slots} CPUs; this machine has {ncpu}."
+      )
 
   def check_workdir(self, workdir: str) -> None:
     io_utils.makedirs(workdir)

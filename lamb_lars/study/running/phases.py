@@ -33,6 +33,7 @@ Per cell, in order, once every trial of the cell has finished (done, diverged, p
    ``replicate``, never pruned. An unsearched cell (a baseline, a linear-scaling point) has one trial: it is its
    chosen configuration when it finished (done or diverged: a divergence is a result worth replicating).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -53,9 +54,15 @@ def replicate_spec(chosen: sweep.TrialSpec, seed: int) -> sweep.TrialSpec:
   config = chosen.config.copy_and_resolve_references()
   with config.unlocked():
     config.seed = int(seed)
-  return dataclasses.replace(chosen, run_id=f"{chosen.run_id}-seed{int(seed)}", config=config, searched=False,
-                             phase="replicate", replicate_of=chosen.run_id,
-                             overrides={**chosen.overrides, "seed": int(seed)})
+  return dataclasses.replace(
+    chosen,
+    run_id=f"{chosen.run_id}-seed{int(seed)}",
+    config=config,
+    searched=False,
+    phase="replicate",
+    replicate_of=chosen.run_id,
+    overrides={**chosen.overrides, "seed": int(seed)},
+  )
 
 
 def planned(study, con, specs: Sequence[sweep.TrialSpec]) -> list[sweep.TrialSpec]:
@@ -72,8 +79,10 @@ def planned(study, con, specs: Sequence[sweep.TrialSpec]) -> list[sweep.TrialSpe
     if p["kind"] == "replicate":
       chosen = by_id.get(p["detail"]["chosen"])
       if chosen is None:
-        raise ValueError(f"the plan log replicates {p['detail']['chosen']}, which this study no longer has; use "
-                         "the study config that made this workdir.")
+        raise ValueError(
+          f"the plan log replicates {p['detail']['chosen']}, which this study no longer has; use "
+          "the study config that made this workdir."
+        )
       out.append(replicate_spec(chosen, int(p["detail"]["seed"])))
   return out
 
@@ -89,8 +98,14 @@ def _promotion_order(t: Trial, metric: str, mode: str) -> tuple:
   return (-(t.final_epoch or 0.0), -value, t.run_id)
 
 
-def follow_ups(study, con, specs: Sequence[sweep.TrialSpec], search_cfg: Mapping[str, Any],
-               rep_cfg: Mapping[str, Any], log: Callable[[str], None] = print) -> tuple[list[sweep.TrialSpec], int]:
+def follow_ups(
+  study,
+  con,
+  specs: Sequence[sweep.TrialSpec],
+  search_cfg: Mapping[str, Any],
+  rep_cfg: Mapping[str, Any],
+  log: Callable[[str], None] = print,
+) -> tuple[list[sweep.TrialSpec], int]:
   """Decides the follow-ups now due (module docstring); returns (new trials to register, trials promoted)."""
   trials = {t.run_id: t for t in store.trials(con, study=study.name)}
   plan = store.plan(con)
@@ -130,16 +145,23 @@ def follow_ups(study, con, specs: Sequence[sweep.TrialSpec], search_cfg: Mapping
   return new, promoted
 
 
-def _promote(con, cell: str, ts: Sequence[Trial], need: int, search_cfg: Mapping[str, Any],
-             log: Callable[[str], None]) -> int:
+def _promote(
+  con, cell: str, ts: Sequence[Trial], need: int, search_cfg: Mapping[str, Any], log: Callable[[str], None]
+) -> int:
   """Promotes up to ``need`` pruned trials of ``cell`` to their full budget (furthest trained first, then best);
   returns how many."""
   metric, mode = search_cfg["metric"], search_cfg["mode"]
-  pool = sorted((t for t in ts if t.status == "pruned" and not t.promoted),
-                key=lambda t: _promotion_order(t, metric, mode))
+  pool = sorted(
+    (t for t in ts if t.status == "pruned" and not t.promoted), key=lambda t: _promotion_order(t, metric, mode)
+  )
   for t in pool[:need]:  # logged first: a runner killed in between promotes the same trial next time
-    store.log_plan(con, "promote", cell, t.run_id, {"epoch": t.final_epoch, "reason": f"{need} short of "
-                   f"search.min_full_budget={search_cfg['min_full_budget']}"})
+    store.log_plan(
+      con,
+      "promote",
+      cell,
+      t.run_id,
+      {"epoch": t.final_epoch, "reason": f"{need} short of search.min_full_budget={search_cfg['min_full_budget']}"},
+    )
     store.promote(con, t.run_id)
     log(f"         {cell}: promoting pruned {t.run_id} (epoch {t.final_epoch}) to its full budget")
   return len(pool[:need])
@@ -153,8 +175,11 @@ def _ended(plan: Sequence[Mapping[str, Any]], cell: str, chosen: Optional[Trial]
   """Whether the cell's search has ended for ``chosen``: its last extension record is an end decided for this
   very trial (an end decided for another chosen trial, before promotions changed it, no longer holds)."""
   last = next((p for p in reversed(plan) if p["kind"] == "extend" and p["cell"] == cell), None)
-  return last is not None and _is_end(last["key"]) and \
-      last["detail"].get("chosen") == (None if chosen is None else chosen.run_id)
+  return (
+    last is not None
+    and _is_end(last["key"])
+    and last["detail"].get("chosen") == (None if chosen is None else chosen.run_id)
+  )
 
 
 def _end_key(plan: Sequence[Mapping[str, Any]], cell: str) -> str:
@@ -165,24 +190,44 @@ def _end_key(plan: Sequence[Mapping[str, Any]], cell: str) -> str:
 def _extension(study, con, cell, own, ts, chosen, search_cfg, log, end_key="end") -> list[sweep.TrialSpec]:
   """The next extension of the cell's LR range, or [] after recording (under ``end_key``) why the cell's search
   ends."""
-  rounds = max((int(s.phase[len("extend"):]) for s in own if s.phase.startswith("extend")), default=0)
+  rounds = max((int(s.phase[len("extend") :]) for s in own if s.phase.startswith("extend")), default=0)
   original = adequacy_lib.lr_range(own[0].space)
   span = adequacy_lib.union_range(ts)
   lr = None if chosen is None else chosen.params.get("learning_rate")
-  side = "" if original is None or span is None or lr is None else adequacy_lib.edge(
-      float(lr), span[0], span[1], float(search_cfg["edge_fraction"]), adequacy_lib.tried_lrs(ts))
-  if chosen is None and original is not None and span is not None and any(t.status == "diverged" for t in ts) \
-      and not any(t.status == "done" for t in ts):
+  side = (
+    ""
+    if original is None or span is None or lr is None
+    else adequacy_lib.edge(float(lr), span[0], span[1], float(search_cfg["edge_fraction"]), adequacy_lib.tried_lrs(ts))
+  )
+  if (
+    chosen is None
+    and original is not None
+    and span is not None
+    and any(t.status == "diverged" for t in ts)
+    and not any(t.status == "done" for t in ts)
+  ):
     side = "low"  # every trial that ran diverged: the range lies above the stable LRs
   if side and rounds < int(search_cfg["max_extensions"]):
     lo, hi = adequacy_lib.shifted(span[0], span[1], side, original[1] / original[0])
     space = {**dict(own[0].space), adequacy_lib.LR_KEY: ["log", lo, hi]}
     why = "every trial diverged" if chosen is None else f"best LR {float(lr):.4g} at the {side} edge"
-    store.log_plan(con, "extend", cell, str(rounds + 1), {"side": side, "why": why, "searched": list(span),
-                                                        "chosen": None if chosen is None else chosen.run_id,
-                                                        "space": space})
-    log(f"         {cell}: {why} of [{span[0]:.4g}, {span[1]:.4g}]; searching [{lo:.4g}, {hi:.4g}] "
-        f"(extension {rounds + 1})")
+    store.log_plan(
+      con,
+      "extend",
+      cell,
+      str(rounds + 1),
+      {
+        "side": side,
+        "why": why,
+        "searched": list(span),
+        "chosen": None if chosen is None else chosen.run_id,
+        "space": space,
+      },
+    )
+    log(
+      f"         {cell}: {why} of [{span[0]:.4g}, {span[1]:.4g}]; searching [{lo:.4g}, {hi:.4g}] "
+      f"(extension {rounds + 1})"
+    )
     return sweep.extension_trials(study, cell, rounds + 1, space)
   if chosen is None:
     where = "nothing chosen"
@@ -190,8 +235,13 @@ def _extension(study, con, cell, own, ts, chosen, search_cfg, log, end_key="end"
     where = "no LR search"
   else:
     where = f"{side} edge, extensions used up" if side else "interior"
-  store.log_plan(con, "extend", cell, end_key, {"rounds": rounds, "where": where,
-                                             "chosen": None if chosen is None else chosen.run_id})
+  store.log_plan(
+    con,
+    "extend",
+    cell,
+    end_key,
+    {"rounds": rounds, "where": where, "chosen": None if chosen is None else chosen.run_id},
+  )
   return []
 
 
@@ -200,23 +250,34 @@ def _refinement(study, con, cell, own, ts, chosen, search_cfg, log) -> list[swee
   factor, most = float(search_cfg["refine_factor"]), int(search_cfg["max_refinements"])
   if factor <= 1.0 or chosen is None or adequacy_lib.lr_range(own[0].space) is None:
     return []
-  rounds = max((int(s.phase[len("refine"):]) for s in own if s.phase.startswith("refine")), default=0)
+  rounds = max((int(s.phase[len("refine") :]) for s in own if s.phase.startswith("refine")), default=0)
   lr = chosen.params.get(adequacy_lib.LR_KEY, chosen.params.get("learning_rate"))
   if lr is None or rounds >= most:
     return []
   lr = float(lr)
   below, above = adequacy_lib.neighbours(lr, adequacy_lib.tried_lrs(ts))
-  moves = [(side, m) for side, m, n in (("low", 1.0 / factor, below), ("high", factor, above))
-           if n is None or n > factor * (1.0 + 1e-9)]
+  moves = [
+    (side, m)
+    for side, m, n in (("low", 1.0 / factor, below), ("high", factor, above))
+    if n is None or n > factor * (1.0 + 1e-9)
+  ]
   if not moves:
     return []
   keys = [k for k in own[0].space if k != adequacy_lib.LR_KEY]
-  points = [{**{k: chosen.params[k] for k in keys if k in chosen.params}, adequacy_lib.LR_KEY: lr * m}
-            for _, m in moves]
-  why = ", ".join(f"{side}: nearest tried LR " + ("none" if n is None else f"×{n:.3g} away")
-                  for side, _, n in (("low", 0, below), ("high", 0, above)))
-  store.log_plan(con, "refine", cell, str(rounds + 1), {"chosen": chosen.run_id, "lr": lr, "factor": factor,
-                                                       "why": why, "points": points})
+  points = [
+    {**{k: chosen.params[k] for k in keys if k in chosen.params}, adequacy_lib.LR_KEY: lr * m} for _, m in moves
+  ]
+  why = ", ".join(
+    f"{side}: nearest tried LR " + ("none" if n is None else f"×{n:.3g} away")
+    for side, _, n in (("low", 0, below), ("high", 0, above))
+  )
+  store.log_plan(
+    con,
+    "refine",
+    cell,
+    str(rounds + 1),
+    {"chosen": chosen.run_id, "lr": lr, "factor": factor, "why": why, "points": points},
+  )
   tries = ", ".join(f"{p[adequacy_lib.LR_KEY]:.4g}" for p in points)
   log(f"         {cell}: chosen LR {lr:.4g} ({why}); trying {tries} (refinement {rounds + 1})")
   return sweep.refinement_trials(study, cell, rounds + 1, points)
@@ -234,8 +295,10 @@ def _replicates(con, cell, cell_specs, chosen, rep_cfg, known, plan, log) -> lis
   out = []
   for i in range(1, k + 1):
     seed = spec.seed + i
-    if store.log_plan(con, "replicate", cell, f"seed{seed}", {"chosen": spec.run_id, "seed": seed}) or \
-        f"{spec.run_id}-seed{seed}" not in known:
+    if (
+      store.log_plan(con, "replicate", cell, f"seed{seed}", {"chosen": spec.run_id, "seed": seed})
+      or f"{spec.run_id}-seed{seed}" not in known
+    ):
       rep = replicate_spec(spec, seed)
       if rep.run_id not in known:
         out.append(rep)

@@ -2,6 +2,7 @@
 listening, not a Ray cluster, a hung ``ray.init``), map ``study.runner.resources`` to Ray task options, and count
 how many trials the alive nodes hold at once (refusing a request no node can hold). Used by ray_executor.py.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -49,18 +50,29 @@ def connect(address: Optional[str] = None, *, timeout_s: float = 5.0, init_timeo
     try:
       socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except OSError as e:
-      raise ValueError(f"cannot reach the Ray cluster at {addr} ({e.strerror or e}): start it with "
-                       f"`ray start --head --port={port}` or fix --ray_address.") from None
+      raise ValueError(
+        f"cannot reach the Ray cluster at {addr} ({e.strerror or e}): start it with "
+        f"`ray start --head --port={port}` or fix --ray_address."
+      ) from None
     if not _speaks_grpc(addr, timeout_s):  # ray.init would retry for ever against, say, an SSH port
-      raise ValueError(f"{addr} answers but is not a Ray cluster's GCS: give the head's --port "
-                       "(`ray start --head --port=PORT`, default 6379).")
+      raise ValueError(
+        f"{addr} answers but is not a Ray cluster's GCS: give the head's --port "
+        "(`ray start --head --port=PORT`, default 6379)."
+      )
   try:
     with _alarm(max(init_timeout_s, 1.0)):
-      ray.init(address=addr or None, log_to_driver=False, logging_level=logging.WARNING, namespace="lamb_lars",
-               include_dashboard=False if not addr else None, configure_logging=True)
+      ray.init(
+        address=addr or None,
+        log_to_driver=False,
+        logging_level=logging.WARNING,
+        namespace="lamb_lars",
+        include_dashboard=False if not addr else None,
+        configure_logging=True,
+      )
   except _InitTimeout:
-    raise ValueError(f"the Ray cluster at {addr or 'auto'} did not accept this driver within "
-                     f"{init_timeout_s:.0f} s.") from None
+    raise ValueError(
+      f"the Ray cluster at {addr or 'auto'} did not accept this driver within {init_timeout_s:.0f} s."
+    ) from None
   except (ConnectionError, RuntimeError, TimeoutError, ValueError) as e:
     raise ValueError(f"cannot connect to a Ray cluster at {addr or 'auto'}: {first_line(e)}.") from None
   return ray
@@ -143,9 +155,12 @@ def slots_for(nodes: list[Mapping[str, Any]], resources: Mapping[str, float]) ->
     fits = [math.floor(have.get(k, 0.0) / v + 1e-9) for k, v in resources.items()]
     total += min(fits) if fits else int(have.get("CPU", 1) or 1)
   if total == 0:
-    best = max(alive, key=lambda n: sum(min(1.0, (n.get("Resources") or {}).get(k, 0.0) / v)
-                                        for k, v in resources.items()))
+    best = max(
+      alive, key=lambda n: sum(min(1.0, (n.get("Resources") or {}).get(k, 0.0) / v) for k, v in resources.items())
+    )
     have = {k: (best.get("Resources") or {}).get(k, 0.0) for k in resources}
-    raise ValueError(f"no node of the Ray cluster can run a trial that asks for {_fmt(resources)} (the closest "
-                     f"node has {_fmt(have)}): change study.runner.resources or add such nodes.")
+    raise ValueError(
+      f"no node of the Ray cluster can run a trial that asks for {_fmt(resources)} (the closest "
+      f"node has {_fmt(have)}): change study.runner.resources or add such nodes."
+    )
   return total

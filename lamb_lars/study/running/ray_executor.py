@@ -29,6 +29,7 @@ and ``PR_SET_PDEATHSIG = SIGKILL`` so that the trainer dies with the Ray worker 
 
 Ray is an optional extra (``pip install -e .[ray]``); this module imports it only when used.
 """
+
 from __future__ import annotations
 
 import os
@@ -54,11 +55,14 @@ def _killed_line(run_id: str, why: str) -> str:
 def _run_trial(run_id: str, run_dir: str, env: Mapping[str, str]) -> int:
   """The body of a trial's Ray task (on a worker): ``run_one`` in a subprocess; returns its exit status."""
   import ray  # noqa: PLC0415
+
   ctx = ray.get_runtime_context()
   node = ctx.get_node_id()
   with open(os.path.join(run_dir, LOG_FILE), "a", encoding="utf-8") as log:
-    log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} start {run_id} (ray node {node[:12]} "
-              f"{ray.util.get_node_ip_address()}, task {ctx.get_task_id()[:16]}, pid {os.getpid()})\n")
+    log.write(
+      f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} start {run_id} (ray node {node[:12]} "
+      f"{ray.util.get_node_ip_address()}, task {ctx.get_task_id()[:16]}, pid {os.getpid()})\n"
+    )
     log.flush()
     proc = spawn_trial(run_dir, log, env)
     try:
@@ -78,6 +82,7 @@ def _run_trial(run_id: str, run_dir: str, env: Mapping[str, str]) -> int:
 def _probe(path: str, token: str) -> str:
   """On one node: '' when the node reads the driver's probe file under ``path`` and writes its own, else why."""
   import ray  # noqa: PLC0415
+
   node = ray.get_runtime_context().get_node_id()
   probe_dir = os.path.join(path, _PROBE_DIR)
   try:
@@ -142,8 +147,11 @@ class RayTrialHandle:
         break
     if force:  # the worker process was killed, so its task wrote no "killed" line: the driver writes it
       with open(os.path.join(self.run_dir, LOG_FILE), "a", encoding="utf-8") as log:
-        log.write(_killed_line(self.run_id, f"worker force-killed: the task had not ended {self._kill_timeout_s:g} s "
-                               "after its cancel"))
+        log.write(
+          _killed_line(
+            self.run_id, f"worker force-killed: the task had not ended {self._kill_timeout_s:g} s after its cancel"
+          )
+        )
     self._code = -signal.SIGKILL
 
 
@@ -152,23 +160,28 @@ class RayExecutor:
 
   name = "ray"
 
-  def __init__(self, resources: Optional[Mapping[str, Any]] = None, *, address: Optional[str] = None,
-               max_retries: int = 3):
+  def __init__(
+    self, resources: Optional[Mapping[str, Any]] = None, *, address: Optional[str] = None, max_retries: int = 3
+  ):
     self._ray = connect(address)
     self.resources = normalize_resources(resources)
     self.slots = slots_for(self._ray.nodes(), self.resources)
-    self._task = self._ray.remote(_run_trial).options(max_retries=int(max_retries), retry_exceptions=False,
-                                                      **task_options(self.resources))
+    self._task = self._ray.remote(_run_trial).options(
+      max_retries=int(max_retries), retry_exceptions=False, **task_options(self.resources)
+    )
     self._handles: list[RayTrialHandle] = []
 
   def check_workdir(self, workdir: str, timeout_s: float = 120.0) -> None:
     """A ValueError (one sentence) unless every alive node sees ``workdir`` at the same path, read and write."""
     if "://" in workdir:
-      raise ValueError(f"--workdir={workdir}: Ray trials write their logs with local file I/O, so give a path that "
-                       "every node mounts (NFS, Filestore, or the bucket through gcsfuse) instead of a URL.")
+      raise ValueError(
+        f"--workdir={workdir}: Ray trials write their logs with local file I/O, so give a path that "
+        "every node mounts (NFS, Filestore, or the bucket through gcsfuse) instead of a URL."
+      )
     workdir = os.path.abspath(workdir)
     ray = self._ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: PLC0415
+
     token = uuid.uuid4().hex
     probe_dir = os.path.join(workdir, _PROBE_DIR)
     os.makedirs(probe_dir, exist_ok=True)
@@ -177,13 +190,19 @@ class RayExecutor:
     try:
       nodes = [n for n in ray.nodes() if n.get("Alive")]
       probe = ray.remote(_probe)
-      refs = {probe.options(num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
-          n["NodeID"], soft=False)).remote(workdir, token): n for n in nodes}
+      refs = {
+        probe.options(
+          num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+        ).remote(workdir, token): n
+        for n in nodes
+      }
       ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
       for ref in pending:
         n = refs[ref]
-        raise ValueError(f"Ray node {n['NodeManagerAddress']} ({n['NodeID'][:12]}) did not answer a workdir probe "
-                         f"within {timeout_s:.0f} s, so it cannot run trials.")
+        raise ValueError(
+          f"Ray node {n['NodeManagerAddress']} ({n['NodeID'][:12]}) did not answer a workdir probe "
+          f"within {timeout_s:.0f} s, so it cannot run trials."
+        )
       for ref in ready:
         n = refs[ref]
         try:
@@ -193,9 +212,11 @@ class RayExecutor:
         if not why and not os.path.exists(os.path.join(probe_dir, f"node-{n['NodeID']}-{token}")):
           why = "its probe file did not appear on the driver's side (another copy of the workdir)"
         if why:
-          raise ValueError(f"Ray workers on node {n['NodeManagerAddress']} ({n['NodeID'][:12]}) cannot use the "
-                           f"workdir {workdir}: {why}; give a path on a filesystem every node mounts at the same "
-                           "place.")
+          raise ValueError(
+            f"Ray workers on node {n['NodeManagerAddress']} ({n['NodeID'][:12]}) cannot use the "
+            f"workdir {workdir}: {why}; give a path on a filesystem every node mounts at the same "
+            "place."
+          )
     finally:
       for name in os.listdir(probe_dir):
         if token in name:

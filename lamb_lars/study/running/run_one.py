@@ -9,6 +9,7 @@ and ``result.json`` (status done / diverged). Any exception is written to ``RUN_
 else is a bug and keeps its traceback
 (ending with ``Type: message``), in ``error.txt`` and in the run's log.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,6 +39,7 @@ def enable_compilation_cache() -> Optional[str]:
   if not root or os.environ.get("JAX_COMPILATION_CACHE_DIR"):  # an explicit JAX setting wins
     return None
   import jax
+
   path = os.path.join(root, socket.gethostname())
   jax.config.update("jax_compilation_cache_dir", path)
   return path
@@ -63,6 +65,7 @@ def is_mistake(exc: BaseException) -> bool:
   """Whether ``exc`` is a config or data mistake (one sentence, as ``train.py`` prints it) rather than a bug."""
   from lamb_lars.input_pipeline import DatasetNotFoundError  # noqa: PLC0415
   from lamb_lars.train.run_plan import ConfigError  # noqa: PLC0415
+
   return isinstance(exc, (ConfigError, DatasetNotFoundError, workdir_lock.WorkdirLocked))
 
 
@@ -90,9 +93,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     return 1
   try:
     from absl import logging
+
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
     enable_compilation_cache()
     from lamb_lars.train.trainer import train_and_evaluate
+
     result = train_and_evaluate(load_trial_config(run_dir), run_dir, hparams=load_trial_hparams(run_dir))
     print(f"{result['status']}: step {result['step']}/{result.get('total_steps')}", flush=True)
     return 0

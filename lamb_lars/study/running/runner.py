@@ -22,6 +22,7 @@ Per trial: ``pending → running → done | diverged | pruned | failed``.
   ``--config.replicates.num_seeds=K --config.search.max_extensions=0 --config.search.min_full_budget=0``: only
   the missing seeds run.
 """
+
 from __future__ import annotations
 
 import collections
@@ -49,17 +50,36 @@ def register(con, study: ml_collections.ConfigDict, specs: list[sweep.TrialSpec]
   recorded = {r["run_id"]: r for r in store.runs(con)}
   for t in specs:
     old = recorded.get(t.run_id)
-    changed = old is not None and old["config"] and run_identity.differing_keys(old["config"], store.plain(t.config),
-                                                                                allowed=False)
+    changed = (
+      old is not None
+      and old["config"]
+      and run_identity.differing_keys(old["config"], store.plain(t.config), allowed=False)
+    )
     if changed:  # keys absent from the record came with a code upgrade (configs are locked): not a change
-      raise ValueError(f"run {t.run_id} in this workdir was recorded with a different config ({', '.join(changed[:6])}"
-                       f"; the study or its overrides changed); use a new --workdir for the changed study.")
+      raise ValueError(
+        f"run {t.run_id} in this workdir was recorded with a different config ({', '.join(changed[:6])}"
+        f"; the study or its overrides changed); use a new --workdir for the changed study."
+      )
   for t in specs:
     epochs = float(t.config.num_epochs) if float(t.config.num_epochs) > 0 else None
-    store.upsert_run(con, t.run_id, study=study.name, config=t.config, params=t.params(),
-                     batch_size=t.batch_size, optimizer=t.optimizer, variant=t.variant, role=t.role,
-                     technique=t.technique, cell=t.cell, budget_epochs=epochs, seed=t.seed, phase=t.phase,
-                     replicate_of=t.replicate_of, space=t.space)
+    store.upsert_run(
+      con,
+      t.run_id,
+      study=study.name,
+      config=t.config,
+      params=t.params(),
+      batch_size=t.batch_size,
+      optimizer=t.optimizer,
+      variant=t.variant,
+      role=t.role,
+      technique=t.technique,
+      cell=t.cell,
+      budget_epochs=epochs,
+      seed=t.seed,
+      phase=t.phase,
+      replicate_of=t.replicate_of,
+      space=t.space,
+    )
   return {r["run_id"]: r["status"] for r in store.runs(con, study=study.name)}
 
 
@@ -77,28 +97,47 @@ def checked_settings(study: ml_collections.ConfigDict) -> tuple[dict, dict, dict
   one-sentence ValueError."""
   search_cfg, runner_cfg, rep_cfg = (sections.section(study, k) for k in ("search", "runner", "replicates"))
   if int(rep_cfg["num_seeds"]) < 0 or set(rep_cfg["roles"]) - set(ROLES):
-    raise ValueError(f"study.replicates: num_seeds must be ≥ 0 and roles among {ROLES}; got "
-                     f"{rep_cfg['num_seeds']!r}, {tuple(rep_cfg['roles'])!r}.")
-  if not (0.0 <= float(search_cfg["edge_fraction"]) < 0.5 and int(search_cfg["max_extensions"]) >= 0
-          and int(search_cfg["min_full_budget"]) >= 0):
-    raise ValueError(f"study.search: edge_fraction must be in [0, 0.5) and max_extensions, min_full_budget ≥ 0; got "
-                     f"{search_cfg['edge_fraction']!r}, {search_cfg['max_extensions']!r}, "
-                     f"{search_cfg['min_full_budget']!r}.")
+    raise ValueError(
+      f"study.replicates: num_seeds must be ≥ 0 and roles among {ROLES}; got "
+      f"{rep_cfg['num_seeds']!r}, {tuple(rep_cfg['roles'])!r}."
+    )
+  if not (
+    0.0 <= float(search_cfg["edge_fraction"]) < 0.5
+    and int(search_cfg["max_extensions"]) >= 0
+    and int(search_cfg["min_full_budget"]) >= 0
+  ):
+    raise ValueError(
+      f"study.search: edge_fraction must be in [0, 0.5) and max_extensions, min_full_budget ≥ 0; got "
+      f"{search_cfg['edge_fraction']!r}, {search_cfg['max_extensions']!r}, "
+      f"{search_cfg['min_full_budget']!r}."
+    )
   factor, rounds = float(search_cfg["refine_factor"]), int(search_cfg["max_refinements"])
   if not (factor == 0.0 or factor > 1.0) or rounds < 0 or (rounds > 0) != (factor > 1.0):
-    raise ValueError(f"study.search: refine_factor must be 0 (off) or > 1 and max_refinements ≥ 0, both set or both "
-                     f"off; got {search_cfg['refine_factor']!r}, {search_cfg['max_refinements']!r}.")
+    raise ValueError(
+      f"study.search: refine_factor must be 0 (off) or > 1 and max_refinements ≥ 0, both set or both "
+      f"off; got {search_cfg['refine_factor']!r}, {search_cfg['max_refinements']!r}."
+    )
   if search_cfg["pruner"] not in ("asha", "none") or search_cfg["mode"] not in ("max", "min"):
-    raise ValueError(f"study.search: pruner must be 'asha' or 'none' and mode 'max' or 'min'; got "
-                     f"{search_cfg['pruner']!r}, {search_cfg['mode']!r}.")
+    raise ValueError(
+      f"study.search: pruner must be 'asha' or 'none' and mode 'max' or 'min'; got "
+      f"{search_cfg['pruner']!r}, {search_cfg['mode']!r}."
+    )
   return search_cfg, runner_cfg, rep_cfg
 
 
-def run_study(study: ml_collections.ConfigDict, workdir: str, *, executor: Optional[Executor] = None,
-              num_workers: Optional[int] = None, retry_failed: Optional[bool] = None,
-              timeout_s: Optional[float] = None, command: Optional[str] = None,
-              log: Callable[[str], None] = print, poll_s: float = 0.25,
-              status_every_s: float = 60.0) -> dict[str, int]:
+def run_study(
+  study: ml_collections.ConfigDict,
+  workdir: str,
+  *,
+  executor: Optional[Executor] = None,
+  num_workers: Optional[int] = None,
+  retry_failed: Optional[bool] = None,
+  timeout_s: Optional[float] = None,
+  command: Optional[str] = None,
+  log: Callable[[str], None] = print,
+  poll_s: float = 0.25,
+  status_every_s: float = 60.0,
+) -> dict[str, int]:
   """Runs (or resumes) every trial of ``study`` under ``workdir``; returns the count of runs per status.
 
   Besides one line per ended trial, every ``status_every_s`` (0 = never) it logs the study's status line and its
@@ -129,8 +168,16 @@ def run_study(study: ml_collections.ConfigDict, workdir: str, *, executor: Optio
       con.close()
 
 
-def _driver(study, workdir: str, con, executor: Executor, specs: list[sweep.TrialSpec], search_cfg: Mapping[str, Any],
-            runner_cfg: Mapping[str, Any], log: Callable[[str], None]) -> tuple[Driver, list[sweep.TrialSpec]]:
+def _driver(
+  study,
+  workdir: str,
+  con,
+  executor: Executor,
+  specs: list[sweep.TrialSpec],
+  search_cfg: Mapping[str, Any],
+  runner_cfg: Mapping[str, Any],
+  log: Callable[[str], None],
+) -> tuple[Driver, list[sweep.TrialSpec]]:
   """Registers the study's trials and rebuilds its cells' searches from the store (the study's own trials set
   each cell's first rung); returns the driver and the trials, with the follow-ups an earlier run planned."""
   register(con, study, specs)
@@ -150,14 +197,17 @@ def _todo(driver: Driver, specs: list[sweep.TrialSpec], skip: tuple) -> collecti
   return collections.deque(t for t in specs if statuses[t.run_id] not in skip)
 
 
-def _run_waves(driver: Driver, specs: list[sweep.TrialSpec], rep_cfg: Mapping[str, Any], poll_s: float,
-               status_every_s: float) -> None:
+def _run_waves(
+  driver: Driver, specs: list[sweep.TrialSpec], rep_cfg: Mapping[str, Any], poll_s: float, status_every_s: float
+) -> None:
   """Runs every unfinished trial, then each cell's follow-ups (phases.py), until no cell has one left. Failed
   trials are retried once per command, at its start (with ``runner.retry_failed``)."""
   study, log = driver.study, driver.log
   todo = _todo(driver, specs, FINISHED + (() if driver.runner_cfg["retry_failed"] else ("failed",)))
-  log(f"study {study.name}: {len(specs)} trials, {len(specs) - len(todo)} already finished, {len(todo)} to run "
-      f"on {driver.executor.name} ({driver.executor.slots} at once), workdir {driver.workdir}")
+  log(
+    f"study {study.name}: {len(specs)} trials, {len(specs) - len(todo)} already finished, {len(todo)} to run "
+    f"on {driver.executor.name} ({driver.executor.slots} at once), workdir {driver.workdir}"
+  )
   while True:
     driver.run_wave(todo, poll_s, status_every_s)
     new, promoted = phases.follow_ups(study, driver.con, specs, driver.search_cfg, rep_cfg, log)

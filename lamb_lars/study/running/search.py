@@ -21,6 +21,7 @@ asynchronous successive-halving pruner (ASHA, Li et al. 2020), used through ask-
   in-memory study and replaces the stored one with it (``CellSearch.persist``), so a resumed study never counts a
   trial twice.
 """
+
 from __future__ import annotations
 
 import math
@@ -65,8 +66,9 @@ def sample(space: Mapping[str, Sequence[Any]], num: int, seed: int) -> list[dict
   points = []
   with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # QMCSampler is marked experimental; Sobol warns for non-powers of two
-    sampler = optuna.samplers.QMCSampler(qmc_type="sobol", scramble=True, seed=seed,
-                                         warn_independent_sampling=False, warn_asynchronous_seeding=False)
+    sampler = optuna.samplers.QMCSampler(
+      qmc_type="sobol", scramble=True, seed=seed, warn_independent_sampling=False, warn_asynchronous_seeding=False
+    )
     study = optuna.create_study(sampler=sampler)
     for _ in range(num):
       t = study.ask(dists)
@@ -99,11 +101,18 @@ class CellSearch:
   starts in memory (a replay of the store's log is fast there); ``persist`` moves it into Optuna storage.
   """
 
-  def __init__(self, *, min_epochs: int, reduction_factor: int, direction: str = "maximize",
-               trial_attrs: Optional[Mapping[str, Mapping[str, Any]]] = None,
-               trial_params: Optional[Mapping[str, tuple[Mapping[str, Any], Mapping[str, Any]]]] = None):
-    self._pruner = optuna.pruners.SuccessiveHalvingPruner(min_resource=int(min_epochs),
-                                                          reduction_factor=int(reduction_factor))
+  def __init__(
+    self,
+    *,
+    min_epochs: int,
+    reduction_factor: int,
+    direction: str = "maximize",
+    trial_attrs: Optional[Mapping[str, Mapping[str, Any]]] = None,
+    trial_params: Optional[Mapping[str, tuple[Mapping[str, Any], Mapping[str, Any]]]] = None,
+  ):
+    self._pruner = optuna.pruners.SuccessiveHalvingPruner(
+      min_resource=int(min_epochs), reduction_factor=int(reduction_factor)
+    )
     self._study = optuna.create_study(direction=direction, pruner=self._pruner)
     self._attrs = dict(trial_attrs or {})
     self._params = dict(trial_params or {})  # run id → (its point {key: value}, the cell's search space)
@@ -117,8 +126,9 @@ class CellSearch:
     the store's log is the system of record, so no trial is ever counted twice) and continues there."""
     if study_name in {s.study_name for s in optuna.get_all_study_summaries(storage)}:
       optuna.delete_study(study_name=study_name, storage=storage)
-    study = optuna.create_study(direction=self._study.direction, pruner=self._pruner, storage=storage,
-                                study_name=study_name)
+    study = optuna.create_study(
+      direction=self._study.direction, pruner=self._pruner, storage=storage, study_name=study_name
+    )
     study.add_trials(self._study.get_trials(deepcopy=False))
     ids = {t.user_attrs["run_id"]: t._trial_id for t in study.get_trials(deepcopy=False)}  # noqa: SLF001
     self._study = study
@@ -179,13 +189,14 @@ def _holding(dist: Any, value: Any) -> Any:
   if dist._contains(dist.to_internal_repr(value)):  # noqa: SLF001
     return dist
   lo, hi = min(dist.low, value), max(dist.high, value)
-  return IntDistribution(int(lo), int(hi)) if isinstance(dist, IntDistribution) else FloatDistribution(
-      lo, hi, log=dist.log)
+  return (
+    IntDistribution(int(lo), int(hi)) if isinstance(dist, IntDistribution) else FloatDistribution(lo, hi, log=dist.log)
+  )
 
 
 def report_value(row: Mapping[str, Any], metric: str) -> Optional[float]:
   """The search metric of an eval row; falls back from validation to test accuracy when there is no split."""
   v = row.get(metric)
   if v is None and metric.startswith("validation_"):
-    v = row.get("eval_" + metric[len("validation_"):])
+    v = row.get("eval_" + metric[len("validation_") :])
   return None if v is None else float(v)

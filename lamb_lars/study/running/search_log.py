@@ -1,5 +1,6 @@
 """The searched cells' pruners (search.py), rebuilt from the store's decision log when a runner starts: the log is
 the system of record, so a runner killed at any moment resumes every cell's search exactly where it stood."""
+
 from __future__ import annotations
 
 import math
@@ -43,16 +44,24 @@ def _replay(con, searches: dict[str, search_lib.CellSearch], lenient: bool) -> s
       continue
     value = float("nan") if d["value"] is None else d["value"]
     if s.report(d["run_id"], d["step"], value) != bool(d["prune"]) and not lenient:
-      raise ValueError(f"replaying the search log of cell {d['cell']} gave a different decision for "
-                       f"{d['run_id']} at epoch {d['step']} than the one recorded, so the log in "
-                       f"{store_file(con)} is inconsistent; use a new --workdir for this study.")
+      raise ValueError(
+        f"replaying the search log of cell {d['cell']} gave a different decision for "
+        f"{d['run_id']} at epoch {d['step']} than the one recorded, so the log in "
+        f"{store_file(con)} is inconsistent; use a new --workdir for this study."
+      )
     if d["prune"]:
       pruned.add(d["run_id"])
   return pruned
 
 
-def rebuild_searches(con, specs: Sequence[TrialSpec], cfg: Mapping[str, Any], log: Callable[[str], None] = print,
-                     storage=None, study_name: str = "") -> dict[str, search_lib.CellSearch]:
+def rebuild_searches(
+  con,
+  specs: Sequence[TrialSpec],
+  cfg: Mapping[str, Any],
+  log: Callable[[str], None] = print,
+  storage=None,
+  study_name: str = "",
+) -> dict[str, search_lib.CellSearch]:
   """One pruner per searched cell, its state replayed from the decision log (checked against it); with
   ``storage`` (search.optuna_storage) each cell's Optuna study is rebuilt there as ``<study_name>/<cell>``, and
   the trials that have ended are told so.
@@ -64,17 +73,29 @@ def rebuild_searches(con, specs: Sequence[TrialSpec], cfg: Mapping[str, Any], lo
     return {}
   direction = "maximize" if cfg["mode"] == "max" else "minimize"
   attrs = {t.run_id: {k: store.plain(v) for k, v in t.hparams().items()} for t in specs if t.searched}
-  points = {t.run_id: ({k: store.plain(t.overrides[k]) for k in t.space if k in t.overrides}, t.space)
-            for t in specs if t.searched}
-  searches = {cell: search_lib.CellSearch(min_epochs=first, reduction_factor=cfg["reduction_factor"],
-                                          direction=direction, trial_attrs=attrs, trial_params=points)
-              for cell, first in cell_min_epochs(specs, cfg).items()}
+  points = {
+    t.run_id: ({k: store.plain(t.overrides[k]) for k in t.space if k in t.overrides}, t.space)
+    for t in specs
+    if t.searched
+  }
+  searches = {
+    cell: search_lib.CellSearch(
+      min_epochs=first,
+      reduction_factor=cfg["reduction_factor"],
+      direction=direction,
+      trial_attrs=attrs,
+      trial_params=points,
+    )
+    for cell, first in cell_min_epochs(specs, cfg).items()
+  }
   repaired = store.remove_duplicate_decisions(con)
   if repaired:
-    log(f"repaired the search log: removed {repaired} duplicated decision(s) that two runners sharing this workdir "
-        f"wrote; the remaining decisions are replayed as recorded.")
+    log(
+      f"repaired the search log: removed {repaired} duplicated decision(s) that two runners sharing this workdir "
+      f"wrote; the remaining decisions are replayed as recorded."
+    )
   for rid in _replay(con, searches, store.decisions_repaired(con)):  # the runner died between logging a prune
-    rec = store.runs(con, run_id=rid)                                 # and recording it
+    rec = store.runs(con, run_id=rid)  # and recording it
     if rec and rec[0]["status"] not in FINISHED and not rec[0].get("promoted"):
       store.set_status(con, rid, "pruned", stopped="pruned", error="pruned by the search (from the log)")
   for rec in store.runs(con):

@@ -4,6 +4,7 @@ their one source of defaults, the factories of ``lamb_lars/configs/studies/commo
 its own: a section a study leaves out, or a key a section leaves out (a study config saved before the key existed),
 reads as ``common.<section>()`` gives it.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -12,8 +13,13 @@ import ml_collections
 
 from lamb_lars.configs.studies import common
 
-FACTORIES = {"search": common.search, "runner": common.runner, "replicates": common.replicates,
-             "analysis": common.analysis, "branching": common.branching}
+FACTORIES = {
+  "search": common.search,
+  "runner": common.runner,
+  "replicates": common.replicates,
+  "analysis": common.analysis,
+  "branching": common.branching,
+}
 
 
 def _plain(obj: Any) -> Any:

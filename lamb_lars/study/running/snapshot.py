@@ -18,6 +18,7 @@ finds no checkpoint and trains from step 0: the trainer drops the run's eval row
 later. ``snapshot.json`` records the commit of the checkout the study runs from (``--code_dir``, by default the one that
 takes the snapshot): resume at that commit, so that the study's manifest names one code state.
 """
+
 from __future__ import annotations
 
 import collections
@@ -34,8 +35,12 @@ from lamb_lars.study.running import workdir as wd
 SNAPSHOT_FILE = "snapshot.json"
 OPTUNA_FILE = "optuna.db"
 # Per trial: everything but these (large, or machine-local).
-SKIPPED = (run_files.CHECKPOINT_DIR, run_files.CHECKPOINT_DIR + "_quarantine", run_files.TENSORBOARD_DIR,
-           workdir_lock.TRAIN_LOCK)
+SKIPPED = (
+  run_files.CHECKPOINT_DIR,
+  run_files.CHECKPOINT_DIR + "_quarantine",
+  run_files.TENSORBOARD_DIR,
+  workdir_lock.TRAIN_LOCK,
+)
 
 
 def _backup_sqlite(src: str, dst: str) -> None:
@@ -66,8 +71,10 @@ def snapshot(workdir: str, out: str, code_dir: Optional[str] = None) -> dict:
   so that a killed snapshot leaves the previous one whole) and returns what ``snapshot.json`` records. ``code_dir``:
   the git checkout the study runs from (default: the one this code is imported from), whose commit is recorded."""
   if io_utils.is_remote(workdir) or io_utils.is_remote(out):
-    raise ValueError("snapshot copies a local study workdir to a local folder; an object-store workdir (gs://…) "
-                     "already outlives the machine, and needs none.")
+    raise ValueError(
+      "snapshot copies a local study workdir to a local folder; an object-store workdir (gs://…) "
+      "already outlives the machine, and needs none."
+    )
   workdir, out = os.path.abspath(workdir), os.path.abspath(out)
   if not os.path.exists(os.path.join(workdir, wd.STORE_FILE)):
     raise ValueError(f"{workdir} is not a study workdir (no {wd.STORE_FILE}); run the study there first.")
@@ -90,12 +97,15 @@ def snapshot(workdir: str, out: str, code_dir: Optional[str] = None) -> dict:
     counts = collections.Counter(r["status"] for r in store.runs(con))
   finally:
     con.close()
-  record = {"taken": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "workdir": workdir,
-            "code": code_state.code_state(*([os.path.abspath(code_dir)] if code_dir else [])),
-            "trials": dict(sorted(counts.items())),
-            "left_out": [f"runs/*/{name}" for name in SKIPPED],
-            "resume": "copy this folder to a workdir and re-run the study's command there (commands.txt), at the "
-                      "commit in 'code'; trials without a checkpoint train from step 0."}
+  record = {
+    "taken": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    "workdir": workdir,
+    "code": code_state.code_state(*([os.path.abspath(code_dir)] if code_dir else [])),
+    "trials": dict(sorted(counts.items())),
+    "left_out": [f"runs/*/{name}" for name in SKIPPED],
+    "resume": "copy this folder to a workdir and re-run the study's command there (commands.txt), at the "
+    "commit in 'code'; trials without a checkpoint train from step 0.",
+  }
   io_utils.write_json_atomic(os.path.join(tmp, SNAPSHOT_FILE), record)
   old = f"{out}.old-{os.getpid()}"
   if os.path.exists(out):

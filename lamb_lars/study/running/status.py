@@ -13,6 +13,7 @@ trials that ended (done, diverged or pruned) × (pending + half of running) ÷ w
 the remaining trials end like the finished ones. ``running`` is what the store says: a runner killed with
 ``kill -9`` leaves its trials ``running`` until the study is resumed.
 """
+
 from __future__ import annotations
 
 import time
@@ -37,14 +38,17 @@ def eta_seconds(runs: list[dict], workers: int) -> Optional[float]:
 def status_line(con, study: Optional[str], workers: int) -> str:
   """``study NAME: k/N finished (done a, pruned b, diverged c), failed d, running e, pending f; ETA ~T``."""
   runs = store.runs(con, study=study)
-  count = {s: sum(r["status"] == s for r in runs) for s in ("done", "pruned", "diverged", "failed", "running",
-                                                            "pending")}
+  count = {
+    s: sum(r["status"] == s for r in runs) for s in ("done", "pruned", "diverged", "failed", "running", "pending")
+  }
   ended = ", ".join(f"{s} {count[s]}" for s in FINISHED if count[s])
   eta = eta_seconds(runs, workers)
-  return (f"study {study or '?'}: {sum(count[s] for s in FINISHED)}/{len(runs)} finished"
-          + (f" ({ended})" if ended else "")
-          + f", failed {count['failed']}, running {count['running']}, pending {count['pending']}; "
-          + ("done" if eta == 0.0 else f"ETA ~{duration(eta)}"))
+  return (
+    f"study {study or '?'}: {sum(count[s] for s in FINISHED)}/{len(runs)} finished"
+    + (f" ({ended})" if ended else "")
+    + f", failed {count['failed']}, running {count['running']}, pending {count['pending']}; "
+    + ("done" if eta == 0.0 else f"ETA ~{duration(eta)}")
+  )
 
 
 def running_lines(con, study: Optional[str], now: Optional[float] = None) -> list[str]:
@@ -93,6 +97,7 @@ def report(workdir: str) -> str:
   """The status line and the running trials of the study in ``workdir``."""
   from lamb_lars.study.running import sections
   from lamb_lars.study.running import workdir as wd
+
   study = wd.load_study_config(workdir)
   workers = int(sections.section(study, "runner")["num_workers"])
   con = wd.open_store(workdir)  # for an object-store workdir, its local copy (downloaded where missing)

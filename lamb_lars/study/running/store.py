@@ -22,6 +22,7 @@ A diverged run is a result, not an error (You et al. 2020, Table 3 has "diverge"
 stopped by the search is ``pruned``. ``decisions`` logs every report the search saw and what it decided, in order,
 so a restarted runner can rebuild the search exactly (search.py).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -36,8 +37,13 @@ from lamb_lars.study.records import STATUSES, Trial
 _ROW_KEYS = ("step", "epoch", "examples", "wall_time")
 
 # Columns added after the first stores were written (open_store adds them to an older store).
-_ADDED_COLUMNS = (("seed", "INT"), ("phase", "TEXT"), ("replicate_of", "TEXT"), ("promoted", "INT DEFAULT 0"),
-                  ("space_json", "TEXT"))
+_ADDED_COLUMNS = (
+  ("seed", "INT"),
+  ("phase", "TEXT"),
+  ("replicate_of", "TEXT"),
+  ("promoted", "INT DEFAULT 0"),
+  ("space_json", "TEXT"),
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs(
@@ -114,33 +120,71 @@ def _loads(text: Optional[str]) -> Any:
   return None if text is None else json.loads(text)
 
 
-def upsert_run(con: sqlite3.Connection, run_id: str, *, study: str = "", config: Any = None,
-               params: Optional[Mapping[str, Any]] = None, batch_size: Optional[int] = None,
-               optimizer: str = "", variant: str = "", role: str = "", technique: str = "", cell: str = "",
-               budget_epochs: Optional[float] = None, status: Optional[str] = None, seed: Optional[int] = None,
-               phase: str = "search", replicate_of: str = "", space: Optional[Mapping[str, Any]] = None) -> None:
+def upsert_run(
+  con: sqlite3.Connection,
+  run_id: str,
+  *,
+  study: str = "",
+  config: Any = None,
+  params: Optional[Mapping[str, Any]] = None,
+  batch_size: Optional[int] = None,
+  optimizer: str = "",
+  variant: str = "",
+  role: str = "",
+  technique: str = "",
+  cell: str = "",
+  budget_epochs: Optional[float] = None,
+  status: Optional[str] = None,
+  seed: Optional[int] = None,
+  phase: str = "search",
+  replicate_of: str = "",
+  space: Optional[Mapping[str, Any]] = None,
+) -> None:
   """Registers a run (status ``pending``) or updates its description; an existing status is kept unless given."""
   if status is not None and status not in STATUSES:
     raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
   with _transaction(con):
     con.execute(
-        "INSERT INTO runs(run_id, study, config_json, params_json, batch_size, optimizer, variant, role, technique, "
-        "cell, budget_epochs, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(run_id) DO UPDATE SET "
-        "study=excluded.study, config_json=excluded.config_json, params_json=excluded.params_json, "
-        "batch_size=excluded.batch_size, optimizer=excluded.optimizer, variant=excluded.variant, "
-        "role=excluded.role, technique=excluded.technique, cell=excluded.cell, "
-        "budget_epochs=excluded.budget_epochs, status=COALESCE(?, runs.status)",
-        (run_id, study, dumps(config or {}), dumps(params or {}),
-         None if batch_size is None else int(batch_size), optimizer, variant, role, technique, cell,
-         None if budget_epochs is None else float(budget_epochs), status or "pending", status))
-    con.execute("UPDATE runs SET seed=?, phase=?, replicate_of=?, space_json=? WHERE run_id=?",
-                (None if seed is None else int(seed), phase, replicate_of, dumps(space or {}), run_id))
+      "INSERT INTO runs(run_id, study, config_json, params_json, batch_size, optimizer, variant, role, technique, "
+      "cell, budget_epochs, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(run_id) DO UPDATE SET "
+      "study=excluded.study, config_json=excluded.config_json, params_json=excluded.params_json, "
+      "batch_size=excluded.batch_size, optimizer=excluded.optimizer, variant=excluded.variant, "
+      "role=excluded.role, technique=excluded.technique, cell=excluded.cell, "
+      "budget_epochs=excluded.budget_epochs, status=COALESCE(?, runs.status)",
+      (
+        run_id,
+        study,
+        dumps(config or {}),
+        dumps(params or {}),
+        None if batch_size is None else int(batch_size),
+        optimizer,
+        variant,
+        role,
+        technique,
+        cell,
+        None if budget_epochs is None else float(budget_epochs),
+        status or "pending",
+        status,
+      ),
+    )
+    con.execute(
+      "UPDATE runs SET seed=?, phase=?, replicate_of=?, space_json=? WHERE run_id=?",
+      (None if seed is None else int(seed), phase, replicate_of, dumps(space or {}), run_id),
+    )
 
 
-def set_status(con: sqlite3.Connection, run_id: str, status: str, *, error: Optional[str] = None,
-               steps: Optional[int] = None, final: Optional[Mapping[str, Any]] = None,
-               wall_time: Optional[float] = None, now: Optional[float] = None,
-               stopped: Optional[str] = None) -> None:
+def set_status(
+  con: sqlite3.Connection,
+  run_id: str,
+  status: str,
+  *,
+  error: Optional[str] = None,
+  steps: Optional[int] = None,
+  final: Optional[Mapping[str, Any]] = None,
+  wall_time: Optional[float] = None,
+  now: Optional[float] = None,
+  stopped: Optional[str] = None,
+) -> None:
   """Moves a run to ``status``. ``running`` stamps ``started`` (first time only) and clears ``finished``;
   ``done``/``diverged``/``failed`` stamp ``finished``. ``wall_time`` defaults to finished − started."""
   if status not in STATUSES:
@@ -150,14 +194,18 @@ def set_status(con: sqlite3.Connection, run_id: str, status: str, *, error: Opti
     if con.execute("SELECT 1 FROM runs WHERE run_id=?", (run_id,)).fetchone() is None:
       raise KeyError(f"unknown run {run_id!r}; call upsert_run first")
     if status == "running":
-      con.execute("UPDATE runs SET status=?, started=COALESCE(started, ?), finished=NULL, error=NULL "
-                  "WHERE run_id=?", (status, now, run_id))
+      con.execute(
+        "UPDATE runs SET status=?, started=COALESCE(started, ?), finished=NULL, error=NULL WHERE run_id=?",
+        (status, now, run_id),
+      )
     elif status == "pending":
       con.execute("UPDATE runs SET status=? WHERE run_id=?", (status, run_id))
     else:
-      con.execute("UPDATE runs SET status=?, finished=?, error=?, stopped=?, "
-                  "wall_time=COALESCE(?, ? - started, wall_time) WHERE run_id=?",
-                  (status, now, error, stopped, wall_time, now, run_id))
+      con.execute(
+        "UPDATE runs SET status=?, finished=?, error=?, stopped=?, "
+        "wall_time=COALESCE(?, ? - started, wall_time) WHERE run_id=?",
+        (status, now, error, stopped, wall_time, now, run_id),
+      )
     if steps is not None:
       con.execute("UPDATE runs SET steps=? WHERE run_id=?", (int(steps), run_id))
     if final is not None:
@@ -171,16 +219,28 @@ def add_evals(con: sqlite3.Connection, run_id: str, rows: Iterable[Mapping[str, 
     try:
       metrics = {k: _number(v) for k, v in plain(row).items() if k not in _ROW_KEYS}
       epoch, examples, wall = (row.get(k) for k in ("epoch", "examples", "wall_time"))
-      records.append((run_id, int(row["step"]), None if epoch is None else float(epoch),
-                      None if examples is None else int(examples), None if wall is None else float(wall),
-                      dumps(metrics)))
+      records.append(
+        (
+          run_id,
+          int(row["step"]),
+          None if epoch is None else float(epoch),
+          None if examples is None else int(examples),
+          None if wall is None else float(wall),
+          dumps(metrics),
+        )
+      )
     except (AttributeError, KeyError, TypeError, ValueError) as e:
-      raise ValueError(f"run {run_id}: an eval row of its metrics.jsonl is malformed ({type(e).__name__}: {e}; row "
-                       f"{str(row)[:120]}); fix or remove that line in runs/{run_id}/metrics.jsonl.") from None
+      raise ValueError(
+        f"run {run_id}: an eval row of its metrics.jsonl is malformed ({type(e).__name__}: {e}; row "
+        f"{str(row)[:120]}); fix or remove that line in runs/{run_id}/metrics.jsonl."
+      ) from None
   if records:
     with _transaction(con):
-      con.executemany("INSERT OR REPLACE INTO evals(run_id, step, epoch, examples, wall_time, metrics_json) "
-                      "VALUES (?, ?, ?, ?, ?, ?)", records)
+      con.executemany(
+        "INSERT OR REPLACE INTO evals(run_id, step, epoch, examples, wall_time, metrics_json) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        records,
+      )
   return len(records)
 
 
@@ -204,8 +264,13 @@ def _run_dict(r: sqlite3.Row) -> dict:
   return d
 
 
-def runs(con: sqlite3.Connection, *, study: Optional[str] = None,
-         status: Union[None, str, Sequence[str]] = None, run_id: Optional[str] = None) -> list[dict]:
+def runs(
+  con: sqlite3.Connection,
+  *,
+  study: Optional[str] = None,
+  status: Union[None, str, Sequence[str]] = None,
+  run_id: Optional[str] = None,
+) -> list[dict]:
   """Run records (config/params/final decoded), ordered by batch size then run_id; filters are ANDed."""
   given = {k: v for k, v in (("study", study), ("run_id", run_id)) if v is not None}
   where, args = [f"{k}=?" for k in given], list(given.values())
@@ -220,40 +285,59 @@ def runs(con: sqlite3.Connection, *, study: Optional[str] = None,
 def evals(con: sqlite3.Connection, run_id: str) -> list[dict]:
   """A run's eval rows sorted by step: ``{step, epoch, examples, wall_time, **metrics}``."""
   out = []
-  for r in con.execute("SELECT step, epoch, examples, wall_time, metrics_json FROM evals WHERE run_id=? "
-                       "ORDER BY step", (run_id,)):
+  for r in con.execute(
+    "SELECT step, epoch, examples, wall_time, metrics_json FROM evals WHERE run_id=? ORDER BY step", (run_id,)
+  ):
     row = {"step": r["step"], "epoch": r["epoch"], "examples": r["examples"], "wall_time": r["wall_time"]}
     row.update(_loads(r["metrics_json"]) or {})
     out.append(row)
   return out
 
 
-def trials(con: sqlite3.Connection, *, study: Optional[str] = None,
-           status: Union[None, str, Sequence[str]] = None) -> list[Trial]:
+def trials(
+  con: sqlite3.Connection, *, study: Optional[str] = None, status: Union[None, str, Sequence[str]] = None
+) -> list[Trial]:
   """Every run (optionally of one study / status) as a ``records.Trial`` with its curve."""
   return [to_trial(d, evals(con, d["run_id"])) for d in runs(con, study=study, status=status)]
 
 
 def to_trial(d: Mapping[str, Any], curve: Sequence[Mapping[str, Any]]) -> Trial:
   """A run record (``runs()`` row) and its eval rows as a ``records.Trial``."""
-  return Trial(run_id=d["run_id"], batch_size=int(d["batch_size"] or 0), optimizer=d["optimizer"] or "",
-               variant=d["variant"] or "original", role=d.get("role") or "search",
-               technique=d.get("technique") or "", cell=d.get("cell") or "", params=d["params"],
-               status=d["status"], stopped=d.get("stopped"), budget_epochs=d.get("budget_epochs"), curve=curve,
-               error=d["error"], wall_time=d["wall_time"], seed=d.get("seed"), phase=d.get("phase") or "search",
-               replicate_of=d.get("replicate_of") or "", promoted=bool(d.get("promoted")), space=d.get("space") or {})
+  return Trial(
+    run_id=d["run_id"],
+    batch_size=int(d["batch_size"] or 0),
+    optimizer=d["optimizer"] or "",
+    variant=d["variant"] or "original",
+    role=d.get("role") or "search",
+    technique=d.get("technique") or "",
+    cell=d.get("cell") or "",
+    params=d["params"],
+    status=d["status"],
+    stopped=d.get("stopped"),
+    budget_epochs=d.get("budget_epochs"),
+    curve=curve,
+    error=d["error"],
+    wall_time=d["wall_time"],
+    seed=d.get("seed"),
+    phase=d.get("phase") or "search",
+    replicate_of=d.get("replicate_of") or "",
+    promoted=bool(d.get("promoted")),
+    space=d.get("space") or {},
+  )
 
 
-def log_decision(con: sqlite3.Connection, cell: str, run_id: str, step: int, value: Optional[float],
-                 prune: bool) -> bool:
+def log_decision(
+  con: sqlite3.Connection, cell: str, run_id: str, step: int, value: Optional[float], prune: bool
+) -> bool:
   """Appends one search report and its decision to the log (before the runner acts on it). A trial reports each
   epoch once, so a second report of the same (cell, run_id, step) is not written (False): the log never holds a
   duplicate, even if two runners shared a workdir."""
   with _transaction(con):
-    cur = con.execute("INSERT INTO decisions(cell, run_id, step, value, prune) SELECT ?, ?, ?, ?, ? WHERE NOT EXISTS "
-                      "(SELECT 1 FROM decisions WHERE cell=? AND run_id=? AND step=?)",
-                      (cell, run_id, int(step), None if value is None else float(value), int(bool(prune)),
-                       cell, run_id, int(step)))
+    cur = con.execute(
+      "INSERT INTO decisions(cell, run_id, step, value, prune) SELECT ?, ?, ?, ?, ? WHERE NOT EXISTS "
+      "(SELECT 1 FROM decisions WHERE cell=? AND run_id=? AND step=?)",
+      (cell, run_id, int(step), None if value is None else float(value), int(bool(prune)), cell, run_id, int(step)),
+    )
     return cur.rowcount == 1
 
 
@@ -262,8 +346,9 @@ def remove_duplicate_decisions(con: sqlite3.Connection) -> int:
   (cell, run_id, step) and deletes the later ones; returns how many were deleted. A repair is noted in the store
   (:func:`decisions_repaired`) for good."""
   with _transaction(con):
-    cur = con.execute("DELETE FROM decisions WHERE seq NOT IN (SELECT MIN(seq) FROM decisions "
-                      "GROUP BY cell, run_id, step)")
+    cur = con.execute(
+      "DELETE FROM decisions WHERE seq NOT IN (SELECT MIN(seq) FROM decisions GROUP BY cell, run_id, step)"
+    )
     if cur.rowcount:
       con.execute("INSERT OR REPLACE INTO notes(key, value) VALUES ('decisions_repaired', ?)", (str(time.time()),))
     return cur.rowcount
@@ -284,15 +369,19 @@ def promote(con: sqlite3.Connection, run_id: str) -> None:
 def log_plan(con: sqlite3.Connection, kind: str, cell: str, key: str, detail: Mapping[str, Any]) -> bool:
   """Records one follow-up of a cell's search (``kind`` 'extend' | 'promote' | 'replicate') once; True when new."""
   with _transaction(con):
-    cur = con.execute("INSERT OR IGNORE INTO plan(kind, cell, key, detail_json) VALUES (?, ?, ?, ?)",
-                      (kind, cell, str(key), dumps(detail)))
+    cur = con.execute(
+      "INSERT OR IGNORE INTO plan(kind, cell, key, detail_json) VALUES (?, ?, ?, ?)",
+      (kind, cell, str(key), dumps(detail)),
+    )
     return cur.rowcount > 0
 
 
 def plan(con: sqlite3.Connection) -> list[dict]:
   """The follow-up log in the order it was written (``detail`` decoded)."""
-  return [{**dict(r), "detail": _loads(r["detail_json"])}
-          for r in con.execute("SELECT kind, cell, key, detail_json FROM plan ORDER BY seq")]
+  return [
+    {**dict(r), "detail": _loads(r["detail_json"])}
+    for r in con.execute("SELECT kind, cell, key, detail_json FROM plan ORDER BY seq")
+  ]
 
 
 def decisions(con: sqlite3.Connection) -> list[dict]:

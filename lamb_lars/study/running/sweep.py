@@ -32,6 +32,7 @@ A trial = ``base`` with its overrides applied (fixed, then grid, then search poi
 that made them, ``<sweep>-<swept values>-<4 hex>``, e.g. ``b8k-adam-lw-lr0.00123-wu1.5-3f2a``, and are
 deterministic: re-expanding the same study gives the same ids in the same order (resume depends on it).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -49,17 +50,39 @@ from lamb_lars.study.running import search as search_lib
 from lamb_lars.study.running import sections, trial_checks
 from lamb_lars.study.records import ROLES, normalise_variant
 
-_SWEEP_KEYS = ("name", "role", "technique", "variant", "fixed", "grid", "search", "num_trials", "seed",
-               "stop_at_target", "env", "pruner")
+_SWEEP_KEYS = (
+  "name",
+  "role",
+  "technique",
+  "variant",
+  "fixed",
+  "grid",
+  "search",
+  "num_trials",
+  "seed",
+  "stop_at_target",
+  "env",
+  "pruner",
+)
 PRUNER_KEYS = ("min_epochs", "rung_after_warmup")  # per-sub-sweep overrides of the study's ``search`` settings
-_SHORT = {"batch_size": "b", "learning_rate": "lr", "warmup_epochs": "wu", "weight_decay": "wd", "name": "",
-          "momentum": "m", "num_epochs": "ep", "label_smoothing": "ls", "trust_coefficient": "tc",
-          "init_from_examples": "at"}
+_SHORT = {
+  "batch_size": "b",
+  "learning_rate": "lr",
+  "warmup_epochs": "wu",
+  "weight_decay": "wd",
+  "name": "",
+  "momentum": "m",
+  "num_epochs": "ep",
+  "label_smoothing": "ls",
+  "trust_coefficient": "tc",
+  "init_from_examples": "at",
+}
 
 
 @dataclasses.dataclass(frozen=True)
 class TrialSpec:
   """One trial of a study: its id, sub-sweep and cell, its tags, the overrides applied to ``base``, its config."""
+
   run_id: str
   sweep: str
   cell: str
@@ -71,9 +94,9 @@ class TrialSpec:
   searched: bool = False
   env: Mapping[str, str] = dataclasses.field(default_factory=dict)
   pruner: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-  phase: str = "search"                 # 'search' | 'extend<k>' | 'replicate' (phases.py)
+  phase: str = "search"  # 'search' | 'extend<k>' | 'replicate' (phases.py)
   replicate_of: str = ""
-  space: Mapping[str, Any] = dataclasses.field(default_factory=dict)   # the search space its point came from
+  space: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # the search space its point came from
 
   @property
   def seed(self) -> int:
@@ -91,9 +114,12 @@ class TrialSpec:
   def params(self) -> dict[str, Any]:
     """What the store keeps as the swept values (plus the LR and warmup the trial actually uses)."""
     sched = self.config.optimizer.schedule
-    return {**self.overrides, "learning_rate": float(optimizer_config.learning_rate(self.config.optimizer)),
-            "warmup_epochs": float(sched.get("warmup_epochs", 0.0) or 0.0),
-            "lr_scaling": str(self.config.optimizer.lr_scaling)}
+    return {
+      **self.overrides,
+      "learning_rate": float(optimizer_config.learning_rate(self.config.optimizer)),
+      "warmup_epochs": float(sched.get("warmup_epochs", 0.0) or 0.0),
+      "lr_scaling": str(self.config.optimizer.lr_scaling),
+    }
 
   def hparams(self) -> dict[str, Any]:
     """What TensorBoard's HParams dashboard shows for the trial: the keys its study varies (:meth:`params`) with
@@ -109,7 +135,7 @@ def apply_overrides(base: ml_collections.ConfigDict, overrides: Mapping[str, Any
       node, parts = config, key.split(".")
       for i, part in enumerate(parts):
         if not isinstance(node, ml_collections.ConfigDict) or part not in node:
-          raise ValueError(f"sweep key {key!r}: the base config has no {'.'.join(parts[:i + 1])!r}.")
+          raise ValueError(f"sweep key {key!r}: the base config has no {'.'.join(parts[: i + 1])!r}.")
         if i == len(parts) - 1:
           try:
             setattr(node, part, value)
@@ -170,17 +196,20 @@ def _check_sweep(sweep: Mapping[str, Any]) -> None:
       raise ValueError(f"sub-sweep {name!r}: {e}") from None
   pruner = sweep.get("pruner") or {}
   if set(pruner) - set(PRUNER_KEYS) or (pruner and not space):
-    raise ValueError(f"sub-sweep {name!r}: 'pruner' may set only {PRUNER_KEYS}, and only on a searched sub-sweep; "
-                     f"got {dict(pruner)}.")
+    raise ValueError(
+      f"sub-sweep {name!r}: 'pruner' may set only {PRUNER_KEYS}, and only on a searched sub-sweep; got {dict(pruner)}."
+    )
   if role in ("baseline", "linear"):
     if space:
       raise ValueError(f"sub-sweep {name!r}: a {role} sub-sweep runs one recipe and cannot have a search.")
     varied = set(sweep.get("fixed") or {}) | set(sweep.get("grid") or {})
     scaling = (sweep.get("fixed") or {}).get("optimizer.lr_scaling", "linear")
     if role == "linear" and (varied - {"batch_size", "optimizer.lr_scaling"} or scaling not in ("linear", "sqrt")):
-      raise ValueError(f"sub-sweep {name!r}: linear scaling is the baseline recipe with η·B/B0 and nothing else, so "
-                       "it may vary batch_size only (and optimizer.lr_scaling, 'linear' or 'sqrt': the paper's "
-                       f"Optimization 0 alternative); it sets {sorted(varied)}, lr_scaling {scaling!r}.")
+      raise ValueError(
+        f"sub-sweep {name!r}: linear scaling is the baseline recipe with η·B/B0 and nothing else, so "
+        "it may vary batch_size only (and optimizer.lr_scaling, 'linear' or 'sqrt': the paper's "
+        f"Optimization 0 alternative); it sets {sorted(varied)}, lr_scaling {scaling!r}."
+      )
 
 
 def _cells(sweep: Mapping[str, Any]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
@@ -224,9 +253,16 @@ def cell_name(sweep: Mapping[str, Any], grid_point: Mapping[str, Any]) -> str:
   return "-".join([sweep["name"]] + [f"{_short_key(k)}{_fmt_value(v)}" for k, v in grid_point.items()])
 
 
-def _cell_trials(study, sweep: Mapping[str, Any], grid_point: Mapping[str, Any], points: Sequence[Mapping[str, Any]],
-                 fixed: Mapping[str, Any], id_prefix: str, phase: str,
-                 space: Optional[Mapping[str, Any]] = None) -> list[TrialSpec]:
+def _cell_trials(
+  study,
+  sweep: Mapping[str, Any],
+  grid_point: Mapping[str, Any],
+  points: Sequence[Mapping[str, Any]],
+  fixed: Mapping[str, Any],
+  id_prefix: str,
+  phase: str,
+  space: Optional[Mapping[str, Any]] = None,
+) -> list[TrialSpec]:
   """The trials of one cell: ``base`` + fixed + grid point + each search point."""
   role, variant = sweep.get("role", "search"), normalise_variant(sweep.get("variant"))
   space = dict(sweep.get("search") or {}) if space is None else dict(space)
@@ -234,12 +270,23 @@ def _cell_trials(study, sweep: Mapping[str, Any], grid_point: Mapping[str, Any],
   for point in points:
     overrides = {**fixed, **grid_point, **point}
     config = apply_overrides(study.base, overrides)
-    out.append(TrialSpec(run_id(id_prefix, {**grid_point, **point}, overrides), sweep["name"],
-                         cell_name(sweep, grid_point), role, str(sweep.get("technique", "") or ""), variant,
-                         overrides, config, searched=bool(sweep.get("search")),
-                         env={str(k): str(v) for k, v in dict(sweep.get("env") or {}).items()},
-                         pruner=dict(sweep.get("pruner") or {}), phase=phase,
-                         space={k: list(v) if isinstance(v, tuple) else v for k, v in space.items()}))
+    out.append(
+      TrialSpec(
+        run_id(id_prefix, {**grid_point, **point}, overrides),
+        sweep["name"],
+        cell_name(sweep, grid_point),
+        role,
+        str(sweep.get("technique", "") or ""),
+        variant,
+        overrides,
+        config,
+        searched=bool(sweep.get("search")),
+        env={str(k): str(v) for k, v in dict(sweep.get("env") or {}).items()},
+        pruner=dict(sweep.get("pruner") or {}),
+        phase=phase,
+        space={k: list(v) if isinstance(v, tuple) else v for k, v in space.items()},
+      )
+    )
   return out
 
 
@@ -248,13 +295,19 @@ def _fixed(study, sweep: Mapping[str, Any]) -> dict[str, Any]:
   fixed = dict(sweep.get("fixed") or {})
   if sweep.get("stop_at_target"):
     analysis = sections.section(study, "analysis")
-    fixed.update({"stop.target_metric": analysis["target_metric"], "stop.target_goal": float(analysis["target_goal"]),
-                  "stop.target_mode": analysis["target_mode"]})
+    fixed.update(
+      {
+        "stop.target_metric": analysis["target_metric"],
+        "stop.target_goal": float(analysis["target_goal"]),
+        "stop.target_mode": analysis["target_mode"],
+      }
+    )
   return fixed
 
 
-def extension_trials(study: ml_collections.ConfigDict, cell: str, round_: int,
-                     space: Mapping[str, Any]) -> list[TrialSpec]:
+def extension_trials(
+  study: ml_collections.ConfigDict, cell: str, round_: int, space: Mapping[str, Any]
+) -> list[TrialSpec]:
   """The trials of the ``round_``-th extension of ``cell``'s search: its sub-sweep's ``num_trials`` new points
   drawn from ``space`` (the cell's space with a moved LR range, phases.py), ids ``<sweep>-x<round>-…``."""
   for sweep in study.sweeps:
@@ -267,13 +320,15 @@ def extension_trials(study: ml_collections.ConfigDict, cell: str, round_: int,
         continue
       seed = int(sweep.get("seed", 0) or 0) * 1000 + i + 7919 * int(round_)
       points = search_lib.sample(dict(space), int(sweep["num_trials"]), seed)
-      return _cell_trials(study, sweep, grid_point, points, _fixed(study, sweep), f"{sweep['name']}-x{round_}",
-                          f"extend{round_}", space)
+      return _cell_trials(
+        study, sweep, grid_point, points, _fixed(study, sweep), f"{sweep['name']}-x{round_}", f"extend{round_}", space
+      )
   raise ValueError(f"no searched cell {cell!r} in this study.")
 
 
-def refinement_trials(study: ml_collections.ConfigDict, cell: str, round_: int,
-                      points: Sequence[Mapping[str, Any]]) -> list[TrialSpec]:
+def refinement_trials(
+  study: ml_collections.ConfigDict, cell: str, round_: int, points: Sequence[Mapping[str, Any]]
+) -> list[TrialSpec]:
   """The trials of the ``round_``-th refinement of ``cell``'s search: the given ``points`` (the chosen trial's
   searched values with the LR moved, phases.py), ids ``<sweep>-r<round>-…``, phase ``refine<round>``, never pruned
   (``searched=False``: each runs to its budget or target, so the chosen LR's neighbours are observed, not guessed)."""
@@ -285,8 +340,15 @@ def refinement_trials(study: ml_collections.ConfigDict, cell: str, round_: int,
       grid_point = dict(zip(dict(sweep.get("grid") or {}).keys(), combo))
       if cell_name(sweep, grid_point) != cell:
         continue
-      specs = _cell_trials(study, sweep, grid_point, [dict(p) for p in points], _fixed(study, sweep),
-                           f"{sweep['name']}-r{round_}", f"refine{round_}")
+      specs = _cell_trials(
+        study,
+        sweep,
+        grid_point,
+        [dict(p) for p in points],
+        _fixed(study, sweep),
+        f"{sweep['name']}-r{round_}",
+        f"refine{round_}",
+      )
       return [dataclasses.replace(s, searched=False) for s in specs]
   raise ValueError(f"no searched cell {cell!r} in this study.")
 
@@ -297,15 +359,18 @@ def _check_study(study: ml_collections.ConfigDict, trials: Sequence[TrialSpec]) 
   baselines = [t for t in trials if t.role == "baseline"]
   if len(baselines) > 1:
     raise ValueError(f"a study has at most one baseline trial (role 'baseline'); these sweeps give {len(baselines)}.")
-  if any(t.role == "linear" for t in trials) and baselines and \
-      str(baselines[0].config.optimizer.lr_scaling) != "linear":
+  if (
+    any(t.role == "linear" for t in trials) and baselines and str(baselines[0].config.optimizer.lr_scaling) != "linear"
+  ):
     raise ValueError("linear-scaling sweeps need the baseline recipe to set optimizer.lr_scaling='linear'.")
   analysis = sections.section(study, "analysis")
   tagged = {t.technique for t in trials if t.technique}
   missing = [name for name in analysis["techniques"] if name not in tagged]
   if missing:
-    raise ValueError(f"analysis.techniques names {missing}, which no sub-sweep tests (techniques tagged in the "
-                     f"sweeps: {sorted(tagged) or 'none'}).")
+    raise ValueError(
+      f"analysis.techniques names {missing}, which no sub-sweep tests (techniques tagged in the "
+      f"sweeps: {sorted(tagged) or 'none'})."
+    )
   n = int(analysis["num_train"])  # training examples after the validation hold-out (B_F)
   for t in trials:
     if n > 0 and t.batch_size > n:

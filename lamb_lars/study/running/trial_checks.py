@@ -6,6 +6,7 @@ The devices a trial is checked against are the ones it will see: ``config.num_de
 devices its environment forces (``--xla_force_host_platform_device_count`` in ``XLA_FLAGS``, e.g. 2 for the
 gradient noise scale), else 1; a trial that takes every device of a machine checks them again when it starts.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,6 +38,7 @@ def validate_trial(config: ml_collections.ConfigDict, devices: int, info: Any) -
   missing data. A failure is a one-sentence ValueError."""
   from lamb_lars.train import run_plan, validate  # noqa: PLC0415  (the trainer's stack: only when checking)
   from lamb_lars.optim import optimizer_config  # noqa: PLC0415
+
   if info is not None:
     validate.validate(config, devices, info)
     return
@@ -44,16 +46,26 @@ def validate_trial(config: ml_collections.ConfigDict, devices: int, info: Any) -
   optimizer_config.validate_config(config.optimizer)
   k = run_plan.num_microbatches(config, devices)
   if int(config.batch_size) % (devices * k):
-    raise validate.ConfigError(f"config.batch_size={config.batch_size} is not divisible by {devices} device(s) × "
-                               f"{k} micro-batch(es).")
+    raise validate.ConfigError(
+      f"config.batch_size={config.batch_size} is not divisible by {devices} device(s) × {k} micro-batch(es)."
+    )
 
 
 def _dataset_info(config: ml_collections.ConfigDict, cache: dict) -> Any:
   """The dataset's ``DatasetInfo`` (None when it is not on this machine), once per distinct data setting."""
   from lamb_lars.input_pipeline import DatasetNotFoundError  # noqa: PLC0415
   from lamb_lars.train.validate import dataset_info as get_info  # noqa: PLC0415
-  keys = ("dataset", "data_source", "data_dir", "validation_split", "image_size", "train_examples",
-          "train_examples_seed", "dataset_in_memory")
+
+  keys = (
+    "dataset",
+    "data_source",
+    "data_dir",
+    "validation_split",
+    "image_size",
+    "train_examples",
+    "train_examples_seed",
+    "dataset_in_memory",
+  )
   key = json.dumps([config.get(k) for k in keys] + [config.synthetic.to_dict()], default=str)
   if key not in cache:
     try:

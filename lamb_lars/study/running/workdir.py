@@ -1,12 +1,13 @@
 """The layout of a study workdir (running layer)::
 
-  study.sqlite          the results store (store.py): runs, evals, the search's decision log. SQLite needs a
-                        local disk: on an object store (gs://…) the driver works on a local copy
-                        (io_utils.local_path) and uploads it here after every trial and at exit
-  study_config.json     the study config, so ``report`` needs only the workdir
-  commands.txt          every command that ran the study, time-stamped
-  runs/<run_id>/        one trial's run dir (lamb_lars/common/run_files.py)
+study.sqlite          the results store (store.py): runs, evals, the search's decision log. SQLite needs a
+                      local disk: on an object store (gs://…) the driver works on a local copy
+                      (io_utils.local_path) and uploads it here after every trial and at exit
+study_config.json     the study config, so ``report`` needs only the workdir
+commands.txt          every command that ran the study, time-stamped
+runs/<run_id>/        one trial's run dir (lamb_lars/common/run_files.py)
 """
+
 from __future__ import annotations
 
 import json
@@ -45,9 +46,11 @@ def open_store(workdir: str) -> sqlite3.Connection:
   if not os.path.exists(path):
     runs = io_utils.listdir(os.path.dirname(run_dir(workdir, "x"))) if io_utils.exists(workdir) else []
     if runs:
-      raise ValueError(f"{os.path.join(workdir, STORE_FILE)} is missing but {len(runs)} trial run directories exist "
-                       f"in {os.path.dirname(run_dir(workdir, 'x'))}; restore study.sqlite from a copy, or use a "
-                       f"new --workdir.")
+      raise ValueError(
+        f"{os.path.join(workdir, STORE_FILE)} is missing but {len(runs)} trial run directories exist "
+        f"in {os.path.dirname(run_dir(workdir, 'x'))}; restore study.sqlite from a copy, or use a "
+        f"new --workdir."
+      )
   return store.open_store(path)
 
 
@@ -103,8 +106,9 @@ def failure_text(rdir: str, code: Optional[int]) -> str:
   error = io_utils.read_text(os.path.join(rdir, run_files.ERROR_FILE))
   if error is not None:
     return error.strip()
-  reason = (f"killed by signal {-code} ({signal.Signals(-code).name})" if code is not None and code < 0
-            else f"exit code {code}")
+  reason = (
+    f"killed by signal {-code} ({signal.Signals(-code).name})" if code is not None and code < 0 else f"exit code {code}"
+  )
   log = io_utils.read_text(os.path.join(rdir, run_files.LOG_FILE), default="", errors="replace")
   tail = "".join(log.splitlines(keepends=True)[-20:])
   return f"trainer process {reason} without a result\n{tail}".strip()
