@@ -4,8 +4,12 @@ Cheap compilation: one persistent XLA compilation cache for the whole test sessi
 subprocess a test starts: train.py, study trials), so a program that many tests compile — the LeNet-5 train step of
 the small MNIST runs — is compiled once. A cached executable is the same code, so results stay bit-identical (the
 optimizers against optax, a resumed run against an uninterrupted one). ``LAMB_LARS_TEST_JAX_CACHE=0`` turns it off.
-A test that compares programs it compiles itself can also ask for the ``unoptimized_xla`` fixture (flax's
-``jax_disable_most_optimizations``): compiling is then several times faster.
+And flax's setting (``jax_disable_most_optimizations``, as in its train_test.py) for the whole session, workers and
+subprocesses alike: a test trains for a few steps, so compiling dominates, and both sides of every comparison
+(a resumed run and an uninterrupted one, two processes and one, the optimizers and optax) compile the same way. It
+cut the suite's CPU time by about a fifth (BENCHMARKS §1). ``LAMB_LARS_TEST_XLA_OPT=1`` compiles with XLA's
+optimisations instead, as a user's run does; the suite passes either way. The ``unoptimized_xla`` fixture keeps the
+setting for a test whatever the session's.
 
 Tiers (markers in pyproject.toml): ``pytest -m "not slow"`` is the fast tier to run while working; ``slow`` marks a
 test that starts a subprocess, trains end to end or takes more than about 5 s; ``e2e``, ``ray`` and ``gcs`` name what
@@ -27,6 +31,8 @@ _CACHE = os.path.join(tempfile.gettempdir(), f"lamb_lars_test_jax_cache_{os.getp
 if os.environ.get("LAMB_LARS_TEST_JAX_CACHE", "1") != "0" and "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")  # the train steps, not every jnp op
+if os.environ.get("LAMB_LARS_TEST_XLA_OPT", "0") != "1":
+  os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ Model: `resnet50_cifar` (3×3/1 stem, no max-pool) is ResNet v1.5 (stride on the
 "ResNet-50 v1" (stride on the first 1×1). Both have 23,520,842 parameters (docs/resnet.md); `create_model` builds
 v1.5 only.
 """
-
 from lamb_lars.configs import default
 
 

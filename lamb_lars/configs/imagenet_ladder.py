@@ -53,10 +53,10 @@ def get_config(rung=None):
   config.zero_init_last_bn = False
   config.batch_size = BATCH
   config.num_microbatches = 25
-  config.num_epochs = 90.0  # 141 steps
-  config.eval_every_epochs = 10.0  # 16 steps
+  config.num_epochs = 90.0                # 141 steps
+  config.eval_every_epochs = 10.0         # 16 steps
   config.checkpoint_every_epochs = 10.0
-  config.bn.mode = "ghost"  # ghost BN (Hoffer et al. 2017), B_S = 128
+  config.bn.mode = "ghost"                # ghost BN (Hoffer et al. 2017), B_S = 128
   config.bn.examples_per_group = 128
   config.label_smoothing = 0.1 if r >= 3 else 0.0
   opt = config.optimizer

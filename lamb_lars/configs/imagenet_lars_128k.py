@@ -40,7 +40,7 @@ def get_config():
   config.eval_every_epochs = 4.0
   config.checkpoint_every_epochs = 4.0
   config.label_smoothing = 0.1
-  config.bn.mode = "ghost"  # 128 examples per group, as the paper's per-core batch (docstring)
+  config.bn.mode = "ghost"                # 128 examples per group, as the paper's per-core batch (docstring)
   config.bn.examples_per_group = 128
   opt = config.optimizer
   opt.name = "lars"

@@ -37,7 +37,6 @@ Built on lamb_lars/configs/imagenet_resnet50.py; durations are in epochs (counte
 lamb_lars/common/durations.py); evaluations and checkpoints every 4 epochs. Pass the batch as the argument rather than
 overriding `batch_size`.
 """
-
 import math
 
 from lamb_lars.configs import imagenet_resnet50
@@ -46,9 +45,8 @@ DEFAULT_BATCH = 32_768
 END_LR = 1e-4
 # (batch upper bound, peak LR, warmup epochs), first match wins.
 PRESETS = ((16_384, 10.0, 5.0), (32_768, 25.0, 5.0), (65_536, 32.0, 14.0), (math.inf, 35.6, 40.0))
-V4 = dict(
-  batch=40_448, lr=19.4, warmup_epochs=24.0, momentum=0.95, epochs=70, examples_per_group=32, eval_batch_size=5056
-)  # 5,056 = 2 × 2,528 devices
+V4 = dict(batch=40_448, lr=19.4, warmup_epochs=24.0, momentum=0.95, epochs=70, examples_per_group=32,
+          eval_batch_size=5056)  # 5,056 = 2 × 2,528 devices
 
 
 def parse_batch(arg) -> int:
@@ -87,7 +85,7 @@ def get_config(arg=None):
   if v4:
     batch, lr, warmup, epochs = V4["batch"], V4["lr"], V4["warmup_epochs"], V4["epochs"]
     opt.momentum = V4["momentum"]
-    config.bn.mode = "ghost"  # 32 examples per group, whatever the per-device batch (docstring)
+    config.bn.mode = "ghost"          # 32 examples per group, whatever the per-device batch (docstring)
     config.bn.examples_per_group = V4["examples_per_group"]
     config.eval_batch_size = V4["eval_batch_size"]
   else:
@@ -95,7 +93,7 @@ def get_config(arg=None):
     lr, warmup = preset(batch)
     epochs = 90
     opt.momentum = 0.9
-    config.bn.mode = "mlperf_span"  # MLPerf JAX: max(per-device batch, 64) examples per group
+    config.bn.mode = "mlperf_span"    # MLPerf JAX: max(per-device batch, 64) examples per group
     config.bn.examples_per_group = 64
     config.eval_batch_size = 4096
   config.batch_size = batch

@@ -23,7 +23,6 @@ Input: Inception-style random-resized 224² crops + flips, centre 87.5% crop for
 (lamb_lars/input_pipeline/imagenet.py). The config argument is the global batch (default 256); it sets the batch, the
 scaled LR and the warmup together.
 """
-
 from lamb_lars.configs import default
 
 BASE_BATCH = 256
@@ -40,9 +39,9 @@ def get_config(batch=None):
   config.zero_init_last_bn = True
   config.batch_size = b
   config.num_epochs = 90.0
-  config.eval_batch_size = 4096  # a multiple of any power-of-two device count up to 4,096
+  config.eval_batch_size = 4096       # a multiple of any power-of-two device count up to 4,096
   config.label_smoothing = 0.0
-  config.bn.examples_per_group = 0  # per-device statistics (32 images per GPU on 8 GPUs)
+  config.bn.examples_per_group = 0     # per-device statistics (32 images per GPU on 8 GPUs)
   config.checkpoint_every_epochs = 1.0
 
   opt = config.optimizer
@@ -56,7 +55,7 @@ def get_config(batch=None):
   s.decay = "step"
   s.step_boundaries_epochs = (30.0, 60.0, 80.0)
   s.step_factor = 0.1
-  if b > BASE_BATCH:  # Goyal et al.: from η0 = 0.1 to η0·B/256 over 5 epochs
+  if b > BASE_BATCH:                   # Goyal et al.: from η0 = 0.1 to η0·B/256 over 5 epochs
     s.warmup_epochs = 5.0
     s.warmup_shape = "linear"
     s.warmup_init_factor = BASE_BATCH / b

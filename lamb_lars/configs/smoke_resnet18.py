@@ -12,7 +12,6 @@ Expected: the mean training loss falls from ≈ 2.1 over steps 1–2 to ≈ 1.4 
 Not a paper recipe: it exercises the ImageNet recipes' code path (ResNet, group BN, LARS + cosine decay,
 evaluation with a padded last batch) in seconds. Everything is overridable, e.g. --config.num_microbatches=2.
 """
-
 from lamb_lars.configs import default
 
 
@@ -21,22 +20,22 @@ def get_config():
   config.dataset = "synthetic"
   config.synthetic.image_shape = (8, 8, 3)
   config.synthetic.num_classes = 10
-  config.synthetic.num_train = 32  # one full batch per epoch
-  config.synthetic.num_eval = 40  # not a multiple of eval_batch_size: the last batch is padded and masked
+  config.synthetic.num_train = 32     # one full batch per epoch
+  config.synthetic.num_eval = 40      # not a multiple of eval_batch_size: the last batch is padded and masked
   config.model = "resnet18_cifar"
   config.num_classes = 10
   config.dtype = "float32"
   config.batch_size = 32
   config.num_train_steps = 4
   config.eval_batch_size = 16
-  config.eval_every_epochs = 2.0  # 1 step per epoch: evaluations after steps 2 and 4
+  config.eval_every_epochs = 2.0      # 1 step per epoch: evaluations after steps 2 and 4
   config.checkpoint_every_epochs = 0.0
-  config.bn.mode = "ghost"  # on one device: ghost batches of 8; on 8 devices either rule pools pairs
+  config.bn.mode = "ghost"            # on one device: ghost batches of 8; on 8 devices either rule pools pairs
   config.bn.examples_per_group = 8
 
   opt = config.optimizer
   opt.name = "lars"
-  opt.learning_rate = 10.0  # with η = 0.001: each layer moves by ≈ 1% of its norm per step
+  opt.learning_rate = 10.0           # with η = 0.001: each layer moves by ≈ 1% of its norm per step
   opt.lr_scaling = "none"
   opt.momentum = 0.9
   opt.weight_decay = 1e-4

@@ -15,7 +15,6 @@ Roles (docs/studies.md): the baseline recipe (momentum SGD, η = 0.1 at 128, cos
 it (η·B/128 and nothing else), and the techniques: LR + warmup tuning of the same optimizer ('tuned_momentum'),
 LARS and LAMB with warmup + polynomial decay, each searched (6 quasi-random points per batch).
 """
-
 import ml_collections
 
 from lamb_lars.configs import cifar10_resnet50
@@ -28,16 +27,9 @@ TECHNIQUE = (16384, 25000, 32768, FULL)
 
 
 def _technique(name: str, fixed: dict, lr: tuple, warmup: tuple, seed: int) -> dict:
-  return dict(
-    name=name,
-    role="technique",
-    technique=name,
-    fixed=fixed,
-    grid={"batch_size": TECHNIQUE},
-    search={"optimizer.learning_rate": ("log",) + lr, "optimizer.schedule.warmup_epochs": ("linear",) + warmup},
-    num_trials=6,
-    seed=seed,
-  )
+  return dict(name=name, role="technique", technique=name, fixed=fixed, grid={"batch_size": TECHNIQUE},
+              search={"optimizer.learning_rate": ("log",) + lr,
+                      "optimizer.schedule.warmup_epochs": ("linear",) + warmup}, num_trials=6, seed=seed)
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -51,23 +43,18 @@ def get_config() -> ml_collections.ConfigDict:
   c.name = "cifar10_ladder"
   c.base = base
   c.sweeps = (
-    dict(name="baseline", role="baseline", fixed={"batch_size": B0}),
-    dict(name="linear", role="linear", grid={"batch_size": LADDER[1:]}),
-    _technique("tuned_momentum", {}, (0.1 / 30, 0.1 * 3), (0.0, 20.0), 1),
-    _technique("lars", {"optimizer.name": "lars", **poly}, (2.0, 30.0), (5.0, 40.0), 2),
-    _technique("lamb", {"optimizer.name": "lamb", **poly}, (2e-3, 2e-2), (5.0, 40.0), 3),
+      dict(name="baseline", role="baseline", fixed={"batch_size": B0}),
+      dict(name="linear", role="linear", grid={"batch_size": LADDER[1:]}),
+      _technique("tuned_momentum", {}, (0.1 / 30, 0.1 * 3), (0.0, 20.0), 1),
+      _technique("lars", {"optimizer.name": "lars", **poly}, (2.0, 30.0), (5.0, 40.0), 2),
+      _technique("lamb", {"optimizer.name": "lamb", **poly}, (2e-3, 2e-2), (5.0, 40.0), 3),
   )
   c.search = common.search(min_epochs=20, reduction_factor=3)
   c.runner = common.runner(num_workers=1, cpus_per_trial=0)
   c.replicates = common.replicates(num_seeds=3)
   c.runner.resources = {"CPU": 4, "GPU": 1}
   c.analysis = common.analysis(
-    title="CIFAR-10 / ResNet-50 batch-size ladder (200 epochs)",
-    paper="cifar10_resnet50",
-    target_goal=0.93,
-    num_train=FULL,
-    baseline_epochs=200.0,
-    techniques=("tuned_momentum", "lars", "lamb"),
-    target_technique="tuned_momentum",
-  )
+      title="CIFAR-10 / ResNet-50 batch-size ladder (200 epochs)", paper="cifar10_resnet50", target_goal=0.93,
+      num_train=FULL, baseline_epochs=200.0, techniques=("tuned_momentum", "lars", "lamb"),
+      target_technique="tuned_momentum")
   return c

@@ -5,7 +5,6 @@ the defaults of every study setting: the runner reads a section a study leaves o
 See lamb_lars/study/running/sweep.py for the sub-sweep fields, lamb_lars/study/running/search.py for ``search``,
 lamb_lars/study/running/runner.py for ``runner`` and lamb_lars/study/publishing/publish.py for ``analysis``.
 """
-
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -14,9 +13,9 @@ import ml_collections
 
 # The Table 3 variants (You et al. 2020): optimizer keys of each column. Bound = ratio clipped to [0, 10].
 VARIANT_KEYS = {
-  "original": {},
-  "layerwise": {"optimizer.layerwise": True},
-  "layerwise_bound": {"optimizer.layerwise": True, "optimizer.ratio_bounds": (0.0, 10.0)},
+    "original": {},
+    "layerwise": {"optimizer.layerwise": True},
+    "layerwise_bound": {"optimizer.layerwise": True, "optimizer.ratio_bounds": (0.0, 10.0)},
 }
 
 
@@ -29,24 +28,11 @@ def analysis(**overrides: Any) -> ml_collections.ConfigDict:
   pre-registered margin of a batch-size warmup arm's non-inferiority (accuracy fraction; 0.002 = 0.2 pp;
   lamb_lars/study/analysis/batch_warmup.py). Thresholds live here and are committed before the first trial (the
   manifest records that commit, issue 41)."""
-  a = ml_collections.ConfigDict(
-    dict(
-      title="",
-      notes="",
-      paper="",
-      reference="lamb_lars.proj.you2020.reference",
-      target_metric="eval_accuracy",
-      target_goal=0.99,
-      target_mode="max",
-      baseline_epochs=0.0,
-      num_train=60000,
-      techniques=(),
-      target_technique="",
-      table3_batch=0,
-      targets=(),
-      noninferiority_margin=0.002,
-    )
-  )
+  a = ml_collections.ConfigDict(dict(
+      title="", notes="", paper="", reference="lamb_lars.proj.you2020.reference", target_metric="eval_accuracy",
+      target_goal=0.99, target_mode="max",
+      baseline_epochs=0.0, num_train=60000, techniques=(), target_technique="", table3_batch=0, targets=(),
+      noninferiority_margin=0.002))
   a.update(overrides)
   return a
 
@@ -59,18 +45,9 @@ def branching(**overrides: Any) -> ml_collections.ConfigDict:
   the analysis (lamb_lars/study/analysis/branching.py): ε, absolute or ``relative`` to the reference loss, on
   ``loss`` at the branch's end; ``epsilon_sensitivity``: the other ε values (same unit as ``epsilon``) the report
   shows CBS(t) at, beside the pre-registered ``epsilon``."""
-  b = ml_collections.ConfigDict(
-    dict(
-      points_epochs=(),
-      delta_examples=0,
-      lr_rule="linear",
-      lr_multiplier=1.0,
-      epsilon=0.01,
-      relative=False,
-      loss="validation_loss",
-      epsilon_sensitivity=(),
-    )
-  )
+  b = ml_collections.ConfigDict(dict(points_epochs=(), delta_examples=0, lr_rule="linear", lr_multiplier=1.0,
+                                     epsilon=0.01, relative=False, loss="validation_loss",
+                                     epsilon_sensitivity=()))
   b.update(overrides)
   return b
 
@@ -84,28 +61,15 @@ def search(**overrides: Any) -> ml_collections.ConfigDict:
   the chosen LR's nearest tried neighbours on each side must lie within ×r of it: a missing one is tried at η/r or
   η·r (the chosen trial's other searched values, never pruned), at most ``max_refinements`` rounds per cell
   (0 and 0: off, as every study before issue 41)."""
-  s = ml_collections.ConfigDict(
-    dict(
-      metric="validation_accuracy",
-      mode="max",
-      min_epochs=2,
-      reduction_factor=3,
-      pruner="asha",
-      rung_after_warmup=True,
-      edge_fraction=0.1,
-      max_extensions=2,
-      min_full_budget=4,
-      refine_factor=0.0,
-      max_refinements=0,
-    )
-  )
+  s = ml_collections.ConfigDict(dict(metric="validation_accuracy", mode="max", min_epochs=2, reduction_factor=3,
+                                     pruner="asha", rung_after_warmup=True, edge_fraction=0.1, max_extensions=2,
+                                     min_full_budget=4, refine_factor=0.0, max_refinements=0))
   s.update(overrides)
   return s
 
 
-def replicates(
-  num_seeds: int = 3, roles: tuple = ("baseline", "linear", "technique", "table3", "search")
-) -> ml_collections.ConfigDict:
+def replicates(num_seeds: int = 3, roles: tuple = ("baseline", "linear", "technique", "table3", "search")
+               ) -> ml_collections.ConfigDict:
   """After a cell's search, its chosen configuration (selected on the validation split) re-run with
   ``num_seeds`` fresh seeds (initialisation, data order, dropout), for the cells of these ``roles``
   (lamb_lars/study/running/phases.py, replicates.py). Raising ``num_seeds`` on a finished study runs only the new
@@ -113,15 +77,9 @@ def replicates(
   return ml_collections.ConfigDict(dict(num_seeds=num_seeds, roles=tuple(roles)))
 
 
-def runner(
-  num_workers: int = 2,
-  cpus_per_trial: int = 1,
-  timeout_s: float = 0.0,
-  env: Optional[dict] = None,
-  resources: Optional[dict] = None,
-  max_retries: int = 3,
-  compilation_cache: bool = True,
-) -> ml_collections.ConfigDict:
+def runner(num_workers: int = 2, cpus_per_trial: int = 1, timeout_s: float = 0.0,
+           env: Optional[dict] = None, resources: Optional[dict] = None,
+           max_retries: int = 3, compilation_cache: bool = True) -> ml_collections.ConfigDict:
   """Trials at once, CPUs pinned per trial (0 = no pinning), per-trial time limit (0 = none), extra environment;
   for ``--executor=ray``: what one trial asks of a node (``CPU``, ``GPU``, ``TPU`` chips, any custom resource;
   0 = not asked; e.g. ``--config.runner.resources.GPU=8``) and how often Ray retries a trial whose worker or node
@@ -129,15 +87,6 @@ def runner(
   (``jax_cache/<host>``)."""
   res = {"CPU": 1.0, "GPU": 0.0, "TPU": 0.0}  # floats: fractional GPUs are allowed
   res.update(resources or {})
-  return ml_collections.ConfigDict(
-    dict(
-      num_workers=num_workers,
-      cpus_per_trial=cpus_per_trial,
-      retry_failed=True,
-      timeout_s=timeout_s,
-      env=env or {},
-      resources=res,
-      max_retries=max_retries,
-      compilation_cache=compilation_cache,
-    )
-  )
+  return ml_collections.ConfigDict(dict(num_workers=num_workers, cpus_per_trial=cpus_per_trial, retry_failed=True,
+                                        timeout_s=timeout_s, env=env or {}, resources=res,
+                                        max_retries=max_retries, compilation_cache=compilation_cache))

@@ -60,7 +60,6 @@ the 12.8 worker-hours) and the CNN ×0.25 (3.6) are half of it. Cut order if it 
 then the 30K subset, then batch 1024 — never the seeds. Seeds: 4 per batch for B_crit (the chosen trial and 3
 replicates), 5 per branch.
 """
-
 from __future__ import annotations
 
 import math
@@ -69,36 +68,36 @@ import ml_collections
 
 from lamb_lars.configs.studies import common, mnist_table3
 
-FULL = 55000  # the training split (55K/5K/10K, as the paper tunes)
+FULL = 55000              # the training split (55K/5K/10K, as the paper tunes)
 B0 = 256
-LADDER = (128, 512, 1024, 2048, 8192)  # steps-to-target batches; > N becomes the full batch N
+LADDER = (128, 512, 1024, 2048, 8192)    # steps-to-target batches; > N becomes the full batch N
 BRANCH_BATCHES = (256, 1024, 4096, 16384)  # > N dropped (N itself added when it is not in the list)
 BRANCH_SEEDS = (1, 2, 3, 4, 5)
-NUM_SEEDS = 3  # fresh seeds per chosen configuration (with the chosen trial: 4 per batch)
-NUM_TRIALS = 6  # LR points per batch
-BASELINE_EXAMPLES = 30 * FULL  # the baseline's training length, the same at every dataset size
-LIMIT_EXAMPLES = 60 * FULL  # the step limit of steps-to-target trials (censored beyond)
-WARMUP_EXAMPLES = 2 * FULL  # fixed linear warmup of the tuned trials
-EVAL_EXAMPLES = FULL // 2  # an evaluation every 27,500 examples
-REFERENCE_EXAMPLES = 16 * FULL  # the branching reference's length
-POINTS_EXAMPLES = (FULL // 2, 2 * FULL, 8 * FULL)  # branch points, examples of the reference
+NUM_SEEDS = 3             # fresh seeds per chosen configuration (with the chosen trial: 4 per batch)
+NUM_TRIALS = 6            # LR points per batch
+BASELINE_EXAMPLES = 30 * FULL            # the baseline's training length, the same at every dataset size
+LIMIT_EXAMPLES = 60 * FULL               # the step limit of steps-to-target trials (censored beyond)
+WARMUP_EXAMPLES = 2 * FULL               # fixed linear warmup of the tuned trials
+EVAL_EXAMPLES = FULL // 2                # an evaluation every 27,500 examples
+REFERENCE_EXAMPLES = 16 * FULL           # the branching reference's length
+POINTS_EXAMPLES = (FULL // 2, 2 * FULL, 8 * FULL)   # branch points, examples of the reference
 DELTA = 65536
 ETA = 0.05
-LR_RANGE = (ETA / 30, ETA * 2)  # η0 at B0 under the square-root rule: η(B) = η0·√(B/256)
+LR_RANGE = (ETA / 30, ETA * 2)           # η0 at B0 under the square-root rule: η(B) = η0·√(B/256)
 EPSILON = 0.2
 EPSILON_SENSITIVITY = (0.05, 0.1, 0.2, 0.5)
 
 # name → model, width, training examples, target (pre-registered, test accuracy), expected baseline (the rule's
 # input), the axes it belongs to, and its parameter count (the layer formulas of tests/test_model_size.py).
 SETTINGS = {
-  "data7500": dict(model="lenet5", width=1.0, n=7500, expected=0.985, target=0.980, axes=("data",)),
-  "data15000": dict(model="lenet5", width=1.0, n=15000, expected=0.988, target=0.983, axes=("data",)),
-  "data30000": dict(model="lenet5", width=1.0, n=30000, expected=0.990, target=0.985, axes=("data",)),
-  "lenet5": dict(model="lenet5", width=1.0, n=FULL, expected=0.992, target=0.987, axes=("data", "model")),
-  "mlp": dict(model="mlp", width=1.0, n=FULL, expected=0.982, target=0.977, axes=("model",)),
-  "lenet5_w0.5": dict(model="lenet5", width=0.5, n=FULL, expected=0.989, target=0.984, axes=("model",)),
-  "lenet5_w2": dict(model="lenet5", width=2.0, n=FULL, expected=0.993, target=0.988, axes=("model",)),
-  "cnn_w0.25": dict(model="mnist_cnn", width=0.25, n=FULL, expected=0.991, target=0.986, axes=("model",)),
+    "data7500": dict(model="lenet5", width=1.0, n=7500, expected=0.985, target=0.980, axes=("data",)),
+    "data15000": dict(model="lenet5", width=1.0, n=15000, expected=0.988, target=0.983, axes=("data",)),
+    "data30000": dict(model="lenet5", width=1.0, n=30000, expected=0.990, target=0.985, axes=("data",)),
+    "lenet5": dict(model="lenet5", width=1.0, n=FULL, expected=0.992, target=0.987, axes=("data", "model")),
+    "mlp": dict(model="mlp", width=1.0, n=FULL, expected=0.982, target=0.977, axes=("model",)),
+    "lenet5_w0.5": dict(model="lenet5", width=0.5, n=FULL, expected=0.989, target=0.984, axes=("model",)),
+    "lenet5_w2": dict(model="lenet5", width=2.0, n=FULL, expected=0.993, target=0.988, axes=("model",)),
+    "cnn_w0.25": dict(model="mnist_cnn", width=0.25, n=FULL, expected=0.991, target=0.986, axes=("model",)),
 }
 
 # The pilot (2026-11-27 19:39–19:52 UTC, shared 2-core CPU at load average 16–19, one single-threaded 1-epoch run
@@ -107,11 +106,11 @@ SETTINGS = {
 # one evaluation of 15K examples, checkpoint), per model. LOADED: a quiet machine is ≈ QUIET_FACTOR times faster
 # (the ladder's baseline trained 30 epochs in 117 s, partly under load; this pilot's LeNet-5 epoch took 84 s).
 PILOT_LOADED = {  # model key → (s per E, s overhead per trial); wall of 1 E at 256 / 4096 in the comments
-  ("mlp", 1.0): (3.5, 23.0),  # 26.8 s / 30.1 s
-  ("lenet5", 0.5): (8.5, 60.0),  # 68.4 s / 68.9 s
-  ("lenet5", 1.0): (17.4, 67.0),  # 84.1 s / 91.5 s
-  ("lenet5", 2.0): (51.8, 57.0),  # 139.5 s / 78.2 s (76.8 / 26.8 s per E: the load moved; the mean)
-  ("mnist_cnn", 0.25): (73.5, 32.0),  # 71.6 s / 139.9 s (42.3 / 104.6 s per E; the mean)
+    ("mlp", 1.0): (3.5, 23.0),            # 26.8 s / 30.1 s
+    ("lenet5", 0.5): (8.5, 60.0),         # 68.4 s / 68.9 s
+    ("lenet5", 1.0): (17.4, 67.0),        # 84.1 s / 91.5 s
+    ("lenet5", 2.0): (51.8, 57.0),        # 139.5 s / 78.2 s (76.8 / 26.8 s per E: the load moved; the mean)
+    ("mnist_cnn", 0.25): (73.5, 32.0),    # 71.6 s / 139.9 s (42.3 / 104.6 s per E; the mean)
 }
 QUIET_FACTOR = 4.5
 # The cost model per setting, in E and trials (steps to target: baseline + 3 replicates at 30 E; per batch ≈ 45 E
@@ -179,7 +178,7 @@ def _epochs(examples: float, n: int) -> float:
 def _base(name: str) -> ml_collections.ConfigDict:
   s = SETTINGS[name]
   n = s["n"]
-  base = mnist_table3.base_config()  # the MNIST study base: 55K/5K/10K, quiet, micro-batches of 256
+  base = mnist_table3.base_config()   # the MNIST study base: 55K/5K/10K, quiet, micro-batches of 256
   base.model = s["model"]
   base.model_width = float(s["width"])
   base.train_examples = 0 if n == FULL else n
@@ -193,14 +192,9 @@ def _base(name: str) -> ml_collections.ConfigDict:
 def _analysis(name: str, **kw) -> ml_collections.ConfigDict:
   s = SETTINGS[name]
   return common.analysis(
-    title=f"Critical batch axes: {name} ({s['model']} width {s['width']:g}, {s['n']:,} training examples)",
-    paper="",
-    num_train=s["n"],
-    baseline_epochs=_epochs(BASELINE_EXAMPLES, s["n"]),
-    target_goal=s["target"],
-    targets=secondary_targets(name),
-    **kw,
-  )
+      title=f"Critical batch axes: {name} ({s['model']} width {s['width']:g}, {s['n']:,} training examples)",
+      paper="", num_train=s["n"], baseline_epochs=_epochs(BASELINE_EXAMPLES, s["n"]), target_goal=s["target"],
+      targets=secondary_targets(name), **kw)
 
 
 def steps_config(name: str) -> ml_collections.ConfigDict:
@@ -209,51 +203,27 @@ def steps_config(name: str) -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.name = f"critical_batch_axes_{name}"
   c.base = _base(name)
-  rung = max(1, int(round(_epochs(2 * FULL, n))))  # ASHA's first rung at 2 epochs of 55K
+  rung = max(1, int(round(_epochs(2 * FULL, n))))   # ASHA's first rung at 2 epochs of 55K
   c.sweeps = (
-    dict(
-      name="baseline",
-      role="baseline",
-      fixed={
-        "batch_size": B0,
-        "microbatch_size": B0 // 2,
-        "diagnostics.noise_scale": True,
-        "diagnostics.noise_scale_ema": 0.99,
-      },
-    ),
-    dict(
-      name="tuned",
-      role="technique",
-      technique="tuned_momentum",
-      fixed={
-        "optimizer.lr_scaling": "sqrt",
-        "num_epochs": _epochs(LIMIT_EXAMPLES, n),
-        "optimizer.schedule.warmup_epochs": _epochs(WARMUP_EXAMPLES, n),
-      },
-      grid={"batch_size": batches(name)},
-      search={"optimizer.learning_rate": ("log",) + LR_RANGE},
-      num_trials=NUM_TRIALS,
-      seed=100,
-      stop_at_target=True,
-      pruner={"min_epochs": rung},
-    ),
+      dict(name="baseline", role="baseline",
+           fixed={"batch_size": B0, "microbatch_size": B0 // 2, "diagnostics.noise_scale": True,
+                  "diagnostics.noise_scale_ema": 0.99}),
+      dict(name="tuned", role="technique", technique="tuned_momentum",
+           fixed={"optimizer.lr_scaling": "sqrt", "num_epochs": _epochs(LIMIT_EXAMPLES, n),
+                  "optimizer.schedule.warmup_epochs": _epochs(WARMUP_EXAMPLES, n)},
+           grid={"batch_size": batches(name)},
+           search={"optimizer.learning_rate": ("log",) + LR_RANGE},
+           num_trials=NUM_TRIALS, seed=100, stop_at_target=True, pruner={"min_epochs": rung}),
   )
   c.search = common.search(min_full_budget=2, max_extensions=1)
   c.runner = common.runner()
   c.replicates = common.replicates(num_seeds=NUM_SEEDS, roles=("baseline", "technique"))
   c.analysis = _analysis(name, techniques=("tuned_momentum",), target_technique="tuned_momentum")
-  c.axes = ml_collections.ConfigDict(
-    dict(
-      target=SETTINGS[name]["target"],
-      expected_baseline=SETTINGS[name]["expected"],
-      secondary_targets=secondary_targets(name),
-      limit_examples=LIMIT_EXAMPLES,
-      setting=name,
-      axes=tuple(SETTINGS[name]["axes"]),
-      num_params=num_params(SETTINGS[name]["model"], SETTINGS[name]["width"]),
-      train_examples=n,
-    )
-  )
+  c.axes = ml_collections.ConfigDict(dict(
+      target=SETTINGS[name]["target"], expected_baseline=SETTINGS[name]["expected"],
+      secondary_targets=secondary_targets(name), limit_examples=LIMIT_EXAMPLES, setting=name,
+      axes=tuple(SETTINGS[name]["axes"]), num_params=num_params(SETTINGS[name]["model"], SETTINGS[name]["width"]),
+      train_examples=n))
   return c
 
 
@@ -265,53 +235,29 @@ def branch_config(name: str) -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.name = f"critical_batch_axes_branch_{name}"
   c.base = _base(name)
-  c.base.stop.dead_after_fraction = 0.0  # a branch at chance is a result (it loses), not a dead run
-  c.base.optimizer.lr_table = False  # a branch restores the reference's optimizer state
+  c.base.stop.dead_after_fraction = 0.0   # a branch at chance is a result (it loses), not a dead run
+  c.base.optimizer.lr_table = False       # a branch restores the reference's optimizer state
   ref_epochs = _epochs(REFERENCE_EXAMPLES, n)
   c.sweeps = (
-    dict(
-      name="reference",
-      role="baseline",
-      fixed={
-        "batch_size": B0,
-        "microbatch_size": B0 // 2,
-        "diagnostics.noise_scale": True,
-        "diagnostics.noise_scale_ema": 0.99,
-        "num_epochs": ref_epochs,
-        "checkpoint_every_epochs": cadence,
-        "eval_every_epochs": cadence,
-        "keep_checkpoints": math.ceil(ref_epochs / cadence) + 2,
-      },
-    ),
-    dict(
-      name="branch",
-      role="branch",
-      fixed={
-        "microbatch_size": 256,
-        "diagnostics.noise_scale": False,
-        "eval_every_epochs": 0.0,
-        "checkpoint_every_epochs": _epochs(FULL // 2, n),
-      },
-      grid={"batch_size": branch_batches(name), "seed": BRANCH_SEEDS},
-    ),
+      dict(name="reference", role="baseline",
+           fixed={"batch_size": B0, "microbatch_size": B0 // 2, "diagnostics.noise_scale": True,
+                  "diagnostics.noise_scale_ema": 0.99, "num_epochs": ref_epochs,
+                  "checkpoint_every_epochs": cadence, "eval_every_epochs": cadence,
+                  "keep_checkpoints": math.ceil(ref_epochs / cadence) + 2}),
+      dict(name="branch", role="branch",
+           fixed={"microbatch_size": 256, "diagnostics.noise_scale": False, "eval_every_epochs": 0.0,
+                  "checkpoint_every_epochs": _epochs(FULL // 2, n)},
+           grid={"batch_size": branch_batches(name), "seed": BRANCH_SEEDS}),
   )
-  c.branching = common.branching(
-    points_epochs=points,
-    delta_examples=DELTA,
-    lr_rule="linear",
-    lr_multiplier=1.0,
-    epsilon=EPSILON,
-    relative=True,
-    loss="validation_loss",
-  )
+  c.branching = common.branching(points_epochs=points, delta_examples=DELTA, lr_rule="linear", lr_multiplier=1.0,
+                                 epsilon=EPSILON, relative=True, loss="validation_loss")
   c.search = common.search()
-  c.replicates = common.replicates(num_seeds=0)  # the branch seeds are the replicates
+  c.replicates = common.replicates(num_seeds=0)   # the branch seeds are the replicates
   c.runner = common.runner()
   c.analysis = _analysis(name, notes=f"ε = {EPSILON} relative, pre-registered; sensitivity {EPSILON_SENSITIVITY}.")
   c.analysis.baseline_epochs = ref_epochs
-  c.axes = ml_collections.ConfigDict(
-    dict(epsilon=EPSILON, epsilon_sensitivity=EPSILON_SENSITIVITY, setting=name, points_examples=POINTS_EXAMPLES)
-  )
+  c.axes = ml_collections.ConfigDict(dict(
+      epsilon=EPSILON, epsilon_sensitivity=EPSILON_SENSITIVITY, setting=name, points_examples=POINTS_EXAMPLES))
   return c
 
 
@@ -324,8 +270,8 @@ def get_config(part: str = "") -> ml_collections.ConfigDict:
   """``critical_batch_axes.py:<setting>`` (steps to target) or ``:branch-<setting>`` (branching); see SETTINGS. The
   bare file is ``:lenet5``, the point both axes share."""
   part = part or "lenet5"
-  if part.startswith("branch-") and part[len("branch-") :] in SETTINGS:
-    return branch_config(part[len("branch-") :])
+  if part.startswith("branch-") and part[len("branch-"):] in SETTINGS:
+    return branch_config(part[len("branch-"):])
   if part in SETTINGS:
     return steps_config(part)
   raise ValueError(f"critical_batch_axes.py:{part}: name a setting ({', '.join(SETTINGS)}) or branch-<setting>.")

@@ -18,7 +18,6 @@ changed), and two techniques: Goyal's 5-epoch gradual warmup ('warmup', the LR s
 and LARS with the MLPerf-era presets' warmup + polynomial decay (label smoothing 0.1, wd 1e-4), LR and warmup
 searched around the presets (batch < 32K: LR 25 / 5 warmup epochs; < 64K: 32 / 14; ≥ 64K: 35.6 / 40).
 """
-
 import ml_collections
 
 from lamb_lars.configs import imagenet_resnet50
@@ -38,50 +37,22 @@ def get_config() -> ml_collections.ConfigDict:
   c.name = "imagenet_ladder"
   c.base = base
   c.sweeps = (
-    dict(name="baseline", role="baseline", fixed={"batch_size": B0}),
-    dict(name="linear", role="linear", grid={"batch_size": LADDER[1:]}),
-    dict(
-      name="warmup",
-      role="technique",
-      technique="warmup",
-      grid={"batch_size": TECHNIQUE},
-      fixed={"optimizer.schedule.warmup_epochs": 5.0},
-      search={"optimizer.learning_rate": ("log", 0.03, 0.3)},
-      num_trials=4,
-      seed=1,
-    ),
-    dict(
-      name="lars",
-      role="technique",
-      technique="lars",
-      grid={"batch_size": TECHNIQUE},
-      fixed={
-        "optimizer.name": "lars",
-        "optimizer.lr_scaling": "none",
-        "optimizer.schedule.decay": "poly",
-        "optimizer.schedule.poly_power": 2.0,
-        "label_smoothing": 0.1,
-        "optimizer.weight_decay": 1e-4,
-      },
-      search={
-        "optimizer.learning_rate": ("log", 10.0, 60.0),
-        "optimizer.schedule.warmup_epochs": ("linear", 5.0, 40.0),
-      },
-      num_trials=4,
-      seed=2,
-    ),
+      dict(name="baseline", role="baseline", fixed={"batch_size": B0}),
+      dict(name="linear", role="linear", grid={"batch_size": LADDER[1:]}),
+      dict(name="warmup", role="technique", technique="warmup", grid={"batch_size": TECHNIQUE},
+           fixed={"optimizer.schedule.warmup_epochs": 5.0},
+           search={"optimizer.learning_rate": ("log", 0.03, 0.3)}, num_trials=4, seed=1),
+      dict(name="lars", role="technique", technique="lars", grid={"batch_size": TECHNIQUE},
+           fixed={"optimizer.name": "lars", "optimizer.lr_scaling": "none", "optimizer.schedule.decay": "poly",
+                  "optimizer.schedule.poly_power": 2.0, "label_smoothing": 0.1, "optimizer.weight_decay": 1e-4},
+           search={"optimizer.learning_rate": ("log", 10.0, 60.0),
+                   "optimizer.schedule.warmup_epochs": ("linear", 5.0, 40.0)}, num_trials=4, seed=2),
   )
   c.search = common.search(min_epochs=10, reduction_factor=3)
   c.runner = common.runner(num_workers=1, cpus_per_trial=0)
   c.replicates = common.replicates(num_seeds=3)
   c.runner.resources = {"CPU": 8, "GPU": 8}
   c.analysis = common.analysis(
-    title="ImageNet / ResNet-50 batch-size ladder (90 epochs)",
-    paper="imagenet_resnet50",
-    target_goal=0.759,
-    num_train=1281167 - 50000,
-    baseline_epochs=90.0,
-    techniques=("warmup", "lars"),
-    target_technique="",
-  )
+      title="ImageNet / ResNet-50 batch-size ladder (90 epochs)", paper="imagenet_resnet50", target_goal=0.759,
+      num_train=1281167 - 50000, baseline_epochs=90.0, techniques=("warmup", "lars"), target_technique="")
   return c

@@ -33,7 +33,6 @@ from the published folder's recorded trial times (runs.csv ``wall_time``, 2-core
 (some pruned) + 2 replicates ≈ 10 × 84 s ≈ 14 min; the whole variant (12 + 10 runs) ≈ 24 + 14 = 38 min of training,
 ≈ 20 min of wall time on 2 workers.
 """
-
 import ml_collections
 
 from lamb_lars.configs.studies import common
@@ -51,7 +50,7 @@ def base_config() -> ml_collections.ConfigDict:
   """The branching study's reference recipe (lamb_lars/configs/studies/mnist_branching.py), in the examples order."""
   base = mnist_table3.base_config()
   base.optimizer.lr_table = False
-  base.stop.dead_after_fraction = 0.0  # a fixed large batch that stalls early is a result, run to the end
+  base.stop.dead_after_fraction = 0.0   # a fixed large batch that stalls early is a result, run to the end
   base.num_epochs = 16.0
   base.batch_size = B0
   base.data_order = "examples"
@@ -63,24 +62,17 @@ def base_config() -> ml_collections.ConfigDict:
 
 
 CONTROL_TRIALS = 8
-CONTROL_LR = (0.0125, 0.1)  # the base LR at 256, scaled linearly to the arm's batch (×8 at 2048)
-CONTROL_WARMUP = (0.0, 8.0)  # epochs of linear LR warmup
+CONTROL_LR = (0.0125, 0.1)       # the base LR at 256, scaled linearly to the arm's batch (×8 at 2048)
+CONTROL_WARMUP = (0.0, 8.0)      # epochs of linear LR warmup
 
 
 def control_arm() -> dict:
   """The fixed-large-batch arm with a searched LR and LR warmup (``:lr_warmup_control``)."""
-  return dict(
-    name=f"fixed_{FINAL_CBS}_lrwarmup",
-    role="warmup",
-    technique=f"fixed_{FINAL_CBS}_lrwarmup",
-    fixed={"batch_size": FINAL_CBS},
-    search={
-      "optimizer.learning_rate": ("log",) + CONTROL_LR,
-      "optimizer.schedule.warmup_epochs": ("linear",) + CONTROL_WARMUP,
-    },
-    num_trials=CONTROL_TRIALS,
-    seed=41,
-  )
+  return dict(name=f"fixed_{FINAL_CBS}_lrwarmup", role="warmup", technique=f"fixed_{FINAL_CBS}_lrwarmup",
+              fixed={"batch_size": FINAL_CBS},
+              search={"optimizer.learning_rate": ("log",) + CONTROL_LR,
+                      "optimizer.schedule.warmup_epochs": ("linear",) + CONTROL_WARMUP},
+              num_trials=CONTROL_TRIALS, seed=41)
 
 
 def get_config(variant: str = "") -> ml_collections.ConfigDict:
@@ -90,18 +82,16 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.name = "mnist_batch_warmup" + ("_control" if variant else "")
   c.base = base_config()
   c.sweeps = (
-    dict(name="fixed_256", role="warmup", technique="fixed_256", fixed={}),
-    dict(name="warmup", role="warmup", technique="warmup", fixed={"batch_schedule": SCHEDULE}),
-    dict(name="warmup_bsimple", role="warmup", technique="warmup_bsimple", fixed={"batch_schedule": BSIMPLE_SCHEDULE}),
-    dict(name=f"fixed_{FINAL_CBS}", role="warmup", technique=f"fixed_{FINAL_CBS}", fixed={"batch_size": FINAL_CBS}),
+      dict(name="fixed_256", role="warmup", technique="fixed_256", fixed={}),
+      dict(name="warmup", role="warmup", technique="warmup", fixed={"batch_schedule": SCHEDULE}),
+      dict(name="warmup_bsimple", role="warmup", technique="warmup_bsimple",
+           fixed={"batch_schedule": BSIMPLE_SCHEDULE}),
+      dict(name=f"fixed_{FINAL_CBS}", role="warmup", technique=f"fixed_{FINAL_CBS}", fixed={"batch_size": FINAL_CBS}),
   ) + ((control_arm(),) if variant else ())
   c.search = common.search()
   c.runner = common.runner()
   c.replicates = common.replicates(num_seeds=2, roles=("warmup",))
   c.analysis = common.analysis(
-    title="MNIST / LeNet-5: batch-size warmup against fixed batches (Merrill et al. 2025 §5)",
-    num_train=FULL,
-    baseline_epochs=16.0,
-    target_goal=0.99,
-  )
+      title="MNIST / LeNet-5: batch-size warmup against fixed batches (Merrill et al. 2025 §5)",
+      num_train=FULL, baseline_epochs=16.0, target_goal=0.99)
   return c

@@ -39,7 +39,6 @@ seeds end near chance), 4096 fails: CBS(1 epoch) ∈ [512, 2048], while B_simple
   test separates batches that train on from batches that blow up or stall (here 2048 and up end near chance),
   not a few per cent of loss; a finer ε needs more seeds (the half-width falls as t_{0.975,k−1}/√k).
 """
-
 import math
 
 import ml_collections
@@ -59,35 +58,19 @@ DELTA = 65536
 def _reference(num_epochs: float, points: tuple, b0: int, micro: int) -> dict:
   """The reference sub-sweep: checkpoints (all kept) and evaluations every quarter epoch."""
   keep = math.ceil(num_epochs / min(points)) + 2
-  return dict(
-    name="reference",
-    role="baseline",
-    fixed={
-      "batch_size": b0,
-      "microbatch_size": micro,
-      "diagnostics.noise_scale": True,
-      "diagnostics.noise_scale_ema": 0.99,
-      "num_epochs": num_epochs,
-      "checkpoint_every_epochs": min(points),
-      "eval_every_epochs": min(points),
-      "keep_checkpoints": keep,
-    },
-  )
+  return dict(name="reference", role="baseline",
+              fixed={"batch_size": b0, "microbatch_size": micro, "diagnostics.noise_scale": True,
+                     "diagnostics.noise_scale_ema": 0.99, "num_epochs": num_epochs,
+                     "checkpoint_every_epochs": min(points), "eval_every_epochs": min(points),
+                     "keep_checkpoints": keep})
 
 
 def _branch(batches: tuple, seeds: tuple, micro: int) -> dict:
   """The branch sub-sweep: evaluated once, at its end; no noise scale (the reference's is the one reported)."""
-  return dict(
-    name="branch",
-    role="branch",
-    fixed={
-      "microbatch_size": micro,
-      "diagnostics.noise_scale": False,
-      "eval_every_epochs": 0.0,
-      "checkpoint_every_epochs": 0.5,
-    },
-    grid={"batch_size": batches, "seed": seeds},
-  )
+  return dict(name="branch", role="branch",
+              fixed={"microbatch_size": micro, "diagnostics.noise_scale": False, "eval_every_epochs": 0.0,
+                     "checkpoint_every_epochs": 0.5},
+              grid={"batch_size": batches, "seed": seeds})
 
 
 def _smoke() -> ml_collections.ConfigDict:
@@ -122,39 +105,28 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   if variant == "smoke":
     return _smoke()
   if variant not in ("", "sqrt", "prereg", "sqrt_prereg"):
-    raise ValueError(
-      f"unknown variant {variant!r} of mnist_branching; use '', 'sqrt', 'prereg', 'sqrt_prereg' or 'smoke'."
-    )
+    raise ValueError(f"unknown variant {variant!r} of mnist_branching; use '', 'sqrt', 'prereg', 'sqrt_prereg' or "
+                     "'smoke'.")
   prereg = variant.endswith("prereg")
   rule = "sqrt" if variant.startswith("sqrt") else "linear"
   c = ml_collections.ConfigDict()
   c.name = "mnist_branching" + ("_sqrt" if rule == "sqrt" else "") + ("_prereg" if prereg else "")
   c.base = mnist_table3.base_config()
-  c.base.stop.dead_after_fraction = 0.0  # a 1-epoch branch at chance is a result (it loses), not a dead run
-  c.base.optimizer.lr_table = False  # a branch restores the reference's optimizer state: no LR table in it
+  c.base.stop.dead_after_fraction = 0.0   # a 1-epoch branch at chance is a result (it loses), not a dead run
+  c.base.optimizer.lr_table = False      # a branch restores the reference's optimizer state: no LR table in it
   c.sweeps = (_reference(16.0, POINTS, B0, B0 // 2), _branch(BATCHES, PREREG_SEEDS if prereg else SEEDS, 256))
   # ':sqrt': the same branches at (B/256)^½·η_ref(t), to tell a CBS bounded by the linear rule's instability from
   # one bounded by the batch (docs/studies/mnist_branching/discussion.md).
-  c.branching = common.branching(
-    points_epochs=POINTS,
-    delta_examples=DELTA,
-    lr_rule=rule,
-    lr_multiplier=1.0,
-    epsilon=PREREG_EPSILON if prereg else 0.5,
-    relative=True,
-    loss="validation_loss",
-    **({"epsilon_sensitivity": EPSILON_SENSITIVITY} if prereg else {}),
-  )
+  c.branching = common.branching(points_epochs=POINTS, delta_examples=DELTA, lr_rule=rule,
+                                 lr_multiplier=1.0,
+                                 epsilon=PREREG_EPSILON if prereg else 0.5, relative=True, loss="validation_loss",
+                                 **({"epsilon_sensitivity": EPSILON_SENSITIVITY} if prereg else {}))
   c.search = common.search()
-  c.replicates = common.replicates(num_seeds=0)  # the branch seeds are the replicates
+  c.replicates = common.replicates(num_seeds=0)   # the branch seeds are the replicates
   c.runner = common.runner()
   c.analysis = common.analysis(
-    title="MNIST / LeNet-5: the critical batch over training, by branching (Merrill et al. 2025)"
-    + (", square-root LR rule" if rule == "sqrt" else "")
-    + (f", {len(PREREG_SEEDS)} seeds, ε = {100 * PREREG_EPSILON:g}% pre-registered" if prereg else ""),
-    paper="",
-    num_train=FULL,
-    baseline_epochs=16.0,
-    target_goal=0.99,
-  )
+      title="MNIST / LeNet-5: the critical batch over training, by branching (Merrill et al. 2025)"
+      + (", square-root LR rule" if rule == "sqrt" else "")
+      + (f", {len(PREREG_SEEDS)} seeds, ε = {100 * PREREG_EPSILON:g}% pre-registered" if prereg else ""),
+      paper="", num_train=FULL, baseline_epochs=16.0, target_goal=0.99)
   return c

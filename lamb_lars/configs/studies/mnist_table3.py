@@ -26,7 +26,6 @@ epoch 2 pruned most long warmups; a4e5c88:docs/studies/mnist_table3/discussion.m
 Round 1 ran with the first rung at epoch 2 for every cell (``rung_after_warmup=False``), which its search log
 must replay; round 2 sets its own rule per sub-sweep (``pruner``).
 """
-
 import ml_collections
 
 from lamb_lars.configs import mnist_lenet
@@ -35,38 +34,30 @@ from lamb_lars.configs.studies import common
 NUM_TRIALS = 6
 # log-LR ranges (lo, hi) per (solver, column): 'bs256' at batch 256, 'original' and 'layerwise' at 8K.
 LR_RANGES = dict(
-  momentum=dict(bs256=(0.005, 0.5), original=(0.05, 5.0), layerwise=(0.002, 0.2)),
-  adagrad=dict(bs256=(0.002, 0.2), original=(0.01, 1.0), layerwise=(0.002, 0.2)),
-  rmsprop=dict(bs256=(1e-4, 1e-2), original=(3e-4, 3e-2), layerwise=(0.002, 0.2)),
-  adam=dict(bs256=(1e-4, 1e-2), original=(3e-4, 3e-2), layerwise=(0.002, 0.2)),
-  lars=dict(bs256=(0.1, 10.0), original=(1.0, 100.0)),
-)
+    momentum=dict(bs256=(0.005, 0.5), original=(0.05, 5.0), layerwise=(0.002, 0.2)),
+    adagrad=dict(bs256=(0.002, 0.2), original=(0.01, 1.0), layerwise=(0.002, 0.2)),
+    rmsprop=dict(bs256=(1e-4, 1e-2), original=(3e-4, 3e-2), layerwise=(0.002, 0.2)),
+    adam=dict(bs256=(1e-4, 1e-2), original=(3e-4, 3e-2), layerwise=(0.002, 0.2)),
+    lars=dict(bs256=(0.1, 10.0), original=(1.0, 100.0)))
 WARMUP = {256: (0.0, 2.0), 8192: (0.0, 10.0)}
 # Round 2: (solver, variant) → log-LR range at 8K, re-centred on round 1's best trial (in brackets: its LR and
 # final test accuracy, docs/studies/mnist_table3/runs.csv at commit a4e5c88).
 ROUND2 = {
-  ("adagrad", "layerwise"): (0.002, 0.05),  # [0.0077: 94.8%, the two larger survivors pruned at epoch 2]
-  ("rmsprop", "original"): (3e-5, 1e-3),  # [3.9e-4: 93.6%, the smallest LR of round 1]
-  ("adam", "original"): (0.005, 0.15),  # [0.0265: 98.7%, the largest LR of round 1]
-  ("lars", "original"): (0.3, 8.0),  # [2.70: 98.4%, the smallest LR of round 1]
+    ("adagrad", "layerwise"): (0.002, 0.05),         # [0.0077: 94.8%, the two larger survivors pruned at epoch 2]
+    ("rmsprop", "original"): (3e-5, 1e-3),           # [3.9e-4: 93.6%, the smallest LR of round 1]
+    ("adam", "original"): (0.005, 0.15),             # [0.0265: 98.7%, the largest LR of round 1]
+    ("lars", "original"): (0.3, 8.0),                # [2.70: 98.4%, the smallest LR of round 1]
 }
 ROUND2_WARMUP = (0.0, 5.0)  # round 1's best 8K trials warmed up for 0.4–6.7 epochs
 
 
-def _cell(name: str, solver: str, batch: int, variant: str, lr: tuple, seed: int, warmup: tuple = (), **extra) -> dict:
-  return dict(
-    name=name,
-    role="table3",
-    variant=variant,
-    fixed={"batch_size": batch, "optimizer.name": solver, **common.VARIANT_KEYS[variant]},
-    search={
-      "optimizer.learning_rate": ("log",) + tuple(lr),
-      "optimizer.schedule.warmup_epochs": ("linear",) + tuple(warmup or WARMUP[batch]),
-    },
-    num_trials=NUM_TRIALS,
-    seed=seed,
-    **extra,
-  )
+def _cell(name: str, solver: str, batch: int, variant: str, lr: tuple, seed: int, warmup: tuple = (),
+          **extra) -> dict:
+  return dict(name=name, role="table3", variant=variant,
+              fixed={"batch_size": batch, "optimizer.name": solver, **common.VARIANT_KEYS[variant]},
+              search={"optimizer.learning_rate": ("log",) + tuple(lr),
+                      "optimizer.schedule.warmup_epochs": ("linear",) + tuple(warmup or WARMUP[batch])},
+              num_trials=NUM_TRIALS, seed=seed, **extra)
 
 
 def sweeps(rounds: tuple = (1, 2)) -> tuple:
@@ -85,18 +76,8 @@ def sweeps(rounds: tuple = (1, 2)) -> tuple:
   if 2 not in rounds:
     return tuple(out)
   for (solver, v), lr in ROUND2.items():
-    out.append(
-      _cell(
-        f"r2-b8k-{solver}-{v.replace('_', '')}",
-        solver,
-        8192,
-        v,
-        lr,
-        100 + seed,
-        warmup=ROUND2_WARMUP,
-        pruner={"rung_after_warmup": True},
-      )
-    )
+    out.append(_cell(f"r2-b8k-{solver}-{v.replace('_', '')}", solver, 8192, v, lr, 100 + seed,
+                     warmup=ROUND2_WARMUP, pruner={"rung_after_warmup": True}))
     seed += 1
   return tuple(out)
 
@@ -125,15 +106,12 @@ def base_config() -> ml_collections.ConfigDict:
 # momentum trains at 8K (0.025–0.08, a4e5c88:docs/studies/mnist_batch_ladder); 8 points per cell, and the runner's
 # edge rule extends a range whose best point lies at its edge (lamb_lars/configs/studies/common.py ``search``).
 REPUBLISH_RANGES = {
-  **{(solver, col): lrs[col] for solver, lrs in LR_RANGES.items() for col in lrs},
-  ("momentum", "original"): (0.005, 5.0),
-  **{
-    (solver, "original" if v == "original" else "layerwise"): (
-      min(lr[0], LR_RANGES[solver]["original" if v == "original" else "layerwise"][0]),
-      max(lr[1], LR_RANGES[solver]["original" if v == "original" else "layerwise"][1]),
-    )
-    for (solver, v), lr in ROUND2.items()
-  },
+    **{(solver, col): lrs[col] for solver, lrs in LR_RANGES.items() for col in lrs},
+    ("momentum", "original"): (0.005, 5.0),
+    **{(solver, "original" if v == "original" else "layerwise"): (
+        min(lr[0], LR_RANGES[solver]["original" if v == "original" else "layerwise"][0]),
+        max(lr[1], LR_RANGES[solver]["original" if v == "original" else "layerwise"][1]))
+       for (solver, v), lr in ROUND2.items()},
 }
 REPUBLISH_TRIALS = 8
 # LARS as the paper runs it (You et al. 2020 §3.1 and Table 3): linear warmup, then polynomial decay (power 2, as
@@ -149,14 +127,8 @@ def republish_sweeps() -> tuple:
     for batch, cols in ((256, ("original",)), (8192, variants)):
       for v in cols:
         lr = REPUBLISH_RANGES[(solver, "bs256" if batch == 256 else "original" if v == "original" else "layerwise")]
-        cell = _cell(
-          f"{'bs256' if batch == 256 else 'b8k'}-{solver}" + (f"-{v.replace('_', '')}" if batch > 256 else ""),
-          solver,
-          batch,
-          v,
-          lr,
-          seed,
-        )
+        cell = _cell(f"{'bs256' if batch == 256 else 'b8k'}-{solver}" + (f"-{v.replace('_', '')}" if batch > 256
+                                                                        else ""), solver, batch, v, lr, seed)
         cell["num_trials"] = REPUBLISH_TRIALS
         if solver == "lars":
           cell["fixed"] = {**cell["fixed"], **LARS_SCHEDULE}
@@ -189,12 +161,8 @@ def republish_config() -> ml_collections.ConfigDict:
   c.search = common.search()
   c.runner = common.runner()
   c.analysis = common.analysis(
-    title="MNIST / LeNet-5: You et al. 2020 Table 3 at paper budget (30 epochs, tuned per cell, replicated)",
-    paper="mnist_lenet",
-    num_train=55000,
-    baseline_epochs=30.0,
-    table3_batch=8192,
-  )
+      title="MNIST / LeNet-5: You et al. 2020 Table 3 at paper budget (30 epochs, tuned per cell, replicated)",
+      paper="mnist_lenet", num_train=55000, baseline_epochs=30.0, table3_batch=8192)
   c.replicates = common.replicates(num_seeds=3)
   return c
 
@@ -219,17 +187,13 @@ def adagrad_config() -> ml_collections.ConfigDict:
   cells = []
   for cell in republish_sweeps():
     if cell["fixed"]["optimizer.name"] == "adagrad":
-      cell = dict(
-        cell,
-        search={**cell["search"], "optimizer.eps": ADAGRAD_EPS, "optimizer.initial_accumulator_value": ADAGRAD_G0},
-        num_trials=ADAGRAD_TRIALS,
-        seed=cell["seed"] + 1000,
-      )
+      cell = dict(cell, search={**cell["search"], "optimizer.eps": ADAGRAD_EPS,
+                                "optimizer.initial_accumulator_value": ADAGRAD_G0},
+                  num_trials=ADAGRAD_TRIALS, seed=cell["seed"] + 1000)
       cells.append(cell)
   c.sweeps = tuple(cells)
-  c.analysis.title = (
-    "MNIST / LeNet-5: You et al. 2020 Table 3, AdaGrad cells with ε and the initial accumulator searched"
-  )
+  c.analysis.title = ("MNIST / LeNet-5: You et al. 2020 Table 3, AdaGrad cells with ε and the initial accumulator "
+                      "searched")
   return c
 
 
@@ -252,48 +216,33 @@ def adagrad_config() -> ml_collections.ConfigDict:
 #   configuration re-run as a fixed cell, seed 10 and 6 replicates (11–16): 7 fresh seeds, none the republish's.
 # Searched cells: 6 replicate seeds of the configuration chosen on validation (its own seed not counted).
 CHOSEN = {  # cell → (η, warmup epochs) of the republish's chosen trial (runs.csv, ``replicate_of``)
-  "bs256-adagrad": (0.13167898212763338, 1.8321594428271055),
-  "bs256-adam": (0.011898778961173924, 0.19893049564276555),
-  "bs256-lars": (7.59896898568246, 0.8472661450505257),
-  "bs256-momentum": (0.04615117286627923, 0.6617712788283825),
-  "bs256-rmsprop": (0.007784644965825879, 0.29100441560149193),
-  "b8k-adagrad-layerwise": (0.047635048295836216, 8.096460746601224),
-  "b8k-adagrad-layerwisebound": (0.09019305203530664, 4.593259058892727),
-  "b8k-adagrad-original": (0.06734014265933723, 5.780420023947954),
-  "b8k-adam-layerwise": (0.03070076993196979, 6.506109228357673),
-  "b8k-adam-layerwisebound": (0.022107913116414, 3.45052189193666),
-  "b8k-adam-original": (0.017954008783858635, 9.141904106363654),
-  "b8k-lars-original": (9.049512421162424, 0.9769798070192337),
-  "b8k-momentum-layerwise": (0.014621601222964365, 9.916822155937552),
-  "b8k-momentum-layerwisebound": (0.04828396780916916, 9.601285895332694),
-  "b8k-momentum-original": (0.00715063759441176, 2.6863384153693914),
-  "b8k-rmsprop-layerwise": (0.02804371426857667, 4.723229855298996),
-  "b8k-rmsprop-layerwisebound": (0.08247382719940412, 5.359201217070222),
-  "b8k-rmsprop-original": (0.009330454408077608, 4.157574027776718),
+    "bs256-adagrad": (0.13167898212763338, 1.8321594428271055),
+    "bs256-adam": (0.011898778961173924, 0.19893049564276555),
+    "bs256-lars": (7.59896898568246, 0.8472661450505257),
+    "bs256-momentum": (0.04615117286627923, 0.6617712788283825),
+    "bs256-rmsprop": (0.007784644965825879, 0.29100441560149193),
+    "b8k-adagrad-layerwise": (0.047635048295836216, 8.096460746601224),
+    "b8k-adagrad-layerwisebound": (0.09019305203530664, 4.593259058892727),
+    "b8k-adagrad-original": (0.06734014265933723, 5.780420023947954),
+    "b8k-adam-layerwise": (0.03070076993196979, 6.506109228357673),
+    "b8k-adam-layerwisebound": (0.022107913116414, 3.45052189193666),
+    "b8k-adam-original": (0.017954008783858635, 9.141904106363654),
+    "b8k-lars-original": (9.049512421162424, 0.9769798070192337),
+    "b8k-momentum-layerwise": (0.014621601222964365, 9.916822155937552),
+    "b8k-momentum-layerwisebound": (0.04828396780916916, 9.601285895332694),
+    "b8k-momentum-original": (0.00715063759441176, 2.6863384153693914),
+    "b8k-rmsprop-layerwise": (0.02804371426857667, 4.723229855298996),
+    "b8k-rmsprop-layerwisebound": (0.08247382719940412, 5.359201217070222),
+    "b8k-rmsprop-original": (0.009330454408077608, 4.157574027776718),
 }
-CLIFF_CELLS = (
-  "b8k-momentum-original",
-  "b8k-momentum-layerwise",
-  "b8k-momentum-layerwisebound",
-  "b8k-rmsprop-original",
-  "b8k-rmsprop-layerwisebound",
-  "b8k-adam-layerwisebound",
-  "b8k-lars-original",
-  "b8k-adagrad-original",
-  "b8k-adagrad-layerwisebound",
-)
-FIXED_CELLS = (
-  "bs256-momentum",
-  "bs256-rmsprop",
-  "bs256-adam",
-  "bs256-lars",
-  "b8k-adam-original",
-  "b8k-adam-layerwise",
-  "b8k-rmsprop-layerwise",
-)
+CLIFF_CELLS = ("b8k-momentum-original", "b8k-momentum-layerwise", "b8k-momentum-layerwisebound",
+               "b8k-rmsprop-original", "b8k-rmsprop-layerwisebound", "b8k-adam-layerwisebound", "b8k-lars-original",
+               "b8k-adagrad-original", "b8k-adagrad-layerwisebound")
+FIXED_CELLS = ("bs256-momentum", "bs256-rmsprop", "bs256-adam", "bs256-lars", "b8k-adam-original",
+               "b8k-adam-layerwise", "b8k-rmsprop-layerwise")
 ROBUST_TRIALS = 16
 ROBUST_SEEDS = 6
-CLIFF_SPAN = 3.0  # the dense LR range around η*: [η*/3, 3η*]
+CLIFF_SPAN = 3.0          # the dense LR range around η*: [η*/3, 3η*]
 FIXED_SEED = 10
 
 
@@ -305,19 +254,9 @@ def robust_sweeps() -> tuple:
     name = cell["name"]
     eta, warmup = CHOSEN[name]
     if name in FIXED_CELLS:
-      out.append(
-        dict(
-          name=f"fixed-{name}",
-          role="table3",
-          variant=cell["variant"],
-          fixed={
-            **cell["fixed"],
-            "optimizer.learning_rate": eta,
-            "optimizer.schedule.warmup_epochs": warmup,
-            "seed": FIXED_SEED,
-          },
-        )
-      )
+      out.append(dict(name=f"fixed-{name}", role="table3", variant=cell["variant"],
+                      fixed={**cell["fixed"], "optimizer.learning_rate": eta,
+                             "optimizer.schedule.warmup_epochs": warmup, "seed": FIXED_SEED}))
       continue
     if name in adagrad:
       dense = dict(adagrad[name])
@@ -351,10 +290,8 @@ def robust_config() -> ml_collections.ConfigDict:
   c.sweeps = robust_sweeps()
   c.search = common.search(refine_factor=1.5, max_refinements=3)
   c.replicates = common.replicates(num_seeds=ROBUST_SEEDS)
-  c.analysis.title = (
-    "MNIST / LeNet-5: You et al. 2020 Table 3, robust: ≥ 6 seeds per cell, dense search near "
-    "the divergence cliffs, AdaGrad ε and G₀ searched"
-  )
+  c.analysis.title = ("MNIST / LeNet-5: You et al. 2020 Table 3, robust: ≥ 6 seeds per cell, dense search near "
+                      "the divergence cliffs, AdaGrad ε and G₀ searched")
   return c
 
 
@@ -381,11 +318,7 @@ def get_config(part: str = "") -> ml_collections.ConfigDict:
   c.runner = common.runner()
   c.replicates = common.replicates(num_seeds=3)
   c.analysis = common.analysis(
-    title="MNIST / LeNet-5: You et al. 2020 Table 3 at paper budget (30 epochs, tuned per cell)"
-    + (", round 2: four 8K cells on re-centred LR ranges" if part else ""),
-    paper="mnist_lenet",
-    num_train=55000,
-    baseline_epochs=30.0,
-    table3_batch=8192,
-  )
+      title="MNIST / LeNet-5: You et al. 2020 Table 3 at paper budget (30 epochs, tuned per cell)"
+      + (", round 2: four 8K cells on re-centred LR ranges" if part else ""),
+      paper="mnist_lenet", num_train=55000, baseline_epochs=30.0, table3_batch=8192)
   return c

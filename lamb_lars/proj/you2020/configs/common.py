@@ -13,7 +13,6 @@
 - Momentum and LARS end at 1e-4; LAMB (BERT's ``create_optimizer``) decays to 0 and truncates its warmup to
   int(60000·W/B) steps.
 """
-
 import ml_collections
 
 from lamb_lars.configs import default

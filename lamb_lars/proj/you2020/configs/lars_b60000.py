@@ -7,7 +7,6 @@ Command:  python train.py --config=lamb_lars/proj/you2020/configs/lars_b60000.py
 Hardware: ~2M images: 15–30 min on the 2-core CPU (docs/BENCHMARKS.md); minutes on a GPU.
 Shared recipe: lamb_lars/proj/you2020/configs/common.py; comparison: docs/studies/mnist_paper_logs/.
 """
-
 from lamb_lars.proj.you2020.configs import common
 
 

@@ -29,7 +29,6 @@ plus two replicates):
 * momentum 8K "original": the authors' batch-1024 momentum recipe (LR 0.08, no warmup) scaled linearly to 8K, LR
   0.64, which the paper reports as diverging.
 """
-
 import ml_collections
 
 from lamb_lars.proj.you2020.configs import common as paper_common
@@ -37,21 +36,15 @@ from lamb_lars.configs.studies import common
 from lamb_lars.configs.studies import mnist_table3
 
 STEPS_AT_8K = 250
-EPOCHS = STEPS_AT_8K * 8192 / 60000  # 34.13: the authors' 8K budget, in epochs so every batch gets the same
+EPOCHS = STEPS_AT_8K * 8192 / 60000       # 34.13: the authors' 8K budget, in epochs so every batch gets the same
 NUM_TRIALS = 8
 # The LeNet-5 study's ranges, except LARS at 8K around the authors' 6.0 (their TF LARS, not ours).
 LR_RANGES = {**mnist_table3.LR_RANGES, "lars": dict(bs256=(0.1, 10.0), original=(1.0, 30.0))}
 WARMUP = {256: (0.0, 2.0), 8192: (0.0, 20.0)}
 # The authors' LARS (lamb_lars/proj/you2020/configs/common.py ``lars``): TF LARSOptimizer, η = 0.001, β = 1e-4 in the
 # ratio only, ε = 0, every variable.
-TF_LARS = {
-  "optimizer.lars_update": "tf",
-  "optimizer.weight_decay": 1e-4,
-  "optimizer.trust_coefficient": 0.001,
-  "optimizer.trust_eps": 0.0,
-  "optimizer.weight_decay_mask": "",
-  "optimizer.adaptation_mask": "",
-}
+TF_LARS = {"optimizer.lars_update": "tf", "optimizer.weight_decay": 1e-4, "optimizer.trust_coefficient": 0.001,
+           "optimizer.trust_eps": 0.0, "optimizer.weight_decay_mask": "", "optimizer.adaptation_mask": ""}
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -79,18 +72,10 @@ def _cell(name: str, solver: str, batch: int, variant: str, seed: int) -> dict:
   fixed = {"batch_size": batch, "optimizer.name": solver, **common.VARIANT_KEYS[variant]}
   if solver == "lars":
     fixed.update(TF_LARS)
-  return dict(
-    name=name,
-    role="table3",
-    variant=variant,
-    fixed=fixed,
-    search={
-      "optimizer.learning_rate": ("log",) + LR_RANGES[solver][col],
-      "optimizer.schedule.warmup_epochs": ("linear",) + WARMUP[batch],
-    },
-    num_trials=NUM_TRIALS,
-    seed=seed,
-  )
+  return dict(name=name, role="table3", variant=variant, fixed=fixed,
+              search={"optimizer.learning_rate": ("log",) + LR_RANGES[solver][col],
+                      "optimizer.schedule.warmup_epochs": ("linear",) + WARMUP[batch]},
+              num_trials=NUM_TRIALS, seed=seed)
 
 
 def sweeps() -> tuple:
@@ -113,41 +98,20 @@ def _study(name: str, sweeps_: tuple) -> ml_collections.ConfigDict:
   c.search = common.search()
   c.runner = common.runner()
   c.analysis = common.analysis(
-    title="MNIST / the authors' CNN: You et al. 2020 Table 3 on their workload (tuned per cell, replicated)",
-    paper="mnist_lenet",
-    num_train=55000,
-    baseline_epochs=EPOCHS,
-    table3_batch=8192,
-  )
+      title="MNIST / the authors' CNN: You et al. 2020 Table 3 on their workload (tuned per cell, replicated)",
+      paper="mnist_lenet", num_train=55000, baseline_epochs=EPOCHS, table3_batch=8192)
   c.replicates = common.replicates(num_seeds=3)
   return c
 
 
 def cpu_config() -> ml_collections.ConfigDict:
   """The two cells run on the CPU (module docstring): fixed settings, three seeds each."""
-  lars = dict(
-    name="b8k-lars-authors",
-    role="table3",
-    variant="original",
-    fixed={
-      "batch_size": 8192,
-      "optimizer.name": "lars",
-      **TF_LARS,
-      "optimizer.learning_rate": 6.0,
-      "optimizer.schedule.warmup_epochs": 16.0,
-    },
-  )
-  momentum = dict(
-    name="b8k-momentum-original-linear",
-    role="table3",
-    variant="original",
-    fixed={
-      "batch_size": 8192,
-      "optimizer.name": "momentum",
-      "optimizer.learning_rate": 0.64,
-      "optimizer.schedule.warmup_epochs": 0.0,
-    },
-  )
+  lars = dict(name="b8k-lars-authors", role="table3", variant="original",
+              fixed={"batch_size": 8192, "optimizer.name": "lars", **TF_LARS, "optimizer.learning_rate": 6.0,
+                     "optimizer.schedule.warmup_epochs": 16.0})
+  momentum = dict(name="b8k-momentum-original-linear", role="table3", variant="original",
+                  fixed={"batch_size": 8192, "optimizer.name": "momentum", "optimizer.learning_rate": 0.64,
+                         "optimizer.schedule.warmup_epochs": 0.0})
   c = _study("mnist_table3_paper_cpu", (lars, momentum))
   c.replicates = common.replicates(num_seeds=2)  # the first trial + 2 replicates = 3 seeds per cell
   return c
