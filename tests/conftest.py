@@ -5,10 +5,11 @@ subprocess a test starts: train.py, study trials), so a program that many tests 
 the small MNIST runs — is compiled once. A cached executable is the same code, so results stay bit-identical (the
 optimizers against optax, a resumed run against an uninterrupted one). ``LAMB_LARS_TEST_JAX_CACHE=0`` turns it off.
 And flax's setting (``jax_disable_most_optimizations``, as in its train_test.py) for the whole session, workers and
-subprocesses alike: a test trains for a few steps, so compiling dominates, and both sides of every comparison
-(a resumed run and an uninterrupted one, two processes and one, the optimizers and optax) compile the same way. It
-cut the suite's CPU time by about a fifth (BENCHMARKS §1). ``LAMB_LARS_TEST_XLA_OPT=1`` compiles with XLA's
-optimisations instead, as a user's run does; the suite passes either way. The ``unoptimized_xla`` fixture keeps the
+subprocesses alike: a test trains for a few steps, so compiling dominates, and both sides of every comparison (a
+resumed run and an uninterrupted one, two processes and one, the optimizers and optax) compile the same way. It cut
+the suite's CPU time by about a fifth (BENCHMARKS §1). A test that trains long enough for the run time to outweigh
+the compile time is marked ``xla_opt`` and compiles with the optimisations. ``LAMB_LARS_TEST_XLA_OPT=1`` compiles
+every test with them, as a user's run does; the suite passes either way. The ``unoptimized_xla`` fixture keeps the
 setting for a test whatever the session's.
 
 Tiers (markers in pyproject.toml): ``pytest -m "not slow"`` is the fast tier to run while working; ``slow`` marks a
@@ -44,6 +45,22 @@ def unoptimized_xla():
 
   old = jax.config.read("jax_disable_most_optimizations")
   jax.config.update("jax_disable_most_optimizations", True)
+  yield
+  jax.config.update("jax_disable_most_optimizations", old)
+
+
+@pytest.fixture(autouse=True)
+def _xla_opt(request, monkeypatch):
+  """A test marked ``xla_opt`` compiles with XLA's optimisations, in this process and in the subprocesses it starts:
+  it trains long enough that the optimised program's run time saves more than its compile time costs."""
+  if request.node.get_closest_marker("xla_opt") is None or os.environ.get("JAX_DISABLE_MOST_OPTIMIZATIONS") != "1":
+    yield
+    return
+  import jax  # pylint: disable=import-outside-toplevel
+
+  monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "0")
+  old = jax.config.read("jax_disable_most_optimizations")
+  jax.config.update("jax_disable_most_optimizations", False)
   yield
   jax.config.update("jax_disable_most_optimizations", old)
 

@@ -16,6 +16,9 @@ from lamb_lars import input_pipeline
 from lamb_lars.configs import mnist_lenet
 from lamb_lars.train.trainer import train_and_evaluate
 
+# The trainer runs tens to hundreds of steps here: run time outweighs compile time (conftest.py).
+pytestmark = pytest.mark.xla_opt
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA_DIR = os.environ.get("LAMB_LARS_TEST_DATA_DIR") or os.path.join(tempfile.gettempdir(), "lamb_lars_test_tfds")
 
