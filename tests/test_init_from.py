@@ -62,7 +62,6 @@ def test_a_branch_starts_from_the_reference_state_exactly(data_dir, reference):
 @pytest.mark.slow
 @pytest.mark.e2e
 @ON_REFERENCE_WORKER
-@pytest.mark.xla_opt
 def test_a_branch_at_the_same_batch_and_seed_continues_the_reference(data_dir, reference, tmp_path):
   """rule 'none' at B_ref with the reference's seed: its 10 steps are the reference's steps 11–20, bit for bit."""
   got = train_and_evaluate(
