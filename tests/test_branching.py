@@ -86,8 +86,9 @@ def test_trajectory_and_warmup_schedule():
 
 
 def test_the_doubling_rule_on_any_limit_such_as_the_noise_scale():
-  # B_simple of the MNIST reference at its branch points (docs/studies/mnist_branching): 512 from 4.02 epochs
-  # (843 ≥ 512, < 1024), 1024 from 8.04 (1872 ≥ 1024, < 2048); a missing or non-finite value keeps the batch.
+  # B_simple of the MNIST reference at its branch points (docs/studies/mnist_branching, in git at 80c425a): 512 from
+  # 4.02 epochs (843 ≥ 512, < 1024), 1024 from 8.04 (1872 ≥ 1024, < 2048); a missing or non-finite value keeps the
+  # batch.
   limits = [(0.25, 13.7), (0.5, 22.3), (1.0, None), (2.0, float("nan")), (4.02, 843.0), (8.04, 1872.0)]
   assert branching.doubling_schedule(limits, 256) == [(0.0, 256), (4.02, 512), (8.04, 1024)]
   assert branching.doubling_schedule(limits, 256, max_batch=512) == [(0.0, 256), (4.02, 512)]

@@ -57,8 +57,8 @@ def test_a_number_quoted_from_another_folder_is_looked_up_there():
 
 
 def test_verify_fails_on_an_edited_number_in_a_claims_checked_discussion(tmp_path):
-  src = os.path.join(REPO, "docs", "studies", "mnist_branching_sqrt")
-  out = str(tmp_path / "mnist_branching_sqrt")
+  src = os.path.join(REPO, "docs", "studies", "mnist_branching_sqrt_prereg")
+  out = str(tmp_path / "mnist_branching_sqrt_prereg")
   shutil.copytree(src, out)
   path = os.path.join(out, "manifest.json")
   m = json.load(open(path, encoding="utf-8"))
@@ -67,14 +67,14 @@ def test_verify_fails_on_an_edited_number_in_a_claims_checked_discussion(tmp_pat
   assert provenance.verify(out) == []  # every number it quotes is in the data
   disc = os.path.join(out, "discussion.md")
   text = open(disc, encoding="utf-8").read()
-  assert "14 → 1,872 over the points" in text  # B_simple(t), as the README prints it
-  open(disc, "w", encoding="utf-8").write(text.replace("14 → 1,872 over the points", "14 → 1,879 over the points"))
+  assert "181.6, 827.3 and 2051" in text  # B_simple(t), as the README prints it
+  open(disc, "w", encoding="utf-8").write(text.replace("181.6, 827.3 and 2051", "181.6, 827.9 and 2051"))
   problems = provenance.verify(out)
-  assert len(problems) == 1 and "quotes 1,879" in problems[0], problems
+  assert len(problems) == 1 and "quotes 827.9" in problems[0], problems
   run = subprocess.run(
     [sys.executable, "-m", "lamb_lars.study", "verify", out], cwd=REPO, capture_output=True, text=True
   )
-  assert run.returncode == 1 and "1,879" in run.stdout
+  assert run.returncode == 1 and "827.9" in run.stdout
   m["claims_checked"] = False  # not opted in: verify passes, --claims warns
   json.dump(m, open(path, "w", encoding="utf-8"))
   assert provenance.verify(out) == []
@@ -83,4 +83,4 @@ def test_verify_fails_on_an_edited_number_in_a_claims_checked_discussion(tmp_pat
   run = subprocess.run(
     [sys.executable, "-m", "lamb_lars.study", "verify", "--claims", out], cwd=REPO, capture_output=True, text=True
   )
-  assert run.returncode == 0 and "warning" in run.stdout and "1,879" in run.stdout
+  assert run.returncode == 0 and "warning" in run.stdout and "827.9" in run.stdout

@@ -415,7 +415,7 @@ def test_a_missing_store_beside_run_directories_is_refused(tmp_path):
 
 # --- 9. Smaller warts. ----------------------------------------------------------------------------------------
 
-_FOLDER = "docs/studies/mnist_branching_sqrt"
+_FOLDER = "docs/studies/mnist_branching_sqrt_prereg"
 
 
 @pytest.mark.parametrize("form", [[f"--workdir={_FOLDER}"], ["--workdir", _FOLDER], [_FOLDER]])

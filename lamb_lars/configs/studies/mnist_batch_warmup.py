@@ -14,9 +14,10 @@ seeds 0, 1, 2 (the seed-0 trial and two replicates):
 
 * ``fixed_256``: the base batch B0 = 256 throughout (3,438 steps);
 * ``warmup``: :data:`SCHEDULE`, the batch-size warmup that the measured CBS(t) implies
-  (docs/studies/mnist_branching: double the batch while the conservative end of the CBS bracket, ``low``, is at
-  least twice it; ε = 50% of the loss): 512 from 0.25 epochs, 1024 from 0.50, 2048 from 8.04. The LR is the base
-  cosine read at the examples seen, times B/256 (``batch_schedule_lr='linear'``, the branches' rule);
+  (docs/studies/mnist_branching, superseded, in git at 80c425a: double the batch while the conservative end of the
+  CBS bracket, ``low``, is at least twice it; ε = 50% of the loss): 512 from 0.25 epochs, 1024 from 0.50, 2048
+  from 8.04. The LR is the base cosine read at the examples seen, times B/256 (``batch_schedule_lr='linear'``, the
+  branches' rule);
 * ``warmup_bsimple``: :data:`BSIMPLE_SCHEDULE`, the same doubling rule applied to the reference's gradient noise
   scale B_simple(t) instead of CBS(t) (McCandlish et al. 2018's proxy, which Merrill et al. find unreliable):
   B_simple is 14, 22, 44, 180, 843 and 1,872 at the branch points, so 512 from 4.02 epochs and 1024 from 8.04;
@@ -40,7 +41,7 @@ from lamb_lars.configs.studies import mnist_table3
 
 B0 = 256
 FULL = 55000
-# From docs/studies/mnist_branching (the warmup schedules printed there), in examples:
+# From docs/studies/mnist_branching (in git at 80c425a; the warmup schedules printed there), in examples:
 SCHEDULE = "13824:512,27648:1024,442368:2048"
 BSIMPLE_SCHEDULE = "221184:512,442368:1024"
 FINAL_CBS = 2048

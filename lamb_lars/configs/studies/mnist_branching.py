@@ -116,7 +116,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.base.optimizer.lr_table = False      # a branch restores the reference's optimizer state: no LR table in it
   c.sweeps = (_reference(16.0, POINTS, B0, B0 // 2), _branch(BATCHES, PREREG_SEEDS if prereg else SEEDS, 256))
   # ':sqrt': the same branches at (B/256)^½·η_ref(t), to tell a CBS bounded by the linear rule's instability from
-  # one bounded by the batch (docs/studies/mnist_branching/discussion.md).
+  # one bounded by the batch (docs/studies/mnist_branching_prereg/discussion.md).
   c.branching = common.branching(points_epochs=POINTS, delta_examples=DELTA, lr_rule=rule,
                                  lr_multiplier=1.0,
                                  epsilon=PREREG_EPSILON if prereg else 0.5, relative=True, loss="validation_loss",
