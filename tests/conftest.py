@@ -4,13 +4,12 @@ Cheap compilation: one persistent XLA compilation cache for the whole test sessi
 subprocess a test starts: train.py, study trials), so a program that many tests compile — the LeNet-5 train step of
 the small MNIST runs — is compiled once. A cached executable is the same code, so results stay bit-identical (the
 optimizers against optax, a resumed run against an uninterrupted one). ``LAMB_LARS_TEST_JAX_CACHE=0`` turns it off.
-And flax's setting (``jax_disable_most_optimizations``, as in its train_test.py) for the whole session, workers and
-subprocesses alike: a test trains for a few steps, so compiling dominates, and both sides of every comparison (a
-resumed run and an uninterrupted one, two processes and one, the optimizers and optax) compile the same way. It cut
-the suite's CPU time by about a fifth (BENCHMARKS §1). A test that trains long enough for the run time to outweigh
-the compile time is marked ``xla_opt`` and compiles with the optimisations. ``LAMB_LARS_TEST_XLA_OPT=1`` compiles
-every test with them, as a user's run does; the suite passes either way. The ``unoptimized_xla`` fixture keeps the
-setting for a test whatever the session's.
+And flax's setting (``jax_disable_most_optimizations``, as in its train_test.py) in the pytest processes: a test
+that compiles in-process trains for a few steps, so compiling dominates (the fast tier took 118 s with it against
+152 s without, BENCHMARKS §1). The processes a test starts (train.py, study trials) compile as a user's run does and
+share the persistent cache with one another. A test that trains long in-process is marked ``xla_opt`` and compiles
+with the optimisations; so does every test under ``LAMB_LARS_TEST_XLA_OPT=1``. The ``unoptimized_xla`` fixture keeps
+the setting for a test whatever the session's.
 
 Tiers (markers in pyproject.toml): ``pytest -m "not slow"`` is the fast tier to run while working; ``slow`` marks a
 test that starts a subprocess, trains end to end or takes more than about 5 s; ``e2e``, ``ray`` and ``gcs`` name what
@@ -32,8 +31,7 @@ _CACHE = os.path.join(tempfile.gettempdir(), f"lamb_lars_test_jax_cache_{os.getp
 if os.environ.get("LAMB_LARS_TEST_JAX_CACHE", "1") != "0" and "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")  # the train steps, not every jnp op
-if os.environ.get("LAMB_LARS_TEST_XLA_OPT", "0") != "1":
-  os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+_CHEAP_COMPILE = os.environ.get("LAMB_LARS_TEST_XLA_OPT", "0") != "1"
 
 
 @pytest.fixture
@@ -50,15 +48,14 @@ def unoptimized_xla():
 
 
 @pytest.fixture(autouse=True)
-def _xla_opt(request, monkeypatch):
-  """A test marked ``xla_opt`` compiles with XLA's optimisations, in this process and in the subprocesses it starts:
-  it trains long enough that the optimised program's run time saves more than its compile time costs."""
-  if request.node.get_closest_marker("xla_opt") is None or os.environ.get("JAX_DISABLE_MOST_OPTIMIZATIONS") != "1":
+def _xla_opt(request):
+  """A test marked ``xla_opt`` compiles in this process with XLA's optimisations: it trains long enough that the
+  optimised program's run time saves more than its compile time costs."""
+  if request.node.get_closest_marker("xla_opt") is None or not _CHEAP_COMPILE:
     yield
     return
   import jax  # pylint: disable=import-outside-toplevel
 
-  monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "0")
   old = jax.config.read("jax_disable_most_optimizations")
   jax.config.update("jax_disable_most_optimizations", False)
   yield
@@ -72,6 +69,10 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_configure(config):
+  if _CHEAP_COMPILE:  # this process only (pytest, each xdist worker); the subprocesses tests start are unaffected
+    import jax  # pylint: disable=import-outside-toplevel
+
+    jax.config.update("jax_disable_most_optimizations", True)
   config.addinivalue_line(
     "markers",
     "gpu: needs a GPU backend (skipped elsewhere); benchmarks/device_check.sh runs "
