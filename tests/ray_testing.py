@@ -62,16 +62,19 @@ class LocalRayCluster:
     object_store_mb: int = 80,
   ):
     self.nodes = [dict(n) for n in nodes]
-    self.temp_dir = tempfile.mkdtemp(prefix="rl", dir="/tmp")  # short: Ray's unix socket paths have a length limit
-    self.port = free_port()
-    self.node_ports = [free_port() for _ in self.nodes]
-    self.address = f"127.0.0.1:{self.port}"
+    self._fresh_addresses()
     self.env = dict(os.environ)
     self.env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, self.env.get("PYTHONPATH", "")) if p)
     self.env.pop("RAY_ADDRESS", None)
     self.env.update(FAST_HEALTH_CHECKS)
     self.env.update(env or {})
     self.object_store_mb = object_store_mb
+
+  def _fresh_addresses(self) -> None:
+    self.temp_dir = tempfile.mkdtemp(prefix="rl", dir="/tmp")  # short: Ray's unix socket paths have a length limit
+    self.port = free_port()
+    self.node_ports = [free_port() for _ in self.nodes]
+    self.address = f"127.0.0.1:{self.port}"
 
   def _start_node(self, i: int) -> None:
     n = self.nodes[i]
@@ -104,13 +107,22 @@ class LocalRayCluster:
     if out.returncode != 0:
       raise RuntimeError(f"ray start (node {i}) failed:\n{out.stdout}\n{out.stderr}")
 
-  def start(self) -> "LocalRayCluster":
-    try:
-      for i in range(len(self.nodes)):
-        self._start_node(i)
-    except BaseException:
-      self.stop()
-      raise
+  def start(self, attempts: int = 2) -> "LocalRayCluster":
+    """Starts every node; a start that fails (on a loaded 2-core machine a node can miss Ray's deadline for reaching
+    the head: "Failed to get node info ... Deadline Exceeded") is stopped and tried again on fresh ports."""
+    for attempt in range(1, attempts + 1):
+      try:
+        for i in range(len(self.nodes)):
+          self._start_node(i)
+        return self
+      except Exception:
+        self.stop()
+        if attempt == attempts:
+          raise
+        self._fresh_addresses()
+      except BaseException:
+        self.stop()
+        raise
     return self
 
   def restart_node(self, i: int) -> None:
