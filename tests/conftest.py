@@ -5,7 +5,7 @@ subprocess a test starts: train.py, study trials), so a program that many tests 
 the small MNIST runs — is compiled once. A cached executable is the same code, so results stay bit-identical (the
 optimizers against optax, a resumed run against an uninterrupted one). ``LAMB_LARS_TEST_JAX_CACHE=0`` turns it off.
 And flax's setting (``jax_disable_most_optimizations``, as in its train_test.py) in the pytest processes: a test
-that compiles in-process trains for a few steps, so compiling dominates (the fast tier took 118 s with it against
+that compiles in-process trains for a few steps, so compiling dominates (the fast tier took 120 s with it against
 152 s without, BENCHMARKS §1). The processes a test starts (train.py, study trials) compile as a user's run does and
 share the persistent cache with one another. A test that trains long in-process is marked ``xla_opt`` and compiles
 with the optimisations; so does every test under ``LAMB_LARS_TEST_XLA_OPT=1``. The ``unoptimized_xla`` fixture keeps
