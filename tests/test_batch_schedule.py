@@ -133,7 +133,6 @@ def _rows(workdir):
 
 @pytest.mark.slow
 @pytest.mark.e2e
-@pytest.mark.xla_opt
 def test_kill_and_resume_across_a_stage_boundary_is_bit_exact(data_dir, tmp_path):
   """Killed after its step-10 checkpoint (stage 0: 128 until 2000 examples, step 16), resumed: the same rows."""
   ref, killed = tmp_path / "ref", tmp_path / "killed"

@@ -104,7 +104,6 @@ def test_find_checkout_walks_up_or_finds_a_clone(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xla_opt
 def test_notebook_executes_from_outside_the_repository_as_instructed(tmp_path, monkeypatch):
   """Colab as the Setup cell instructs: a fresh working folder (Colab's /content) outside any checkout, the clone
   made and entered by the cell the notebook gives (a local ``git clone`` of this repository stands in for

@@ -241,7 +241,6 @@ def test_dispatch_is_bounded_and_serial_on_multi_device_cpu(monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.xla_opt
 @pytest.mark.parametrize("devices", [8, 2])
 def test_default_multi_device_run_of_hundreds_of_steps_completes(devices, tmp_path):
   """The README's multi-device form with the default settings (jit, 50-step chunks of one-step calls): on main it

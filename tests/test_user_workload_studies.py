@@ -109,7 +109,6 @@ def _run(args, cwd, env, timeout=600):
 
 
 @pytest.mark.slow
-@pytest.mark.xla_opt
 @pytest.mark.parametrize("part", ["table3", "warmup"])
 def test_table3_cells_and_batch_warmup_on_a_user_workload(tmp_path, part):
   (tmp_path / "uwstudy_workload.py").write_text(WORKLOAD)
