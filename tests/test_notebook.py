@@ -1,7 +1,7 @@
 """The Colab notebook runs top to bottom (smoke mode: synthetic data, two tiny runs, and two of a model defined in a
-cell) from notebooks/ and from a fresh clone (its setup and Part 1 also from the repository root), shows its plots
-inline, and neither its fresh outputs nor its committed ones show a machine path, a pip warning, a tqdm warning or a
-raw fit repr."""
+cell) from a fresh clone outside any checkout, as Colab runs it, and its setup and Part 1 also from the repository
+root and from notebooks/. It shows its plots inline, and neither its fresh outputs nor its committed ones show a
+machine path, a pip warning, a tqdm warning or a raw fit repr."""
 
 from __future__ import annotations
 
@@ -46,47 +46,22 @@ def _part1(nb):
 
 
 @pytest.mark.slow
-def test_setup_and_part1_execute_from_the_repo_root():
-  """From the repository root the setup cell finds the checkout at "." and Part 1 shows the published figures. Parts
-  2 and 3 do not depend on the notebook's folder once the checkout is found; the full runs below cover them from
-  notebooks/ and from a fresh clone outside any checkout."""
+@pytest.mark.parametrize("folder,shown", [("", "."), ("notebooks", "..")])
+def test_setup_and_part1_execute_from_the_repo_root_and_from_notebooks(folder, shown):
+  """From the repository root and from notebooks/ (a local Jupyter) the setup cell finds the checkout and Part 1
+  shows the published figures. Parts 2 and 3 do not depend on the notebook's folder once the checkout is found (the
+  setup cell changes into it); the full run below covers them, from a fresh clone outside any checkout."""
   nb = nbformat.read(NOTEBOOK, as_version=4)
   nb.cells = _part1(nb)
-  client = nbclient.NotebookClient(nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": ROOT}})
+  path = os.path.join(ROOT, folder) if folder else ROOT
+  client = nbclient.NotebookClient(nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": path}})
   client.execute()
   outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
   assert not [o for o in outputs if o.get("output_type") == "error"], _text(nb)[-3000:]
   text = _text(nb)
-  assert "lamb_lars checkout: . (relative to this notebook's folder)" in text
+  assert f"lamb_lars checkout: {shown} (relative to this notebook's folder)" in text
   assert len([o for o in outputs if "image/png" in o.get("data", {})]) >= 3
   assert not _UNWANTED.findall(text) and ROOT not in text
-
-
-@pytest.mark.slow
-@pytest.mark.e2e
-def test_notebook_executes_in_smoke_mode(tmp_path, monkeypatch):
-  cwd = "notebooks"
-  monkeypatch.setenv("LAMB_LARS_NOTEBOOK_SMOKE", "1")
-  monkeypatch.setenv("LAMB_LARS_NOTEBOOK_WORKDIR", str(tmp_path / "study"))
-  monkeypatch.delenv("XLA_FLAGS", raising=False)  # one CPU device per trainer (the suite's 8 fake ones are slow)
-  nb = nbformat.read(NOTEBOOK, as_version=4)
-  client = nbclient.NotebookClient(
-    nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": os.path.join(ROOT, cwd)}}
-  )
-  client.execute()
-  outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
-  assert not [o for o in outputs if o.get("output_type") == "error"]
-  images = [o for o in outputs if "image/png" in o.get("data", {})]
-  assert len(images) >= 3  # steps-to-target, curves, and the report's PNGs
-  text = _text(nb)
-  assert "SMOKE=True" in text and "done" in text
-  assert not _UNWANTED.findall(text.replace(str(tmp_path), "TMP"))
-  assert ROOT not in text
-  assert (tmp_path / "study" / "report" / "README.md").exists()
-  # Part 3: the model a cell defines (written to my_workload.py) trained in both trials, reported with its hash
-  own = tmp_path / "study_own_model"
-  assert (own / "workload" / "my_workload.py").exists() and (own / "report" / "README.md").exists()
-  assert "my_workload:TinyNet: my_workload.py, sha256" in text and "'done': 2" in text
 
 
 def test_find_checkout_walks_up_or_finds_a_clone(tmp_path):
@@ -104,6 +79,7 @@ def test_find_checkout_walks_up_or_finds_a_clone(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_notebook_executes_from_outside_the_repository_as_instructed(tmp_path, monkeypatch):
   """Colab as the Setup cell instructs: a fresh working folder (Colab's /content) outside any checkout, the clone
   made and entered by the cell the notebook gives (a local ``git clone`` of this repository stands in for
@@ -133,6 +109,14 @@ def test_notebook_executes_from_outside_the_repository_as_instructed(tmp_path, m
   client.execute()
   outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
   assert not [o for o in outputs if o.get("output_type") == "error"], _text(nb)[-3000:]
+  images = [o for o in outputs if "image/png" in o.get("data", {})]
+  assert len(images) >= 3  # steps-to-target, curves, and the report's PNGs
   text = _text(nb)
-  assert "failed" not in text.split("counts")[-1][:200] and "done" in text
+  assert "SMOKE=True" in text and "done" in text
+  assert "failed" not in text.split("counts")[-1][:200]
+  assert not _UNWANTED.findall(text.replace(str(tmp_path), "TMP")) and ROOT not in text
   assert (tmp_path / "study" / "report" / "README.md").exists()
+  # Part 3: the model a cell defines (written to my_workload.py) trained in both trials, reported with its hash
+  own = tmp_path / "study_own_model"
+  assert (own / "workload" / "my_workload.py").exists() and (own / "report" / "README.md").exists()
+  assert "my_workload:TinyNet: my_workload.py, sha256" in text and "'done': 2" in text
