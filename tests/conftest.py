@@ -4,14 +4,12 @@ Cheap compilation: one persistent XLA compilation cache for the whole test sessi
 subprocess a test starts: train.py, study trials), so a program that many tests compile — the LeNet-5 train step of
 the small MNIST runs — is compiled once. A cached executable is the same code, so results stay bit-identical (the
 optimizers against optax, a resumed run against an uninterrupted one). ``LAMB_LARS_TEST_JAX_CACHE=0`` turns it off.
-And flax's setting (``jax_disable_most_optimizations``, as in its train_test.py) in the pytest processes and, through
-``JAX_DISABLE_MOST_OPTIMIZATIONS=1`` in the environment, in the processes a test starts (train.py, study trials, the
-device check's dry run): a test trains for a few steps, so compiling dominates (the fast tier took 120 s with it
-against 152 s without, BENCHMARKS §1; the smoke study's 8 trials 41 s of CPU against 59 s). A test marked
-``xla_opt`` compiles with the optimisations, in this process and in the processes it starts, as a user's run does:
-one that trains long enough for run time to outweigh compile time, or one whose point is the optimised program (the
-kill-and-resume tests of test_train.py). ``LAMB_LARS_TEST_XLA_OPT=1`` turns the optimisations on for every test.
-The ``unoptimized_xla`` fixture keeps the setting for a test whatever the session's.
+And flax's setting (``jax_disable_most_optimizations``, as in its train_test.py) in the pytest processes: a test
+that compiles in-process trains for a few steps, so compiling dominates (the fast tier took 120 s with it against
+152 s without, BENCHMARKS §1). The processes a test starts (train.py, study trials) compile as a user's run does and
+share the persistent cache with one another. A test that trains long in-process is marked ``xla_opt`` and compiles
+with the optimisations; so does every test under ``LAMB_LARS_TEST_XLA_OPT=1``. The ``unoptimized_xla`` fixture keeps
+the setting for a test whatever the session's.
 
 Tiers (markers in pyproject.toml): ``pytest -m "not slow"`` is the fast tier to run while working; ``slow`` marks a
 test that starts a subprocess, trains end to end or takes more than about 5 s; ``e2e``, ``ray`` and ``gcs`` name what
@@ -34,9 +32,6 @@ if os.environ.get("LAMB_LARS_TEST_JAX_CACHE", "1") != "0" and "JAX_COMPILATION_C
   os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")  # the train steps, not every jnp op
 _CHEAP_COMPILE = os.environ.get("LAMB_LARS_TEST_XLA_OPT", "0") != "1"
-_NO_OPT_ENV = "JAX_DISABLE_MOST_OPTIMIZATIONS"  # jax reads its flags from the environment at import
-if _CHEAP_COMPILE:
-  os.environ.setdefault(_NO_OPT_ENV, "1")  # xdist workers and every process a test starts inherit it
 
 
 @pytest.fixture
@@ -54,21 +49,17 @@ def unoptimized_xla():
 
 @pytest.fixture(autouse=True)
 def _xla_opt(request):
-  """A test marked ``xla_opt`` compiles with XLA's optimisations, in this process and in the processes it starts."""
+  """A test marked ``xla_opt`` compiles in this process with XLA's optimisations: it trains long enough that the
+  optimised program's run time saves more than its compile time costs."""
   if request.node.get_closest_marker("xla_opt") is None or not _CHEAP_COMPILE:
     yield
     return
   import jax  # pylint: disable=import-outside-toplevel
 
-  old, old_env = jax.config.read("jax_disable_most_optimizations"), os.environ.get(_NO_OPT_ENV)
+  old = jax.config.read("jax_disable_most_optimizations")
   jax.config.update("jax_disable_most_optimizations", False)
-  os.environ[_NO_OPT_ENV] = "0"
   yield
   jax.config.update("jax_disable_most_optimizations", old)
-  if old_env is None:
-    os.environ.pop(_NO_OPT_ENV, None)
-  else:
-    os.environ[_NO_OPT_ENV] = old_env
 
 
 def pytest_sessionfinish(session, exitstatus):

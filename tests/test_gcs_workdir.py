@@ -155,7 +155,7 @@ def test_train_kill_and_resume_on_gcs(gcs, tmp_path):
   cfg = mnist_lenet.get_config()
   cfg.data_dir = DATA_DIR
   input_pipeline.prepare(cfg)
-  env = dict(os.environ)
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one CPU device: the point here is the storage
   ref, killed = f"gs://{BUCKET}/ref", f"gs://{BUCKET}/killed"
   out = subprocess.run(
     _train_cmd(ref), cwd=tmp_path, env={**env, "PYTHONPATH": ROOT}, capture_output=True, text=True, timeout=600
@@ -217,7 +217,7 @@ def test_study_and_report_on_gcs(gcs, tmp_path, monkeypatch):
   config = tmp_path / "tiny_study.py"
   config.write_text(TINY_STUDY)
   workdir = f"gs://{BUCKET}/studies/tiny"
-  env = {**os.environ, "PYTHONPATH": ROOT}
+  env = {**{k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}, "PYTHONPATH": ROOT}  # one CPU device per trial
   cmd = [sys.executable, "-m", "lamb_lars.study", "run", f"--config={config}", f"--workdir={workdir}"]
   out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
   assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
