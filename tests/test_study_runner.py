@@ -1,11 +1,13 @@
 """The study runner end to end on a tiny synthetic study: the search prunes, a huge LR is recorded as diverged, a bad
 trial as failed; a trial killed with SIGKILL resumes from its checkpoint; the runner killed with SIGKILL and
 restarted ends with every trial recorded exactly once (pruned ones included) and the search rebuilt from its log;
-the report is written from the workdir alone. Plus one sentence for a bad study config on the command line."""
+the report is written from the workdir alone; a snapshot of the killed study without its checkpoints, resumed in a
+copy, ends with the same results (``study snapshot``). Plus one sentence for a bad study config on the command line."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import signal
 import subprocess
@@ -16,8 +18,9 @@ import time
 import ml_collections
 import pytest
 
+from lamb_lars.common import code_state
 from lamb_lars.configs.studies import smoke
-from lamb_lars.study.running import runner, sections, store as st, sweep, trial_checks
+from lamb_lars.study.running import runner, sections, snapshot as snap, store as st, sweep, trial_checks
 from lamb_lars.study.running.driver import trial_env
 from lamb_lars.study.running import workdir as wd
 from lamb_lars.study.records import FINISHED
@@ -166,6 +169,8 @@ def test_study_survives_sigkill_of_a_trial_and_of_the_runner(tmp_path):
   assert f"{first}: trial killed by signal 9; resuming it from its checkpoint" in out1, out1
   before = _statuses(workdir)
   assert set(before) == expected and before[second] == "running"
+  # 2b. A snapshot of the killed study without its checkpoints (test_study_snapshot.py; resumed in step 6).
+  snapshot = _snapshot_killed_study(workdir, second, tmp_path, env)
   # 3. Restart: the study finishes; every trial recorded exactly once; the killed ones resumed.
   out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
   assert out.returncode == 1 and "1 trial(s) failed" in out.stderr, out.stdout + out.stderr  # the 'bad' trial
@@ -212,6 +217,66 @@ def test_study_survives_sigkill_of_a_trial_and_of_the_runner(tmp_path):
   for heading in ("## Settings", "## Trials", "## Baseline", "## Steps to target", "## Accuracy vs batch size"):
     assert heading in text
   assert {"runs.csv", "evals.csv", "accuracy_vs_batch.png"} <= set(os.listdir(tmp_path / "report"))
+  # 6. The snapshot taken in step 2b, resumed in a copy: the same results as the resume from checkpoints.
+  _resume_snapshot_gives_the_same_results(snapshot, workdir, second, cmd, env)
+
+
+def _evals(workdir: str) -> dict:
+  """Every trial's status and its eval rows."""
+  con = st.open_store(wd.store_path(workdir))
+  try:
+    keys = ("step", "train_loss", "eval_loss", "eval_accuracy", "validation_accuracy")
+    return {
+      r["run_id"]: (r["status"], [tuple(e.get(k) for k in keys) for e in st.evals(con, r["run_id"])])
+      for r in st.runs(con)
+    }
+  finally:
+    con.close()
+
+
+def _snapshot_killed_study(workdir: str, midway: str, tmp_path, env: dict) -> str:
+  """``study snapshot`` of a study whose runner was killed while ``midway`` ran: the store, the config, the commands
+  and each trial's run files, without checkpoints, tensorboard files or locks; returns a copy of it."""
+  out_dir = tmp_path / "snap"
+  out = subprocess.run(
+    [sys.executable, "-m", "lamb_lars.study", "snapshot", f"--workdir={workdir}", f"--out={out_dir}"],
+    cwd=REPO,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
+  assert out.returncode == 0 and "snapshot of" in out.stdout, out.stdout + out.stderr
+  files = {os.path.relpath(os.path.join(d, f), out_dir) for d, _, fs in os.walk(out_dir) for f in fs}
+  assert {wd.STORE_FILE, wd.STUDY_CONFIG_FILE, wd.COMMANDS_FILE, snap.SNAPSHOT_FILE} <= files
+  assert not any("/checkpoints" in f or "/tensorboard/" in f or f.endswith(".lock") for f in files), files
+  assert f"runs/{midway}/metrics.jsonl" in files
+  record = json.loads((out_dir / snap.SNAPSHOT_FILE).read_text())
+  assert record["trials"].get("running", 0) >= 1 and sum(record["trials"].values()) == len(_evals(workdir))
+  assert record["code"] == code_state.code_state(REPO)  # the checkout the study ran from
+  copy = str(tmp_path / "copy")
+  subprocess.run(["cp", "-r", str(out_dir), copy], check=True)
+  return copy
+
+
+def _resume_snapshot_gives_the_same_results(copy: str, workdir: str, midway: str, cmd: list, env: dict) -> None:
+  """The copy resumes from nothing for its unfinished trials (a trial restarted from step 0 is deterministic) and
+  ends with every trial recorded once and the eval rows of the study resumed in its own workdir, bit for bit."""
+  done = subprocess.run(
+    cmd[:-1] + [f"--workdir={copy}"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+  )
+  assert done.returncode == 1 and "1 trial(s) failed" in done.stderr, done.stdout + done.stderr  # the 'bad' trial
+  original, resumed = _evals(workdir), _evals(copy)
+  assert set(original) == set(resumed)
+  assert {rid: s for rid, (s, _) in resumed.items() if s not in ("done", "pruned", "diverged")} == {
+    rid: "failed" for rid in resumed if rid.startswith("bad-")
+  }
+  for rid, (status, rows) in resumed.items():
+    steps = [row[0] for row in rows]
+    assert steps == sorted(set(steps)), rid  # one row per eval step, even for a trial restarted from step 0
+    n = min(len(rows), len(original[rid][1]))  # a trial may be pruned at another rung in the other resume
+    assert rows[:n] == original[rid][1][:n], rid  # the same numbers, bit for bit
+  assert resumed[midway][1] and original[midway][1][:1] == resumed[midway][1][:1]  # restarted from step 0
 
 
 @pytest.mark.slow
