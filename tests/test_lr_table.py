@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +17,6 @@ from lamb_lars.configs import optimizer as optimizer_defaults
 from lamb_lars.optim import lr_table, optimizer_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA_DIR = os.environ.get("LAMB_LARS_TEST_DATA_DIR") or os.path.join(tempfile.gettempdir(), "lamb_lars_test_tfds")
 
 
 def opt_config(name="momentum", lr=0.3, warmup=3, table=True):
