@@ -76,3 +76,32 @@ def test_a_trace_without_device_events_is_one_sentence(tmp_path, capsys):
     ts.main([str(path)])
   assert e.value.code == 2
   assert "no device events" in capsys.readouterr().err
+
+
+def test_the_device_check_report_prints_the_trace_table_and_says_why_xla_mfu_is_left_out():
+  """benchmarks/device_check.markdown on a GPU-like resnet50 stage: XLA counted too few FLOPs (cuDNN calls), so the
+  MFU (XLA) cell is empty and the note says why; the profile's category table follows."""
+  from benchmarks import device_check
+
+  row = dict(batch=512, status="ok", step_ms=71.8, img_s=7133.0, xla_gflop_img=0.40, mfu_analytic=0.177)
+  report = {
+    "date": "2026-11-28",
+    "command": "bash benchmarks/device_check.sh",
+    "total_s": 1.0,
+    "budget_s": 450.0,
+    "stages": {
+      "resnet50": {
+        "status": "ok",
+        "image": 224,
+        "analytic_gflop_img": 24.54,
+        "rows": [row],
+        "xla_cost_note": "XLA's cost analysis counts 0.40 of the 24.54 analytic GFLOP/img",
+        "profile_summary": ts.summarize(ts.device_events(_trace()), steps=1),
+      }
+    },
+  }
+  md = device_check.markdown(report)
+  line = next(ln for ln in md.splitlines() if ln.startswith("| 512 |"))
+  assert "| 17.7% |" in line and line.count("%") == 1  # the analytic MFU only
+  assert "counts 0.40 of the 24.54 analytic GFLOP/img" in md
+  assert "| conv/GEMM (cuDNN, cuBLAS) | 0.5 | 55.2% |" in md
