@@ -266,10 +266,24 @@ def extension_trials(study: ml_collections.ConfigDict, cell: str, round_: int,
       if cell_name(sweep, grid_point) != cell:
         continue
       seed = int(sweep.get("seed", 0) or 0) * 1000 + i + 7919 * int(round_)
-      points = search_lib.sample(dict(space), int(sweep["num_trials"]), seed)
+      space = _in_order(space, list(dict(sweep["search"])))
+      points = search_lib.sample(space, int(sweep["num_trials"]), seed)
       return _cell_trials(study, sweep, grid_point, points, _fixed(study, sweep), f"{sweep['name']}-x{round_}",
                           f"extend{round_}", space)
   raise ValueError(f"no searched cell {cell!r} in this study.")
+
+
+_LR_KEY = "optimizer.learning_rate"
+
+
+def _in_order(mapping: Mapping[str, Any], order: Sequence[str]) -> dict[str, Any]:
+  """``mapping`` with the keys of ``order`` first, in that order, then any others in their own order.
+
+  A follow-up's trial ids and sampled points depend on key order, and the plan log stores its details as JSON with
+  sorted keys: the trials rebuilt from the log on resume must get the order the runner used when it decided them
+  (for a refinement point, the sweep's other searched keys, then the LR; phases.py)."""
+  mapping = dict(mapping)
+  return {**{k: mapping[k] for k in order if k in mapping}, **{k: v for k, v in mapping.items() if k not in order}}
 
 
 def refinement_trials(study: ml_collections.ConfigDict, cell: str, round_: int,
@@ -285,7 +299,8 @@ def refinement_trials(study: ml_collections.ConfigDict, cell: str, round_: int,
       grid_point = dict(zip(dict(sweep.get("grid") or {}).keys(), combo))
       if cell_name(sweep, grid_point) != cell:
         continue
-      specs = _cell_trials(study, sweep, grid_point, [dict(p) for p in points], _fixed(study, sweep),
+      order = [k for k in dict(sweep["search"]) if k != _LR_KEY] + [_LR_KEY]
+      specs = _cell_trials(study, sweep, grid_point, [_in_order(p, order) for p in points], _fixed(study, sweep),
                            f"{sweep['name']}-r{round_}", f"refine{round_}")
       return [dataclasses.replace(s, searched=False) for s in specs]
   raise ValueError(f"no searched cell {cell!r} in this study.")
