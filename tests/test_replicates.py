@@ -171,3 +171,15 @@ def test_baseline_seeds_enter_the_steps_fit_once_when_there_is_no_target_techniq
   text = "\n".join(report_replicates.sections(trials, spec, 256))
   row = next(ln for ln in text.splitlines() if ln.startswith("| 98.50%"))
   assert "256: 101, 102; 512:" in row
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5])
+def test_distinct_resamples_counts_the_multisets_a_bootstrap_can_draw(k):
+  """The report's note on the per-seed bootstrap ('k seeds give only N distinct resamples'), against brute force:
+  every ordered draw of k seeds with replacement, counted once per multiset."""
+  import itertools
+
+  from lamb_lars.study.report import report_replicates
+
+  brute = len({tuple(sorted(d)) for d in itertools.product(range(k), repeat=k)})
+  assert report_replicates.distinct_resamples(k) == brute

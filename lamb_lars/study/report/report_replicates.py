@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import collections
+import math
 from typing import Optional, Sequence
 
 from lamb_lars.study.analysis import replicates, scaling_fit, search_adequacy
@@ -149,7 +150,7 @@ def scaling_section(
     "S(B) = S_min·(1 + B_crit/B) (McCandlish et al. 2018 eq. 2.11) fitted to every seed in log steps; a "
     "seed that missed the target is a lower bound at its budget (censored). Beside B_crit: a bootstrap "
     f"interval over seeds ({bootstrap_num} resamples; each batch's seeds resampled with replacement) and "
-    "B_crit refitted without each batch. With k = 3 seeds a batch has only 10 distinct resamples, so the "
+    f"B_crit refitted without each batch. {_resample_note(reps, target, goals[0])}, so the "
     "percentile interval is rough and tends to be too narrow; resamples left with reached points at fewer "
     "than two batch sizes cannot be fitted and are counted, and the interval is conditional on the rest.",
     "",
@@ -159,6 +160,21 @@ def scaling_section(
     ["target", "B_crit", "95% bootstrap", "S_min", "leave one batch out", "steps per seed (>: censored)"], rows
   )
   return lines + sensitivity_section(trials, target, goals, headline, target_technique, bootstrap_num)
+
+
+def distinct_resamples(k: int) -> int:
+  """The distinct bootstrap resamples of k seeds (k draws with replacement, order ignored): C(2k − 1, k)."""
+  return math.comb(2 * k - 1, k) if k > 0 else 0
+
+
+def _resample_note(reps: Sequence[Trial], target: Target, goal: float) -> str:
+  """'With k = 4 seeds a batch has only 35 distinct resamples': a batch's k seeds, resampled k at a time with
+  replacement, give C(2k − 1, k) distinct multisets (a range when batches have different k)."""
+  ks = sorted({len(v) for v in _points(reps, target.metric, goal, target.mode).values()}) or [0]
+  k_txt = f"{ks[0]}" if ks[0] == ks[-1] else f"{ks[0]}–{ks[-1]}"
+  n = [distinct_resamples(k) for k in (ks[0], ks[-1])]
+  n_txt = f"{n[0]}" if n[0] == n[1] else f"{n[0]}–{n[1]}"
+  return f"With k = {k_txt} seeds a batch has only {n_txt} distinct resamples"
 
 
 def _scaling_row(reps: Sequence[Trial], target: Target, goal: float, headline: bool, bootstrap_num: int) -> list:
