@@ -150,8 +150,8 @@ def scaling_section(
     "S(B) = S_min·(1 + B_crit/B) (McCandlish et al. 2018 eq. 2.11) fitted to every seed in log steps; a "
     "seed that missed the target is a lower bound at its budget (censored). Beside B_crit: a bootstrap "
     f"interval over seeds ({bootstrap_num} resamples; each batch's seeds resampled with replacement) and "
-    f"B_crit refitted without each batch. {_resample_note(reps, target, goals[0])}, so the "
-    "percentile interval is rough and tends to be too narrow; resamples left with reached points at fewer "
+    f"B_crit refitted without each batch. {_resample_note(reps, target, goals[0])}; resamples left with reached "
+    "points at fewer "
     "than two batch sizes cannot be fitted and are counted, and the interval is conditional on the rest.",
     "",
   ]
@@ -168,13 +168,18 @@ def distinct_resamples(k: int) -> int:
 
 
 def _resample_note(reps: Sequence[Trial], target: Target, goal: float) -> str:
-  """'With k = 4 seeds a batch has only 35 distinct resamples': a batch's k seeds, resampled k at a time with
-  replacement, give C(2k − 1, k) distinct multisets (a range when batches have different k)."""
+  """How rough the per-seed bootstrap is: a batch's k points, resampled k at a time with replacement, give
+  C(2k − 1, k) distinct multisets; with few (k ≤ 5: at most 126) the percentile interval is coarse."""
   ks = sorted({len(v) for v in _points(reps, target.metric, goal, target.mode).values()}) or [0]
   k_txt = f"{ks[0]}" if ks[0] == ks[-1] else f"{ks[0]}–{ks[-1]}"
+  if ks[-1] > 5:
+    return f"Each batch has k = {k_txt} points to resample"
   n = [distinct_resamples(k) for k in (ks[0], ks[-1])]
   n_txt = f"{n[0]}" if n[0] == n[1] else f"{n[0]}–{n[1]}"
-  return f"With k = {k_txt} seeds a batch has only {n_txt} distinct resamples"
+  return (
+    f"With k = {k_txt} seeds a batch has only {n_txt} distinct resamples, so the percentile interval is rough and "
+    "tends to be too narrow"
+  )
 
 
 def _scaling_row(reps: Sequence[Trial], target: Target, goal: float, headline: bool, bootstrap_num: int) -> list:
