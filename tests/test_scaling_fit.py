@@ -184,3 +184,23 @@ def test_cells_sharing_a_batch_are_pooled_as_in_the_fit():
   ys[np.where(bs == 1024)[0][2:]] *= 3  # cell y's two points at 1024 from the alternative
   _, b_alt, _ = _reference(bs, ys, np.zeros(bs.size, bool))
   assert sorted([ci.lo, ci.hi]) == pytest.approx(sorted([2000.0, b_alt]), rel=5e-3)
+
+
+def test_censored_above_names_the_batches_the_fit_says_should_have_reached_the_target():
+  """A fit with s_min = 100, b_crit = 400 predicts S(800) = 150, S(1600) = 125 and S(3200) = 112.5 (written out by
+  hand). At 800 every seed missed at 200 > 150: flagged. At 1600 one seed reached it: not flagged. At 3200 every
+  seed missed, but at 100 < 112.5, a budget the fit does not say suffices: not flagged."""
+  from lamb_lars.study.analysis import scaling_fit as sf
+
+  f = sf.CensoredFit(s_min=100.0, b_crit=400.0, e_min=40000.0, loss=0.0, num_points=0, num_censored=0)
+  assert sf.predicted_steps(f, 800) == pytest.approx(150.0)
+  points = {
+    200: [(300.0, False), (310.0, False)],
+    800: [(200.0, True), (200.0, True)],
+    1600: [(120.0, False), (130.0, True)],
+    3200: [(100.0, True), (100.0, True)],
+  }
+  assert sf.censored_above(f, points) == [800]
+  inf = sf.CensoredFit(s_min=0.0, b_crit=float("inf"), e_min=40000.0, loss=0.0, num_points=0, num_censored=0)
+  assert sf.predicted_steps(inf, 800) == pytest.approx(50.0)  # e_min / B: perfect scaling
+  assert sf.censored_above(inf, points) == [800, 3200]

@@ -184,6 +184,21 @@ def leave_one_batch_out(points: Mapping[int, Sequence[tuple[float, bool]]]) -> d
   return out
 
 
+def predicted_steps(f: CensoredFit, batch: float) -> float:
+  """S(B) of the fit at ``batch``: s_min·(1 + b_crit/B), or e_min/B when b_crit = ∞."""
+  return f.e_min / batch if math.isinf(f.b_crit) else f.s_min * (1.0 + f.b_crit / batch)
+
+
+def censored_above(f: CensoredFit, points: Mapping[int, Sequence[tuple[float, bool]]]) -> list[int]:
+  """The batches the fit does not describe: every seed missed the target (censored), at budgets all larger than
+  the steps the fit predicts there. The model says each seed should have reached the target; none did."""
+  return [
+    b
+    for b in sorted(points)
+    if points[b] and all(c for _, c in points[b]) and predicted_steps(f, b) < min(y for y, _ in points[b])
+  ]
+
+
 def fit_points(points: Mapping[int, Sequence[tuple[float, bool]]]) -> CensoredFit:
   """``fit`` over ``{batch: [(steps, censored), ...]}``."""
   bs = [b for b in sorted(points) for _ in points[b]]

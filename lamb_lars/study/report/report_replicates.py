@@ -159,7 +159,35 @@ def scaling_section(
   lines += table(
     ["target", "B_crit", "95% bootstrap", "S_min", "leave one batch out", "steps per seed (>: censored)"], rows
   )
-  return lines + sensitivity_section(trials, target, goals, headline, target_technique, bootstrap_num)
+  return (
+    lines
+    + _rejected_note(reps, target, goals, headline)
+    + sensitivity_section(trials, target, goals, headline, target_technique, bootstrap_num)
+  )
+
+
+def _rejected_note(reps: Sequence[Trial], target: Target, goals: Sequence[float], headline) -> list[str]:
+  """The targets whose fit lies below batches where every seed missed (scaling_fit.censored_above), if any."""
+  found = []
+  for goal in goals:
+    pts = _points(reps, target.metric, goal, target.mode)
+    try:
+      f = scaling_fit.fit_points(pts)
+    except ValueError:
+      continue
+    above = scaling_fit.censored_above(f, pts)
+    if above:
+      name = f"{100 * goal:.2f}%" + (" (headline)" if goal == headline else "")
+      fits = ", ".join(fmt(scaling_fit.predicted_steps(f, b)) for b in above)
+      found.append(f"{name} at {', '.join(str(b) for b in above)} (fit {fits} steps)")
+  if not found:
+    return []
+  return [
+    "",
+    "Censored above the fit: every seed missed the target within a budget larger than the steps the fit predicts, "
+    f"so S(B) = S_min·(1 + B_crit/B) does not describe these batches and B_crit there is not a measurement: "
+    f"{'; '.join(found)}.",
+  ]
 
 
 def distinct_resamples(k: int) -> int:
