@@ -48,22 +48,4 @@ def __dir__() -> list[str]:
 
 __version__ = "0.1.0"
 
-__all__ = [
-  "DEFAULT_EXCLUDE",
-  "DEFAULT_MASK",
-  "TrustRatio",
-  "base_direction",
-  "exclude_mask",
-  "include_mask",
-  "lamb",
-  "lars",
-  "layerwise",
-  "layerwise_adagrad",
-  "layerwise_adam",
-  "layerwise_rmsprop",
-  "layerwise_sgd",
-  "original",
-  "scale_by_adam",
-  "scale_by_trust_ratio",
-  "trust_ratio_stats",
-]
+__all__ = sorted(_API)

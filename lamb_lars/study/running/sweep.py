@@ -46,6 +46,7 @@ import ml_collections
 
 from lamb_lars.optim import optimizer_config
 
+from lamb_lars.study.analysis import search_adequacy
 from lamb_lars.study.running import search as search_lib
 from lamb_lars.study.running import sections, trial_checks
 from lamb_lars.study.records import ROLES, normalise_variant
@@ -327,9 +328,6 @@ def extension_trials(
   raise ValueError(f"no searched cell {cell!r} in this study.")
 
 
-_LR_KEY = "optimizer.learning_rate"
-
-
 def _in_order(mapping: Mapping[str, Any], order: Sequence[str]) -> dict[str, Any]:
   """``mapping`` with the keys of ``order`` first, in that order, then any others in their own order.
 
@@ -338,6 +336,12 @@ def _in_order(mapping: Mapping[str, Any], order: Sequence[str]) -> dict[str, Any
   (for a refinement point, the sweep's other searched keys, then the LR; phases.py)."""
   mapping = dict(mapping)
   return {**{k: mapping[k] for k in order if k in mapping}, **{k: v for k, v in mapping.items() if k not in order}}
+
+
+def _refine_order(sweep: Mapping[str, Any]) -> list[str]:
+  """A refinement point's key order as phases.py builds it: the sweep's other searched keys, then the LR."""
+  lr = search_adequacy.LR_KEY
+  return [k for k in dict(sweep["search"]) if k != lr] + [lr]
 
 
 def refinement_trials(
@@ -358,7 +362,7 @@ def refinement_trials(
         study,
         sweep,
         grid_point,
-        [_in_order(p, [k for k in dict(sweep["search"]) if k != _LR_KEY] + [_LR_KEY]) for p in points],
+        [_in_order(p, _refine_order(sweep)) for p in points],
         _fixed(study, sweep),
         f"{sweep['name']}-r{round_}",
         f"refine{round_}",
