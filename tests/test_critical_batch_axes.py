@@ -462,3 +462,52 @@ def test_check_passes_on_a_fresh_report_and_fails_on_an_edited_number(tmp_path, 
   assert len(diff) == 1 and "recomputed" in diff[0]
   assert axes.main([root, "--check"]) == 1
   assert axes.main([root, "--check", "--out=x"]) == 2
+
+
+# ---- settings whose S(B) fit is rejected by their own misses (B_crit not measured) ----
+
+
+def _unreachable_at(points, batch, budget):
+  """``points`` with every seed at ``batch`` a miss censored at ``budget`` (a target large batches never reach)."""
+  out = dict(points)
+  out[batch] = [(float(budget), True)] * len(points[batch])
+  return out
+
+
+def test_a_fit_rejected_by_misses_above_it_is_not_a_measurement():
+  exact = {b: [(S_MIN * (1 + 1000.0 / b), False)] * 4 for b in CLAIM_BATCHES}
+  # 8192: S(B) predicts 400·(1 + 1000/8192) ≈ 449 steps; every seed missed within 4,000 (the fit cannot explain it)
+  bc, rejected = axes.measured_b_crit(_unreachable_at(exact, 8192, 4000))
+  assert (bc, rejected) == (None, (8192,))
+  # misses within 100 steps, under any S(B) through the other points: consistent lower bounds, B_crit measured
+  bc, rejected = axes.measured_b_crit(_unreachable_at(exact, 8192, 100))
+  assert rejected == () and bc == pytest.approx(1000.0, rel=1e-3)
+  res = axes.b_crit("data7500", _unreachable_at(exact, 8192, 4000), 0.98, num_bootstrap=20)
+  assert not res.measured and res.rejected == (8192,)
+  row = [ln for ln in axes.steps_table([res]).splitlines() if ln.startswith("| data7500")][0]
+  assert "not measured" in row and "| 8,192 |" in row and "| 2,048 / 2,048 |" in row
+
+
+def test_reach_names_the_largest_batch_every_and_any_seed_reached():
+  pts = {128: [(10.0, False)] * 2, 512: [(9.0, False), (50.0, True)], 1024: [(40.0, True)] * 2}
+  assert axes.reach(pts) == (128, 512)
+  assert axes.reach({1024: [(40.0, True)]}) == (None, None)
+
+
+def test_statistics_leave_out_a_rejected_setting_and_say_so():
+  """B_crit ∝ N with data7500's 8192 unreachable: the data slope is the np.polyfit over the three other data
+  settings; with a second data setting rejected, fewer than three are measured and Zhang et al. is inconclusive."""
+  truth = {k: 1000.0 * cba.SETTINGS[k]["n"] / 55000 for k in cba.SETTINGS}
+  pts = _points_for(truth, noise=0.0)
+  pts["data7500"] = _unreachable_at(pts["data7500"], 8192, 4000)
+  stats, dropped = axes.axis_statistics(pts, num=20)
+  assert dropped == 0
+  kept = [k for k in cba.SETTINGS if "data" in cba.SETTINGS[k]["axes"] and k != "data7500"]
+  want = np.polyfit(np.log([cba.SETTINGS[k]["n"] for k in kept]), np.log([truth[k] for k in kept]), 1)[0]
+  assert want == pytest.approx(1.0) and stats["data slope"].value == pytest.approx(want, abs=1e-4)
+  text = axes.claims_section(pts, num=20)
+  assert "left out of every statistic" in text and "data7500 at batch 8,192" in text
+  pts["data15000"] = _unreachable_at(pts["data15000"], 8192, 4000)
+  stats, _ = axes.axis_statistics(pts, num=20)
+  assert "data slope" not in stats and "spread" not in stats
+  assert axes.verdicts(stats)[1].verdict == "inconclusive" and "measured" in axes.verdicts(stats)[1].reason

@@ -93,17 +93,50 @@ class SettingResult:
   fit: Optional[scaling_fit.CensoredFit]
   interval: Optional[scaling_fit.Interval]
   note: str = ""
+  rejected: tuple[int, ...] = ()  # batches whose misses the fit cannot explain (scaling_fit.censored_above)
+
+  @property
+  def measured(self) -> bool:
+    """Whether the fit's B_crit is a measurement: fitted, and no batch's misses lie above the fitted S(B)."""
+    return self.fit is not None and not self.rejected
+
+
+def measured_b_crit(points: Points) -> tuple[Optional[float], tuple[int, ...]]:
+  """(B_crit, rejected batches) of the fit to ``points``: B_crit is None when there is no fit or when the fit is
+  rejected (``scaling_fit.censored_above``: at those batches every seed missed the target at budgets the fit says
+  suffice, so S(B) = S_min(1 + B_crit/B) does not describe the setting and its B_crit is not a measurement)."""
+  try:
+    fit = scaling_fit.fit_points(points)
+  except ValueError:
+    return None, ()
+  rejected = tuple(scaling_fit.censored_above(fit, points))
+  return (None if rejected else fit.b_crit), rejected
+
+
+def reach(points: Points) -> tuple[Optional[int], Optional[int]]:
+  """(the largest batch where every seed reached the target, the largest where any seed did); None: no batch."""
+  every = [b for b, v in points.items() if v and not any(c for _, c in v)]
+  some = [b for b, v in points.items() if any(not c for _, c in v)]
+  return (max(every) if every else None), (max(some) if some else None)
 
 
 def b_crit(name: str, points: Points, target: float, num_bootstrap: int = 1000, seed: int = 0) -> SettingResult:
-  """The fit and the bootstrap interval of one setting, or a note why there is none."""
+  """The fit and the bootstrap interval of one setting, or a note why there is none; ``rejected`` names the
+  batches where the fit is rejected by its own censored points (then B_crit is reported, not used)."""
   if not points:
     return SettingResult(name, target, points, None, None, "not run")
   try:
     fit = scaling_fit.fit_points(points)
   except ValueError as e:
     return SettingResult(name, target, points, None, None, f"no fit: {e}")
-  return SettingResult(name, target, points, fit, scaling_fit.bootstrap(points, num=num_bootstrap, seed=seed))
+  return SettingResult(
+    name,
+    target,
+    points,
+    fit,
+    scaling_fit.bootstrap(points, num=num_bootstrap, seed=seed),
+    rejected=tuple(scaling_fit.censored_above(fit, points)),
+  )
 
 
 def branch_losses(folder: str) -> list[branching_lib.BranchLoss]:
@@ -148,27 +181,41 @@ def _fmt(x: Optional[float]) -> str:
   return "∞" if math.isinf(x) else f"{x:,.0f}"
 
 
+def _reach_text(points: Points) -> str:
+  every, some = reach(points)
+  return f"{_fmt_batch(every)} / {_fmt_batch(some)}"
+
+
+def _fmt_batch(b: Optional[int]) -> str:
+  return "none" if b is None else f"{b:,}"
+
+
 def steps_table(results: Sequence[SettingResult]) -> str:
+  """One row per setting. ``B_crit`` is the fit to every seed; where the fit is rejected (``fit rejected at``: every
+  seed missed at budgets the fit says suffice) it is shown in parentheses and is not a measurement. ``reached
+  (every / any seed)``: the largest batch where every seed, and where any seed, reached the target."""
   lines = [
-    "| setting | axes | params | N | target | B_crit | 95% bootstrap | ∞ share | S_min | seeds/batch | censored |",
-    "|---|---|---:|---:|---:|---:|---|---:|---:|---|---:|",
+    "| setting | axes | params | N | target | B_crit | 95% bootstrap | ∞ share | S_min | fit rejected at | "
+    "reached (every / any seed) | seeds/batch | censored |",
+    "|---|---|---:|---:|---:|---:|---|---:|---:|---|---|---|---:|",
   ]
   for r in results:
     s = cba.SETTINGS[r.name]
     seeds = ", ".join(f"{b}: {len(v)}" for b, v in sorted(r.points.items())) or "—"
     cens = sum(c for v in r.points.values() for _, c in v)
+    params = cba.num_params(s["model"], s["width"])
+    head = f"| {r.name} | {'+'.join(s['axes'])} | {params:,} | {s['n']:,} | {r.target:.1%}"
+    reached = _reach_text(r.points) if r.points else "—"
     if r.fit is None:
-      lines.append(
-        f"| {r.name} | {'+'.join(s['axes'])} | {cba.num_params(s['model'], s['width']):,} | {s['n']:,} | "
-        f"{r.target:.1%} | {r.note} | | | | {seeds} | {cens} |"
-      )
+      lines.append(f"{head} | {r.note} | | | | | {reached} | {seeds} | {cens} |")
       continue
     iv = r.interval
     ci = f"[{_fmt(iv.lo)}, {_fmt(iv.hi)}]" if iv else "—"
+    est = _fmt(r.fit.b_crit) if r.measured else f"({_fmt(r.fit.b_crit)}) not measured"
+    rej = ", ".join(f"{b:,}" for b in r.rejected) or "—"
     lines.append(
-      f"| {r.name} | {'+'.join(s['axes'])} | {cba.num_params(s['model'], s['width']):,} | {s['n']:,} | "
-      f"{r.target:.1%} | {_fmt(r.fit.b_crit)} | {ci} | {iv.infinite if iv else math.nan:.0%} | "
-      f"{_fmt(r.fit.s_min)} | {seeds} | {cens} |"
+      f"{head} | {est} | {ci} | {iv.infinite if iv else math.nan:.0%} | "
+      f"{_fmt(r.fit.s_min)} | {rej} | {reached} | {seeds} | {cens} |"
     )
   return "\n".join(lines)
 
@@ -176,10 +223,12 @@ def steps_table(results: Sequence[SettingResult]) -> str:
 def axis_spread(results: Sequence[SettingResult], axis: str) -> str:
   """How far B_crit moves along an axis: max/min of the point estimates and whether any two intervals are disjoint."""
   rs = [
-    r for r in results if axis in cba.SETTINGS[r.name]["axes"] and r.fit and r.interval and 0 < r.fit.b_crit < math.inf
+    r
+    for r in results
+    if axis in cba.SETTINGS[r.name]["axes"] and r.measured and r.interval and 0 < r.fit.b_crit < math.inf
   ]
   if len(rs) < 2:
-    return f"{axis} axis: fewer than two settings with a finite B_crit; no comparison."
+    return f"{axis} axis: fewer than two settings with a measured, finite B_crit; no comparison."
   est = [r.fit.b_crit for r in rs]
   disjoint = [
     (a.name, b.name)
@@ -203,8 +252,17 @@ def axis_spread(results: Sequence[SettingResult], axis: str) -> str:
 # inconclusive. A resample where a setting has no fit is dropped (counted); a statistic that is not finite in more
 # than ``MAX_UNBOUNDED`` of the kept resamples (a B_crit of ∞: perfect scaling up to the largest batch) is
 # undecided, whatever its interval.
+#
+# Settings without a measured B_crit (added 2026-11-28, after the first part, data7500, was in and before any
+# statistic had the settings it needs; the rule is the one the ladder folders apply since issue 41): a setting
+# whose fit is rejected by its own censored points (``measured_b_crit``) has no B_crit to compare, so every
+# statistic leaves it out and says so. A statistic is computed only when every setting on its axes has run and at
+# least ``MIN_MEASURED`` of them (all three LeNet-5 widths for the width slope) have a measured B_crit; otherwise
+# the verdicts that read it are inconclusive. A target that large batches do not reach on small data is reported
+# (``reach``) as a finding of its own, not tuned away.
 LEVEL = 0.95
 MAX_UNBOUNDED = 0.025
+MIN_MEASURED = 3
 LENET_WIDTHS = ("lenet5_w0.5", "lenet5", "lenet5_w2")  # model size within one family (Zhang et al.'s reading)
 FIXED_EPOCHS = cba.LIMIT_EXAMPLES / cba.FULL  # the fixed-epoch reading's step limit: 60 epochs of N
 
@@ -247,7 +305,7 @@ def resampled_b_crit(
         vals[name][r] = scaling_fit.fit(bs, ys, cs).b_crit
       except ValueError:
         pass
-  keep = np.all([~np.isnan(v) for v in vals.values()], axis=0) if names else np.zeros(num, bool)
+  keep = np.all([~np.isnan(v) for v in vals.values()], axis=0) if names else np.ones(num, bool)
   return {k: v[keep] for k, v in vals.items()}, int(num - keep.sum())
 
 
@@ -314,23 +372,30 @@ def axis_statistics(
   * ``data − |model| slope``: the first minus the absolute second (> 0: B_crit follows the data more);
   * ``model − data log spread``: the sd of log B_crit over the model axis (every family) minus the same over the
     data axis (> 0: B_crit moves more across models than across dataset sizes).
-  Returns ({name: Statistic}, resamples dropped); a statistic whose settings are not all fitted is left out."""
+  Returns ({name: Statistic}, resamples dropped). Each statistic reads only the settings with a measured B_crit
+  (``measured_b_crit``), and is left out unless every setting on its axes has run and ``MIN_MEASURED`` of them
+  (all three widths for the width slope) are measured."""
+  ran = {k for k, v in points_by_setting.items() if v}
   fits = {}
-  for k, v in points_by_setting.items():
-    if v:
-      try:
-        fits[k] = scaling_fit.fit_points(v).b_crit
-      except ValueError:
-        pass
+  for k in ran:
+    bc, _ = measured_b_crit(points_by_setting[k])
+    if bc is not None:
+      fits[k] = bc
   draws, dropped = resampled_b_crit({k: v for k, v in points_by_setting.items() if k in fits}, num, seed)
-  data = [k for k in cba.SETTINGS if "data" in cba.SETTINGS[k]["axes"]]
-  model = [k for k in cba.SETTINGS if "model" in cba.SETTINGS[k]["axes"]]
-  widths = list(LENET_WIDTHS)
   params = {k: cba.num_params(cba.SETTINGS[k]["model"], cba.SETTINGS[k]["width"]) for k in cba.SETTINGS}
+
+  def usable(names: Sequence[str], need: int) -> list[str]:
+    """The measured settings among ``names`` when all have run and at least ``need`` are measured, else []."""
+    measured = [k for k in names if k in fits]
+    return measured if all(k in ran for k in names) and len(measured) >= need else []
+
+  data = usable([k for k in cba.SETTINGS if "data" in cba.SETTINGS[k]["axes"]], MIN_MEASURED)
+  model = usable([k for k in cba.SETTINGS if "model" in cba.SETTINGS[k]["axes"]], MIN_MEASURED)
+  widths = usable(LENET_WIDTHS, len(LENET_WIDTHS))
   out: dict[str, Statistic] = {}
 
   def have(names):
-    return len(names) >= 2 and all(k in fits for k in names)
+    return len(names) >= 2
 
   def stack(names, source):
     return np.array([np.atleast_1d(source[k]) for k in names], np.float64)
@@ -377,7 +442,14 @@ def verdicts(stats: Mapping[str, Statistic]) -> list[ClaimVerdict]:
   out = []
   sp = stats.get("spread")
   if sp is None:
-    out.append(ClaimVerdict(*GOLMANT, "inconclusive", "not every data-axis and model-axis setting has a B_crit yet."))
+    out.append(
+      ClaimVerdict(
+        *GOLMANT,
+        "inconclusive",
+        f"a data-axis or model-axis setting has not run, or fewer than {MIN_MEASURED} on an axis have a measured "
+        "B_crit.",
+      )
+    )
   else:
     v = {1: "agrees", -1: "differs", 0: "inconclusive"}[sp.sign]
     why = {
@@ -388,7 +460,14 @@ def verdicts(stats: Mapping[str, Statistic]) -> list[ClaimVerdict]:
     out.append(ClaimVerdict(*GOLMANT, v, f"{why} ({sp.text()}, natural-log units)."))
   ds, gap = stats.get("data slope"), stats.get("data - |model| slope")
   if ds is None or gap is None:
-    out.append(ClaimVerdict(*ZHANG, "inconclusive", "not every data-axis and LeNet-5-width setting has a B_crit yet."))
+    out.append(
+      ClaimVerdict(
+        *ZHANG,
+        "inconclusive",
+        f"a data-axis or LeNet-5-width setting has not run, or fewer than {MIN_MEASURED} data-axis settings or "
+        "not all three widths have a measured B_crit.",
+      )
+    )
   else:
     if ds.sign == 1 and gap.sign == 1:
       v, why = "agrees", "B_crit grows with N, and faster than with LeNet-5's parameters"
@@ -403,6 +482,17 @@ def verdicts(stats: Mapping[str, Statistic]) -> list[ClaimVerdict]:
         *ZHANG, v, f"{why} ({ds.text()}; {gap.text()}; slopes of log B_crit on log N and on log parameters)."
       )
     )
+  return out
+
+
+def unmeasured(points_by_setting: Mapping[str, Points]) -> dict[str, tuple[int, ...]]:
+  """{setting: the batches where its fit is rejected} over the settings whose B_crit is not a measurement."""
+  out = {}
+  for k, v in points_by_setting.items():
+    if v:
+      _, rejected = measured_b_crit(v)
+      if rejected:
+        out[k] = rejected
   return out
 
 
@@ -438,6 +528,13 @@ def claims_section(points_by_setting: Mapping[str, Points], num: int = 1000, see
       text += f" ({dropped} of {num} resamples without a fit dropped)"
     lines.append(f"| {label} | {text} | {vs[0].verdict} | {vs[1].verdict} |")
     reasons += [f"- {label}: **{v.paper}** ({v.claim}): {v.verdict}: {v.reason}" for v in vs]
+    left = unmeasured(pts)
+    if left:
+      reasons.append(
+        f"- {label}: left out of every statistic, the fit rejected by its own misses (B_crit not measured): "
+        + "; ".join(f"{k} at batch {', '.join(f'{b:,}' for b in bs)}" for k, bs in left.items())
+        + "."
+      )
   lines += [
     "",
     *reasons,
@@ -542,7 +639,8 @@ def cbs_axis_comparison(root: str, epsilon: float = cba.EPSILON) -> str:
 
 def figure(results: Sequence[SettingResult], path: str) -> str:
   """B_crit with its interval against dataset size (left) and parameters (right), log axes, shared y; an interval
-  open upwards (bootstrap resamples with B_crit = ∞) is drawn to 10× the estimate with an arrow head."""
+  open upwards (bootstrap resamples with B_crit = ∞) is drawn to 10× the estimate with an arrow head. A setting
+  whose fit is rejected (not measured) is named in the panel's corner, not drawn."""
   import matplotlib
 
   matplotlib.use("Agg")
@@ -553,10 +651,12 @@ def figure(results: Sequence[SettingResult], path: str) -> str:
     (axes[0], "data", "training examples N (LeNet-5)"),
     (axes[1], "model", "parameters (55K examples)"),
   ):
-    xs, ys, lo, hi, labels, kept = [], [], [], [], [], []
+    xs, ys, lo, hi, labels, kept, left = [], [], [], [], [], [], []
     for r in results:
       s = cba.SETTINGS[r.name]
-      if axis not in s["axes"] or r.fit is None or not 0 < r.fit.b_crit < math.inf:
+      if axis not in s["axes"] or not r.measured or not 0 < r.fit.b_crit < math.inf:
+        if axis in s["axes"] and r.fit is not None and r.rejected:
+          left.append(r.name)
         continue
       x = s["n"] if axis == "data" else cba.num_params(s["model"], s["width"])
       iv = r.interval
@@ -577,6 +677,8 @@ def figure(results: Sequence[SettingResult], path: str) -> str:
         ax.plot(*zip(*open_top), "^", color="C0")
       for x, y, lab in zip(xs, ys, labels):
         ax.annotate(lab, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    if left:  # a rejected fit has no B_crit to draw: named instead
+      ax.text(0.02, 0.02, "not measured: " + ", ".join(left), transform=ax.transAxes, fontsize=7, va="bottom")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel(xlabel)
