@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The critical-batch-axes study (issue 42; lamb_lars/configs/studies/critical_batch_axes.py): per setting, steps to target
 # (`study run --config=...:<setting>`) then branching (`study branch --config=...:branch-<setting>`), each part
-# published into docs/studies/critical_batch_axes/<part> as soon as it is in, then the cross-setting table and figure
-# (python -m lamb_lars.study.analysis.axes). ≈ 11 h on a quiet 2-core CPU (the config's docstring), more when shared.
+# published into docs/studies/critical_batch_axes/<part> as soon as it is in, then the cross-setting report and figure
+# with the folder's manifest (publishing/composite.py with analysis/axes.py). ≈ 11 h on a quiet 2-core CPU (the
+# config's docstring), more when shared.
 # Resumable: run it again after an interruption and every part picks up where it stopped. In the background:
 #   nohup bash scripts/critical_batch_axes.sh > /dev/null 2>&1 &  ;  tail -f studies/critical_batch_axes.log
 # Arguments: the parts to run (default: every part, in the config's order; e.g. `lenet5 branch-lenet5`).
@@ -37,6 +38,9 @@ for part in "${parts[@]}"; do
     failed+=("$part")
   fi
 done
-python -m lamb_lars.study.analysis.axes "$docs"
+# The cross-setting report (README.md, the figure) and the composite manifest (publishing/composite.py); it needs
+# lamb_lars/ committed, and fails (the parts stay published) when a part does not verify.
+python -m lamb_lars.study.publishing.composite "$docs" --report=lamb_lars.study.analysis.axes ||
+  echo "== $(date '+%F %T') the cross-setting report was not published (see above)"
 echo "== $(date '+%F %T') finished in $(( ($(date +%s) - start) / 60 )) min; failed parts: ${failed[*]:-none}"
 [ "${#failed[@]}" -eq 0 ]

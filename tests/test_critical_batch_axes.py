@@ -239,7 +239,7 @@ def test_report_recovers_b_crit_from_synthetic_steps_and_writes_the_figure(tmp_p
   _branch_folder(os.path.join(root, "branch-lenet5"), rng)
   text = axes.report(root, num_bootstrap=100)
   assert os.path.getsize(os.path.join(root, "critical_batch_axes.png")) > 10_000
-  assert os.path.exists(os.path.join(root, "axes.md")) and "not run" in text
+  assert os.path.exists(os.path.join(root, "README.md")) and "not run" in text
   for name, truth in truths.items():
     pts = axes.seed_points(os.path.join(root, name), cba.SETTINGS[name]["target"])
     # the decoy search trials are not seeds; the chosen trial and its 3 replicates are, at their first hit
@@ -304,7 +304,8 @@ def test_launch_script_runs_each_part_then_the_cross_setting_report(tmp_path):
   log = out.stdout
   assert "study run --config=lamb_lars/configs/studies/critical_batch_axes.py:lenet5 " in log
   assert "study branch --config=lamb_lars/configs/studies/critical_batch_axes.py:branch-lenet5 " in log
-  assert f"--out={tmp_path}/docs/branch-lenet5" in log and "lamb_lars.study.analysis.axes" in log
+  assert f"--out={tmp_path}/docs/branch-lenet5" in log
+  assert f"lamb_lars.study.publishing.composite {tmp_path}/docs --report=lamb_lars.study.analysis.axes" in log
   assert log.index(":lenet5 ") < log.index(":branch-lenet5") < log.index("analysis.axes")
 
 
@@ -446,7 +447,7 @@ def test_check_passes_on_a_fresh_report_and_fails_on_an_edited_number(tmp_path, 
   _branch_folder(os.path.join(root, "branch-lenet5"), rng)
   axes.report(root, num_bootstrap=30)
   assert axes.check(root, num_bootstrap=30) == []
-  path = os.path.join(root, "axes.md")
+  path = os.path.join(root, "README.md")
   text = open(path).read()
   b = axes.b_crit(
     "lenet5",

@@ -233,3 +233,112 @@ def test_rereport_recomputes_the_readme_from_the_published_csvs(tmp_path, monkey
     f.write("\n")
   with pytest.raises(ValueError, match="runs.csv is not the file its manifest records"):
     provenance.rereport(out, "x")
+
+
+# ---- a composite folder: published parts and one report across them (publishing/composite.py) ----
+
+STUB_REPORT = """
+import csv, os
+
+def markdown(root):
+  lines = ["# Across the parts", ""]
+  for part in sorted(d for d in os.listdir(root) if os.path.isfile(os.path.join(root, d, "runs.csv"))):
+    with open(os.path.join(root, part, "runs.csv"), newline="") as f:
+      n = len(list(csv.DictReader(f)))
+    lines.append(f"- [{part}]({part}/README.md): {n} trials")
+  return "\\n".join(lines) + "\\n"
+
+def report(root):
+  with open(os.path.join(root, "README.md"), "w") as f:
+    f.write(markdown(root))
+
+def check(root):
+  have = open(os.path.join(root, "README.md")).read().splitlines()
+  want = markdown(root).splitlines()
+  return [f"line {i + 1}: {a!r} != {b!r}" for i, (a, b) in enumerate(zip(have, want)) if a != b] + (
+    [f"{len(have)} lines, recomputed {len(want)}"] if len(have) != len(want) else [])
+"""
+CLEAN = {"commit": "c" * 40, "dirty": False}
+
+
+def _composite(tmp_path, monkeypatch):
+  """Two published parts of the tiny study under ``root`` and a stub cross-part report module on sys.path."""
+  from lamb_lars.study.publishing import composite
+
+  (tmp_path / "stub_cross_report.py").write_text(STUB_REPORT)
+  monkeypatch.syspath_prepend(str(tmp_path))
+  root = tmp_path / "root"
+  work = _workdir(tmp_path)
+  for part in ("part_a", "part_b"):
+    publish.publish(work, str(root / part), command="python -m lamb_lars.study report --workdir=w --out=o")
+  m = composite.publish(str(root), "stub_cross_report", "python -m lamb_lars.study.publishing.composite root", CLEAN)
+  return composite, str(root), m
+
+
+def test_a_composite_folder_verifies_and_fails_on_a_changed_part_or_report(tmp_path, monkeypatch):
+  composite, root, m = _composite(tmp_path, monkeypatch)
+  assert m["kind"] == "composite" and m["parts"] == ["part_a", "part_b"] and m["code"] == CLEAN
+  assert "[part_a](part_a/README.md): 4 trials" in open(os.path.join(root, "README.md")).read()
+  assert provenance.verify(root) == []
+  # a part's CSV edited: the part's own verify fails, named by its part
+  evals = os.path.join(root, "part_b", "evals.csv")
+  original = open(evals, "rb").read()
+  with open(evals, "ab") as f:
+    f.write(original.splitlines(keepends=True)[1])
+  problems = provenance.verify(root)
+  assert len(problems) == 1 and problems[0].startswith("part_b: evals.csv has sha256"), problems
+  with open(evals, "wb") as f:
+    f.write(original)
+  # the README hand-edited, then re-hashed into the manifest: the recomputation names the line
+  readme = os.path.join(root, "README.md")
+  with open(readme, "a") as f:
+    f.write("- part_c: 9 trials\n")
+  assert provenance.verify(root)[0].startswith("README.md has sha256")
+  m["files"]["README.md"] = code_state.sha256(readme)
+  manifest_lib.write_manifest(root, m)
+  assert provenance.verify(root) == ["README.md 5 lines, recomputed 4"]
+  # a part published after the cross-part report
+  composite.publish(root, "stub_cross_report", "cmd", CLEAN)
+  publish.publish(_workdir(tmp_path / "late"), os.path.join(root, "part_c"))
+  assert any("['part_c'] are not in the manifest" in p for p in provenance.verify(root))
+
+
+def test_a_composite_discussion_may_quote_its_report_and_its_linked_parts_only(tmp_path, monkeypatch):
+  _, root, _ = _composite(tmp_path, monkeypatch)
+  part_readme = open(os.path.join(root, "part_a", "README.md")).read()
+  assert "30" in part_readme  # the parts' baseline epochs: a number only the part's README holds
+  disc = os.path.join(root, "discussion.md")
+  with open(disc, "w") as f:
+    f.write("Each part has 4 trials; [part_a](part_a/README.md) trains its baseline for 30 epochs.\n")
+  assert provenance.verify(root) == []
+  with open(disc, "w") as f:
+    f.write("Each part has 4 trials, and its baseline trains for 30 epochs.\n")  # 30 not linked: not the data's
+  problems = provenance.verify(root)
+  assert len(problems) == 1 and "quotes 30" in problems[0], problems
+
+
+def test_a_composite_is_not_published_from_a_dirty_checkout_or_without_parts(tmp_path, monkeypatch):
+  from lamb_lars.study.publishing import composite
+
+  (tmp_path / "empty").mkdir()
+  with pytest.raises(ValueError, match="uncommitted changes"):
+    composite.publish(str(tmp_path / "empty"), "stub_cross_report", "cmd", {"commit": "c" * 40, "dirty": True})
+  with pytest.raises(ValueError, match="no published part"):
+    composite.publish(str(tmp_path / "empty"), "stub_cross_report", "cmd", CLEAN)
+
+
+def test_code_state_reads_dirty_under_the_paths_given(tmp_path):
+  """A composite folder is published beside uncommitted parts: only changes under lamb_lars/ make the code dirty."""
+  repo = tmp_path / "repo"
+  (repo / "lamb_lars").mkdir(parents=True)
+  (repo / "lamb_lars" / "m.py").write_text("x = 1\n")
+  git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+  subprocess.run(git[:3] + ["init", "-q"], check=True)
+  subprocess.run(git + ["add", "-A"], check=True)
+  subprocess.run(git + ["commit", "-qm", "c"], check=True)
+  (repo / "docs").mkdir()
+  (repo / "docs" / "new.md").write_text("a part\n")
+  assert code_state.code_state(str(repo))["dirty"] is True
+  assert code_state.code_state(str(repo), paths=("lamb_lars",))["dirty"] is False
+  (repo / "lamb_lars" / "m.py").write_text("x = 2\n")
+  assert code_state.code_state(str(repo), paths=("lamb_lars",))["dirty"] is True

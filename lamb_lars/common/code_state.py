@@ -15,7 +15,7 @@ import os
 import platform
 import subprocess
 import time
-from typing import Optional
+from typing import Optional, Sequence
 
 from lamb_lars.common import io_utils
 
@@ -42,14 +42,16 @@ def config_sha256(config_json: str) -> str:
   return hashlib.sha256(json.dumps(json.loads(config_json), sort_keys=True).encode()).hexdigest()
 
 
-def code_state(repo: str = REPO) -> dict:
-  """``{"commit": HEAD or None, "dirty": bool or None}`` of the git checkout holding this code."""
+def code_state(repo: str = REPO, paths: Sequence[str] = ()) -> dict:
+  """``{"commit": HEAD or None, "dirty": bool or None}`` of the git checkout holding this code; with ``paths``,
+  "dirty" reads only changes under those paths (e.g. ``("lamb_lars",)``: the code, not the docs it writes)."""
 
   def git(*args):
     return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True, timeout=30, check=True).stdout
 
   try:
-    return {"commit": git("rev-parse", "HEAD").strip(), "dirty": bool(git("status", "--porcelain").strip())}
+    changes = git("status", "--porcelain", "--", *paths)
+    return {"commit": git("rev-parse", "HEAD").strip(), "dirty": bool(changes.strip())}
   except (OSError, subprocess.SubprocessError):
     return {"commit": None, "dirty": None}
 

@@ -20,8 +20,8 @@ that is missing or has no replicated cells yet is reported as not run; nothing i
   axes' log spreads (``axis_statistics``, ``verdicts``), under two readings of "data size": as run (the same
   examples at every N) and fixed epochs (the points re-censored at 60 passes over each N, ``fixed_epoch_points``).
 
-Command: ``python -m lamb_lars.study.analysis.axes <root> [--out=<dir>]`` writes ``axes.md`` and
-``critical_batch_axes.png`` (default: into <root>); ``... <root> --check`` recomputes ``axes.md`` from the parts'
+Command: ``python -m lamb_lars.study.analysis.axes <root> [--out=<dir>]`` writes ``README.md`` and
+``critical_batch_axes.png`` (default: into <root>); ``... <root> --check`` recomputes ``README.md`` from the parts'
 CSVs and exits 1 naming each line that differs (a hand-edited number, or a part republished since).
 """
 
@@ -40,6 +40,8 @@ import numpy as np
 from lamb_lars.configs.studies import critical_batch_axes as cba
 from lamb_lars.study.analysis import branching as branching_lib
 from lamb_lars.study.analysis import scaling_fit
+
+README = "README.md"  # the cross-setting report, at the root of the parts (a composite folder: publishing/composite.py)
 
 Points = dict  # {batch: [(steps, censored), ...]}
 
@@ -700,11 +702,25 @@ def _results(root: str, num_bootstrap: int) -> list[SettingResult]:
   return results
 
 
+def parts_table(root: str) -> str:
+  """The parts (one published folder each, linked) and whether each is in: the settings in the config's order."""
+  lines = ["| setting | steps to target | branching |", "|---|---|---|"]
+  for name in cba.SETTINGS:
+    cells = []
+    for part in (name, f"branch-{name}"):
+      here = os.path.exists(os.path.join(root, part, "runs.csv"))
+      cells.append(f"[{part}]({part}/README.md)" if here else "not run")
+    lines.append(f"| {name} | {cells[0]} | {cells[1]} |")
+  return "\n".join(lines)
+
+
 def markdown(root: str, results: Sequence[SettingResult], num_bootstrap: int = 1000) -> str:
-  """The text of ``axes.md``, computed from the parts' CSVs alone (fixed bootstrap seeds: reproducible)."""
+  """The text of ``README.md``, computed from the parts' CSVs alone (fixed bootstrap seeds: reproducible)."""
   return "\n".join(
     [
-      "## Critical batch: data axis against model axis",
+      "# Critical batch: data axis against model axis",
+      "",
+      parts_table(root),
       "",
       f"Targets and ε pre-registered in lamb_lars/configs/studies/critical_batch_axes.py; step limit "
       f"{cba.LIMIT_EXAMPLES:,} examples (a miss is a censored point).",
@@ -727,22 +743,22 @@ def markdown(root: str, results: Sequence[SettingResult], num_bootstrap: int = 1
 
 
 def report(root: str, out: Optional[str] = None, num_bootstrap: int = 1000) -> str:
-  """Writes ``axes.md`` and ``critical_batch_axes.png`` into ``out`` (default ``root``); returns the markdown."""
+  """Writes ``README.md`` and ``critical_batch_axes.png`` into ``out`` (default ``root``); returns the markdown."""
   out = out or root
   os.makedirs(out, exist_ok=True)
   results = _results(root, num_bootstrap)
   figure(results, os.path.join(out, "critical_batch_axes.png"))
   text = markdown(root, results, num_bootstrap)
-  with open(os.path.join(out, "axes.md"), "w") as f:
+  with open(os.path.join(out, README), "w") as f:
     f.write(text)
   return text
 
 
 def check(root: str, num_bootstrap: int = 1000) -> list[str]:
-  """The lines of ``<root>/axes.md`` that differ from a recomputation from the parts' CSVs (empty: it holds), so a
+  """The lines of ``<root>/README.md`` that differ from a recomputation from the parts' CSVs (empty: it holds), so a
   hand-edited number or a part republished after the cross-setting report fails (issue 41's claims that cannot go
   stale, for this report)."""
-  path = os.path.join(root, "axes.md")
+  path = os.path.join(root, README)
   if not os.path.exists(path):
     return [f"{path} does not exist"]
   with open(path) as f:
@@ -755,7 +771,7 @@ def check(root: str, num_bootstrap: int = 1000) -> list[str]:
 
 
 def main(argv: Sequence[str]) -> int:
-  """``<root> [--out=<dir>]`` writes the report; ``<root> --check`` exits 1 when ``<root>/axes.md`` is not what the
+  """``<root> [--out=<dir>]`` writes the report; ``<root> --check`` exits 1 when ``<root>/README.md`` is not what the
   parts' CSVs give."""
   args = [a for a in argv if not a.startswith("--out=") and a != "--check"]
   outs = [a[len("--out=") :] for a in argv if a.startswith("--out=")]
@@ -769,8 +785,8 @@ def main(argv: Sequence[str]) -> int:
   if "--check" in argv:
     diff = check(args[0])
     for d in diff:
-      print(f"{args[0]}/axes.md: {d}", file=sys.stderr)
-    print(f"{args[0]}/axes.md: " + ("verified" if not diff else f"{len(diff)} mismatches"))
+      print(f"{args[0]}/README.md: {d}", file=sys.stderr)
+    print(f"{args[0]}/README.md: " + ("verified" if not diff else f"{len(diff)} mismatches"))
     return 1 if diff else 0
   print(report(args[0], outs[0] if outs else None))
   return 0

@@ -3,8 +3,8 @@ quotes must be one that the folder's data produce (issue 41).
 
 The data's numbers are those of the README recomputed from the CSVs (``provenance._recomputed``: the same text
 ``verify`` compares), of the manifest (trial counts, dates, commands, settings) and, for a paragraph that links
-another published folder (``../<folder>/…``), of that folder's README as well: a number quoted from a folder whose
-data have since changed no longer matches.
+another published folder (``../<folder>/…``, or a part ``<part>/…`` of a composite folder), of that
+folder's README as well: a number quoted from a folder whose data have since changed no longer matches.
 
 A quoted number matches a data number when the data number, rounded to the quoted number's decimals, equals it,
 with ``%`` / fraction (0.991 ↔ 99.1%) and ``K`` (8K ↔ 8192 or 8000) read both ways and the sign ignored (prose
@@ -129,7 +129,7 @@ def matches(q: Quoted, data: Sequence[float]) -> bool:
   return False
 
 
-_LINKED = re.compile(r"\]\(\.\./([A-Za-z0-9_.\-]+)/")
+_LINKED = re.compile(r"\]\((?:\.\./)?([A-Za-z0-9_.\-]+)/")  # a sibling folder (../x/) or a part (x/)
 
 
 def _paragraphs(text: str) -> list[tuple[int, int, str]]:

@@ -109,8 +109,11 @@ def claim_problems(out_dir: str, m: dict, recomputed: str) -> list[str]:
   parent = os.path.dirname(os.path.normpath(out_dir))
 
   def readme_of(name: str) -> Optional[str]:
-    p = os.path.join(parent, name, "README.md")
-    return io_utils.read_text(p) if os.path.isfile(p) else None
+    """A sibling folder's README (``../name/``), else a part's (``name/``, in a composite folder)."""
+    for p in (os.path.join(parent, name, "README.md"), os.path.join(out_dir, name, "README.md")):
+      if os.path.isfile(p):
+        return io_utils.read_text(p)
+    return None
 
   return claims_lib.check_folder(out_dir, recomputed, m, readme_of)
 
