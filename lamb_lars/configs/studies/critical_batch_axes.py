@@ -57,8 +57,9 @@ the 5-batch ladder ≈ 45 E of search and 3 replicates at ≈ 20 E; branching 16
 ≈ 6.4 h of wall time on the 2 workers of a quiet 2-core CPU (≈ 29 h at the pilot's load), within the ≈ 12 h
 budget with room for misses (a replicate that misses its target at 8K costs 60 E). The width-2 LeNet-5 (2.8 of
 the 12.8 worker-hours) and the CNN ×0.25 (3.6) are half of it. Cut order if it runs long: the width-2 LeNet-5,
-then the 30K subset, then batch 1024 — never the seeds. Seeds: 4 per batch for B_crit (the chosen trial and 3
-replicates), 5 per branch.
+then the 30K subset, then batch 1024 — never the seeds. Seeds: 4 trials per batch (the chosen trial and 3
+replicates), 5 per branch. B_crit is fitted to the 3 replicates (analysis/axes.py, 2026-11-28: the chosen trial was
+selected on validation accuracy, so, as in every report, it is not a fresh seed); the fit with it is a sensitivity.
 """
 from __future__ import annotations
 

@@ -7,11 +7,14 @@ Input: a root folder holding one published folder per study part (``study report
 ``<root>/<setting>`` (steps to target: runs.csv, evals.csv) and ``<root>/branch-<setting>`` (branching). A part
 that is missing or has no replicated cells yet is reported as not run; nothing is guessed.
 
-* Steps to target per seed: in each tuned cell, the chosen configuration (the run its replicates name) and its
-  replicates, each one point: the first evaluation whose test accuracy meets the target (``first_step``), or, if
-  none does, a censored point S > the steps it ran (its step limit, or where it diverged).
+* Steps to target per seed: in each tuned cell, the replicates of the chosen configuration (the run their
+  ``replicate_of`` names; the chosen trial itself only as a sensitivity, as in every report), each one point: the
+  first evaluation whose test accuracy meets the target (``first_step``), or, if none does, a censored point
+  S > the steps it ran (its step limit, or where it diverged).
 * B_crit: S(B) = S_min·(1 + B_crit/B) fitted with the misses as lower bounds (scaling_fit.fit_points), the interval
-  a percentile bootstrap over the seeds of each batch (scaling_fit.bootstrap).
+  a percentile bootstrap over the seeds of each batch (scaling_fit.bootstrap). A fit that its own misses reject
+  (every seed at a batch missed within a budget the fit says suffices: scaling_fit.censored_above) gives no
+  measured B_crit (``measured_b_crit``); the table says so, and the largest batch that reached the target.
 * CBS(t): branching.trajectory on each branch's final validation loss, at the config's ε (relative) and at each
   ε of ``EPSILON_SENSITIVITY``.
 * B_simple: the baseline run's ``noise_scale`` at the first evaluation at or after each branch point.
@@ -66,8 +69,12 @@ def first_step(curve: Sequence[Mapping[str, str]], goal: float, metric: str = "t
   return None
 
 
-def seed_points(folder: str, goal: float, sweep: str = "tuned") -> Points:
-  """{batch: [(steps, censored)]} over the chosen configuration and its replicates in each ``sweep`` cell."""
+def seed_points(folder: str, goal: float, sweep: str = "tuned", with_chosen: bool = False) -> Points:
+  """{batch: [(steps, censored)]} over the replicate seeds of the chosen configuration in each ``sweep`` cell.
+
+  The chosen trial itself is left out, as in every report (report_replicates.py): the search selected it on
+  validation accuracy, so its steps to a test-accuracy target are biased low. ``with_chosen=True`` adds it (the
+  config's first wording: "the chosen trial and 3 replicates"), printed beside as a sensitivity."""
   runs = _read(os.path.join(folder, "runs.csv"))
   curves: dict[str, list[dict]] = {}
   for row in _read(os.path.join(folder, "evals.csv")):
@@ -75,9 +82,9 @@ def seed_points(folder: str, goal: float, sweep: str = "tuned") -> Points:
   chosen = {r["replicate_of"] for r in runs if r.get("phase") == "replicate" and r["cell"].startswith(sweep + "-b")}
   points: Points = {}
   for r in runs:
-    if r["run_id"] not in chosen and r.get("replicate_of") not in chosen:
-      continue
     if not r["cell"].startswith(sweep + "-b"):
+      continue
+    if r.get("replicate_of") not in chosen and not (with_chosen and r["run_id"] in chosen):
       continue
     hit = first_step(curves.get(r["run_id"], []), goal)
     pt = (float(hit), False) if hit is not None else (max(1.0, _float(r["steps"])), True)
@@ -96,6 +103,7 @@ class SettingResult:
   interval: Optional[scaling_fit.Interval]
   note: str = ""
   rejected: tuple[int, ...] = ()  # batches whose misses the fit cannot explain (scaling_fit.censored_above)
+  with_chosen: Optional[float] = None  # B_crit of the fit with each batch's chosen trial added (a sensitivity)
 
   @property
   def measured(self) -> bool:
@@ -193,13 +201,15 @@ def _fmt_batch(b: Optional[int]) -> str:
 
 
 def steps_table(results: Sequence[SettingResult]) -> str:
-  """One row per setting. ``B_crit`` is the fit to every seed; where the fit is rejected (``fit rejected at``: every
-  seed missed at budgets the fit says suffice) it is shown in parentheses and is not a measurement. ``reached
-  (every / any seed)``: the largest batch where every seed, and where any seed, reached the target."""
+  """One row per setting. ``B_crit`` is the fit to every replicate seed (the last column adds each batch's chosen
+  trial, a sensitivity: the search selected it, so it is not a fresh seed); where the fit is rejected (``fit
+  rejected at``: every seed missed at budgets the fit says suffice) it is shown in parentheses and is not a
+  measurement. ``reached (every / any seed)``: the largest batch where every seed, and where any seed, reached the
+  target."""
   lines = [
     "| setting | axes | params | N | target | B_crit | 95% bootstrap | ∞ share | S_min | fit rejected at | "
-    "reached (every / any seed) | seeds/batch | censored |",
-    "|---|---|---:|---:|---:|---:|---|---:|---:|---|---|---|---:|",
+    "reached (every / any seed) | seeds/batch | censored | B_crit with the chosen trials |",
+    "|---|---|---:|---:|---:|---:|---|---:|---:|---|---|---|---:|---:|",
   ]
   for r in results:
     s = cba.SETTINGS[r.name]
@@ -209,7 +219,7 @@ def steps_table(results: Sequence[SettingResult]) -> str:
     head = f"| {r.name} | {'+'.join(s['axes'])} | {params:,} | {s['n']:,} | {r.target:.1%}"
     reached = _reach_text(r.points) if r.points else "—"
     if r.fit is None:
-      lines.append(f"{head} | {r.note} | | | | | {reached} | {seeds} | {cens} |")
+      lines.append(f"{head} | {r.note} | | | | | {reached} | {seeds} | {cens} | {_fmt(r.with_chosen)} |")
       continue
     iv = r.interval
     ci = f"[{_fmt(iv.lo)}, {_fmt(iv.hi)}]" if iv else "—"
@@ -217,7 +227,7 @@ def steps_table(results: Sequence[SettingResult]) -> str:
     rej = ", ".join(f"{b:,}" for b in r.rejected) or "—"
     lines.append(
       f"{head} | {est} | {ci} | {iv.infinite if iv else math.nan:.0%} | "
-      f"{_fmt(r.fit.s_min)} | {rej} | {reached} | {seeds} | {cens} |"
+      f"{_fmt(r.fit.s_min)} | {rej} | {reached} | {seeds} | {cens} | {_fmt(r.with_chosen)} |"
     )
   return "\n".join(lines)
 
@@ -697,8 +707,15 @@ def _results(root: str, num_bootstrap: int) -> list[SettingResult]:
   results = []
   for name, s in cba.SETTINGS.items():
     folder = os.path.join(root, name)
-    pts = seed_points(folder, s["target"]) if os.path.exists(os.path.join(folder, "runs.csv")) else {}
-    results.append(b_crit(name, pts, s["target"], num_bootstrap=num_bootstrap))
+    if not os.path.exists(os.path.join(folder, "runs.csv")):
+      results.append(b_crit(name, {}, s["target"]))
+      continue
+    res = b_crit(name, seed_points(folder, s["target"]), s["target"], num_bootstrap=num_bootstrap)
+    try:
+      alt = scaling_fit.fit_points(seed_points(folder, s["target"], with_chosen=True)).b_crit
+    except ValueError:
+      alt = None
+    results.append(dataclasses.replace(res, with_chosen=alt))
   return results
 
 

@@ -31,6 +31,7 @@ from lamb_lars.study.publishing import manifest as manifest_lib
 from lamb_lars.study.publishing import provenance
 
 KIND = "composite"
+VERIFIER = "lamb_lars.study.publishing.composite"  # not __name__: "__main__" when run with -m
 README = "README.md"
 
 
@@ -61,7 +62,7 @@ def publish(root: str, report_module: str, command: str, code: Optional[Mapping]
   importlib.import_module(report_module).report(root)
   m = dict(
     kind=KIND,
-    verifier=__name__,
+    verifier=VERIFIER,
     report_module=report_module,
     report_command=command,
     parts=parts,
