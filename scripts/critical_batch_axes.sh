@@ -40,7 +40,9 @@ for part in "${parts[@]}"; do
 done
 # The cross-setting report (README.md, the figure) and the composite manifest (publishing/composite.py); it needs
 # lamb_lars/ committed, and fails (the parts stay published) when a part does not verify.
-python -m lamb_lars.study.publishing.composite "$docs" --report=lamb_lars.study.analysis.axes ||
+if ! python -m lamb_lars.study.publishing.composite "$docs" --report=lamb_lars.study.analysis.axes; then
   echo "== $(date '+%F %T') the cross-setting report was not published (see above)"
+  failed+=("cross-setting report")
+fi
 echo "== $(date '+%F %T') finished in $(( ($(date +%s) - start) / 60 )) min; failed parts: ${failed[*]:-none}"
 [ "${#failed[@]}" -eq 0 ]

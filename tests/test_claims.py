@@ -52,7 +52,7 @@ def test_a_quoted_number_matches_only_at_its_own_rounding():
 
 def test_a_number_quoted_from_another_folder_is_looked_up_there():
   text = "The [ladder](../ladder/README.md) gives 1,756.\n\nAlone: 1,756.\n"
-  bad = claims.unmatched(text, claims.data_numbers(["nothing"]), {"ladder": claims.data_numbers(["1756.2"])})
+  bad = claims.unmatched(text, claims.data_numbers(["nothing"]), {"../ladder": claims.data_numbers(["1756.2"])})
   assert [(q.line, q.text) for q in bad] == [(3, "1,756")]
 
 
@@ -84,3 +84,13 @@ def test_verify_fails_on_an_edited_number_in_a_claims_checked_discussion(tmp_pat
     [sys.executable, "-m", "lamb_lars.study", "verify", "--claims", out], cwd=REPO, capture_output=True, text=True
   )
   assert run.returncode == 0 and "warning" in run.stdout and "827.9" in run.stdout
+
+
+def test_only_links_to_a_sibling_or_a_part_name_another_folder():
+  """``](../x/`` names the sibling ``../x`` and ``](x/`` a part ``x``; the index (``../README.md``), ``./``, ``..``
+  and web links name none (so a paragraph linking the index cannot quote every folder's numbers)."""
+  text = (
+    "[a](../ladder/README.md) [b](data7500/README.md) [idx](../README.md) [c](./x/y.md) [d](../../x/y.md) "
+    "[e](https://example.com/a/b) ![f](fig/x.png)"
+  )
+  assert sorted(claims._LINKED.findall(text)) == ["../ladder", "data7500", "fig"]

@@ -7,6 +7,8 @@ import csv
 import glob
 import json
 import os
+import shutil
+import re
 import subprocess
 import sys
 
@@ -306,15 +308,35 @@ def test_a_composite_folder_verifies_and_fails_on_a_changed_part_or_report(tmp_p
 def test_a_composite_discussion_may_quote_its_report_and_its_linked_parts_only(tmp_path, monkeypatch):
   _, root, _ = _composite(tmp_path, monkeypatch)
   part_readme = open(os.path.join(root, "part_a", "README.md")).read()
-  assert "30" in part_readme  # the parts' baseline epochs: a number only the part's README holds
+  # a non-integer that only the part's README holds: the composite's README and manifest do not contain it, and the
+  # integers a manifest's hashes and timestamps hold cannot match it
+  theirs = open(os.path.join(root, "README.md")).read() + open(os.path.join(root, "manifest.json")).read()
+  quoted = next(q for q in re.findall(r"\b\d+\.\d+\b", part_readme) if float(q) % 1 and q not in theirs)
   disc = os.path.join(root, "discussion.md")
   with open(disc, "w") as f:
-    f.write("Each part has 4 trials; [part_a](part_a/README.md) trains its baseline for 30 epochs.\n")
+    f.write(f"Each part has 4 trials; [part_a](part_a/README.md) gives {quoted}.\n")
   assert provenance.verify(root) == []
   with open(disc, "w") as f:
-    f.write("Each part has 4 trials, and its baseline trains for 30 epochs.\n")  # 30 not linked: not the data's
+    f.write(f"Each part has 4 trials, and one gives {quoted}.\n")  # the part not linked: not the folder's data
   problems = provenance.verify(root)
-  assert len(problems) == 1 and "quotes 30" in problems[0], problems
+  assert len(problems) == 1 and f"quotes {quoted}" in problems[0], problems
+
+
+def test_a_composite_names_a_republished_missing_or_half_published_part(tmp_path, monkeypatch):
+  composite, root, m = _composite(tmp_path, monkeypatch)
+  # part_b re-published from another workdir with the same README numbers: only its manifest shows it
+  publish.publish(_workdir(tmp_path / "again"), os.path.join(root, "part_b"), command="another command")
+  assert provenance.verify(os.path.join(root, "part_b")) == []
+  assert provenance.verify(root) == [
+    "the part part_b was re-published after the cross-part report (its manifest.json changed)."
+  ]
+  shutil.rmtree(os.path.join(root, "part_b"))
+  assert provenance.verify(root)[0] == "the part part_b is missing."
+  os.makedirs(os.path.join(root, "stray"))
+  shutil.copy(os.path.join(root, "part_a", "runs.csv"), os.path.join(root, "stray", "runs.csv"))
+  assert any("['stray'] have a runs.csv but no manifest.json" in p for p in provenance.verify(root))
+  with pytest.raises(ValueError, match="runs.csv but no manifest.json"):
+    composite.publish(root, "stub_cross_report", "cmd", CLEAN)
 
 
 def test_a_composite_is_not_published_from_a_dirty_checkout_or_without_parts(tmp_path, monkeypatch):

@@ -103,7 +103,7 @@ class SettingResult:
   interval: Optional[scaling_fit.Interval]
   note: str = ""
   rejected: tuple[int, ...] = ()  # batches whose misses the fit cannot explain (scaling_fit.censored_above)
-  with_chosen: Optional[float] = None  # B_crit of the fit with each batch's chosen trial added (a sensitivity)
+  with_chosen: Optional[tuple[float, bool]] = None  # (B_crit, measured) with each batch's chosen trial added
 
   @property
   def measured(self) -> bool:
@@ -121,6 +121,14 @@ def measured_b_crit(points: Points) -> tuple[Optional[float], tuple[int, ...]]:
     return None, ()
   rejected = tuple(scaling_fit.censored_above(fit, points))
   return (None if rejected else fit.b_crit), rejected
+
+
+def _raw_b_crit(points: Points) -> Optional[float]:
+  """The fit's B_crit whether or not its misses reject it (None: no fit)."""
+  try:
+    return scaling_fit.fit_points(points).b_crit
+  except ValueError:
+    return None
 
 
 def reach(points: Points) -> tuple[Optional[int], Optional[int]]:
@@ -196,6 +204,13 @@ def _reach_text(points: Points) -> str:
   return f"{_fmt_batch(every)} / {_fmt_batch(some)}"
 
 
+def _fmt_chosen(b: Optional[tuple[float, bool]]) -> str:
+  """The with-chosen-trials B_crit, in parentheses and marked when that fit is rejected too."""
+  if b is None:
+    return "—"
+  return _fmt(b[0]) if b[1] else f"({_fmt(b[0])}) not measured"
+
+
 def _fmt_batch(b: Optional[int]) -> str:
   return "none" if b is None else f"{b:,}"
 
@@ -221,13 +236,14 @@ def steps_table(results: Sequence[SettingResult]) -> str:
     if r.fit is None:
       lines.append(f"{head} | {r.note} | | | | | {reached} | {seeds} | {cens} | {_fmt(r.with_chosen)} |")
       continue
-    iv = r.interval
+    iv = r.interval if r.measured else None  # a rejected fit's interval would be an interval of nothing measured
     ci = f"[{_fmt(iv.lo)}, {_fmt(iv.hi)}]" if iv else "—"
+    inf = f"{iv.infinite:.0%}" if iv else "—"
     est = _fmt(r.fit.b_crit) if r.measured else f"({_fmt(r.fit.b_crit)}) not measured"
     rej = ", ".join(f"{b:,}" for b in r.rejected) or "—"
     lines.append(
-      f"{head} | {est} | {ci} | {iv.infinite if iv else math.nan:.0%} | "
-      f"{_fmt(r.fit.s_min)} | {rej} | {reached} | {seeds} | {cens} | {_fmt(r.with_chosen)} |"
+      f"{head} | {est} | {ci} | {inf} | {_fmt(r.fit.s_min)} | {rej} | {reached} | {seeds} | {cens} | "
+      f"{_fmt_chosen(r.with_chosen)} |"
     )
   return "\n".join(lines)
 
@@ -239,8 +255,12 @@ def axis_spread(results: Sequence[SettingResult], axis: str) -> str:
     for r in results
     if axis in cba.SETTINGS[r.name]["axes"] and r.measured and r.interval and 0 < r.fit.b_crit < math.inf
   ]
+  left = [
+    r.name for r in results if axis in cba.SETTINGS[r.name]["axes"] and r.points and r.name not in {x.name for x in rs}
+  ]
+  out_note = f" (without a measured, finite B_crit, left out: {', '.join(left)})" if left else ""
   if len(rs) < 2:
-    return f"{axis} axis: fewer than two settings with a measured, finite B_crit; no comparison."
+    return f"{axis} axis: fewer than two settings with a measured, finite B_crit; no comparison{out_note}."
   est = [r.fit.b_crit for r in rs]
   disjoint = [
     (a.name, b.name)
@@ -253,7 +273,7 @@ def axis_spread(results: Sequence[SettingResult], axis: str) -> str:
     if disjoint
     else "every pair of intervals overlaps (no change shown)"
   )
-  return f"{axis} axis: B_crit spans {max(est) / min(est):.2f}× over {len(rs)} settings; {verdict}."
+  return f"{axis} axis: B_crit spans {max(est) / min(est):.2f}× over {len(rs)} settings; {verdict}{out_note}."
 
 
 # ---- the two claims, from the intervals ----
@@ -296,11 +316,10 @@ def fixed_epoch_points(points: Points, n: int, epochs: float = FIXED_EPOCHS) -> 
   return recensor(points, epochs * n)
 
 
-def resampled_b_crit(
-  points_by_setting: Mapping[str, Points], num: int = 1000, seed: int = 0
-) -> tuple[dict[str, np.ndarray], int]:
-  """({setting: B_crit per kept resample}, resamples dropped): resample r draws each setting's seeds per batch with
-  replacement (its own generator per setting) and refits; a resample where any setting has no fit is dropped."""
+def resampled_b_crit(points_by_setting: Mapping[str, Points], num: int = 1000, seed: int = 0) -> dict[str, np.ndarray]:
+  """{setting: B_crit per resample, nan where that resample has no fit}: resample r draws each setting's seeds per
+  batch with replacement (its own generator per setting) and refits. Each statistic drops the resamples where one
+  of its own settings has no fit (``_kept``), not those of settings it does not read."""
   names = [k for k, v in points_by_setting.items() if v]
   vals = {k: np.full(num, np.nan) for k in names}
   for i, name in enumerate(names):
@@ -317,8 +336,12 @@ def resampled_b_crit(
         vals[name][r] = scaling_fit.fit(bs, ys, cs).b_crit
       except ValueError:
         pass
-  keep = np.all([~np.isnan(v) for v in vals.values()], axis=0) if names else np.ones(num, bool)
-  return {k: v[keep] for k, v in vals.items()}, int(num - keep.sum())
+  return vals
+
+
+def _kept(draws: Mapping[str, np.ndarray], names: Sequence[str]) -> np.ndarray:
+  """The resamples where every one of ``names`` has a fit (a boolean mask)."""
+  return np.all([~np.isnan(draws[k]) for k in names], axis=0)
 
 
 def _slope(x: Sequence[float], y: np.ndarray) -> np.ndarray:
@@ -349,6 +372,7 @@ class Statistic:
   hi: float
   unbounded: float
   num: int
+  dropped: int = 0  # resamples left out: one of the statistic's settings had no fit there
 
   @property
   def sign(self) -> int:
@@ -360,22 +384,27 @@ class Statistic:
     if self.num == 0:
       return f"{self.name}: no resample"
     unb = f"; not finite in {self.unbounded:.0%} of resamples" if self.unbounded else ""
-    return f"{self.name} = {self.value:+.2f} [{self.lo:+.2f}, {self.hi:+.2f}]{unb}"
+    drop = f"; {self.dropped} resamples without a fit left out" if self.dropped else ""
+    return f"{self.name} = {self.value:+.2f} [{self.lo:+.2f}, {self.hi:+.2f}]{unb}{drop}"
 
 
-def _statistic(name: str, value: float, draws: np.ndarray) -> Statistic:
+def _statistic(name: str, value: float, draws: np.ndarray, dropped: int = 0) -> Statistic:
   fin = np.sort(draws[np.isfinite(draws)])
   if draws.size == 0:
-    return Statistic(name, value, math.nan, math.nan, 1.0, 0)
+    return Statistic(name, value, math.nan, math.nan, 1.0, 0, dropped)
   unbounded = float(np.mean(~np.isfinite(draws)))
   a = (1.0 - LEVEL) / 2.0
   v = np.sort(np.where(np.isfinite(draws), draws, np.inf))  # ±∞ and nan sort to the top end: conservative
   lo, hi = (scaling_fit._order_stat(v, a), scaling_fit._order_stat(v, 1.0 - a)) if fin.size else (math.nan,) * 2
-  return Statistic(name, value, lo, hi, unbounded, int(draws.size))
+  return Statistic(name, value, lo, hi, unbounded, int(draws.size), dropped)
 
 
 def axis_statistics(
-  points_by_setting: Mapping[str, Points], num: int = 1000, seed: int = 0
+  points_by_setting: Mapping[str, Points],
+  num: int = 1000,
+  seed: int = 0,
+  exclude: Sequence[str] = (),
+  include_rejected: bool = False,
 ) -> tuple[dict[str, Statistic], int]:
   """The statistics the verdicts read, each with its bootstrap interval (``resampled_b_crit``):
 
@@ -384,54 +413,62 @@ def axis_statistics(
   * ``data − |model| slope``: the first minus the absolute second (> 0: B_crit follows the data more);
   * ``model − data log spread``: the sd of log B_crit over the model axis (every family) minus the same over the
     data axis (> 0: B_crit moves more across models than across dataset sizes).
-  Returns ({name: Statistic}, resamples dropped). Each statistic reads only the settings with a measured B_crit
-  (``measured_b_crit``), and is left out unless every setting on its axes has run and ``MIN_MEASURED`` of them
-  (all three widths for the width slope) are measured."""
+
+  Each statistic reads only the settings with a measured B_crit (``measured_b_crit``) that are not in ``exclude``
+  (claims_section excludes a setting not measured in either reading of "data size"), and is left out unless every
+  setting on its axes has run and ``MIN_MEASURED`` of them (all three widths for the width slope) are usable.
+  ``include_rejected``: a rejected fit's B_crit is used as if measured (the sensitivity row). Returns ({name:
+  Statistic}, the resamples any statistic left out)."""
   ran = {k for k, v in points_by_setting.items() if v}
   fits = {}
-  for k in ran:
-    bc, _ = measured_b_crit(points_by_setting[k])
+  for k in sorted(ran - set(exclude)):
+    bc = _raw_b_crit(points_by_setting[k]) if include_rejected else measured_b_crit(points_by_setting[k])[0]
     if bc is not None:
       fits[k] = bc
-  draws, dropped = resampled_b_crit({k: v for k, v in points_by_setting.items() if k in fits}, num, seed)
+  draws = resampled_b_crit({k: v for k, v in points_by_setting.items() if k in fits}, num, seed)
   params = {k: cba.num_params(cba.SETTINGS[k]["model"], cba.SETTINGS[k]["width"]) for k in cba.SETTINGS}
 
   def usable(names: Sequence[str], need: int) -> list[str]:
-    """The measured settings among ``names`` when all have run and at least ``need`` are measured, else []."""
+    """The usable settings among ``names`` when all have run and at least ``need`` are usable, else []."""
     measured = [k for k in names if k in fits]
     return measured if all(k in ran for k in names) and len(measured) >= need else []
 
   data = usable([k for k in cba.SETTINGS if "data" in cba.SETTINGS[k]["axes"]], MIN_MEASURED)
   model = usable([k for k in cba.SETTINGS if "model" in cba.SETTINGS[k]["axes"]], MIN_MEASURED)
   widths = usable(LENET_WIDTHS, len(LENET_WIDTHS))
+  xd, xm = [cba.SETTINGS[k]["n"] for k in data], [params[k] for k in widths]
   out: dict[str, Statistic] = {}
+  dropped = np.zeros(num, bool)
 
-  def have(names):
-    return len(names) >= 2
+  def add(key: str, label: str, names: Sequence[str], fn) -> None:
+    """``fn(source)`` on the point fits and on the resamples where every one of ``names`` has a fit."""
+    keep = _kept(draws, names)
+    dropped[~keep] = True
+    sub = {k: v[keep] for k, v in draws.items()}
+    out[key] = _statistic(label, float(fn(fits)[0]), fn(sub), int((~keep).sum()))
 
   def stack(names, source):
     return np.array([np.atleast_1d(source[k]) for k in names], np.float64)
 
-  if have(data):
-    x = [cba.SETTINGS[k]["n"] for k in data]
-    out["data slope"] = _statistic("data slope", float(_slope(x, stack(data, fits))[0]), _slope(x, stack(data, draws)))
-  if have(widths):
-    x = [params[k] for k in widths]
-    out["model slope"] = _statistic(
-      "model slope (LeNet-5 widths)", float(_slope(x, stack(widths, fits))[0]), _slope(x, stack(widths, draws))
+  if data:
+    add("data slope", "data slope", data, lambda src: _slope(xd, stack(data, src)))
+  if widths:
+    add("model slope", "model slope (LeNet-5 widths)", widths, lambda src: _slope(xm, stack(widths, src)))
+  if data and widths:
+    add(
+      "data - |model| slope",
+      "data − |model| slope",
+      data + widths,
+      lambda src: _slope(xd, stack(data, src)) - np.abs(_slope(xm, stack(widths, src))),
     )
-  if "data slope" in out and "model slope" in out:
-    xd, xm = [cba.SETTINGS[k]["n"] for k in data], [params[k] for k in widths]
-    value = float(_slope(xd, stack(data, fits))[0] - abs(_slope(xm, stack(widths, fits))[0]))
-    out["data - |model| slope"] = _statistic(
-      "data − |model| slope", value, _slope(xd, stack(data, draws)) - np.abs(_slope(xm, stack(widths, draws)))
+  if data and model:
+    add(
+      "spread",
+      "model − data log spread",
+      sorted(set(data) | set(model)),
+      lambda src: _log_spread(stack(model, src)) - _log_spread(stack(data, src)),
     )
-  if have(data) and have(model):
-    value = float(_log_spread(stack(model, fits))[0] - _log_spread(stack(data, fits))[0])
-    out["spread"] = _statistic(
-      "model − data log spread", value, _log_spread(stack(model, draws)) - _log_spread(stack(data, draws))
-    )
-  return out, dropped
+  return out, int(dropped.sum())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -471,7 +508,9 @@ def verdicts(stats: Mapping[str, Statistic]) -> list[ClaimVerdict]:
     }[sp.sign]
     out.append(ClaimVerdict(*GOLMANT, v, f"{why} ({sp.text()}, natural-log units)."))
   ds, gap = stats.get("data slope"), stats.get("data - |model| slope")
-  if ds is None or gap is None:
+  if ds is not None and ds.sign == -1 and gap is None:  # falling with N refutes the claim whatever the widths say
+    out.append(ClaimVerdict(*ZHANG, "differs", f"B_crit falls with N ({ds.text()}; slope of log B_crit on log N)."))
+  elif ds is None or gap is None:
     out.append(
       ClaimVerdict(
         *ZHANG,
@@ -497,25 +536,39 @@ def verdicts(stats: Mapping[str, Statistic]) -> list[ClaimVerdict]:
   return out
 
 
-def unmeasured(points_by_setting: Mapping[str, Points]) -> dict[str, tuple[int, ...]]:
-  """{setting: the batches where its fit is rejected} over the settings whose B_crit is not a measurement."""
+def unmeasured(points_by_setting: Mapping[str, Points]) -> dict[str, str]:
+  """{setting: why it has no measured B_crit} over the settings that ran: its fit is rejected by its own misses, or
+  there is no fit (the target reached at fewer than two batches)."""
   out = {}
   for k, v in points_by_setting.items():
-    if v:
-      _, rejected = measured_b_crit(v)
-      if rejected:
-        out[k] = rejected
+    if not v:
+      continue
+    bc, rejected = measured_b_crit(v)
+    if rejected:
+      out[k] = f"the fit rejected at batch {', '.join(f'{b:,}' for b in rejected)}"
+    elif bc is None:
+      out[k] = "no fit (the target reached at fewer than two batches)"
   return out
 
 
 def claims_section(points_by_setting: Mapping[str, Points], num: int = 1000, seed: int = 0) -> str:
   """The verdicts under both readings of "data size": as run (the same step limit in examples at every N) and
-  fixed epochs (the limit re-censored at ``FIXED_EPOCHS`` passes over each N)."""
+  fixed epochs (the limit re-censored at ``FIXED_EPOCHS`` passes over each N), over the same settings: one without
+  a measured B_crit in either reading is left out of both (re-censoring can hide the misses that reject a fit).
+  A third row, a sensitivity, keeps the rejected fits' B_crit as if measured."""
+  fixed = {k: fixed_epoch_points(v, cba.SETTINGS[k]["n"]) if v else v for k, v in points_by_setting.items()}
+  as_run_label = f"as run: the same examples at every N (step limit {cba.LIMIT_EXAMPLES:,} examples)"
+  fixed_label = f"fixed epochs: the step limit {FIXED_EPOCHS:g} epochs of each N (re-censored)"
+  why = {label: unmeasured(pts) for label, pts in ((as_run_label, points_by_setting), (fixed_label, fixed))}
+  excluded = sorted(set(why[as_run_label]) | set(why[fixed_label]))
+  no_fit = sorted(k for k, w in why[as_run_label].items() if w.startswith("no fit"))
   readings = (
-    (f"as run: the same examples at every N (step limit {cba.LIMIT_EXAMPLES:,} examples)", dict(points_by_setting)),
+    (as_run_label, dict(points_by_setting), dict(exclude=excluded)),
+    (fixed_label, fixed, dict(exclude=excluded)),
     (
-      f"fixed epochs: the step limit {FIXED_EPOCHS:g} epochs of each N (re-censored)",
-      {k: fixed_epoch_points(v, cba.SETTINGS[k]["n"]) if v else v for k, v in points_by_setting.items()},
+      "as run, rejected fits kept as if measured (sensitivity)",
+      dict(points_by_setting),
+      dict(exclude=no_fit, include_rejected=True),
     ),
   )
   lines = [
@@ -526,27 +579,28 @@ def claims_section(points_by_setting: Mapping[str, Points], num: int = 1000, see
     "spread (sd of log B_crit) over each axis; 95% percentile intervals. An interval wholly above or below 0 "
     "decides; one that includes 0, or a statistic not finite in more than "
     f"{MAX_UNBOUNDED:.1%} of resamples, is inconclusive. More seeds per batch, or more settings on an axis, "
-    "narrow the intervals of an inconclusive verdict.",
+    "narrow the intervals of an inconclusive verdict. A setting without a measured B_crit (its S(B) fit "
+    "rejected by its own misses, or no fit) is left out of both readings; this rule was fixed on 2026-11-28, "
+    "after the first part (data7500) was in and before any statistic had its settings. The last row keeps the "
+    "rejected fits as if they were measurements: a verdict that differs there is not robust to the rule.",
     "",
     "| reading of data size | statistics | Golmant et al. | Zhang et al. |",
     "|---|---|---|---|",
   ]
   reasons = []
-  for label, pts in readings:
-    stats, dropped = axis_statistics(pts, num, seed)
+  for label, pts, kw in readings:
+    stats, _ = axis_statistics(pts, num, seed, **kw)
     vs = verdicts(stats)
     text = "; ".join(s.text() for s in stats.values()) or "—"
-    if dropped:
-      text += f" ({dropped} of {num} resamples without a fit dropped)"
     lines.append(f"| {label} | {text} | {vs[0].verdict} | {vs[1].verdict} |")
     reasons += [f"- {label}: **{v.paper}** ({v.claim}): {v.verdict}: {v.reason}" for v in vs]
-    left = unmeasured(pts)
-    if left:
+  for label, w in why.items():
+    if w:
       reasons.append(
-        f"- {label}: left out of every statistic, the fit rejected by its own misses (B_crit not measured): "
-        + "; ".join(f"{k} at batch {', '.join(f'{b:,}' for b in bs)}" for k, bs in left.items())
-        + "."
+        f"- Without a measured B_crit, {label.split(':')[0]}: " + "; ".join(f"{k}: {r}" for k, r in w.items()) + "."
       )
+  if excluded:
+    reasons.append(f"- Left out of the first two rows: {', '.join(excluded)}.")
   lines += [
     "",
     *reasons,
@@ -711,11 +765,9 @@ def _results(root: str, num_bootstrap: int) -> list[SettingResult]:
       results.append(b_crit(name, {}, s["target"]))
       continue
     res = b_crit(name, seed_points(folder, s["target"]), s["target"], num_bootstrap=num_bootstrap)
-    try:
-      alt = scaling_fit.fit_points(seed_points(folder, s["target"], with_chosen=True)).b_crit
-    except ValueError:
-      alt = None
-    results.append(dataclasses.replace(res, with_chosen=alt))
+    both = seed_points(folder, s["target"], with_chosen=True)
+    raw, (measured, _) = _raw_b_crit(both), measured_b_crit(both)
+    results.append(dataclasses.replace(res, with_chosen=None if raw is None else (raw, measured is not None)))
   return results
 
 

@@ -129,7 +129,9 @@ def matches(q: Quoted, data: Sequence[float]) -> bool:
   return False
 
 
-_LINKED = re.compile(r"\]\((?:\.\./)?([A-Za-z0-9_.\-]+)/")  # a sibling folder (../x/) or a part (x/)
+# A link to a sibling folder (``](../x/…``) or to a part of a composite folder (``](x/…``): the key is ``../x`` or
+# ``x``. A name starts with a letter, digit or underscore, so ``../README.md``, ``./x`` and ``..`` are never keys.
+_LINKED = re.compile(r"\]\(((?:\.\./)?[A-Za-z0-9_][A-Za-z0-9_.\-]*)/")
 
 
 def _paragraphs(text: str) -> list[tuple[int, int, str]]:

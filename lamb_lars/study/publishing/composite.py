@@ -8,7 +8,9 @@ the report module and command, the code and the README's sha256.
 
 ``verify`` (provenance.verify dispatches here by the manifest's ``verifier``) fails when:
 
-* a part the manifest lists is missing, or does not verify against its own manifest (its discussion's claims too);
+* a part the manifest lists is missing, does not verify against its own manifest (its discussion's claims too),
+  or was re-published since (the manifest pins each part's manifest.json by sha256); a part or a runs.csv folder
+  that the manifest does not list is there;
 * README.md is not the file the manifest records, or not what the report module recomputes from the parts now;
 * (in provenance.verify) a number the root's discussion.md or index row quotes is not produced by README.md or by
   the README of a part the paragraph links (``](<part>/…)``).
@@ -44,6 +46,21 @@ def parts_of(root: str) -> list[str]:
   )
 
 
+def half_published(root: str) -> list[str]:
+  """Sub-folders with a runs.csv but no manifest.json (a report interrupted, or CSVs put there by hand): a report
+  module that reads CSVs would read them, unverified."""
+  return sorted(
+    d
+    for d in os.listdir(root)
+    if os.path.isfile(os.path.join(root, d, "runs.csv"))
+    and not os.path.isfile(os.path.join(root, d, manifest_lib.MANIFEST))
+  )
+
+
+def _manifest_hashes(root: str, parts: Sequence[str]) -> dict[str, str]:
+  return {p: sha256(os.path.join(root, p, manifest_lib.MANIFEST)) for p in parts}
+
+
 def publish(root: str, report_module: str, command: str, code: Optional[Mapping] = None) -> dict:
   """Writes ``<root>/README.md`` (``report_module.report(root)``) and ``<root>/manifest.json``; returns the manifest.
   ``code``: the state of the code (lamb_lars/; default: read now), so that its commit says what computed the README
@@ -55,6 +72,8 @@ def publish(root: str, report_module: str, command: str, code: Optional[Mapping]
   parts = parts_of(root)
   if not parts:
     raise ValueError(f"{root} holds no published part (a sub-folder with a manifest.json).")
+  if half_published(root):
+    raise ValueError(f"{root} has sub-folders with a runs.csv but no manifest.json: {half_published(root)}.")
   for part in parts:
     bad = provenance.verify(os.path.join(root, part))
     if bad:
@@ -66,6 +85,7 @@ def publish(root: str, report_module: str, command: str, code: Optional[Mapping]
     report_module=report_module,
     report_command=command,
     parts=parts,
+    part_manifests=_manifest_hashes(root, parts),  # a part re-published since changes its manifest
     code=code,
     machine=machine(),
     reported=iso(time.time()),
@@ -88,11 +108,19 @@ def verify(root: str, m: Mapping) -> list[str]:
   extra = sorted(set(parts_of(root)) - set(m.get("parts", [])))
   if extra:
     problems.append(f"the parts {extra} are not in the manifest (published after the cross-part report).")
+  if half_published(root):
+    problems.append(f"the sub-folders {half_published(root)} have a runs.csv but no manifest.json.")
+  pinned = m.get("part_manifests", {})
+  present = [p for p in m.get("parts", []) if os.path.isfile(os.path.join(root, p, manifest_lib.MANIFEST))]
+  for part, digest in _manifest_hashes(root, present).items():
+    if digest != pinned.get(part):
+      problems.append(f"the part {part} was re-published after the cross-part report (its manifest.json changed).")
   path = os.path.join(root, README)
   if not os.path.isfile(path):
     return problems + [f"{README} is missing."]
-  if sha256(path) != m.get("files", {}).get(README):
-    problems.append(f"{README} has sha256 {sha256(path)[:12]}…, the manifest says {str(m['files'].get(README))[:12]}….")
+  listed = m.get("files", {}).get(README)
+  if sha256(path) != listed:
+    problems.append(f"{README} has sha256 {sha256(path)[:12]}…, the manifest says {str(listed)[:12]}….")
   if problems:  # a part or the README is not the manifest's: a recomputation would check the wrong files
     return problems
   check = importlib.import_module(m["report_module"]).check

@@ -108,12 +108,13 @@ def claim_problems(out_dir: str, m: dict, recomputed: str) -> list[str]:
 
   parent = os.path.dirname(os.path.normpath(out_dir))
 
-  def readme_of(name: str) -> Optional[str]:
-    """A sibling folder's README (``../name/``), else a part's (``name/``, in a composite folder)."""
-    for p in (os.path.join(parent, name, "README.md"), os.path.join(out_dir, name, "README.md")):
-      if os.path.isfile(p):
-        return io_utils.read_text(p)
-    return None
+  def readme_of(key: str) -> Optional[str]:
+    """The README of the published folder a link names: ``../x`` a sibling, ``x`` a part of this folder (None:
+    no published folder there, e.g. an image folder)."""
+    folder = os.path.join(parent, key[3:]) if key.startswith("../") else os.path.join(out_dir, key)
+    if not os.path.isfile(os.path.join(folder, MANIFEST)) or not os.path.isfile(os.path.join(folder, "README.md")):
+      return None
+    return io_utils.read_text(os.path.join(folder, "README.md"))
 
   return claims_lib.check_folder(out_dir, recomputed, m, readme_of)
 
