@@ -176,7 +176,9 @@ def test_the_verdicts_against_the_paper_include_the_b0_cells_of_a_study_without_
   # the t interval of 99.2/99.3/99.1: 99.2 ± 4.303·0.1/√3 = [98.95, 99.45], inside 99.2 ± 0.3 (paper 99.2 at B0)
   b0 = next(r for r in rows if "| bs 256 |" in r)
   assert "[98.95, 99.45]" in b0 and "| 99.2 |" in b0 and b0.endswith("| agrees |")
-  assert any("| 8K original |" in r for r in rows)  # the paper's 'diverge': no number, no verdict
+  # the paper's 'diverge' at 8K original: every fresh seed of the chosen configuration trains (the label rule)
+  k8 = next(r for r in rows if "| 8K original |" in r)
+  assert "| diverge |" in k8 and k8.endswith("| differs (trains: 3 of 3 fresh seeds of the chosen configuration) |")
 
 
 def test_a_cell_with_fixed_settings_counts_its_first_run_as_a_seed():
@@ -220,3 +222,26 @@ def test_a_cell_with_fixed_settings_counts_its_first_run_as_a_seed():
     for r, s, p, of in (("m", 0, "search", ""), ("m-seed1", 1, "replicate", "m"), ("m-seed2", 2, "replicate", "m"))
   ]
   assert (cell(dead).text(), cell(dead).counts) == ("diverge", {"diverge": 3})
+
+
+def test_a_paper_label_is_judged_by_the_fresh_seeds_of_the_chosen_configuration():
+  """The pre-registered label rule: against the paper's 'diverge', a cell agrees when a fresh seed of its chosen
+  configuration diverges (or is unstable) or nothing trains, differs when ≥ 3 fresh seeds all train, and is
+  inconclusive with fewer seeds."""
+  from lamb_lars.proj.you2020.table3 import label_agreement
+
+  def cell_with(seed_accs):
+    chosen = Trial(**{**_tv("c", 0.97, 0.97).__dict__, "space": {"lr": ["log", 0.1, 10.0]}})  # searched: not a seed
+    reps = [
+      Trial(**{**_tv(f"c-seed{s}", a, 0.97).__dict__, "phase": "replicate", "replicate_of": "c", "seed": s})
+      for s, a in enumerate(seed_accs, 1)
+    ]
+    return cell([chosen] + reps)
+
+  assert label_agreement(cell_with([0.97, 0.11, 0.96])).startswith("agrees (1 of 3 fresh seeds")  # one at chance
+  assert label_agreement(cell_with([0.97, 0.96, 0.965])) == (
+    "differs (trains: 3 of 3 fresh seeds of the chosen configuration)"
+  )
+  assert label_agreement(cell_with([0.97, 0.96])).startswith("inconclusive (2 fresh seeds")
+  nothing = cell([_t("d1", [0.11, 0.10], status="diverged", stopped="dead"), _t("d2", [0.5, 0.1])])
+  assert nothing.verdict == "diverge" and label_agreement(nothing).startswith("agrees (no configuration")

@@ -215,6 +215,12 @@ def adagrad_config() -> ml_collections.ConfigDict:
 # * the other cells (``FIXED_CELLS``: no divergence in their search, not AdaGrad): the republish's chosen
 #   configuration re-run as a fixed cell, seed 10 and 6 replicates (11–16): 7 fresh seeds, none the republish's.
 # Searched cells: 6 replicate seeds of the configuration chosen on validation (its own seed not counted).
+# The two AdaGrad cliff cells keep the republish's LR range (not [η*/3, 3η*]): with G₀ now searched, the step size
+# is η/√(G₀ + Σg²), so the republish's η* (at G₀ = 0.1) is no centre for the new space; LR refinement ×1.5 around
+# the new choice gives the density near the optimum. The verdict of a paper label cell (momentum 8K original
+# "diverge", RMSprop 8K layer-wise "diverge", Adam 8K layer-wise "unstable") follows table3.label_agreement,
+# pre-registered on 2026-11-28 before the first trial: agrees when nothing trains or a fresh seed of the chosen
+# configuration diverges or is unstable, differs ("trains") when all ≥ 3 fresh seeds train.
 CHOSEN = {  # cell → (η, warmup epochs) of the republish's chosen trial (runs.csv, ``replicate_of``)
     "bs256-adagrad": (0.13167898212763338, 1.8321594428271055),
     "bs256-adam": (0.011898778961173924, 0.19893049564276555),

@@ -568,6 +568,28 @@ def unmeasured(points_by_setting: Mapping[str, Points]) -> dict[str, str]:
   return out
 
 
+def _claims_intro() -> list[str]:
+  """The heading, the verdict rule and the table head of ``claims_section``."""
+  return [
+    "### The two claims, from the intervals",
+    "",
+    "Per bootstrap resample (each setting's seeds resampled per batch, independently across settings), the "
+    "slope of log B_crit on log N over the data axis, on log parameters over LeNet-5's widths, and the log "
+    "spread (sd of log B_crit) over each axis; 95% percentile intervals. An interval wholly above or below 0 "
+    "decides; one that includes 0, or a statistic not finite in more than "
+    f"{MAX_UNBOUNDED:.1%} of resamples, is inconclusive. More seeds per batch, or more settings on an axis, "
+    "narrow the intervals of an inconclusive verdict. A setting without a measured B_crit (its S(B) fit "
+    "rejected by its own misses, or no fit) is left out of both readings; this rule was fixed on 2026-11-28, "
+    "after the first part (data7500) was in and before any statistic had its settings. The third row keeps the "
+    "rejected fits as if they were measurements; the fourth fits each setting on the batches where some seed "
+    "reached the target (a batch where every seed missed says S(B) does not hold there; fixed 2026-11-28, before "
+    "the parts from data30000 on were in). A verdict that differs in them is not robust to the rule.",
+    "",
+    "| reading of data size | statistics | Golmant et al. | Zhang et al. |",
+    "|---|---|---|---|",
+  ]
+
+
 def claims_section(points_by_setting: Mapping[str, Points], num: int = 1000, seed: int = 0) -> str:
   """The verdicts under both readings of "data size": as run (the same step limit in examples at every N) and
   fixed epochs (the limit re-censored at ``FIXED_EPOCHS`` passes over each N), over the same settings: one without
@@ -594,24 +616,7 @@ def claims_section(points_by_setting: Mapping[str, Points], num: int = 1000, see
       {},
     ),
   )
-  lines = [
-    "### The two claims, from the intervals",
-    "",
-    "Per bootstrap resample (each setting's seeds resampled per batch, independently across settings), the "
-    "slope of log B_crit on log N over the data axis, on log parameters over LeNet-5's widths, and the log "
-    "spread (sd of log B_crit) over each axis; 95% percentile intervals. An interval wholly above or below 0 "
-    "decides; one that includes 0, or a statistic not finite in more than "
-    f"{MAX_UNBOUNDED:.1%} of resamples, is inconclusive. More seeds per batch, or more settings on an axis, "
-    "narrow the intervals of an inconclusive verdict. A setting without a measured B_crit (its S(B) fit "
-    "rejected by its own misses, or no fit) is left out of both readings; this rule was fixed on 2026-11-28, "
-    "after the first part (data7500) was in and before any statistic had its settings. The third row keeps the "
-    "rejected fits as if they were measurements; the fourth fits each setting on the batches where some seed "
-    "reached the target (a batch where every seed missed says S(B) does not hold there; fixed 2026-11-28, before "
-    "the parts from data30000 on were in). A verdict that differs in them is not robust to the rule.",
-    "",
-    "| reading of data size | statistics | Golmant et al. | Zhang et al. |",
-    "|---|---|---|---|",
-  ]
+  lines = _claims_intro()
   reasons = []
   for label, pts, kw in readings:
     stats, _ = axis_statistics(pts, num, seed, **kw)
