@@ -5,6 +5,7 @@ pre-registered ε — each a study of its own, leaving the published variants' t
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 
 import pytest
@@ -67,3 +68,38 @@ def test_branching_prereg_has_8_seeds_and_a_preregistered_eps(variant, rule):
   pub = m.get_config("sqrt" if rule == "sqrt" else "")
   assert pub.name != c.name and sections.section(pub, "branching")["epsilon"] == 0.5
   assert tuple(pub.sweeps[1]["grid"]["seed"]) == (1, 2, 3)
+
+
+def test_thin_verdicts_rerun_the_published_configurations_with_fresh_seeds():
+  """':thin' re-runs, as fixed cells, exactly the configurations the published ladder chose (read here from its
+  runs.csv, an independent record), with seed 10 and 6 replicates: none of the published seeds 0–3."""
+  import csv
+
+  m = _load("mnist_batch_ladder")
+  c = m.get_config("thin")
+  trials = sweep.expand(c)
+  assert {(t.role, t.batch_size) for t in trials} == {
+    ("baseline", 256),
+    ("linear", 512),
+    ("linear", 1024),
+    ("technique", 3072),
+    ("technique", 8192),
+  }
+  assert all(t.seed == 10 for t in trials) and not any(t.space for t in trials)  # fixed cells, fresh seeds
+  assert sections.section(c, "replicates")["num_seeds"] == 6
+  published = {
+    r["run_id"]: r
+    for r in csv.DictReader(open(os.path.join(REPO, "docs/studies/mnist_batch_ladder_replicated/runs.csv")))
+  }
+  for rid, fixed in (
+    ("tuned-dense-b3072-lr0.00246-wu6.22-0f79", m.THIN_TUNED_3072),
+    ("lamb-b8192-lr0.012-wu18.1-3c8a", m.THIN_LAMB_8K),
+  ):
+    row = published[rid]
+    assert float(row["learning_rate"]) == fixed["optimizer.learning_rate"]
+    assert float(row["warmup_epochs"]) == fixed["optimizer.schedule.warmup_epochs"]
+    assert int(row["batch_size"]) == fixed["batch_size"]
+    assert {k: v for k, v in json.loads(row["overrides"]).items() if not k.startswith("stop.")} == fixed
+  (base,) = [r for r in published.values() if r["role"] == "baseline" and r["phase"] != "replicate"]
+  assert float(base["learning_rate"]) == c.base.optimizer.learning_rate  # the baseline recipe is the published one
+  assert float(base["warmup_epochs"]) == c.base.optimizer.schedule.warmup_epochs

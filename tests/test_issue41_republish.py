@@ -183,6 +183,8 @@ def test_republish_script_runs_both_studies_in_order_and_rejects_an_unknown_one(
   log = out.stdout
   a = log.index("study run --config=lamb_lars/configs/studies/mnist_batch_ladder.py:to_target ")
   b = log.index("study run --config=lamb_lars/configs/studies/mnist_table3.py:robust ")
-  assert a < b and f"--out={tmp_path}/docs/mnist_table3_robust" in log
+  t = log.index("study run --config=lamb_lars/configs/studies/mnist_batch_ladder.py:thin ")
+  assert a < t < b and f"--out={tmp_path}/docs/mnist_table3_robust" in log
+  assert f"--out={tmp_path}/docs/mnist_batch_ladder_thin" in log
   bad = subprocess.run(["bash", script, "nope"], check=False, capture_output=True, text=True, env=env, timeout=60)
   assert bad.returncode == 2 and bad.stderr.count("\n") == 1
