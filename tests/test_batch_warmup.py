@@ -102,3 +102,20 @@ def test_a_searched_arm_is_its_chosen_configuration_with_its_replicates():
   assert [t.run_id for t in bw.arms(BIG)["fixed_2048"]] == ["fixed_2048-0", "fixed_2048-1", "fixed_2048-2"]
   v = bw.non_inferiority(WARM, BASE, margin=0.01)  # the pre-registered margin from the config
   assert v.threshold == -0.01
+
+
+def test_the_margin_sensitivity_reads_the_same_interval_against_each_margin():
+  """fixed_2048's paired differences 0, −0.1, −0.2 pp have the interval [−0.35, +0.15] pp (t, 2 d.o.f.): it
+  straddles every margin up to 0.35 pp and passes −0.5 pp; computed here from the formula."""
+  d = np.array([0.0, -0.001, -0.002])
+  half = stats.t.ppf(0.975, 2) * d.std(ddof=1) / math.sqrt(3)
+  low, high = d.mean() - half, d.mean() + half
+
+  def want(m):
+    return "pass" if low >= -m else "fail" if high < -m else "borderline"
+
+  rows = report_batch_warmup.margin_rows(bw.arms(BASE + BIG), "fixed_256", 0.002)
+  assert rows == [["fixed_2048"] + [want(m) for m in (0.001, 0.002, 0.003, 0.005)]]
+  assert rows[0][1:] == ["borderline", "borderline", "borderline", "pass"]
+  lines = report_batch_warmup.section(BASE + BIG, None, margin=0.002)
+  assert "| arm | −0.1 pp | −0.2 pp (pre-registered) | −0.3 pp | −0.5 pp |" in lines

@@ -46,6 +46,22 @@ def rows(
   return out
 
 
+MARGIN_SENSITIVITY = (0.001, 0.002, 0.003, 0.005)  # non-inferiority margins printed beside the pre-registered one
+
+
+def margin_rows(by_arm: dict[str, list[Trial]], base: str, margin: float) -> list[list]:
+  """Per arm, the non-inferiority verdict at each margin of ``MARGIN_SENSITIVITY`` and the pre-registered one (the
+  same paired differences, a different bar)."""
+  margins = sorted(set(MARGIN_SENSITIVITY) | {margin})
+  out = []
+  for name, ts in by_arm.items():
+    if name == base:
+      continue
+    vs = [bw.non_inferiority(ts, by_arm[base], m) for m in margins]
+    out.append([name] + ["—" if v is None else v.verdict for v in vs])
+  return out
+
+
 def section(trials: Sequence[Trial], out_dir: Optional[str], margin: float = verdict_lib.ACC_TOLERANCE) -> list[str]:
   """The report section (module docstring) with a figure of test accuracy against optimizer steps; [] when the
   study has no ``warmup`` trials or no base arm."""
@@ -79,6 +95,15 @@ def section(trials: Sequence[Trial], out_dir: Optional[str], margin: float = ver
       "steps to a* per seed",
     ],
     rows(by_arm, base, goal, margin),
+  )
+  margins = sorted(set(MARGIN_SENSITIVITY) | {margin})
+  lines += [
+    "",
+    "Sensitivity to the margin: the same paired differences against other margins (the pre-registered one marked).",
+    "",
+  ] + table(
+    ["arm"] + [f"−{100 * m:g} pp" + (" (pre-registered)" if m == margin else "") for m in margins],
+    margin_rows(by_arm, base, margin),
   )
   curves = {f"{name} seed {t.seed}": t.curve for name, ts in by_arm.items() for t in ts[:1]}
   png = plots.training_curves(
