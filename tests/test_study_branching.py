@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -221,6 +222,56 @@ def test_branching_end_to_end_resumes_and_records_each_branch_once(tmp_path):
   rep = publish.publish(work, str(tmp_path / "report"))
   assert "## Critical batch over training" in open(rep, encoding="utf-8").read()
   assert provenance.verify(str(tmp_path / "report")) == []
+  _check_snapshot_resumes(work, cmd, env, ref[0], tmp_path)
+
+
+def _rerun(cmd, env):
+  out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stdout + out.stderr
+  return out.stdout
+
+
+def _check_snapshot_resumes(work: str, cmd, env, ref_id: str, tmp_path) -> None:
+  """A snapshot of a branching study keeps the reference's checkpoints at the branch points and no others; put
+  back at the study's path, a branch that was still to run trains from them to the same eval rows; and with them
+  gone altogether, the finished branches are not checked against them again (only trials that will run are)."""
+  from lamb_lars.study.running import snapshot as snap
+
+  con = st.open_store(wd.store_path(work))
+  rows = st.runs(con)
+  victim = sorted(r["run_id"] for r in rows if r["role"] == "branch")[-1]
+  before = [(e["step"], e["validation_loss"]) for e in st.evals(con, victim)]
+  con.close()
+  points = {r["config"]["init_from_examples"] for r in rows if r["role"] == "branch"}
+  assert points and all(p % 32 == 0 for p in points)  # the reference trains at a constant batch of 32
+  want = sorted(p // 32 for p in points)
+  ckpt = lambda w: sorted(int(d) for d in os.listdir(os.path.join(w, "runs", ref_id, "checkpoints")) if d.isdigit())
+  assert set(ckpt(work)) > set(want)  # the reference kept more than the branch points
+  record = snap.snapshot(work, str(tmp_path / "snap"))
+  assert record["kept_branch_points"] == {ref_id: want} and record["missing_branch_points"] == []
+  assert ckpt(str(tmp_path / "snap")) == want
+  assert not any(
+    os.path.exists(os.path.join(tmp_path, "snap", "runs", r["run_id"], "checkpoints"))
+    for r in rows
+    if r["run_id"] != ref_id
+  )
+  # the snapshot at the study's own path, one branch as if it had been running when the snapshot was taken
+  os.rename(work, work + ".orig")
+  shutil.copytree(tmp_path / "snap", work)
+  shutil.rmtree(wd.run_dir(work, victim))
+  con = st.open_store(wd.store_path(work))
+  st.set_status(con, victim, "pending")
+  st.delete_evals_after(con, victim, -1)
+  con.close()
+  assert "1 to run" in _rerun(cmd, env)
+  statuses, _ = _statuses(work)
+  con = st.open_store(wd.store_path(work))
+  after = [(e["step"], e["validation_loss"]) for e in st.evals(con, victim)]
+  con.close()
+  assert set(statuses.values()) == {"done"} and after == before
+  # no checkpoint at all: every branch has ended, so none is checked against the reference's checkpoints
+  shutil.rmtree(os.path.join(work, "runs", ref_id, "checkpoints"))
+  assert _rerun(cmd, env).count("0 to run") == 2
 
 
 def _check_branch_starts_from_reference(work: str, ref_id: str, tmp_path) -> None:

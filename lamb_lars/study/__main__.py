@@ -215,7 +215,12 @@ def _snapshot(FLAGS) -> None:  # noqa: N803
     + ", ".join(f"{k} {v}" for k, v in record["trials"].items())
     + f"; code {record['code']['commit']}"
     + (" (dirty)" if record["code"]["dirty"] else "")
+    + "".join(
+      f"; kept {run_id}'s branch-point checkpoints {steps}" for run_id, steps in record["kept_branch_points"].items()
+    )
   )
+  for why in record["missing_branch_points"]:
+    print(f"warning: a branch point's checkpoint is not in the workdir, so not in the snapshot: {why}")
 
 
 def _exit_failed(workdir: str, study_name: str) -> None:

@@ -26,6 +26,7 @@ Per trial: ``pending → running → done | diverged | pruned | failed``.
 from __future__ import annotations
 
 import collections
+import os
 from typing import Any, Callable, Mapping, Optional
 
 import ml_collections
@@ -146,9 +147,10 @@ def run_study(
   ``num_workers``, ``retry_failed`` and ``timeout_s`` (per trial, 0 = none; a trial past it is killed and
   recorded failed) override ``study.runner``. On KeyboardInterrupt the active trials are killed and put back to
   ``pending``. Everything checkable is checked (one sentence, ValueError) before anything runs: the settings,
-  and every trial through the trainer's validator (``sweep.expand``).
+  and every trial that will run through the trainer's validator (``sweep.expand``; trials the workdir's store
+  records done or diverged never run again and are not re-validated).
   """
-  specs = sweep.expand(study)
+  specs = sweep.expand(study, ended_trials(workdir, study.name))
   search_cfg, runner_cfg, rep_cfg = checked_settings(study)
   runner_cfg.update({k: v for k, v in (("retry_failed", retry_failed), ("timeout_s", timeout_s)) if v is not None})
   executor = executor or make_executor(study, num_workers)
@@ -166,6 +168,17 @@ def run_study(
       executor.close()
       wd.upload_store(con, workdir)
       con.close()
+
+
+def ended_trials(workdir: str, study_name: str) -> frozenset:
+  """The run ids of ``study_name`` that ``workdir``'s store records done or diverged (none without a store)."""
+  if not (os.path.exists(wd.store_path(workdir)) or io_utils.exists(os.path.join(workdir, wd.STORE_FILE))):
+    return frozenset()
+  con = wd.open_store(workdir)
+  try:
+    return frozenset(r["run_id"] for r in store.runs(con, study=study_name) if r["status"] in ("done", "diverged"))
+  finally:
+    con.close()
 
 
 def _driver(

@@ -8,6 +8,9 @@ run files. ``snapshot`` copies exactly those, the store through SQLite's online 
 driver writes), and leaves out:
 
 * ``runs/*/checkpoints*/`` and ``runs/*/tensorboard/`` (large; TensorBoard files are re-written by a resumed trial),
+  except, for a branching study (branches.py), each reference run's checkpoints at the steps its branches start
+  from (:func:`branch_points`): a branch still to run cannot start without them, and no re-run can recreate them
+  short of training the reference again;
 * lock files and the XLA compilation cache (machine-local).
 
 Resuming: copy the snapshot to a workdir and re-run the study's command there
@@ -22,15 +25,20 @@ takes the snapshot): resume at that commit, so that the study's manifest names o
 from __future__ import annotations
 
 import collections
+import json
 import os
 import shutil
 import sqlite3
 import time
 from typing import Optional
 
+import ml_collections
+
 from lamb_lars.common import code_state, io_utils, run_files, workdir_lock
+from lamb_lars.errors import ConfigError
 from lamb_lars.study.running import store
 from lamb_lars.study.running import workdir as wd
+from lamb_lars.train import init_from
 
 SNAPSHOT_FILE = "snapshot.json"
 OPTUNA_FILE = "optuna.db"
@@ -54,13 +62,43 @@ def _backup_sqlite(src: str, dst: str) -> None:
     source.close()
 
 
-def _copy_run(src: str, dst: str) -> None:
+def branch_points(workdir: str, rows: list) -> tuple[dict[str, set[int]], list[str]]:
+  """(per reference run in ``workdir``'s ``runs/``, the checkpoint steps that the branches among the store
+  ``rows`` start from, as the trainer resolves them (train/init_from.py: the reference's checkpoint at or after the
+  branch point); why a branch point's checkpoint is missing, one sentence each). A checkpoint is missing in a
+  workdir restored from a snapshot taken before this rule, or by hand; a branch whose reference lies outside
+  ``workdir`` is the user's to keep."""
+  runs_dir = os.path.join(os.path.abspath(workdir), "runs")
+  out: dict[str, set[int]] = collections.defaultdict(set)
+  missing: list[str] = []
+  seen = set()
+  for row in rows:
+    config = dict(row["config"])
+    ref_dir = config.get("init_from_dir")
+    if not ref_dir or os.path.dirname(os.path.abspath(ref_dir)) != runs_dir:
+      continue
+    key = json.dumps({k: v for k, v in config.items() if k.startswith("init_from")}, sort_keys=True)
+    if key not in seen:
+      seen.add(key)
+      try:
+        ref = init_from.resolve(ml_collections.ConfigDict(config), num_devices=1)
+      except ConfigError as e:
+        missing.append(str(e))
+        continue
+      out[os.path.basename(os.path.abspath(ref_dir))].add(ref.step)
+  return dict(out), missing
+
+
+def _copy_run(src: str, dst: str, keep_steps: set[int]) -> None:
+  """``src``'s run files without SKIPPED, but with its checkpoints at ``keep_steps``."""
   os.makedirs(dst)
   for name in sorted(os.listdir(src)):
-    if name in SKIPPED:
-      continue
     path = os.path.join(src, name)
-    if os.path.isdir(path):
+    if name in SKIPPED:
+      if name == run_files.CHECKPOINT_DIR:
+        for step in sorted(keep_steps):
+          shutil.copytree(os.path.join(path, str(step)), os.path.join(dst, name, str(step)))
+    elif os.path.isdir(path):
       shutil.copytree(path, os.path.join(dst, name))
     else:
       shutil.copy2(path, os.path.join(dst, name))
@@ -89,20 +127,24 @@ def snapshot(workdir: str, out: str, code_dir: Optional[str] = None) -> dict:
   for name in (wd.STUDY_CONFIG_FILE, wd.COMMANDS_FILE):
     if os.path.exists(os.path.join(workdir, name)):
       shutil.copy2(os.path.join(workdir, name), os.path.join(tmp, name))
-  runs_dir = os.path.join(workdir, "runs")
-  for run_id in sorted(os.listdir(runs_dir)) if os.path.isdir(runs_dir) else ():
-    _copy_run(os.path.join(runs_dir, run_id), os.path.join(tmp, "runs", run_id))
   con = store.open_store(os.path.join(tmp, wd.STORE_FILE))
   try:
-    counts = collections.Counter(r["status"] for r in store.runs(con))
+    rows = store.runs(con)
   finally:
     con.close()
+  counts = collections.Counter(r["status"] for r in rows)
+  kept, missing = branch_points(workdir, rows)
+  runs_dir = os.path.join(workdir, "runs")
+  for run_id in sorted(os.listdir(runs_dir)) if os.path.isdir(runs_dir) else ():
+    _copy_run(os.path.join(runs_dir, run_id), os.path.join(tmp, "runs", run_id), kept.get(run_id, set()))
   record = {
     "taken": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     "workdir": workdir,
     "code": code_state.code_state(*([os.path.abspath(code_dir)] if code_dir else [])),
     "trials": dict(sorted(counts.items())),
     "left_out": [f"runs/*/{name}" for name in SKIPPED],
+    "kept_branch_points": {run_id: sorted(steps) for run_id, steps in sorted(kept.items())},
+    "missing_branch_points": missing,
     "resume": "copy this folder to a workdir and re-run the study's command there (commands.txt), at the "
     "commit in 'code'; trials without a checkpoint train from step 0.",
   }

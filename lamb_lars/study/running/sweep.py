@@ -40,7 +40,7 @@ import hashlib
 import itertools
 import json
 import re
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Collection, Mapping, Optional, Sequence
 
 import ml_collections
 
@@ -228,8 +228,18 @@ def _cells(sweep: Mapping[str, Any]) -> list[tuple[dict[str, Any], list[dict[str
   return out
 
 
-def expand(study: ml_collections.ConfigDict) -> list[TrialSpec]:
-  """Every trial of the study, in sweep order; raises ValueError (one sentence) on anything malformed."""
+def expand(study: ml_collections.ConfigDict, ended: Collection[str] = ()) -> list[TrialSpec]:
+  """Every trial of the study, in sweep order; raises ValueError (one sentence) on anything malformed.
+
+  Args:
+    study: the study config.
+    ended: run ids recorded as ended for good (done or diverged: never started again), which skip the trainer's
+      validator: what they needed to start may be gone (a branch's reference checkpoint, left out of a
+      snapshot), and they will not start. The checks across trials still count them.
+
+  Returns:
+    The trials, each a :class:`TrialSpec`.
+  """
   if not study.get("sweeps"):
     raise ValueError("the study config has no sweeps.")
   trials, seen_ids, seen_names = [], set(), set()
@@ -246,7 +256,7 @@ def expand(study: ml_collections.ConfigDict) -> list[TrialSpec]:
           raise ValueError(f"two trials have the same id {spec.run_id!r}: a sub-sweep repeats a point.")
         seen_ids.add(spec.run_id)
         trials.append(spec)
-  _check_study(study, trials)
+  _check_study(study, trials, frozenset(ended))
   return trials
 
 
@@ -371,9 +381,9 @@ def refinement_trials(
   raise ValueError(f"no searched cell {cell!r} in this study.")
 
 
-def _check_study(study: ml_collections.ConfigDict, trials: Sequence[TrialSpec]) -> None:
+def _check_study(study: ml_collections.ConfigDict, trials: Sequence[TrialSpec], ended: frozenset = frozenset()) -> None:
   """Checks across trials (one baseline, a technique set the sweeps can match, batches within the training set),
-  then every trial through the trainer's validator (trial_checks.py)."""
+  then every trial not in ``ended`` through the trainer's validator (trial_checks.py)."""
   baselines = [t for t in trials if t.role == "baseline"]
   if len(baselines) > 1:
     raise ValueError(f"a study has at most one baseline trial (role 'baseline'); these sweeps give {len(baselines)}.")
@@ -393,4 +403,4 @@ def _check_study(study: ml_collections.ConfigDict, trials: Sequence[TrialSpec]) 
   for t in trials:
     if n > 0 and t.batch_size > n:
       raise ValueError(f"trial {t.run_id}: batch {t.batch_size} exceeds the {n} training examples.")
-  trial_checks.validate_trials(trials, sections.section(study, "runner")["env"])
+  trial_checks.validate_trials([t for t in trials if t.run_id not in ended], sections.section(study, "runner")["env"])
