@@ -583,3 +583,47 @@ def test_the_reached_batches_sensitivity_refits_a_rejected_setting_without_its_u
   # without 8192, data7500's points are exact again and it joins the slope; as run it is left out
   assert f"data slope = {slope(data):+.2f}" in restricted, restricted
   assert f"data slope = {slope(data[1:]):+.2f}" in first and slope(data) != pytest.approx(slope(data[1:]), abs=0.01)
+
+
+def test_secondary_targets_are_the_config_docstring_rule():
+  # written from the config's docstring: a common 98.0% bar (MLP 97.5%), and each setting's bar − 0.3 pp
+  want = {
+    "data7500": (0.980, 0.977),  # the common bar is its own bar
+    "data15000": (0.980, 0.980),
+    "lenet5": (0.980, 0.984),
+    "mlp": (0.975, 0.974),
+    "lenet5_w2": (0.980, 0.985),
+    "cnn_w0.25": (0.980, 0.983),
+  }
+  for name, (common, minus) in want.items():
+    got = axes.sensitivity_targets(name)
+    assert got[axes.COMMON_BAR] == pytest.approx(common) and got[axes.BAR_MINUS] == pytest.approx(minus), name
+
+
+def test_secondary_section_fits_the_first_evaluation_at_each_secondary_target(tmp_path):
+  """lenet5's seeds at batch 128 first pass 98.1% at half their steps, and every seed the primary 98.7% at S: at
+  the common bar (98.0%) B_crit is the fit with batch 128 at half its steps, at 98.4% (bar − 0.3 pp) the fit to S;
+  each against the numpy fit."""
+  root = str(tmp_path / "published")
+  folder = os.path.join(root, "lenet5")
+  truth = _steps_folder(folder, TRUTH["lenet5"], 0.987, np.random.default_rng(7))
+  path = os.path.join(folder, "evals.csv")
+  with open(path, newline="") as f:
+    rows = list(csv.DictReader(f))
+  for r in rows:
+    if r["run_id"].startswith("tuned-b128-") and r["test_accuracy"] and math.isclose(float(r["test_accuracy"]), 0.967):
+      r["test_accuracy"] = "0.981"
+  with open(path, "w", newline="") as f:
+    w = csv.DictWriter(f, list(rows[0]))
+    w.writeheader()
+    w.writerows(rows)
+  text = axes.secondary_section(root, num_bootstrap=100)
+  row = [ln for ln in text.splitlines() if ln.startswith("| lenet5 |")][0]
+  got = [float(x.replace(",", "")) for x in re.findall(r"\d+\.\d%: ([\d,]+) \[", row)]
+  bs = [b for b, v in truth.items() for _ in v[1:]]
+  half = _reference_fit(bs, [s // 2 if b == 128 else s for b, v in truth.items() for s in v[1:]])[0]
+  full = _reference_fit(bs, [s for v in truth.values() for s in v[1:]])[0]
+  assert len(got) == 2 and half < 0.8 * full  # the two targets give different fits
+  assert got[0] == pytest.approx(half, rel=2e-3, abs=1) and got[1] == pytest.approx(full, rel=2e-3, abs=1)
+  assert "| mlp | 97.7% | 97.5%: not run | 97.4%: not run |" in text
+  assert text.count("| inconclusive | inconclusive |") == 2  # one setting: no verdict at either target
