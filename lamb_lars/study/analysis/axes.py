@@ -696,7 +696,9 @@ def secondary_section(root: str, num_bootstrap: int = 1000) -> str:
     "",
     "B_crit and its 95% bootstrap interval over the same replicate seeds at each secondary target of the config "
     "(lamb_lars/configs/studies/critical_batch_axes.py, `secondary_targets`): the first evaluation at or above "
-    "it. The LR of each batch was chosen for the primary target.",
+    "it. The LR of each batch was chosen for the primary target. The targets were pre-registered with the config "
+    "(before any trial); this section, which reads them with the first row's rule (as run, a setting without a "
+    "measured B_crit left out), was added on 2026-12-02, when 12 of the 16 parts were in.",
     "",
     f"| setting | primary target | {COMMON_BAR} | {BAR_MINUS} |",
     "|---|---:|---|---|",
