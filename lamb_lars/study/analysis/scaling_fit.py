@@ -83,6 +83,8 @@ def _best_c(g: np.ndarray, ly: np.ndarray, cens: np.ndarray) -> tuple[np.ndarray
 def _profile(log_betas: np.ndarray, b, ly, cens) -> tuple[np.ndarray, np.ndarray]:
   """(c, loss) at each log β; β = 0 and β = ∞ as the limits −∞ and +∞ (for β = ∞, c = log E_min)."""
   lb = np.asarray(log_betas, np.float64)[:, None]
+  if np.isfinite(lb).all():  # the grids: the same expression as below, without its masks
+    return _best_c(np.log1p(np.exp(lb) / b[None, :]), ly, cens)
   with np.errstate(over="ignore"):
     g = np.where(
       np.isposinf(lb),
@@ -98,17 +100,15 @@ def fit(batches: Sequence[float], steps: Sequence[float], censored: Optional[Seq
   lo, hi = math.log(b.min()) - math.log(1e3), math.log(b.max()) + math.log(1e3)
   for _ in range(_STAGES):  # a grid, then finer grids around its best point
     grid = np.linspace(lo, hi, _GRID)
-    _, losses = _profile(grid, b, ly, cens)
+    cs, losses = _profile(grid, b, ly, cens)
     k = int(np.argmin(losses))
     step = grid[1] - grid[0]
     lo, hi = grid[k] - step, grid[k] + step
-  log_beta, loss = float(grid[k]), float(losses[k])
-  _, limits = _profile(np.array([-math.inf, math.inf]), b, ly, cens)
-  for limit, f_limit in zip((-math.inf, math.inf), limits):
+  log_beta, c, loss = float(grid[k]), float(cs[k]), float(losses[k])
+  c_limits, limits = _profile(np.array([-math.inf, math.inf]), b, ly, cens)
+  for limit, c_limit, f_limit in zip((-math.inf, math.inf), c_limits, limits):
     if f_limit <= loss + 1e-12:  # a limit wins a tie: the data do not bound B_crit away from it
-      log_beta, loss = limit, float(f_limit)
-  c_arr, loss_arr = _profile(np.array([log_beta]), b, ly, cens)
-  c, loss = float(c_arr[0]), float(loss_arr[0])
+      log_beta, c, loss = limit, float(c_limit), float(f_limit)
   n, nc = int(b.size), int(cens.sum())
   if log_beta == math.inf:
     return CensoredFit(0.0, math.inf, math.exp(c), loss, n, nc)
