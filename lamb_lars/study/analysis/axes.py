@@ -34,10 +34,12 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import json
 import math
 import os
 import sys
+import zlib
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
@@ -337,24 +339,34 @@ def fixed_epoch_points(points: Points, n: int, epochs: float = FIXED_EPOCHS) -> 
 
 def resampled_b_crit(points_by_setting: Mapping[str, Points], num: int = 1000, seed: int = 0) -> dict[str, np.ndarray]:
   """{setting: B_crit per resample, nan where that resample has no fit}: resample r draws each setting's seeds per
-  batch with replacement (its own generator per setting) and refits. Each statistic drops the resamples where one
-  of its own settings has no fit (``_kept``), not those of settings it does not read."""
-  names = [k for k, v in points_by_setting.items() if v]
-  vals = {k: np.full(num, np.nan) for k in names}
-  for i, name in enumerate(names):
-    rng = np.random.default_rng([seed, i])
-    pts = points_by_setting[name]
-    for r in range(num):
-      bs, ys, cs = [], [], []
-      for b in sorted(pts):
-        for j in rng.integers(0, len(pts[b]), len(pts[b])):
-          bs.append(b)
-          ys.append(pts[b][j][0])
-          cs.append(pts[b][j][1])
-      try:
-        vals[name][r] = scaling_fit.fit(bs, ys, cs).b_crit
-      except ValueError:
-        pass
+  batch with replacement (its own generator per setting, seeded by its name) and refits. A setting's draws depend
+  only on its name and points, so the readings that give a setting the same points share its draws (computed once,
+  ``_setting_draws``). Each statistic drops the resamples where one of its own settings has no fit (``_kept``), not
+  those of settings it does not read."""
+  return {
+    k: _setting_draws(k, tuple((b, tuple(v[b])) for b in sorted(v)), num, seed).copy()
+    for k, v in points_by_setting.items()
+    if v
+  }
+
+
+@functools.lru_cache(maxsize=256)
+def _setting_draws(name: str, points: tuple, num: int, seed: int) -> np.ndarray:
+  """One setting's ``num`` resampled B_crit (``points``: ((batch, ((steps, censored), …)), …) in batch order)."""
+  rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+  vals = np.full(num, np.nan)
+  for r in range(num):
+    bs, ys, cs = [], [], []
+    for b, pts in points:
+      for j in rng.integers(0, len(pts), len(pts)):
+        bs.append(b)
+        ys.append(pts[j][0])
+        cs.append(pts[j][1])
+    try:
+      vals[r] = scaling_fit.fit(bs, ys, cs).b_crit
+    except ValueError:
+      pass
+  vals.setflags(write=False)
   return vals
 
 
