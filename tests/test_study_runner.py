@@ -1,8 +1,9 @@
 """The study runner end to end on a tiny synthetic study: the search prunes, a huge LR is recorded as diverged, a bad
 trial as failed; a trial killed with SIGKILL resumes from its checkpoint; the runner killed with SIGKILL and
 restarted ends with every trial recorded exactly once (pruned ones included) and the search rebuilt from its log;
-the report is written from the workdir alone; a snapshot of the killed study without its checkpoints, resumed in a
-copy, ends with the same results (``study snapshot``). Plus one sentence for a bad study config on the command line."""
+the report is written from the workdir alone; a snapshot of the killed study (only the running trial's newest
+checkpoint kept), resumed in a copy, ends with the same results (``study snapshot``). Plus one sentence for a bad
+study config on the command line."""
 
 from __future__ import annotations
 
@@ -235,8 +236,9 @@ def _evals(workdir: str) -> dict:
 
 
 def _snapshot_killed_study(workdir: str, midway: str, tmp_path, env: dict) -> str:
-  """``study snapshot`` of a study whose runner was killed while ``midway`` ran: the store, the config, the commands
-  and each trial's run files, without checkpoints, tensorboard files or locks; returns a copy of it."""
+  """``study snapshot`` of a study whose runner was killed while ``midway`` ran: the store, the config, the commands,
+  each trial's run files and ``midway``'s newest finished checkpoint, without the other checkpoints, tensorboard
+  files or locks; returns a copy of it."""
   out_dir = tmp_path / "snap"
   out = subprocess.run(
     [sys.executable, "-m", "lamb_lars.study", "snapshot", f"--workdir={workdir}", f"--out={out_dir}"],
@@ -249,9 +251,12 @@ def _snapshot_killed_study(workdir: str, midway: str, tmp_path, env: dict) -> st
   assert out.returncode == 0 and "snapshot of" in out.stdout, out.stdout + out.stderr
   files = {os.path.relpath(os.path.join(d, f), out_dir) for d, _, fs in os.walk(out_dir) for f in fs}
   assert {wd.STORE_FILE, wd.STUDY_CONFIG_FILE, wd.COMMANDS_FILE, snap.SNAPSHOT_FILE} <= files
-  assert not any("/checkpoints" in f or "/tensorboard/" in f or f.endswith(".lock") for f in files), files
-  assert f"runs/{midway}/metrics.jsonl" in files
   record = json.loads((out_dir / snap.SNAPSHOT_FILE).read_text())
+  step = record["kept_running_checkpoints"][midway]  # the killed trial's newest finished checkpoint, and no other
+  kept = {f for f in files if "/checkpoints" in f}
+  assert kept and all(f.startswith(f"runs/{midway}/checkpoints/{step}/") for f in kept), kept
+  assert not any("/tensorboard/" in f or f.endswith(".lock") for f in files), files
+  assert f"runs/{midway}/metrics.jsonl" in files
   assert record["trials"].get("running", 0) >= 1 and sum(record["trials"].values()) == len(_evals(workdir))
   assert record["code"] == code_state.code_state(REPO)  # the checkout the study ran from
   copy = str(tmp_path / "copy")
@@ -260,8 +265,8 @@ def _snapshot_killed_study(workdir: str, midway: str, tmp_path, env: dict) -> st
 
 
 def _resume_snapshot_gives_the_same_results(copy: str, workdir: str, midway: str, cmd: list, env: dict) -> None:
-  """The copy resumes from nothing for its unfinished trials (a trial restarted from step 0 is deterministic) and
-  ends with every trial recorded once and the eval rows of the study resumed in its own workdir, bit for bit."""
+  """The copy resumes its running trial from the kept checkpoint, trains its pending ones, and ends with every trial
+  recorded once and the eval rows of the study resumed in its own workdir, bit for bit."""
   done = subprocess.run(
     cmd[:-1] + [f"--workdir={copy}"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
   )
@@ -276,7 +281,9 @@ def _resume_snapshot_gives_the_same_results(copy: str, workdir: str, midway: str
     assert steps == sorted(set(steps)), rid  # one row per eval step, even for a trial restarted from step 0
     n = min(len(rows), len(original[rid][1]))  # a trial may be pruned at another rung in the other resume
     assert rows[:n] == original[rid][1][:n], rid  # the same numbers, bit for bit
-  assert resumed[midway][1] and original[midway][1][:1] == resumed[midway][1][:1]  # restarted from step 0
+  step = json.loads(open(os.path.join(copy, snap.SNAPSHOT_FILE)).read())["kept_running_checkpoints"][midway]
+  with open(os.path.join(wd.run_dir(copy, midway), "log.txt"), encoding="utf-8") as f:
+    assert f"Resumed from step {step}" in f.read()  # where the snapshot's checkpoint left it, not from step 0
 
 
 @pytest.mark.slow

@@ -27,7 +27,8 @@ overrides); the commit that last changed it is recorded as its pre-registration 
 ``status`` prints where the study stands (trials done/pruned/diverged/failed/running/pending, a rough ETA, the
 running trials' epochs), read from the store; ``run`` prints the same every minute.
 ``snapshot`` copies what the study needs to be resumed elsewhere (the store, its config and commands, each trial's
-run files) without checkpoints or TensorBoard files, for a study that outlives its machine or session
+run files, the newest checkpoint of each running trial) without the other checkpoints or TensorBoard files
+(``--running_checkpoints=False``: without those either), for a study that outlives its machine or session
 (lamb_lars/study/running/snapshot.py): copy it to a workdir and re-run the study's command there.
 The search's Optuna studies are mirrored in ``<workdir>/optuna.db`` (``optuna-dashboard sqlite:///WORKDIR/optuna.db``;
 for a gs:// workdir the file is in the workdir's machine-local folder, ``io_utils.local_path``).
@@ -60,6 +61,12 @@ def _define_flags():
     None,
     "snapshot: the git checkout the study runs from, whose commit the snapshot "
     "records (default: the one this command runs from).",
+  )
+  flags.DEFINE_bool(
+    "running_checkpoints",
+    True,
+    "snapshot: keep the newest finished checkpoint of each running or failed trial, so that it resumes there "
+    "(False: it trains from step 0).",
   )
   flags.DEFINE_integer("num_workers", None, "run: trials at once (default config.runner.num_workers).")
   flags.DEFINE_bool("dry_run", False, "run: list the trials and exit; branch: the reference and the branch points.")
@@ -209,7 +216,7 @@ def _snapshot(FLAGS) -> None:  # noqa: N803
     raise app.UsageError("snapshot needs --out=DIR, the folder to write the snapshot to")
   from lamb_lars.study.running import snapshot
 
-  record = snapshot.snapshot(FLAGS.workdir, FLAGS.out, FLAGS.code_dir)
+  record = snapshot.snapshot(FLAGS.workdir, FLAGS.out, FLAGS.code_dir, FLAGS.running_checkpoints)
   print(
     f"snapshot of {FLAGS.workdir} in {FLAGS.out}: trials "
     + ", ".join(f"{k} {v}" for k, v in record["trials"].items())
@@ -218,6 +225,11 @@ def _snapshot(FLAGS) -> None:  # noqa: N803
     + "".join(
       f"; kept {run_id}'s branch-point checkpoints {steps}" for run_id, steps in record["kept_branch_points"].items()
     )
+    + "".join(
+      f"; kept running {run_id}'s checkpoint at step {step}"
+      for run_id, step in record["kept_running_checkpoints"].items()
+    )
+    + f"; checkpoints {record['checkpoint_mb']} MB"
   )
   for why in record["missing_branch_points"]:
     print(f"warning: a branch point's checkpoint is not in the workdir, so not in the snapshot: {why}")

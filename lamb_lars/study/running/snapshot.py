@@ -1,4 +1,4 @@
-"""A study workdir without its checkpoints: what a study needs to be resumed on another machine or in a later
+"""A study workdir without most of its checkpoints: what a study needs to be resumed on another machine or in a later
 session, small enough to commit or upload.
 
 A study on the paper's budget outlives the machine it started on: a 3-hour session, a Colab runtime, a pre-empted
@@ -10,13 +10,17 @@ driver writes), and leaves out:
 * ``runs/*/checkpoints*/`` and ``runs/*/tensorboard/`` (large; TensorBoard files are re-written by a resumed trial),
   except, for a branching study (branches.py), each reference run's checkpoints at the steps its branches start
   from (:func:`branch_points`): a branch still to run cannot start without them, and no re-run can recreate them
-  short of training the reference again;
+  short of training the reference again; and, unless ``running_checkpoints=False``, the newest finished
+  checkpoint of each trial the store records as running or failed (:func:`resume_points`), so that a trial longer
+  than what is left of a session resumes where it stopped rather than from step 0 (one checkpoint per such trial:
+  about 4 MB for LeNet-5 ×2, the size of the model's state);
 * lock files and the XLA compilation cache (machine-local).
 
 Resuming: copy the snapshot to a workdir and re-run the study's command there
 (``cp -r SNAPSHOT WORKDIR && python -m lamb_lars.study run --config=... --workdir=WORKDIR``). Finished trials are
-read from the store and not run again. A trial that was running, or a pruned trial that the search promotes later,
-finds no checkpoint and trains from step 0: the trainer drops the run's eval rows past its resume step
+read from the store and not run again. A trial that was running resumes from its kept checkpoint, bit-exactly as in
+its own workdir. A trial without one (a pruned trial that the search promotes later, or any trial of a snapshot
+taken with ``running_checkpoints=False``) trains from step 0: the trainer drops the run's eval rows past its resume step
 (metric_writers.keep_rows_until), and a trial is deterministic given its config, so it reaches the same result, only
 later. ``snapshot.json`` records the commit of the checkout the study runs from (``--code_dir``, by default the one that
 takes the snapshot): resume at that commit, so that the study's manifest names one code state.
@@ -89,6 +93,34 @@ def branch_points(workdir: str, rows: list) -> tuple[dict[str, set[int]], list[s
   return dict(out), missing
 
 
+RESUMABLE = ("running", "failed")  # the statuses whose trials run again, from their newest checkpoint
+
+
+def newest_finished_step(checkpoint_dir: str) -> Optional[int]:
+  """The newest step in ``checkpoint_dir`` that orbax finished writing (a step-named folder with its
+  ``commit_success.txt``; a save in progress is a temporary folder, or has no marker yet), or None."""
+  if not os.path.isdir(checkpoint_dir):
+    return None
+  steps = [
+    int(name)
+    for name in os.listdir(checkpoint_dir)
+    if name.isdigit() and os.path.exists(os.path.join(checkpoint_dir, name, "commit_success.txt"))
+  ]
+  return max(steps, default=None)
+
+
+def resume_points(workdir: str, rows: list) -> dict[str, int]:
+  """Per trial among the store ``rows`` that will run again (status running or failed), the newest finished
+  checkpoint step in its run dir under ``workdir``; trials without one are left out (they train from step 0)."""
+  out = {}
+  for row in rows:
+    if row["status"] in RESUMABLE:
+      step = newest_finished_step(os.path.join(wd.run_dir(workdir, row["run_id"]), run_files.CHECKPOINT_DIR))
+      if step is not None:
+        out[row["run_id"]] = step
+  return out
+
+
 def _copy_run(src: str, dst: str, keep_steps: set[int]) -> None:
   """``src``'s run files without SKIPPED, but with its checkpoints at ``keep_steps``."""
   os.makedirs(dst)
@@ -104,10 +136,31 @@ def _copy_run(src: str, dst: str, keep_steps: set[int]) -> None:
       shutil.copy2(path, os.path.join(dst, name))
 
 
-def snapshot(workdir: str, out: str, code_dir: Optional[str] = None) -> dict:
+def _size(runs_dir: str, folder: str) -> int:
+  """Bytes in every ``runs_dir/*/folder`` tree."""
+  total = 0
+  for run_id in os.listdir(runs_dir):
+    for d, _, files in os.walk(os.path.join(runs_dir, run_id, folder)):
+      total += sum(os.path.getsize(os.path.join(d, f)) for f in files)
+  return total
+
+
+def snapshot(workdir: str, out: str, code_dir: Optional[str] = None, running_checkpoints: bool = True) -> dict:
   """Writes the resumable part of the study ``workdir`` to ``out`` (replaced if it exists, written beside it first
-  so that a killed snapshot leaves the previous one whole) and returns what ``snapshot.json`` records. ``code_dir``:
-  the git checkout the study runs from (default: the one this code is imported from), whose commit is recorded."""
+  so that a killed snapshot leaves the previous one whole) and returns what ``snapshot.json`` records.
+
+  Args:
+    workdir: a local study workdir (``study.sqlite`` in it); the study may be running.
+    out: the snapshot's folder, outside ``workdir``.
+    code_dir: the git checkout the study runs from (default: the one this code is imported from), whose commit is
+      recorded.
+    running_checkpoints: keep the newest finished checkpoint of each running or failed trial, so that it resumes
+      there; False leaves every checkpoint out but the branch points.
+
+  Returns:
+    The record written to ``snapshot.json``: trial counts by status, the code state, the checkpoints kept
+    (``kept_branch_points``, ``kept_running_checkpoints``) and their size, and the branch points that are missing.
+  """
   if io_utils.is_remote(workdir) or io_utils.is_remote(out):
     raise ValueError(
       "snapshot copies a local study workdir to a local folder; an object-store workdir (gs://…) "
@@ -134,9 +187,13 @@ def snapshot(workdir: str, out: str, code_dir: Optional[str] = None) -> dict:
     con.close()
   counts = collections.Counter(r["status"] for r in rows)
   kept, missing = branch_points(workdir, rows)
+  running = resume_points(workdir, rows) if running_checkpoints else {}
+  keep = collections.defaultdict(set, {run_id: set(steps) for run_id, steps in kept.items()})
+  for run_id, step in running.items():
+    keep[run_id].add(step)
   runs_dir = os.path.join(workdir, "runs")
   for run_id in sorted(os.listdir(runs_dir)) if os.path.isdir(runs_dir) else ():
-    _copy_run(os.path.join(runs_dir, run_id), os.path.join(tmp, "runs", run_id), kept.get(run_id, set()))
+    _copy_run(os.path.join(runs_dir, run_id), os.path.join(tmp, "runs", run_id), keep.get(run_id, set()))
   record = {
     "taken": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     "workdir": workdir,
@@ -145,8 +202,10 @@ def snapshot(workdir: str, out: str, code_dir: Optional[str] = None) -> dict:
     "left_out": [f"runs/*/{name}" for name in SKIPPED],
     "kept_branch_points": {run_id: sorted(steps) for run_id, steps in sorted(kept.items())},
     "missing_branch_points": missing,
+    "kept_running_checkpoints": dict(sorted(running.items())),
+    "checkpoint_mb": round(_size(os.path.join(tmp, "runs"), run_files.CHECKPOINT_DIR) / 2**20, 1),
     "resume": "copy this folder to a workdir and re-run the study's command there (commands.txt), at the "
-    "commit in 'code'; trials without a checkpoint train from step 0.",
+    "commit in 'code'; a running trial resumes from its kept checkpoint, a trial without one trains from step 0.",
   }
   io_utils.write_json_atomic(os.path.join(tmp, SNAPSHOT_FILE), record)
   old = f"{out}.old-{os.getpid()}"
