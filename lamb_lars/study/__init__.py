@@ -36,7 +36,7 @@ running/ (orchestration: processes, files, the search)
   phases           after a cell's search: LR range extensions, promotions to the full budget, replicates
   ray_executor     trials as Ray tasks (ray_cluster: connecting and sizing)
   run_one          one trial in its own process
-  snapshot         a study without its checkpoints, to resume elsewhere
+  snapshot         a study without most of its checkpoints, to resume elsewhere
 publishing/ (a workdir → a published folder; reads running's store)
   csv_tables       runs.csv / evals.csv written from the store and read back as Trials
   publish          ``study report``: the CSVs, the report recomputed from them, the manifest
