@@ -15,7 +15,7 @@ import pytest
 
 from lamb_lars import models
 from lamb_lars.configs.studies import critical_batch_axes as cba
-from lamb_lars.study.analysis import axes
+from lamb_lars.study.analysis import axes, scaling_fit
 from lamb_lars.study.running import sweep
 
 
@@ -627,3 +627,28 @@ def test_secondary_section_fits_the_first_evaluation_at_each_secondary_target(tm
   assert got[0] == pytest.approx(half, rel=2e-3, abs=1) and got[1] == pytest.approx(full, rel=2e-3, abs=1)
   assert "| mlp | 97.7% | 97.5%: not run | 97.4%: not run |" in text
   assert text.count("| inconclusive | inconclusive |") == 2  # one setting: no verdict at either target
+
+
+def test_figure_draws_each_measured_b_crit_at_its_setting_and_the_common_bar_beside_it():
+  """The primary-target series has one point per measured setting at (its N or parameters, its B_crit) with the
+  interval's ends; the common-bar series the same, 12% to the right; a rejected setting draws no point."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fit = lambda b: scaling_fit.CensoredFit(
+    s_min=1000.0, b_crit=b, e_min=1000.0 * b, loss=0.0, num_points=8, num_censored=0
+  )
+  iv = lambda lo, hi: scaling_fit.Interval(lo, hi, num=100, infinite=0.0, failed=0)
+  mk = lambda name, b, lo, hi, rejected=(): axes.SettingResult(name, 0.98, {}, fit(b), iv(lo, hi), rejected=rejected)
+  primary = [mk("data30000", 200.0, 100.0, 350.0), mk("data7500", 50.0, 10.0, 90.0, rejected=(1024,))]
+  common = [mk("data30000", 220.0, 150.0, 300.0)]
+  fig, ax = plt.subplots()
+  axes._draw_measured(ax, primary, "data", 1.0, dict(fmt="o"), "primary")
+  axes._draw_measured(ax, common, "data", 1.12, dict(fmt="s"), "common")
+  (p, c) = [line.get_xydata().tolist() for line in ax.get_lines() if line.get_marker() in ("o", "s")]
+  assert p == [[30000.0, 200.0]] and c == [[pytest.approx(33600.0), 220.0]]
+  segments = [coll.get_segments() for coll in ax.collections]
+  assert [[seg[0][1], seg[1][1]] for seg in segments[0]] == [[100.0, 350.0]]  # the interval's ends
+  plt.close(fig)

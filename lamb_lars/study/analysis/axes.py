@@ -677,25 +677,36 @@ def sensitivity_targets(name: str) -> dict[str, float]:
   return {COMMON_BAR: common, BAR_MINUS: minus}
 
 
-def secondary_section(root: str, num_bootstrap: int = 1000) -> str:
-  """B_crit per setting at each secondary target (the replicate seeds' first evaluation at or above it: a trial
-  stops at its primary target, which is higher, so a lower target is observed on the way), and the two claims'
-  verdicts at each target (as run; a setting without a measured B_crit left out, as in the first row above). A
-  verdict that changes with the target is not robust to it."""
-  pts: dict[str, dict[str, Points]] = {COMMON_BAR: {}, BAR_MINUS: {}}
-  rows = []
+def secondary_results(root: str, num_bootstrap: int = 1000) -> dict[str, dict[str, Optional[SettingResult]]]:
+  """{reading: {setting: B_crit at that secondary target (None: the part is not in)}}, for every setting in the
+  config's order; each the fit to the replicate seeds' first evaluation at or above the target (a trial stops at its
+  primary target, which is higher, so a lower target is observed on the way)."""
+  out: dict[str, dict[str, Optional[SettingResult]]] = {COMMON_BAR: {}, BAR_MINUS: {}}
   for name in cba.SETTINGS:
     folder = os.path.join(root, name)
     here = os.path.exists(os.path.join(folder, "runs.csv"))
+    for reading, goal in sensitivity_targets(name).items():
+      out[reading][name] = b_crit(name, seed_points(folder, goal), goal, num_bootstrap=num_bootstrap) if here else None
+  return out
+
+
+def secondary_section(
+  root: str, num_bootstrap: int = 1000, computed: Optional[Mapping[str, Mapping[str, Optional[SettingResult]]]] = None
+) -> str:
+  """B_crit per setting at each secondary target (:func:`secondary_results`, or ``computed``), and the two claims'
+  verdicts at each target (as run; a setting without a measured B_crit left out, as in the first row above). A
+  verdict that changes with the target is not robust to it."""
+  computed = computed if computed is not None else secondary_results(root, num_bootstrap)
+  pts: dict[str, dict[str, Points]] = {reading: {} for reading in computed}
+  rows = []
+  for name in cba.SETTINGS:
     cells = []
     for reading, goal in sensitivity_targets(name).items():
-      p = seed_points(folder, goal) if here else {}
-      pts[reading][name] = p
-      if not here:
+      r = computed[reading][name]
+      pts[reading][name] = r.points if r is not None else {}
+      if r is None:
         cells.append(f"{goal:.1%}: not run")
-        continue
-      r = b_crit(name, p, goal, num_bootstrap=num_bootstrap)
-      if r.fit is None:
+      elif r.fit is None:
         cells.append(f"{goal:.1%}: {r.note}")
       elif not r.measured:
         rej = ", ".join(f"{b:,}" for b in r.rejected)
@@ -814,53 +825,86 @@ def cbs_axis_comparison(root: str, epsilon: float = cba.EPSILON) -> str:
   return "\n".join(lines)
 
 
-def figure(results: Sequence[SettingResult], path: str) -> str:
-  """B_crit with its interval against dataset size (left) and parameters (right), log axes, shared y; an interval
-  open upwards (bootstrap resamples with B_crit = ∞) is drawn to 10× the estimate with an arrow head. A setting
-  whose fit is rejected (not measured) is named in the panel's corner, not drawn."""
+def _axis_x(name: str, axis: str) -> float:
+  """A setting's place on an axis: its training examples N (data) or its parameters (model)."""
+  s = cba.SETTINGS[name]
+  return float(s["n"] if axis == "data" else cba.num_params(s["model"], s["width"]))
+
+
+def _draw_measured(ax, results: Sequence[SettingResult], axis: str, shift: float, style: dict, label: str) -> None:
+  """Each measured, finite B_crit of ``results`` on ``axis`` with its interval, at x × ``shift``; an interval open
+  upwards (bootstrap resamples with B_crit = ∞) is drawn to 10× the estimate and ends in an arrow head."""
+  rows = [
+    r
+    for r in results
+    if r is not None and axis in cba.SETTINGS[r.name]["axes"] and r.measured and 0 < r.fit.b_crit < math.inf
+  ]
+  if not rows:
+    return
+  xs = [_axis_x(r.name, axis) * shift for r in rows]
+  ys = [r.fit.b_crit for r in rows]
+  tops = [r.interval.hi if r.interval and math.isfinite(r.interval.hi) else r.fit.b_crit * 10 for r in rows]
+  bottoms = [r.interval.lo if r.interval and r.interval.lo > 0 else r.fit.b_crit / 10 for r in rows]
+  ax.errorbar(
+    xs,
+    ys,
+    yerr=[[y - b for y, b in zip(ys, bottoms)], [t - y for y, t in zip(ys, tops)]],
+    capsize=4,
+    label=label,
+    **style,
+  )
+  open_top = [(x, t) for x, t, r in zip(xs, tops, rows) if not (r.interval and math.isfinite(r.interval.hi))]
+  if open_top:
+    ax.plot(*zip(*open_top), "^", color=style.get("color", "C0"))
+
+
+def figure(
+  results: Sequence[SettingResult], path: str, common: Optional[Mapping[str, Optional[SettingResult]]] = None
+) -> str:
+  """B_crit with its interval against dataset size (left) and parameters (right), log axes, shared y: at each
+  setting's primary target (filled circles) and, when ``common`` is given, at the pre-registered common bar (98.0%;
+  MLP 97.5%; open squares, drawn a little to the right). A setting whose primary-target fit is not a measurement (a
+  rejected fit, or none) is marked by a cross on the panel's floor at its x, with its name; one not run is left out.
+  The x ticks read in thousands (10K, 20K, 50K, …)."""
   import matplotlib
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+  from matplotlib import ticker, transforms
 
-  fig, axes = plt.subplots(1, 2, figsize=(9, 3.6), sharey=True)
+  fig, axes = plt.subplots(1, 2, figsize=(9.5, 4.0), sharey=True)
   for ax, axis, xlabel in (
     (axes[0], "data", "training examples N (LeNet-5)"),
     (axes[1], "model", "parameters (55K examples)"),
   ):
-    xs, ys, lo, hi, labels, kept, left = [], [], [], [], [], [], []
+    _draw_measured(ax, results, axis, 1.0, dict(fmt="o", color="C0"), "primary target")
+    if common is not None:
+      _draw_measured(ax, list(common.values()), axis, 1.12, dict(fmt="s", color="C1", mfc="none"), COMMON_BAR)
+    floor = transforms.blended_transform_factory(ax.transData, ax.transAxes)
     for r in results:
-      s = cba.SETTINGS[r.name]
-      if axis not in s["axes"] or not r.measured or not 0 < r.fit.b_crit < math.inf:
-        if axis in s["axes"] and r.fit is not None and r.rejected:
-          left.append(r.name)
+      if axis not in cba.SETTINGS[r.name]["axes"] or r.note == "not run":
         continue
-      x = s["n"] if axis == "data" else cba.num_params(s["model"], s["width"])
-      iv = r.interval
-      top = iv.hi if iv and math.isfinite(iv.hi) else r.fit.b_crit * 10
-      bottom = iv.lo if iv and iv.lo > 0 else r.fit.b_crit / 10
-      xs.append(x)
-      ys.append(r.fit.b_crit)
-      lo.append(r.fit.b_crit - bottom)
-      hi.append(top - r.fit.b_crit)
-      labels.append(r.name)
-      kept.append(r)
-    if xs:
-      ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", capsize=4)
-      open_top = [
-        (x, y + h) for x, y, h, r in zip(xs, ys, hi, kept) if not (r.interval and math.isfinite(r.interval.hi))
-      ]
-      if open_top:  # an interval without a finite upper end: drawn to 10× the estimate, marked by an arrow head
-        ax.plot(*zip(*open_top), "^", color="C0")
-      for x, y, lab in zip(xs, ys, labels):
-        ax.annotate(lab, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
-    if left:  # a rejected fit has no B_crit to draw: named instead
-      ax.text(0.02, 0.02, "not measured: " + ", ".join(left), transform=ax.transAxes, fontsize=7, va="bottom")
+      x = _axis_x(r.name, axis)
+      if r.measured and 0 < r.fit.b_crit < math.inf:
+        ax.annotate(r.name, (x, r.fit.b_crit), textcoords="offset points", xytext=(-4, 4), fontsize=7, ha="right")
+      else:
+        ax.plot([x], [0.04], "x", color="C3", transform=floor, clip_on=False)
+        ax.text(x, 0.08, f"{r.name}\nnot measured\nat its target", transform=floor, fontsize=6, ha="center", color="C3")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.xaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))  # 10K, 20K, 50K, …: a short log axis
+    ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v / 1000:g}K"))
+    ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+    ax.margins(x=0.12)
     ax.set_xlabel(xlabel)
     ax.grid(True, which="both", alpha=0.3)
   axes[0].set_ylabel("B_crit (95% bootstrap over seeds)")
+  legend = {}  # one entry per series, from whichever panel drew it
+  for ax in axes:
+    for handle, label in zip(*ax.get_legend_handles_labels()):
+      legend.setdefault(label, handle)
+  if legend:
+    axes[1].legend(list(legend.values()), list(legend), fontsize=7, loc="upper left")
   fig.suptitle("Critical batch along the data axis and the model axis (MNIST)")
   fig.tight_layout()
   fig.savefig(path, dpi=120)
@@ -898,8 +942,14 @@ def parts_table(root: str) -> str:
   return "\n".join(lines)
 
 
-def markdown(root: str, results: Sequence[SettingResult], num_bootstrap: int = 1000) -> str:
-  """The text of ``README.md``, computed from the parts' CSVs alone (fixed bootstrap seeds: reproducible)."""
+def markdown(
+  root: str,
+  results: Sequence[SettingResult],
+  num_bootstrap: int = 1000,
+  secondary: Optional[Mapping[str, Mapping[str, Optional[SettingResult]]]] = None,
+) -> str:
+  """The text of ``README.md``, computed from the parts' CSVs alone (fixed bootstrap seeds: reproducible);
+  ``secondary``: :func:`secondary_results`, when the caller has it."""
   return "\n".join(
     [
       "# Critical batch: data axis against model axis",
@@ -916,7 +966,7 @@ def markdown(root: str, results: Sequence[SettingResult], num_bootstrap: int = 1
       "",
       claims_section({r.name: r.points for r in results}, num=num_bootstrap),
       "",
-      secondary_section(root, num_bootstrap),
+      secondary_section(root, num_bootstrap, secondary),
       "",
       cbs_tables(root),
       "",
@@ -933,8 +983,9 @@ def report(root: str, out: Optional[str] = None, num_bootstrap: int = 1000) -> s
   out = out or root
   os.makedirs(out, exist_ok=True)
   results = _results(root, num_bootstrap)
-  figure(results, os.path.join(out, "critical_batch_axes.png"))
-  text = markdown(root, results, num_bootstrap)
+  secondary = secondary_results(root, num_bootstrap)
+  figure(results, os.path.join(out, "critical_batch_axes.png"), secondary[COMMON_BAR])
+  text = markdown(root, results, num_bootstrap, secondary)
   with open(os.path.join(out, README), "w") as f:
     f.write(text)
   return text
