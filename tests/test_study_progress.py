@@ -48,16 +48,23 @@ def tiny_study() -> ml_collections.ConfigDict:
 def test_duration_and_eta():
   assert [status.duration(s) for s in (None, 41, 245, 4320)] == ["?", "41s", "4m05s", "1h12m"]
   runs = [
-    {"status": "done", "wall_time": 10.0},
-    {"status": "pruned", "wall_time": 2.0},
-    {"status": "failed", "wall_time": 99.0},
-    {"status": "running", "wall_time": None},
-    {"status": "pending", "wall_time": None},
-    {"status": "pending", "wall_time": None},
+    {"run_id": "a", "status": "done", "wall_time": 300.0, "budget_epochs": 30.0},  # 30 epochs in 300 s
+    {"run_id": "b", "status": "pruned", "wall_time": 30.0, "budget_epochs": 30.0},  # pruned at epoch 2
+    {"run_id": "c", "status": "failed", "wall_time": 99.0, "budget_epochs": 30.0},  # not an ended trial
+    {"run_id": "d", "status": "running", "wall_time": None, "budget_epochs": 60.0},  # at epoch 20 of 60
+    {"run_id": "e", "status": "pending", "wall_time": None, "budget_epochs": 60.0},
+    {"run_id": "f", "status": "pending", "wall_time": None, "budget_epochs": 10.0},
   ]
-  assert status.eta_seconds(runs, workers=2) == pytest.approx((10.0 + 2.0) / 2 * 2.5 / 2)
-  assert status.eta_seconds(runs[:1], workers=1) == 0.0
-  assert status.eta_seconds(runs[3:], workers=1) is None
+  epochs = {"a": 30.0, "b": 2.0, "c": 5.0, "d": 20.0}
+  rate = (300.0 + 30.0) / (30.0 + 2.0)  # seconds per epoch over the ended trials
+  mean = (30.0 + 2.0) / 2  # epochs an ended trial trained
+  low = rate * ((60 - 20) + min(60, mean) + min(10, mean)) / 2
+  high = rate * ((60 - 20) + 60 + 10) / 2
+  assert status.eta_range(runs, epochs, workers=2) == (pytest.approx(low), pytest.approx(high))
+  assert status.eta_range(runs[:3], epochs, workers=1) == (0.0, 0.0)  # nothing left
+  assert status.eta_range(runs[2:], epochs, workers=1) is None  # no ended trial to measure a rate on
+  assert status._eta_text((0.0, 0.0)) == "done" and status._eta_text(None) == "ETA ~?"
+  assert status._eta_text((245.0, 4320.0)) == "ETA ~4m05s–1h12m" and status._eta_text((41.0, 41.0)) == "ETA ~41s"
 
 
 @pytest.mark.slow

@@ -4,35 +4,70 @@
 
 prints, e.g.::
 
-  study table3: 41/120 finished (done 30, pruned 9, diverged 2), failed 1, running 2, pending 76; ETA ~1h12m
+  study table3: 41/120 finished (done 30, pruned 9, diverged 2), failed 1, running 2, pending 76; ETA ~1h12m–3h05m
     running b8k-lars-lr0.012-3f2a  epoch 12.0/30  4m05s
     running b8k-lars-lr0.031-9c1e  epoch 3.0/30  41s
 
-The runner prints the same line every ``status_every_s`` while it runs. The ETA is the mean wall time of the
-trials that ended (done, diverged or pruned) × (pending + half of running) ÷ workers: a rough guide that assumes
-the remaining trials end like the finished ones. ``running`` is what the store says: a runner killed with
-``kill -9`` leaves its trials ``running`` until the study is resumed.
+The runner prints the same line every ``status_every_s`` while it runs. The ETA (:func:`eta_range`) counts epochs,
+not trials, because a study's trials differ in length (a pruned trial stops at a rung; a replicate may run to a
+step limit several times the search's rungs): seconds per epoch, measured over the trials that ended (done,
+diverged or pruned: wall time ÷ epochs trained), × the epochs left, ÷ workers. The epochs left are each running
+trial's budget minus its last evaluated epoch, plus, per pending trial, the mean epochs the ended trials trained
+(the low end: the pending trials end as the ended ones did) or its whole budget (the high end: none stops early).
+It covers the trials planned so far: phases that add trials later (range extensions, replicates) add to it.
+``running`` is what the store says: a runner killed with ``kill -9`` leaves its trials ``running`` until the study
+is resumed.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import Mapping, Optional
 
 from lamb_lars.train.progress import duration
 from lamb_lars.study.running import store
 from lamb_lars.study.records import FINISHED
 
 
-def eta_seconds(runs: list[dict], workers: int) -> Optional[float]:
-  """Mean wall time of the ended trials × (pending + running/2) ÷ workers; None before any trial ended."""
-  times = [r["wall_time"] for r in runs if r["status"] in FINISHED and r.get("wall_time") is not None]
-  left = sum(r["status"] == "pending" for r in runs) + 0.5 * sum(r["status"] == "running" for r in runs)
-  if not left:
-    return 0.0
-  if not times:
+def eta_range(runs: list[dict], epochs: Mapping[str, float], workers: int) -> Optional[tuple[float, float]]:
+  """(low, high) seconds left for the trials in ``runs`` (store rows: status, wall_time, budget_epochs), given the
+  epochs each has trained (``epochs``: run id → last evaluated epoch; missing = 0), on ``workers`` at once; (0, 0)
+  when no trial is left; None before a trial that trained some epochs has ended. See the module docstring."""
+  ended = [r for r in runs if r["status"] in FINISHED and r.get("wall_time") and epochs.get(r["run_id"], 0.0) > 0]
+  running = [r for r in runs if r["status"] == "running"]
+  pending = [r for r in runs if r["status"] == "pending"]
+  if not running and not pending:
+    return 0.0, 0.0
+  if not ended:
     return None
-  return sum(times) / len(times) * left / max(1, int(workers))
+  trained = [epochs[r["run_id"]] for r in ended]
+  rate = sum(r["wall_time"] for r in ended) / sum(trained)  # seconds per epoch
+  mean = sum(trained) / len(trained)
+  left = sum(max(0.0, (r.get("budget_epochs") or mean) - epochs.get(r["run_id"], 0.0)) for r in running)
+  budgets = [r.get("budget_epochs") or mean for r in pending]
+  low = left + sum(min(b, mean) for b in budgets)
+  high = left + sum(budgets)
+  workers = max(1, int(workers))
+  return rate * low / workers, rate * high / workers
+
+
+def last_epochs(con, runs: list[dict]) -> dict[str, float]:
+  """Run id → the epoch of its last evaluation row (runs without one are left out)."""
+  out = {}
+  for r in runs:
+    ev = store.evals(con, r["run_id"])
+    if ev and ev[-1].get("epoch") is not None:
+      out[r["run_id"]] = float(ev[-1]["epoch"])
+  return out
+
+
+def _eta_text(eta: Optional[tuple[float, float]]) -> str:
+  if eta is None:
+    return "ETA ~?"
+  if eta == (0.0, 0.0):
+    return "done"
+  low, high = (duration(x) for x in eta)
+  return f"ETA ~{low}" if low == high else f"ETA ~{low}–{high}"
 
 
 def status_line(con, study: Optional[str], workers: int) -> str:
@@ -42,12 +77,12 @@ def status_line(con, study: Optional[str], workers: int) -> str:
     s: sum(r["status"] == s for r in runs) for s in ("done", "pruned", "diverged", "failed", "running", "pending")
   }
   ended = ", ".join(f"{s} {count[s]}" for s in FINISHED if count[s])
-  eta = eta_seconds(runs, workers)
+  eta = eta_range(runs, last_epochs(con, [r for r in runs if r["status"] != "pending"]), workers)
   return (
     f"study {study or '?'}: {sum(count[s] for s in FINISHED)}/{len(runs)} finished"
     + (f" ({ended})" if ended else "")
     + f", failed {count['failed']}, running {count['running']}, pending {count['pending']}; "
-    + ("done" if eta == 0.0 else f"ETA ~{duration(eta)}")
+    + _eta_text(eta)
   )
 
 
