@@ -174,3 +174,19 @@ def test_optuna_storage_of_an_object_store_workdir_is_local(tmp_path, monkeypatc
   path = io_utils.local_path("gs://bucket/studies/s", search.OPTUNA_DB)
   assert path.startswith(str(tmp_path / "local")) and os.path.isfile(path)
   assert not os.path.exists(tmp_path / "gs:")
+
+
+@pytest.mark.slow
+def test_status_piped_into_a_reader_that_stops_early_ends_without_a_traceback(tmp_path):
+  """``study status | head -1``: the reader closes the pipe after the first line; the command ends quietly."""
+  workdir = str(tmp_path / "study")
+  study = tiny_study()
+  wd.save_study_config(study, workdir)
+  con = st.open_store(wd.store_path(workdir))
+  for i in range(3000):  # enough lines to outlast the pipe's buffer
+    st.upsert_run(con, f"tuned-{i:04d}-{'x' * 60}", study=study.name, budget_epochs=3.0, status="running")
+  con.close()
+  cmd = f"{sys.executable} -m lamb_lars.study status --workdir={workdir} | head -1"
+  proc = subprocess.run(["bash", "-c", cmd], cwd=REPO, capture_output=True, text=True, timeout=120)
+  assert proc.stdout.startswith("study smoke: 0/3000 finished"), proc.stdout + proc.stderr
+  assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr

@@ -189,6 +189,7 @@ def main() -> None:
       if argv[1] == "status":
         from lamb_lars.study.running import status
 
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `status | head` ends quietly, as a Unix reader does
         print(status.report(FLAGS.workdir))
       elif argv[1] == "snapshot":
         _snapshot(FLAGS)
