@@ -10,6 +10,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from lamb_lars.study.publishing import claims, provenance
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -56,6 +58,7 @@ def test_a_number_quoted_from_another_folder_is_looked_up_there():
   assert [(q.line, q.text) for q in bad] == [(3, "1,756")]
 
 
+@pytest.mark.slow  # > 5 s (the fast tier's bound, pyproject.toml)
 def test_verify_fails_on_an_edited_number_in_a_claims_checked_discussion(tmp_path):
   src = os.path.join(REPO, "docs", "studies", "mnist_branching_sqrt_prereg")
   out = str(tmp_path / "mnist_branching_sqrt_prereg")

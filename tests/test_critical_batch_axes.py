@@ -446,6 +446,7 @@ def test_cbs_along_each_axis_names_the_separated_settings(tmp_path):
   assert "Fewer than two" in axes.cbs_axis_comparison(str(tmp_path / "empty"))
 
 
+@pytest.mark.slow  # > 5 s (the fast tier's bound, pyproject.toml)
 def test_check_passes_on_a_fresh_report_and_fails_on_an_edited_number(tmp_path, capsys):
   rng = np.random.default_rng(5)
   root = str(tmp_path / "published")

@@ -111,6 +111,8 @@ def test_a_run_at_chance_after_an_epoch_is_flagged(tmp_path):
   assert result["final"]["eval_accuracy"] <= stopping.chance_threshold(10)
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_learning_run_stays_done(tmp_path):
   result = trainer.train_and_evaluate(tiny_config(), str(tmp_path))
   assert result["status"] == "done" and result["not_learning"] is None

@@ -121,6 +121,7 @@ def test_bn_groups_equal_one_device_with_group_sized_ghost(group):
   assert_same(a, b)
 
 
+@pytest.mark.slow  # > 5 s (the fast tier's bound, pyproject.toml)
 def test_bn_grouping_matters():
   a, _ = run_jit(8, 1, 4)
   c, _ = run_jit(8, 4, 4)
@@ -135,6 +136,7 @@ def test_accumulation_equals_sharded_step(ndev, k):
   np.testing.assert_allclose(me["train_loss"], ma["train_loss"], rtol=1e-5)
 
 
+@pytest.mark.slow  # > 5 s (the fast tier's bound, pyproject.toml)
 def test_accumulation_with_bn_groups_equals_grouped_devices():
   a, _ = run_jit(8, 2, 4)  # groups of 2 devices (8 examples)
   e, _ = run_jit(1, 1, 8, k=4)  # 1 device × 4 micro-batches of 8: one BN group each
@@ -186,6 +188,7 @@ def test_gradient_norms_match_independent_per_device_gradients():
   assert local_sq > 1.5 * global_norm**2  # the two differ here, so swapping them would be caught
 
 
+@pytest.mark.slow  # > 5 s (the fast tier's bound, pyproject.toml)
 @pytest.mark.parametrize("ndev, k", [(1, 8), (2, 4)])
 def test_micro_batch_gradient_norms_give_the_same_two_batch_sizes(ndev, k):
   """With micro-batches, the small batch is one micro-batch of one device: 1 device × 8 micro-batches of 4 (or
