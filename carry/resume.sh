@@ -13,10 +13,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 main=$(pwd)
-AXES_PARTS="${AXES_PARTS:-branch-lenet5_w2 cnn_w0.25 branch-cnn_w0.25}"
+AXES_PARTS="${AXES_PARTS:-cnn_w0.25 branch-cnn_w0.25}"
 ROBUST="${ROBUST:-1}"
 FINISHED="data7500 branch-data7500 data15000 branch-data15000 data30000 branch-data30000 lenet5 branch-lenet5 mlp
-branch-mlp lenet5_w0.5 branch-lenet5_w0.5 lenet5_w2"
+branch-mlp lenet5_w0.5 branch-lenet5_w0.5 lenet5_w2 branch-lenet5_w2"
 mkdir -p /work/wt /work/studies/critical_batch_axes
 wt_out=/work/wt  # DRY=1 writes its files beside, in /tmp/resume_dry, and leaves running loops and queues alone
 if [ "${DRY:-0}" = 1 ]; then wt_out=/tmp/resume_dry && mkdir -p "$wt_out"; fi
