@@ -175,3 +175,14 @@ def test_kill_9_loses_nothing_committed(tmp_path):
   # A second connection (another process in a real sweep) sees the same rows.
   other = sqlite3.connect(path)
   assert other.execute("SELECT COUNT(*) FROM runs WHERE status='done'").fetchone()[0] >= last + 1
+
+
+def test_last_epochs_reads_each_runs_last_row_by_step(tmp_path):
+  con = st.open_store(str(tmp_path / "s.sqlite"))
+  for rid in ("a", "b", "c"):
+    st.upsert_run(con, rid)
+  st.add_evals(con, "a", [{"step": 30, "epoch": 3.0}, {"step": 10, "epoch": 1.0}])  # added out of order
+  st.add_evals(con, "b", [{"step": 5, "epoch": 0.5}, {"step": 7}])  # the last row has no epoch
+  assert st.last_epochs(con) == {"a": 3.0}  # c has no rows
+  assert st.last_epochs(con)["a"] == st.evals(con, "a")[-1]["epoch"]
+  con.close()

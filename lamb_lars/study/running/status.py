@@ -51,16 +51,6 @@ def eta_range(runs: list[dict], epochs: Mapping[str, float], workers: int) -> Op
   return rate * low / workers, rate * high / workers
 
 
-def last_epochs(con, runs: list[dict]) -> dict[str, float]:
-  """Run id → the epoch of its last evaluation row (runs without one are left out)."""
-  out = {}
-  for r in runs:
-    ev = store.evals(con, r["run_id"])
-    if ev and ev[-1].get("epoch") is not None:
-      out[r["run_id"]] = float(ev[-1]["epoch"])
-  return out
-
-
 def _eta_text(eta: Optional[tuple[float, float]]) -> str:
   if eta is None:
     return "ETA ~?"
@@ -77,7 +67,7 @@ def status_line(con, study: Optional[str], workers: int) -> str:
     s: sum(r["status"] == s for r in runs) for s in ("done", "pruned", "diverged", "failed", "running", "pending")
   }
   ended = ", ".join(f"{s} {count[s]}" for s in FINISHED if count[s])
-  eta = eta_range(runs, last_epochs(con, [r for r in runs if r["status"] != "pending"]), workers)
+  eta = eta_range(runs, store.last_epochs(con), workers)  # one query: the runner prints this every minute
   return (
     f"study {study or '?'}: {sum(count[s] for s in FINISHED)}/{len(runs)} finished"
     + (f" ({ended})" if ended else "")

@@ -294,6 +294,16 @@ def evals(con: sqlite3.Connection, run_id: str) -> list[dict]:
   return out
 
 
+def last_epochs(con: sqlite3.Connection) -> dict[str, float]:
+  """Run id → the epoch of its last eval row (by step), in one query; runs without one (or whose last row has no
+  epoch) are left out."""
+  rows = con.execute(
+    "SELECT e.run_id, e.epoch FROM evals e JOIN (SELECT run_id, MAX(step) AS step FROM evals GROUP BY run_id) m "
+    "ON e.run_id = m.run_id AND e.step = m.step"
+  )
+  return {r["run_id"]: float(r["epoch"]) for r in rows if r["epoch"] is not None}
+
+
 def trials(
   con: sqlite3.Connection, *, study: Optional[str] = None, status: Union[None, str, Sequence[str]] = None
 ) -> list[Trial]:
