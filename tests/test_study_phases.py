@@ -493,3 +493,71 @@ def test_neighbours_are_the_nearest_tried_lrs_on_each_side():
   assert search_adequacy.neighbours(0.1, [0.01, 0.08, 0.1, 0.2, 0.3]) == pytest.approx((1.25, 2.0))
   assert search_adequacy.neighbours(0.1, [0.1, 0.2]) == (None, pytest.approx(2.0))
   assert search_adequacy.neighbours(0.1, []) == (None, None)
+
+
+class _EndsBeforeTheKill(_Handle):
+  """A trial that writes every row and its result in one poll yet still looks running to that poll: it ends in
+  the moment between the runner's poll and its kill, the race CI met (the trial's TensorBoard session had ended
+  with success while the store said pruned)."""
+
+  def poll(self):
+    if self.killed:
+      return -9
+    if not os.path.exists(os.path.join(self.dir, "result.json")):
+      with open(os.path.join(self.dir, "metrics.jsonl"), "a", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in self.rows[self.done :])
+      self.done = len(self.rows)
+      with open(os.path.join(self.dir, "result.json"), "w", encoding="utf-8") as f:
+        json.dump({"status": "done", "step": self.rows[-1]["step"], "final": self.rows[-1]}, f)
+      return None
+    return 0
+
+
+def test_a_trial_that_ends_between_the_poll_and_the_prune_keeps_its_result(tmp_path):
+  c = _study(num_seeds=0)
+  c.sweeps = c.sweeps[1:]
+  c.search.max_extensions, c.search.min_full_budget = 0, 0
+  c.analysis.techniques = ()
+  c.analysis.target_technique = ""
+  ex = FakeExecutor()
+  ex.submit = lambda run_id, run_dir, env: _EndsBeforeTheKill(run_id, run_dir)
+  runner.run_study(c, str(tmp_path), executor=ex, poll_s=0.0, log=lambda _: None)
+  con = st.open_store(wd.store_path(str(tmp_path)))
+  decided = {d["run_id"] for d in st.decisions(con) if d["prune"]}
+  trials = st.trials(con)
+  con.close()
+  assert decided  # the search would have pruned some of them
+  for t in trials:  # ... but each had written its result first: it keeps it, rows and all
+    assert (t.status, t.final_epoch) == ("done", 3.0), t.run_id
+
+
+class _RanksFlipAtTheEnd(_Handle):
+  """The k-th trial submitted is the best so far at epoch 1 (so ASHA keeps it at that rung) and the worst so far
+  at epoch 3, a rung of r·η^k = 1·3 that is also the end of the 3-epoch budget."""
+
+  def __init__(self, run_id, run_dir, k):
+    super().__init__(run_id, run_dir)
+    for r in self.rows:
+      r["validation_accuracy"] = 0.5 + 0.05 * k if r["epoch"] < 3 else 0.9 - 0.05 * k
+
+
+def test_the_search_never_stops_a_trial_at_the_end_of_its_budget(tmp_path):
+  c = _study(num_seeds=0)
+  c.sweeps = c.sweeps[1:]
+  c.search.max_extensions, c.search.min_full_budget = 0, 0
+  c.analysis.techniques = ()
+  c.analysis.target_technique = ""
+  ex = FakeExecutor()
+
+  def submit(run_id, run_dir, env):
+    ex.submitted.append(run_id)
+    return _RanksFlipAtTheEnd(run_id, run_dir, len(ex.submitted))
+
+  ex.submit = submit
+  runner.run_study(c, str(tmp_path), executor=ex, poll_s=0.0, log=lambda _: None)
+  con = st.open_store(wd.store_path(str(tmp_path)))
+  decisions, trials = st.decisions(con), st.trials(con)
+  con.close()
+  assert not any(d["prune"] for d in decisions if d["step"] == 1)
+  assert [d["prune"] for d in decisions if d["step"] == 3] == [0] + [1] * 5  # ASHA would stop all but the first
+  assert [(t.status, t.final_epoch) for t in trials] == [("done", 3.0)] * 6  # ... which would save nothing

@@ -131,7 +131,9 @@ class Driver:
 
   def consider(self, a: Active, rows: list[dict], running: bool) -> bool:
     """Reports new evals to the cell's pruner; kills and records the trial when pruned (True). A trial that has
-    already ended is reported (the pruner's state must see it) but keeps its own result."""
+    already ended, or whose report is at the end of its budget (a rung at epoch r·η^k can fall there, e.g. 30 of
+    30 epochs for r = 10, η = 3: stopping it saves nothing), is reported (the pruner's state must see it) but
+    keeps its own result."""
     s = self.searches.get(a.spec.cell)
     if s is None or not a.spec.searched or a.spec.run_id in self.promoted:
       return False
@@ -145,14 +147,20 @@ class Driver:
         continue
       prune = s.report(a.spec.run_id, step, value)
       store.log_decision(self.con, a.spec.cell, a.spec.run_id, step, value, prune)
-      if prune and running:
-        self._prune(a, row, step, value)
-        return True
+      if prune and running and not a.spec.at_budget_end(step):
+        if self._prune(a, row, step, value):
+          return True
+        running = False  # it ended on its own before the kill: it keeps its result
     return False
 
-  def _prune(self, a: Active, row: Mapping[str, Any], step: int, value: float) -> None:
+  def _prune(self, a: Active, row: Mapping[str, Any], step: int, value: float) -> bool:
+    """Kills and records a pruned trial (True); False when it ended on its own between the poll and the kill
+    (it wrote its result, and its TensorBoard session its end status): it keeps that result, as any trial the
+    pruner hears of after it ended does (:meth:`consider`)."""
     a.handle.kill()
     self.ingest(a)
+    if run_files.read_result(wd.run_dir(self.workdir, a.spec.run_id)) is not None:
+      return False
     # Rows past the prune point — later rows of the same poll, or written between the poll and the kill — are
     # not part of the trial's record.
     store.delete_evals_after(self.con, a.spec.run_id, int(row["step"]))
@@ -164,6 +172,7 @@ class Driver:
       error=f"pruned by the search at epoch {step}: {self.search_cfg['metric']} {value:.4f} was not "
       f"in the top 1/{self.search_cfg['reduction_factor']} of its cell at that rung",
     )
+    return True
 
   def finish(self, a: Active, code: Optional[int]) -> str:
     """Records an ended trial: its result, or ``failed`` with the reason."""

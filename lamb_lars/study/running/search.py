@@ -8,7 +8,9 @@ asynchronous successive-halving pruner (ASHA, Li et al. 2020), used through ask-
 * **Pruning.** Each trial reports its search metric (by default validation accuracy) at every evaluation, with the
   epoch as the step. Optuna's ``SuccessiveHalvingPruner`` (min resource r epochs, reduction factor η) stops a
   trial at rung k (epoch r·η^k) unless its value is in the top 1/η of the values its cell reached at that rung
-  so far. The trials that survive every rung run the full budget.
+  so far. The trials that survive every rung run the full budget. A rung at the end of a trial's epoch budget
+  (e.g. epoch 30 of 30 for r = 10, η = 3) is reported and logged but not acted on: stopping the trial there saves
+  nothing, and it ends ``done`` with its own result (driver.py; before 2026-12-02 it was recorded ``pruned``).
 * **Resume.** The store is the system of record: every report and its decision is logged (``store.decisions``)
   before it is acted on, and a restarted runner replays the log, in order, into a fresh Optuna study. The pruner is
   deterministic, so the replay rebuilds its exact state.

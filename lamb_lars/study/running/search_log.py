@@ -34,10 +34,11 @@ def store_file(con) -> str:
   return row[2] if row else "the store"
 
 
-def _replay(con, searches: dict[str, search_lib.CellSearch], lenient: bool) -> set[str]:
-  """Replays the decision log into ``searches``; returns the run ids it pruned. Unless ``lenient``, a replayed
-  decision that differs from the recorded one is a one-sentence ValueError."""
-  pruned = set()
+def _replay(con, searches: dict[str, search_lib.CellSearch], lenient: bool) -> dict[str, int]:
+  """Replays the decision log into ``searches``; returns the run ids it pruned, each with the epoch of its first
+  prune decision. Unless ``lenient``, a replayed decision that differs from the recorded one is a one-sentence
+  ValueError."""
+  pruned: dict[str, int] = {}
   for d in store.decisions(con):
     s = searches.get(d["cell"])
     if s is None:
@@ -50,7 +51,7 @@ def _replay(con, searches: dict[str, search_lib.CellSearch], lenient: bool) -> s
         f"{store_file(con)} is inconsistent; use a new --workdir for this study."
       )
     if d["prune"]:
-      pruned.add(d["run_id"])
+      pruned.setdefault(d["run_id"], int(d["step"]))
   return pruned
 
 
@@ -94,8 +95,11 @@ def rebuild_searches(
       f"repaired the search log: removed {repaired} duplicated decision(s) that two runners sharing this workdir "
       f"wrote; the remaining decisions are replayed as recorded."
     )
-  for rid in _replay(con, searches, store.decisions_repaired(con)):  # the runner died between logging a prune
-    rec = store.runs(con, run_id=rid)  # and recording it
+  by_id = {t.run_id: t for t in specs}
+  for rid, epoch in _replay(con, searches, store.decisions_repaired(con)).items():  # the runner died between
+    rec = store.runs(con, run_id=rid)  # logging a prune and recording it (one at its budget's end was not acted on)
+    if rid in by_id and by_id[rid].at_budget_end(epoch):
+      continue
     if rec and rec[0]["status"] not in FINISHED and not rec[0].get("promoted"):
       store.set_status(con, rid, "pruned", stopped="pruned", error="pruned by the search (from the log)")
   for rec in store.runs(con):

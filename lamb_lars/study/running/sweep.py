@@ -112,6 +112,12 @@ class TrialSpec:
   def optimizer(self) -> str:
     return str(self.config.optimizer.name)
 
+  def at_budget_end(self, epoch: float) -> bool:
+    """Whether ``epoch`` is at (or past) the end of the trial's epoch budget (``num_epochs``; False for a budget in
+    steps): the search does not stop a trial there, since stopping it saves nothing (driver.py)."""
+    budget = float(self.config.get("num_epochs", 0) or 0)
+    return budget > 0 and float(epoch) >= budget * (1 - 1e-6)
+
   def params(self) -> dict[str, Any]:
     """What the store keeps as the swept values (plus the LR and warmup the trial actually uses)."""
     sched = self.config.optimizer.schedule
