@@ -2,10 +2,11 @@
 # Resumes the carried studies on a new machine, in the background, and snapshots them back into carry/ every 15
 # minutes (the procedure of carry/README.md in one command). Run from the main checkout, after
 # `bash scripts/install.sh test,ray`:
-#   bash carry/resume.sh                      # the axes parts still to run, and Table 3's robust republication
-#   AXES_PARTS="cnn_w0.25 branch-cnn_w0.25" bash carry/resume.sh
-# Each study runs from a worktree at the commit its snapshot records, under `setsid nice -n 15` with its session's
-# autogroup at nice 19 (so that timed work beside it gets the CPU: carry/README.md). Logs: /work/studies/*.log;
+#   nohup bash carry/resume.sh > /tmp/resume.log 2>&1 &   # the axes parts still to run, Table 3's robust republication
+#   AXES_PARTS="cnn_w0.25 branch-cnn_w0.25" nohup bash carry/resume.sh > /tmp/resume.log 2>&1 &
+# (in the background: a tool that waits for its command's output to close waited its full 10 minutes on it.)
+# Each study runs from a worktree at the commit its snapshot records, under `setsid nice -n 15`, with the
+# scheduler's autogroups switched off so that nice applies across sessions (carry/README.md). Logs: /work/studies/*.log;
 # the snapshot loop's: /work/wt/snaploop.log. A finished part is left out of the loop by naming it in
 # /work/wt/finished.txt (the parts this file lists as FINISHED are written there first).
 # Stop everything: kill -- -<pgid> for each line of /work/wt/queue.pgid, and the loop (pkill -f snaploop.sh).
@@ -18,6 +19,9 @@ ROBUST="${ROBUST:-1}"
 FINISHED="data7500 branch-data7500 data15000 branch-data15000 data30000 branch-data30000 lenet5 branch-lenet5 mlp
 branch-mlp lenet5_w0.5 branch-lenet5_w0.5 lenet5_w2 branch-lenet5_w2"
 mkdir -p /work/wt /work/studies/critical_batch_axes
+# Autogroup (on by default) shares the CPU between sessions before nice orders processes within one; each queue
+# runs in a session of its own (setsid), so with it on a nice 15 queue took as much CPU as the shell beside it.
+if [ "${DRY:-0}" != 1 ]; then echo 0 > /proc/sys/kernel/sched_autogroup_enabled; fi
 wt_out=/work/wt  # DRY=1 writes its files beside, in /tmp/resume_dry, and leaves running loops and queues alone
 if [ "${DRY:-0}" = 1 ]; then wt_out=/tmp/resume_dry && mkdir -p "$wt_out"; fi
 printf '%s\n' $FINISHED > "$wt_out/finished.txt"
@@ -33,7 +37,7 @@ worktree() {  # path commit
   [ "$(git -C "$1" rev-parse HEAD)" = "$(git rev-parse "$2")" ] || { echo "$1 is not at $2" >&2; exit 1; }
 }
 
-start() {  # name worktree command...: setsid'd, its autogroup at nice 19, its process group recorded
+start() {  # name worktree command...: setsid'd, its process group recorded
   local name=$1 tree=$2
   shift 2
   if [ "${DRY:-0}" = 1 ]; then echo "would start $name in $tree: $*"; return; fi
@@ -41,9 +45,8 @@ start() {  # name worktree command...: setsid'd, its autogroup at nice 19, its p
   sleep 2
   local pid
   pid=$(cat "/work/wt/$name.pid")  # setsid without a fork: the pid leads its own session and process group
-  echo 19 > "/proc/$pid/autogroup"
   echo "$pid" >> /work/wt/queue.pgid
-  echo "started $name (pid $pid, autogroup nice 19)"
+  echo "started $name (pid $pid, nice 15)"
 }
 
 # The axes study (issue 42): the carried parts are copied in; a part not yet started begins from nothing.
@@ -112,6 +115,4 @@ done
 EOF
 if [ "${DRY:-0}" = 1 ]; then exit 0; fi
 (setsid nohup bash /work/wt/snaploop.sh > /dev/null 2>&1 & echo $! > /work/wt/snaploop.pid)
-sleep 1
-echo 19 > "/proc/$(cat /work/wt/snaploop.pid)/autogroup"
 echo "snapshot loop started; process groups in /work/wt/queue.pgid: $(tr '\n' ' ' < /work/wt/queue.pgid)"
