@@ -41,10 +41,12 @@ start() {  # name worktree command...: setsid'd, its process group recorded
   local name=$1 tree=$2
   shift 2
   if [ "${DRY:-0}" = 1 ]; then echo "would start $name in $tree: $*"; return; fi
-  (cd "$tree" && setsid nohup "$@" > "/work/wt/$name.out" 2>&1 & echo $! > "/work/wt/$name.pid")
+  # The pid is written from inside the new session (setsid may fork, and then $! is not the session's leader).
+  (cd "$tree" && setsid bash -c 'echo $$ > "$0"; exec nohup "$@"' "/work/wt/$name.pid" "$@" \
+    > "/work/wt/$name.out" 2>&1 < /dev/null &)
   sleep 2
   local pid
-  pid=$(cat "/work/wt/$name.pid")  # setsid without a fork: the pid leads its own session and process group
+  pid=$(cat "/work/wt/$name.pid")  # it leads its own session and process group
   echo "$pid" >> /work/wt/queue.pgid
   echo "started $name (pid $pid, nice 15)"
 }
@@ -82,9 +84,15 @@ if [ "${#steps[@]}" -gt 0 ]; then
 fi
 
 # Table 3's robust republication (issue 41).
-if [ "$ROBUST" = 1 ] && [ -d carry/mnist_table3_robust ]; then
-  worktree /work/wt/run_r41 "$(commit_of carry/mnist_table3_robust)"
-  [ -d /work/studies/mnist_table3_robust ] || cp -r carry/mnist_table3_robust /work/studies/mnist_table3_robust
+# It restarted from nothing at e216fd6 on 2026-12-02 (session 14): the run begun at 7a6f081 recorded trials that ran
+# their whole budget as pruned at epoch 30 (a rung at the budget's end), fixed in e216fd6.
+if [ "$ROBUST" = 1 ]; then
+  robust_commit=e216fd6
+  [ -d carry/mnist_table3_robust ] && robust_commit=$(commit_of carry/mnist_table3_robust)
+  worktree /work/wt/run_r41 "$robust_commit"
+  if [ ! -d /work/studies/mnist_table3_robust ] && [ -d carry/mnist_table3_robust ]; then
+    cp -r carry/mnist_table3_robust /work/studies/mnist_table3_robust
+  fi
   start robust /work/wt/run_r41 env STUDIES_DIR=/work/studies DOCS_DIR=/work/studies/r41_docs \
     PYTHONPATH=/work/wt/run_r41 nice -n 15 bash scripts/republish_issue41.sh robust
 fi
