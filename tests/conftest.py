@@ -7,9 +7,12 @@ optimizers against optax, a resumed run against an uninterrupted one). ``LAMB_LA
 And flax's setting (``jax_disable_most_optimizations``, as in its train_test.py) in the pytest processes: a test
 that compiles in-process trains for a few steps, so compiling dominates (the fast tier took 120 s with it against
 152 s without, BENCHMARKS §1). The processes a test starts (train.py, study trials) compile as a user's run does and
-share the persistent cache with one another. A test that trains long in-process is marked ``xla_opt`` and compiles
-with the optimisations; so does every test under ``LAMB_LARS_TEST_XLA_OPT=1``. The ``unoptimized_xla`` fixture keeps
-the setting for a test whatever the session's.
+share the persistent cache with one another, except in three tests whose trials run a few steps each and are
+compared only with one another (test_lr_table, test_notebook, the branching end-to-end test): they set
+``JAX_DISABLE_MOST_OPTIMIZATIONS=1`` for their subprocesses, which cut their CPU time by a third (BENCHMARKS §1);
+tried on the runner, multihost, batch-schedule and digits tests, it saved nothing there. A test that trains long
+in-process is marked ``xla_opt`` and compiles with the optimisations; so does every test under
+``LAMB_LARS_TEST_XLA_OPT=1``. The ``unoptimized_xla`` fixture keeps the setting for a test whatever the session's.
 
 Tiers (markers in pyproject.toml): ``pytest -m "not slow"`` is the fast tier to run while working; ``slow`` marks a
 test that starts a subprocess, trains end to end or takes more than about 5 s; ``e2e``, ``ray`` and ``gcs`` name what
