@@ -8,14 +8,13 @@ import glob
 import json
 import os
 import shutil
-import re
 import subprocess
 import sys
 
 import ml_collections
 import pytest
 
-from lamb_lars.study.publishing import provenance, publish
+from lamb_lars.study.publishing import claims, provenance, publish
 from lamb_lars.study.running import store as st
 from lamb_lars.study.running import workdir as wd
 from lamb_lars.common import code_state
@@ -308,10 +307,13 @@ def test_a_composite_folder_verifies_and_fails_on_a_changed_part_or_report(tmp_p
 def test_a_composite_discussion_may_quote_its_report_and_its_linked_parts_only(tmp_path, monkeypatch):
   _, root, _ = _composite(tmp_path, monkeypatch)
   part_readme = open(os.path.join(root, "part_a", "README.md")).read()
-  # a non-integer that only the part's README holds: the composite's README and manifest do not contain it, and the
-  # integers a manifest's hashes and timestamps hold cannot match it
+  # a non-integer that only the part's README holds: no number of the composite's README or manifest matches it at
+  # its rounding. The most decimals: the manifest holds wall times and timestamps, different in every run, that a
+  # short number ("2.1") can match by chance (it did on 2026-12-03, when a substring test chose the number)
   theirs = open(os.path.join(root, "README.md")).read() + open(os.path.join(root, "manifest.json")).read()
-  quoted = next(q for q in re.findall(r"\b\d+\.\d+\b", part_readme) if float(q) % 1 and q not in theirs)
+  data = claims.data_numbers([theirs])
+  only_part = [q for q in claims.quoted_numbers(part_readme) if q.value % 1 and not claims.matches(q, data)]
+  quoted = max(only_part, key=lambda q: q.decimals).text
   disc = os.path.join(root, "discussion.md")
   with open(disc, "w") as f:
     f.write(f"Each part has 4 trials; [part_a](part_a/README.md) gives {quoted}.\n")
