@@ -653,3 +653,45 @@ def test_figure_draws_each_measured_b_crit_at_its_setting_and_the_common_bar_bes
   segments = [coll.get_segments() for coll in ax.collections]
   assert [[seg[0][1], seg[1][1]] for seg in segments[0]] == [[100.0, 350.0]]  # the interval's ends
   plt.close(fig)
+
+
+def test_label_levels_put_close_labels_on_separate_rows():
+  """Worked by hand: 206,954 and 244,362 parameters (ratio 1.18) cannot share a row; 61,706 is 3.4× below the first,
+  so it shares row 0; a fourth label 1.7× right of the row-0 label goes back to row 0."""
+  assert axes.label_levels([61706.0, 206954.0, 244362.0]) == [0, 0, 1]
+  assert axes.label_levels([100.0, 110.0, 120.0, 200.0]) == [0, 1, 2, 0]
+  assert axes.label_levels([]) == []
+
+
+def test_figure_labels_of_unmeasured_settings_do_not_overlap(tmp_path):
+  """Two settings without a measured B_crit whose parameter counts are close (LeNet-5 ×2 and the CNN ×0.25, as in
+  the study) get labels whose drawn boxes do not intersect."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  drawn = []  # per panel: the "not measured" labels' boxes
+  real_savefig = plt.Figure.savefig
+
+  def spy(fig, *args, **kwargs):
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+      drawn.append([t.get_window_extent(renderer) for t in ax.texts if "not measured" in t.get_text()])
+    return real_savefig(fig, *args, **kwargs)
+
+  fit = scaling_fit.CensoredFit(s_min=1000.0, b_crit=800.0, e_min=8e5, loss=0.0, num_points=8, num_censored=0)
+  measured = axes.SettingResult(
+    "mlp", 0.977, {}, fit, scaling_fit.Interval(600.0, 1100.0, num=100, infinite=0.0, failed=0)
+  )
+  rejected = lambda name: axes.SettingResult(name, 0.98, {}, None, None, rejected=(1024,))
+  results = [measured, rejected("lenet5"), rejected("lenet5_w2"), rejected("cnn_w0.25")]
+  plt.Figure.savefig = spy
+  try:
+    axes.figure(results, str(tmp_path / "f.png"))
+  finally:
+    plt.Figure.savefig = real_savefig
+  assert [len(boxes) for boxes in drawn] == [1, 3]  # lenet5 on the data panel; lenet5, ×2 and the CNN on the other
+  boxes = drawn[1]
+  assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :])

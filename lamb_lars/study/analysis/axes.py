@@ -858,6 +858,29 @@ def _draw_measured(ax, results: Sequence[SettingResult], axis: str, shift: float
     ax.plot(*zip(*open_top), "^", color=style.get("color", "C0"))
 
 
+def label_levels(xs: Sequence[float], min_ratio: float = 1.6) -> list[int]:
+  """The text row (0 = lowest) of each label at log-axis positions ``xs`` (ascending), so that two labels whose x
+  differ by less than the factor ``min_ratio`` never share a row: each takes the lowest row whose last label lies
+  at least that factor to its left.
+
+  Args:
+    xs: the labels' x positions, ascending, all > 0.
+    min_ratio: how far apart (as a ratio of x) two labels must be to share a row.
+
+  Returns:
+    One row index per position.
+  """
+  last: list[float] = []  # the x of the newest label in each row
+  levels = []
+  for x in xs:
+    level = next((i for i, prev in enumerate(last) if x / prev >= min_ratio), len(last))
+    if level == len(last):
+      last.append(x)
+    last[level] = x
+    levels.append(level)
+  return levels
+
+
 def figure(
   results: Sequence[SettingResult], path: str, common: Optional[Mapping[str, Optional[SettingResult]]] = None
 ) -> str:
@@ -881,6 +904,7 @@ def figure(
     if common is not None:
       _draw_measured(ax, list(common.values()), axis, 1.12, dict(fmt="s", color="C1", mfc="none"), COMMON_BAR)
     floor = transforms.blended_transform_factory(ax.transData, ax.transAxes)
+    unmeasured = []
     for r in results:
       if axis not in cba.SETTINGS[r.name]["axes"] or r.note == "not run":
         continue
@@ -888,8 +912,19 @@ def figure(
       if r.measured and 0 < r.fit.b_crit < math.inf:
         ax.annotate(r.name, (x, r.fit.b_crit), textcoords="offset points", xytext=(-4, 4), fontsize=7, ha="right")
       else:
-        ax.plot([x], [0.04], "x", color="C3", transform=floor, clip_on=False)
-        ax.text(x, 0.08, f"{r.name}\nnot measured\nat its target", transform=floor, fontsize=6, ha="center", color="C3")
+        unmeasured.append((x, r.name))
+    unmeasured.sort()
+    for (x, name), level in zip(unmeasured, label_levels([x for x, _ in unmeasured])):
+      ax.plot([x], [0.04], "x", color="C3", transform=floor, clip_on=False)
+      ax.text(
+        x,
+        0.08 + 0.14 * level,
+        f"{name}\nnot measured\nat its target",
+        transform=floor,
+        fontsize=6,
+        ha="center",
+        color="C3",
+      )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.xaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))  # 10K, 20K, 50K, …: a short log axis
