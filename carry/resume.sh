@@ -5,7 +5,9 @@
 #   nohup bash carry/resume.sh > /tmp/resume.log 2>&1 &   # the axes parts still to run, Table 3's robust republication
 #   AXES_PARTS="cnn_w0.25 branch-cnn_w0.25" nohup bash carry/resume.sh > /tmp/resume.log 2>&1 &
 # (in the background: a tool that waits for its command's output to close waited its full 10 minutes on it.)
-# Each study runs from a worktree at the commit its snapshot records, under `setsid nice -n 15`, with the
+# Each study runs from a worktree at the commit its snapshot records, under `setsid nice -n N` (Table 3's robust
+# republication at NICE_ROBUST=5, the axes study at NICE_AXES=19: robust's remaining replicates are independent
+# trials that finish sooner with the cores, while the axes study's CNN replicates are a serial path), with the
 # scheduler's autogroups switched off so that nice applies across sessions (carry/README.md). Logs: /work/studies/*.log;
 # the snapshot loop's: /work/wt/snaploop.log. A finished part is left out of the loop by naming it in
 # /work/wt/finished.txt (the parts this file lists as FINISHED are written there first).
@@ -15,6 +17,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 main=$(pwd)
 AXES_PARTS="${AXES_PARTS:-cnn_w0.25 branch-cnn_w0.25}"
+NICE_AXES="${NICE_AXES:-19}"
+NICE_ROBUST="${NICE_ROBUST:-5}"
 ROBUST="${ROBUST:-1}"
 FINISHED="data7500 branch-data7500 data15000 branch-data15000 data30000 branch-data30000 lenet5 branch-lenet5 mlp
 branch-mlp lenet5_w0.5 branch-lenet5_w0.5 lenet5_w2 branch-lenet5_w2"
@@ -48,7 +52,7 @@ start() {  # name worktree command...: setsid'd, its process group recorded
   local pid
   pid=$(cat "/work/wt/$name.pid")  # it leads its own session and process group
   echo "$pid" >> /work/wt/queue.pgid
-  echo "started $name (pid $pid, nice 15)"
+  echo "started $name (pid $pid, $(ps -o ni= -p "$pid" | tr -d ' ') nice)"
 }
 
 # The axes study (issue 42): the carried parts are copied in; a part not yet started begins from nothing.
@@ -75,7 +79,7 @@ for part in $AXES_PARTS; do
     [[ " $AXES_PARTS " == *" branch-$part "* ]] && steps+=("branch-$part")
   fi
 done
-axes_env=(env STUDIES_DIR=/work/studies DOCS_DIR=/work/studies/axes_docs PYTHONPATH=/work/wt/run_axes nice -n 15)
+axes_env=(env STUDIES_DIR=/work/studies DOCS_DIR=/work/studies/axes_docs PYTHONPATH=/work/wt/run_axes nice -n "$NICE_AXES")
 if [ "${#branches[@]}" -gt 0 ]; then
   start axes_branch /work/wt/run_axes "${axes_env[@]}" bash scripts/critical_batch_axes.sh "${branches[@]}"
 fi
@@ -94,7 +98,7 @@ if [ "$ROBUST" = 1 ]; then
     cp -r carry/mnist_table3_robust /work/studies/mnist_table3_robust
   fi
   start robust /work/wt/run_r41 env STUDIES_DIR=/work/studies DOCS_DIR=/work/studies/r41_docs \
-    PYTHONPATH=/work/wt/run_r41 nice -n 15 bash scripts/republish_issue41.sh robust
+    PYTHONPATH=/work/wt/run_r41 nice -n "$NICE_ROBUST" bash scripts/republish_issue41.sh robust
 fi
 
 # The snapshot loop: main's `snapshot` (it keeps the running trials' newest checkpoints), each study's own commit.
