@@ -28,6 +28,10 @@ import pytest
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# The tests' Ray clusters are private and on localhost. Ray 2.60 turns on token authentication for `ray start` and a
+# driver whenever ~/.ray/auth_token exists, and any local `ray.init()` writes that file: after one, the second node
+# of a test cluster failed to join ("InvalidAuthToken", 2026-12-03). Off for the tests, whatever ~ holds.
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 # Set in the first process (pytest itself); xdist workers and the tests' subprocesses inherit it.
 _CACHE = os.path.join(tempfile.gettempdir(), f"lamb_lars_test_jax_cache_{os.getpid()}")

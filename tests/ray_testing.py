@@ -28,6 +28,11 @@ FAST_HEALTH_CHECKS = {
   "RAY_health_check_timeout_ms": "1000",
   "RAY_health_check_failure_threshold": "3",
 }
+# Ray starts its workers at nice 15 (its ``worker_niceness``), and a trial's trainer inherits it: beside the suite's
+# other xdist workers (nice 0) the Ray trials then ran only on what those left, and the Ray tests, one xdist group,
+# became the suite's longest path (the study test 985 s in a loaded suite, 2026-12-03; docs/BENCHMARKS.md §6).
+# At 0 they compete as the local executor's trials do.
+WORKER_NICENESS = {"RAY_worker_niceness": "0"}
 
 
 def free_port() -> int:
@@ -67,6 +72,7 @@ class LocalRayCluster:
     self.env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, self.env.get("PYTHONPATH", "")) if p)
     self.env.pop("RAY_ADDRESS", None)
     self.env.update(FAST_HEALTH_CHECKS)
+    self.env.update(WORKER_NICENESS)
     self.env.update(env or {})
     self.object_store_mb = object_store_mb
 
