@@ -265,6 +265,14 @@ def test_report_recovers_b_crit_from_synthetic_steps_and_writes_the_figure(tmp_p
     assert 0.7 * TRUTH[name] < res.fit.b_crit < 1.4 * TRUTH[name]  # 5% noise, 12 points
     assert res.interval.lo <= res.fit.b_crit <= res.interval.hi
     assert res.interval.lo < TRUTH[name] < res.interval.hi
+    # the first fit rule (the chosen trial among the seeds) prints its own fit and interval (issue 58)
+    ref_b, _ = _reference_fit([b for b, v in truth.items() for _ in v], [s for v in truth.values() for s in v])
+    row = [ln for ln in text.splitlines() if ln.startswith(f"| {name} |") and ln.count(" | ") >= 14][0]
+    chosen_cell = row.split(" | ")[13]
+    b_text, _, iv_text = chosen_cell.partition(" [")
+    assert float(b_text.replace(",", "")) == pytest.approx(ref_b, rel=2e-3), row
+    lo, hi = (float(x.replace(",", "")) for x in iv_text.rstrip("]").split(", "))
+    assert lo <= float(b_text.replace(",", "")) <= hi, row
 
 
 def test_cbs_brackets_and_epsilon_sensitivity_from_synthetic_branches(tmp_path):

@@ -42,7 +42,7 @@ import sys
 from typing import Mapping, Optional, Sequence
 
 from lamb_lars.configs.studies import critical_batch_axes as cba
-from lamb_lars.study.analysis import branching as branching_lib
+from lamb_lars.study.analysis import branching as branching_lib, scaling_fit
 from lamb_lars.study.analysis.axes_cbs import b_simple_at, branch_losses, cbs_axis_comparison, cbs_tables
 from lamb_lars.study.analysis.axes_figure import _draw_measured, figure, label_levels
 from lamb_lars.study.analysis.axes_fits import (
@@ -138,11 +138,14 @@ def _reach_text(points: Points) -> str:
   return f"{_fmt_batch(every)} / {_fmt_batch(some)}"
 
 
-def _fmt_chosen(b: Optional[tuple[float, bool]]) -> str:
-  """The with-chosen-trials B_crit, in parentheses and marked when that fit is rejected too."""
+def _fmt_chosen(b: Optional[tuple[float, bool]], iv: Optional[scaling_fit.Interval] = None) -> str:
+  """A sensitivity fit's B_crit, in parentheses and marked when that fit is rejected too; with its 95% bootstrap
+  interval where one was computed."""
   if b is None:
     return "—"
-  return _fmt(b[0]) if b[1] else f"({_fmt(b[0])}) not measured"
+  if not b[1]:
+    return f"({_fmt(b[0])}) not measured"
+  return f"{_fmt(b[0])} [{_fmt(iv.lo)}, {_fmt(iv.hi)}]" if iv else _fmt(b[0])
 
 
 def _fmt_batch(b: Optional[int]) -> str:
@@ -157,7 +160,7 @@ def steps_table(results: Sequence[SettingResult]) -> str:
   target."""
   lines = [
     "| setting | axes | params | N | target | B_crit | 95% bootstrap | ∞ share | S_min | fit rejected at | "
-    "reached (every / any seed) | seeds/batch | censored | B_crit with the chosen trials | "
+    "reached (every / any seed) | seeds/batch | censored | B_crit with the chosen trials [95% bootstrap] | "
     "B_crit on the reached batches |",
     "|---|---|---:|---:|---:|---:|---|---:|---:|---|---|---|---:|---:|---:|",
   ]
@@ -170,8 +173,8 @@ def steps_table(results: Sequence[SettingResult]) -> str:
     reached = _reach_text(r.points) if r.points else "—"
     if r.fit is None:
       lines.append(
-        f"{head} | {r.note} | | | | | {reached} | {seeds} | {cens} | {_fmt_chosen(r.with_chosen)} | "
-        f"{_fmt_chosen(r.restricted)} |"
+        f"{head} | {r.note} | | | | | {reached} | {seeds} | {cens} | "
+        f"{_fmt_chosen(r.with_chosen, r.with_chosen_interval)} | {_fmt_chosen(r.restricted)} |"
       )
       continue
     iv = r.interval if r.measured else None  # a rejected fit's interval would be an interval of nothing measured
@@ -181,7 +184,7 @@ def steps_table(results: Sequence[SettingResult]) -> str:
     rej = ", ".join(f"{b:,}" for b in r.rejected) or "—"
     lines.append(
       f"{head} | {est} | {ci} | {inf} | {_fmt(r.fit.s_min)} | {rej} | {reached} | {seeds} | {cens} | "
-      f"{_fmt_chosen(r.with_chosen)} | {_fmt_chosen(r.restricted)} |"
+      f"{_fmt_chosen(r.with_chosen, r.with_chosen_interval)} | {_fmt_chosen(r.restricted)} |"
     )
   return "\n".join(lines)
 

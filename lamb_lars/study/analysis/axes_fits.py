@@ -80,6 +80,7 @@ class SettingResult:
   note: str = ""
   rejected: tuple[int, ...] = ()  # batches whose misses the fit cannot explain (scaling_fit.censored_above)
   with_chosen: Optional[tuple[float, bool]] = None  # (B_crit, measured) with each batch's chosen trial added
+  with_chosen_interval: Optional[scaling_fit.Interval] = None  # its bootstrap interval, where it is measured
   restricted: Optional[tuple[float, bool]] = None  # (B_crit, measured) on the batches some seed reached
 
   @property
@@ -192,11 +193,14 @@ def primary_results(root: str, num_bootstrap: int) -> list[SettingResult]:
       results.append(b_crit(name, {}, s["target"]))
       continue
     res = b_crit(name, seed_points(folder, s["target"]), s["target"], num_bootstrap=num_bootstrap)
+    chosen_points = seed_points(folder, s["target"], with_chosen=True)
+    chosen = _variant(chosen_points)
+    # The first fit rule (issue 58: B_crit under both rules, each with its interval): the same resampling over
+    # each batch's points, the chosen trial one of them; no interval where that fit is rejected or absent.
+    chosen_iv = scaling_fit.bootstrap(chosen_points, num=num_bootstrap, seed=1) if chosen and chosen[1] else None
     results.append(
       dataclasses.replace(
-        res,
-        with_chosen=_variant(seed_points(folder, s["target"], with_chosen=True)),
-        restricted=_variant(reached_batches(res.points)),
+        res, with_chosen=chosen, with_chosen_interval=chosen_iv, restricted=_variant(reached_batches(res.points))
       )
     )
   return results
