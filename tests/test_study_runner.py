@@ -298,9 +298,15 @@ def test_cli_bad_study_config_is_one_sentence(tmp_path):
     f"--workdir={tmp_path / 'w'}",
   ]
   out = subprocess.run(
-    base + ["--dry_run", "--config.base.num_epochs=2"], cwd=REPO, capture_output=True, text=True, timeout=120
+    base + ["--dry_run", "--nocalibrate", "--config.base.num_epochs=2"],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=120,
   )
-  assert out.returncode == 0 and len(out.stdout.strip().splitlines()) == 8, out.stdout + out.stderr
+  lines = out.stdout.strip().splitlines()
+  assert out.returncode == 0 and len(lines) == 8 + 3, out.stdout + out.stderr  # the trials, the plan (3 lines)
+  assert lines[8].startswith("plan: 8 trials + 0 replicates") and "calibration skipped" in lines[-1]
   typo = subprocess.run(base + ["--config.base.num_epocs=2"], cwd=REPO, capture_output=True, text=True, timeout=120)
   assert typo.returncode != 0 and "num_epocs" in typo.stderr
   tech = subprocess.run(

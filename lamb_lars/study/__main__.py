@@ -1,7 +1,7 @@
 """Command line of the batch-size studies.
 
   python -m lamb_lars.study run --config=lamb_lars/configs/studies/mnist_table3.py --workdir=/tmp/studies/table3 \
-      [--num_workers=2] [--executor=local|ray] [--ray_address=auto|HOST:PORT] [--dry_run]
+      [--num_workers=2] [--executor=local|ray] [--ray_address=auto|HOST:PORT] [--dry_run [--nocalibrate]]
   python -m lamb_lars.study branch --config=lamb_lars/configs/studies/mnist_branching.py \
       --workdir=/tmp/studies/branching [--num_workers=2] [--executor=local|ray] [--ray_address=auto|HOST:PORT]
   python -m lamb_lars.study report --workdir=/tmp/studies/table3 [--out=docs/studies/mnist_table3_replicated]
@@ -19,6 +19,9 @@ manifest.json (provenance). ``verify`` checks a published folder against its man
 the CSVs; it exits 1 with one sentence per mismatch. ``rereport`` recomputes a published folder's README and
 figures from its own CSVs at the current (clean) commit, after the analysis changed, and records that in its
 manifest (``rereports``); the runs, the CSVs and their hashes stay as they were.
+``run --dry_run`` lists the trials and prints the study's predicted wall time on this machine, from a calibration
+of its trials through the local executor (at most three short runs per group of trials alike but for their batch
+and optimizer; running/calibration.py, running/wall_time.py); ``--nocalibrate`` prints the plan without it.
 The study config is locked: a misspelled ``--config.`` override is an error. Every trial config is validated (by
 the validator ``train.py`` uses) before any trial runs; a mistake is one sentence and exit status 2
 (``--verbose`` shows the traceback). ``run`` exits 1 when trials failed, listing each failure's line.
@@ -30,6 +33,8 @@ running trials' epochs), read from the store; ``run`` prints the same every minu
 run files, the newest checkpoint of each running trial) without the other checkpoints or TensorBoard files
 (``--running_checkpoints=False``: without those either), for a study that outlives its machine or session
 (lamb_lars/study/running/snapshot.py): copy it to a workdir and re-run the study's command there.
+A snapshot is never committed to the repository: a study longer than a session is split into parts that each fit
+one and are published as they land (docs/studies.md, "Sizing a study").
 The search's Optuna studies are mirrored in ``<workdir>/optuna.db`` (``optuna-dashboard sqlite:///WORKDIR/optuna.db``;
 for a gs:// workdir the file is in the workdir's machine-local folder, ``io_utils.local_path``).
 """
@@ -69,7 +74,17 @@ def _define_flags():
     "(False: it trains from step 0).",
   )
   flags.DEFINE_integer("num_workers", None, "run: trials at once (default config.runner.num_workers).")
-  flags.DEFINE_bool("dry_run", False, "run: list the trials and exit; branch: the reference and the branch points.")
+  flags.DEFINE_bool(
+    "dry_run",
+    False,
+    "run: list the trials, then the predicted wall time on this machine from a short calibration, and exit; "
+    "branch: the reference and the branch points.",
+  )
+  flags.DEFINE_bool(
+    "calibrate",
+    True,
+    "run --dry_run: measure each trial shape for the predicted wall time (--nocalibrate: the plan only).",
+  )
   flags.DEFINE_enum("executor", "local", ["local", "ray"], "run: where trials run (local processes or a Ray cluster).")
   flags.DEFINE_string("ray_address", "auto", "run --executor=ray: the cluster ('auto' or HOST:PORT).")
   flags.DEFINE_bool(
@@ -120,8 +135,7 @@ def _run(FLAGS, command: str) -> None:  # noqa: N803
     print(ref.run_id, "reference", dict(ref.overrides), "branch points (examples):", examples)
     return
   if FLAGS.dry_run:
-    for t in sweep.expand(study):
-      print(t.run_id, t.role, t.technique or "-", dict(t.overrides))
+    _dry_run(FLAGS, study)
     return
   from lamb_lars.study.publishing import preregistration
 
@@ -155,6 +169,25 @@ def _run(FLAGS, command: str) -> None:  # noqa: N803
   print("finished: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v), flush=True)
   if counts.get("failed"):
     _exit_failed(FLAGS.workdir, study.name)
+
+
+def _dry_run(FLAGS, study) -> None:  # noqa: N803
+  """``run --dry_run``: the trials, one line each, then the plan and its predicted wall time on this machine
+  (running/calibration.py, running/wall_time.py)."""
+  import time
+
+  from lamb_lars.study.running import calibration, runner, sweep
+
+  started = time.monotonic()
+  specs = sweep.expand(study)
+  runner.checked_settings(study)
+  runner_s = time.monotonic() - started
+  for t in specs:
+    print(t.run_id, t.role, t.technique or "-", dict(t.overrides))
+  executor = runner.make_executor(study, FLAGS.num_workers)
+  log = lambda s: print(s, flush=True)
+  for line in calibration.dry_run_lines(study, specs, executor, runner_s, FLAGS.calibrate, log):
+    print(line, flush=True)
 
 
 def main() -> None:

@@ -51,7 +51,7 @@ def validate_trial(config: ml_collections.ConfigDict, devices: int, info: Any) -
     )
 
 
-def _dataset_info(config: ml_collections.ConfigDict, cache: dict) -> Any:
+def dataset_info(config: ml_collections.ConfigDict, cache: dict) -> Any:
   """The dataset's ``DatasetInfo`` (None when it is not on this machine), once per distinct data setting."""
   from lamb_lars.input_pipeline import DatasetNotFoundError  # noqa: PLC0415
   from lamb_lars.train.validate import dataset_info as get_info  # noqa: PLC0415
@@ -80,6 +80,6 @@ def validate_trials(trials: Sequence[Any], runner_env: Mapping[str, str]) -> Non
   infos: dict[str, Any] = {}
   for t in trials:
     try:
-      validate_trial(t.config, trial_devices(t.config, {**runner_env, **t.env}), _dataset_info(t.config, infos))
+      validate_trial(t.config, trial_devices(t.config, {**runner_env, **t.env}), dataset_info(t.config, infos))
     except ValueError as e:
       raise ValueError(f"trial {t.run_id}: {e}") from None
