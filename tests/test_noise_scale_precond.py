@@ -274,3 +274,58 @@ def test_estimate_signature_and_disabled():
   assert np.isnan(t.estimate("simple")).all() and t.value() == {}
   with pytest.raises(ValueError):
     t.estimate("hessian")
+
+
+# ---------------------------------------------------------------- in the run
+
+
+def _run(tmp_path, optimizer, **diag):
+  from lamb_lars.configs import mnist_lenet
+  from lamb_lars.train.trainer import train_and_evaluate
+
+  cfg = mnist_lenet.get_config()
+  cfg.dataset, cfg.progress, cfg.num_train_steps, cfg.eval_every_steps = "synthetic", False, 8, 4
+  cfg.synthetic.num_train, cfg.synthetic.num_eval = 256, 16
+  cfg.batch_size, cfg.eval_batch_size, cfg.num_devices, cfg.num_microbatches = 32, 16, 1, 2
+  cfg.optimizer.name = optimizer
+  cfg.diagnostics.noise_scale, cfg.diagnostics.noise_scale_window_steps = True, 2
+  for k, v in diag.items():
+    cfg.diagnostics[k] = v
+  train_and_evaluate(cfg, str(tmp_path))
+  return [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+
+
+KEYS = ("noise_scale", "noise_scale_lo", "noise_scale_hi", "noise_scale_precond", "noise_scale_precond_lo")
+
+
+def test_run_logs_the_keys_and_sgd_has_b_precond_equal_b_simple(tmp_path):
+  from test_train import tensorboard_tags
+
+  rows = _run(tmp_path, "momentum", noise_scale_per_example=True)
+  for row in rows:
+    assert set(KEYS + ("noise_scale_precond_hi", "noise_scale_per_example")) <= set(row)
+    assert row["noise_scale_precond"] == row["noise_scale"] and row["noise_scale_precond_hi"] == row["noise_scale_hi"]
+  tags = tensorboard_tags(tmp_path / "tensorboard")
+  assert {"optim/noise_scale_b_precond", "optim/noise_scale_b_precond_lo", "optim/noise_scale_b_simple_hi"} <= set(tags)
+
+
+def test_run_measures_the_preconditioned_norms_for_lamb(tmp_path):
+  rows = _run(tmp_path / "lamb", "lamb")
+  assert set(KEYS) <= set(rows[-1])
+  assert rows[-1]["noise_scale_precond"] != rows[-1]["noise_scale"]  # another estimate (may be NaN this early)
+
+
+def test_per_example_is_refused_for_batch_norm_models():
+  from lamb_lars.configs import default
+  from lamb_lars.errors import ConfigError
+  from lamb_lars.train import run_plan
+
+  cfg = default.get_config()
+  cfg.model, cfg.diagnostics.noise_scale_per_example = "resnet18", True
+
+  class Plan:
+    num_devices, num_microbatches = 1, 2
+    bn = type("BN", (), {"group_devices": 1})()
+
+  with pytest.raises(ConfigError, match="batch norm"):
+    run_plan.diagnostics_plan(cfg, Plan())
