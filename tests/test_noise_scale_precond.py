@@ -329,3 +329,31 @@ def test_per_example_is_refused_for_batch_norm_models():
 
   with pytest.raises(ConfigError, match="batch norm"):
     run_plan.diagnostics_plan(cfg, Plan())
+
+
+def test_a_killed_lamb_run_resumes_with_the_same_noise_scales_and_intervals(tmp_path):
+  """Through the trainer: a run killed after its checkpoint at step 6 (rows to 8) resumes to the uninterrupted
+  run's rows, noise_scale_precond and the window intervals included (windows of 2 steps: complete ones and one in
+  progress cross the checkpoint)."""
+  from test_resume import killed_copy, rows, tiny_config
+
+  from lamb_lars.train.trainer import train_and_evaluate
+
+  kw = {
+    "num_train_steps": 14,
+    "eval_every_steps": 4,
+    "checkpoint_every_steps": 5,
+    "optimizer.name": "lamb",
+    "diagnostics.noise_scale_window_steps": 2,
+    "diagnostics.noise_scale_windows": 3,
+  }
+  ref = str(tmp_path / "ref")
+  train_and_evaluate(tiny_config(**kw), ref)
+  from lamb_lars.train import checkpoint
+
+  saved = dict(checkpoint.saved_metas(ref))[5]["noise_scale"]  # what the kill leaves: 2 windows and 1 step of a third
+  assert len(saved["precond"]["done"]) == 2 and saved["precond"]["window"][2] == 0  # step 1 left out: P undefined
+  assert len(saved["simple"]["done"]) == 2 and saved["simple"]["window"][2] == 1
+  run = killed_copy(ref, tmp_path / "run", last_checkpoint=5, rows_until=8)
+  train_and_evaluate(tiny_config(**kw), run)
+  assert rows(run) == rows(ref)
