@@ -156,9 +156,14 @@ def diagnostics(config: ml_collections.ConfigDict) -> None:
   """Diagnostics (cheap when off; see lamb_lars/train/noise_scale.py, docs/studies.md)."""
   config.diagnostics = ml_collections.ConfigDict(dict(
       noise_scale=config_dict.FieldReference("auto", field_type=object),
-                                      # gradient noise scale B_simple from per-device vs global gradients:
+                                      # gradient noise scales B_simple and, for Adam/LAMB/RMSprop/AdaGrad, the
+                                      # preconditioned B_precond, from per-device vs global gradients:
                                       # 'auto' = on with ≥ 2 devices unless BN groups span devices | True | False
-      noise_scale_ema=0.9,
+      noise_scale_ema=0.9,            # EMA decay of the noise scales' numerators and denominators
+      noise_scale_window_steps=50,    # the interval noise_scale_lo/_hi: over the last noise_scale_windows windows
+      noise_scale_windows=8,          # of noise_scale_window_steps steps each (a 95 % t interval, noise_scale.py)
+      noise_scale_per_example=False,  # also B_simple, B_precond from per-example gradients (vmap) of one training
+                                      # batch at each evaluation (noise_scale_per_example*); refused with BN
       dist_from_init=False,           # ‖w_t − w_0‖, total and per layer, at each evaluation
       trust_ratios=False,             # per-layer trust ratios from the optimizer statistics
       signal_to_noise=False,          # gradient signal-to-noise E‖g∥‖/E‖g⊥‖ over devices (paper §6.1); refused

@@ -8,4 +8,5 @@ masks              parameter masks from regexes over parameter paths
 schedules          warmup, decay and batch-size LR scaling (You et al. 2020 §3–4)
 lr_table           the schedule as data carried in the optimizer state
 optimizer_config   ``config.optimizer`` → an optax transformation and its schedule
+preconditioner     an adaptive optimizer's diagonal preconditioner P, read from its state (noise scale)
 """

@@ -10,7 +10,8 @@ durations      every duration of a run in steps, through one rule
 feeders        how a chunk of steps gets its batches, per data placement; prefetch to the devices
 mesh           the device mesh, multi-host start-up, host data onto devices
 evaluation     exact evaluation (pad + mask) on test and validation splits
-train_metrics  training metrics between evaluations; noise_scale: the gradient noise scale
+train_metrics  training metrics between evaluations; noise_scale: the gradient noise scales (simple, preconditioned)
+per_example    the per-example cross-check of the noise scale (vmap; small models)
 stopping       targets, dead runs, non-finite losses
 checkpoint     orbax checkpoints with fallback; run_identity: a workdir belongs to one config
 metric_writers metrics.jsonl, TensorBoard (with HParams); progress: bars and log lines

@@ -4,12 +4,13 @@ Each split is walked in padded, masked batches (``input_pipeline.eval_batches``)
 once. One evaluation gives ``eval_loss``, ``eval_accuracy``, ``eval_examples`` on the test split and, when
 ``config.validation_split`` > 0, ``validation_loss``, ``validation_accuracy``, ``validation_examples`` on the
 hold-out: You et al. 2020 (Def. 2.1) report test accuracy and tune on validation loss (MNIST 55K/5K/10K).
-Optional diagnostics at each evaluation: distance from the initial weights and per-layer trust-ratio statistics.
+Optional diagnostics at each evaluation: distance from the initial weights, per-layer trust-ratio statistics and the
+per-example noise scales (:mod:`lamb_lars.train.per_example`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import jax
 import numpy as np
@@ -25,7 +26,15 @@ PREFIX = {"test": "eval", "validation": "validation"}
 class Evaluator:
   """Evaluates a train state on every split the config asks for; the eval step compiles on first use."""
 
-  def __init__(self, config: Any, mesh: Any, model, opts: ts.StepOptions, initial_params: Optional[Any] = None):
+  def __init__(
+    self,
+    config: Any,
+    mesh: Any,
+    model,
+    opts: ts.StepOptions,
+    initial_params: Optional[Any] = None,
+    per_example: Optional[Callable[[Any], dict]] = None,
+  ):
     ds = config.dataset
     preprocess = lambda im, lab, rng: input_pipeline.preprocess(
       im, lab, dataset=ds, train=False, rng=rng, scaling=config.input_scaling
@@ -34,6 +43,7 @@ class Evaluator:
     self.step = ts.make_eval_step(model, opts, preprocess)
     self.splits = ("test", "validation") if input_pipeline.has_validation(config) else ("test",)
     self.w0 = initial_params  # host copy, only when config.diagnostics.dist_from_init
+    self.per_example = per_example  # per_example.PerExample, only when config.diagnostics.noise_scale_per_example
     self.in_flight = mesh_lib.InFlight(mesh.devices.flat)  # bounded dispatch (mesh.max_in_flight)
 
   def evaluate_split(self, state, split: str) -> dict:
@@ -65,6 +75,8 @@ class Evaluator:
     if diag.trust_ratios:
       stats = jax.device_get(trust_ratio.trust_ratio_stats(state.opt_state))
       row.update({f"trust_ratio/{k}": float(np.asarray(v)) for k, v in stats.items()})
+    if self.per_example is not None:
+      row.update(self.per_example(state))
     return row
 
 

@@ -30,11 +30,12 @@ _lead = lambda tree: jax.tree.map(lambda x: x[None], tree)  # per-device value �
 _drop = lambda tree: jax.tree.map(lambda x: x[0], tree)
 
 
-def _zero_sums(state: ts.TrainState, vary) -> tuple:
-  """(Σ g, Σ loss, Σ correct, Σ |g|², Σ BN statistics), all zero."""
+def _zero_sums(state: ts.TrainState, vary, pre) -> tuple:
+  """(Σ g, Σ loss, Σ correct, Σ |g|² [and Σ |P·g|²], Σ BN statistics), all zero."""
   zeros = lambda t: vary(jax.tree.map(jnp.zeros_like, t))
   scalar = lambda dtype: vary(jnp.zeros((), dtype))
-  return zeros(state.params), scalar(jnp.float32), scalar(jnp.int32), scalar(jnp.float32), zeros(state.batch_stats)
+  sq = vary(ts.sq_zeros(pre))
+  return zeros(state.params), scalar(jnp.float32), scalar(jnp.int32), sq, zeros(state.batch_stats)
 
 
 def make_host_chunk(model, tx, opts: ts.StepOptions, preprocess: ts.Preprocess, mesh, *, resident: bool):
@@ -51,16 +52,18 @@ def make_host_chunk(model, tx, opts: ts.StepOptions, preprocess: ts.Preprocess, 
     x = jax.lax.dynamic_index_in_dim(images, i, keepdims=False)
     y = jax.lax.dynamic_index_in_dim(labels, i, keepdims=False)
     rng, _ = ts.device_rngs(key, state.step, axes)
-    return _lead((ts.prepare(state, x, y, rng, opts, preprocess, vary), _zero_sums(state, vary)))
+    pre = ts.step_preconditioner(opts, state)  # (P, valid) travels with the inputs, as each device's copy
+    inputs = (*ts.prepare(state, x, y, rng, opts, preprocess, vary), vary(pre) if pre is not None else None)
+    return _lead((inputs, _zero_sums(state, vary, pre)))
 
   def begin_resident(state, images_all, labels_all, idx, key, i):
     rows = jax.lax.dynamic_index_in_dim(idx, i, keepdims=False)
     return begin(state, images_all[rows][None], labels_all[rows][None], key, 0)
 
   def micro(batch_stats, inputs, sums, j):
-    (params_v, xs, ys, r_drop), (g_sum, l_sum, c_sum, sq_sum, bs_sum) = _drop(inputs), _drop(sums)
+    (params_v, xs, ys, r_drop, pre), (g_sum, l_sum, c_sum, sq_sum, bs_sum) = _drop(inputs), _drop(sums)
     at = lambda a: jax.lax.dynamic_index_in_dim(a, j, keepdims=False)
-    g, l, bs, c, sq = ts.micro_sums(grad_fn, params_v, batch_stats, at(xs), at(ys), at(r_drop))
+    g, l, bs, c, sq = ts.micro_sums(grad_fn, params_v, batch_stats, at(xs), at(ys), at(r_drop), pre)
     return _lead(
       (jax.tree.map(jnp.add, g_sum, g), l_sum + l, c_sum + c, sq_sum + sq, jax.tree.map(jnp.add, bs_sum, bs))
     )
@@ -74,7 +77,8 @@ def make_host_chunk(model, tx, opts: ts.StepOptions, preprocess: ts.Preprocess, 
     # replicated), but carried per device here: device 0's copy, exactly.
     first = lambda x: jax.lax.psum(jnp.where(jax.lax.axis_index(axes) == 0, x, jnp.zeros_like(x)), axes)
     new_bs = jax.tree.map(first, mean(bs_sum))
-    return ts.finish(tx, opts, axes, state, (l_sum / k, new_bs, c_sum, mean(g_sum), sq_sum / k), step_rng, ys.size)
+    sums_ = (l_sum / k, new_bs, c_sum, mean(g_sum), sq_sum / k)
+    return ts.finish(tx, opts, axes, state, sums_, step_rng, ys.size, ts.step_preconditioner(opts, state))
 
   smap = lambda f, in_specs, out_specs, **kw: jax.jit(
     jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs), **kw

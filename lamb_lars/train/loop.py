@@ -70,7 +70,14 @@ class _Run:
   def __init__(self, parts: Parts, step: int, meta: dict, writer: Any, bar: Any):
     c, p = parts.config, parts.plan
     self.parts, self.step, self.writer, self.bar = parts, step, writer, bar
-    self.noise = train_metrics.NoiseScaleTracker(decay=c.diagnostics.noise_scale_ema, enabled=p.diagnostics.noise_scale)
+    d = c.diagnostics
+    self.noise = train_metrics.NoiseScaleTracker(
+      decay=d.noise_scale_ema,
+      enabled=p.diagnostics.noise_scale,
+      window_steps=d.noise_scale_window_steps,
+      windows=d.noise_scale_windows,
+      preconditioned=p.diagnostics.noise_scale_precond,
+    )
     self.noise.load_state_dict(meta.get("noise_scale"))
     self.rules = stopping.StopRules(c, total_steps=p.total_steps, warmup_steps=p.warmup_steps, epoch_of=p.epoch_of)
     self.rules.load_state_dict(meta.get("stopping"))

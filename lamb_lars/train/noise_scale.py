@@ -16,6 +16,32 @@ divided (App. A.1). Both EMAs start at 0 with the same decay, so the EMA bias ca
 |G_small|² = mean over devices of |g_d|² (each device's mean gradient over its own B_small examples) and
 |G_big|² = |mean over devices of g_d|²; gradients must be *means* over examples, not sums.
 
+Preconditioned noise scale. McCandlish et al. 2018 (§2.2, App. A) define B_noise = tr(HΣ)/(GᵀHG) for a step along
+the gradient; an optimizer that steps along P·g (P its diagonal preconditioner) sees the gradient noise PΣPᵀ and the
+signal PG, so the noise scale of the update direction it takes is
+
+  B_precond = tr(PΣPᵀ)/|PG|²,
+
+the "preconditioned gradient noise scale" of Pollux (Qiao et al. 2021, "Pollux: Co-adaptive Cluster Scheduling for
+Goodput-Optimized Deep Learning", OSDI), whose statistical efficiency of batch M against the initial m₀ is
+(φ + m₀)/(φ + M) with φ = B_precond. Estimated by the same two-batch formulas applied to P·g_small and P·g_big: for a
+fixed P, P·G_B is a mean of the B per-example vectors P·g_i, whose mean is PG and covariance PΣPᵀ. What we read:
+AdaptDL's ``adaptdl/torch/gradient_noise_scale.py`` (petuum/adaptdl), class ``AdamGradientNoiseScale``, which divides
+each replica's and the averaged gradient by ``pinv = sqrt(exp_avg_sq)/sqrt(1 − β₂^step) + ε`` of PyTorch Adam's
+state before ``optimizer.step()`` (P = I for its first 5 steps) and then runs the unpreconditioned estimator
+unchanged. We use the same P = 1/(sqrt(v̂) + ε) from the optimizer state *before* the update — the statistics of the
+previous steps, so P is fixed given the past — and mark the step before the first update as undefined instead of
+using P = I (the two would mix units in the averages). Which P each optimizer has, and why LAMB's trust ratio is not
+part of it: :mod:`lamb_lars.optim.preconditioner`. With P = I (SGD, momentum, LARS) B_precond = B_simple.
+
+Interval over windows (:func:`window_interval`). The per-step estimates (|G|²_t, trΣ_t) are grouped into
+consecutive non-overlapping windows of W steps; window k gives the means Ḡ_k, T̄_k. Over the last K complete windows
+the estimate is R = mean_k T̄_k / mean_k Ḡ_k, with the ratio estimator's delta-method (batch-means) standard error
+se = sqrt(Σ_k (T̄_k − R·Ḡ_k)² / (K(K − 1))) / mean_k Ḡ_k — the spread of the per-window ratios T̄_k/Ḡ_k weighted by
+Ḡ_k/mean Ḡ — and the interval is R ± t_{0.975, K−1}·se (95 %, Student t with K − 1 degrees of freedom). Windows long
+enough to span the estimates' autocorrelation make the K window means nearly independent (the batch-means method).
+It is an interval for the noise scale of the last K·W steps; it says nothing of drift within them.
+
 Gradient signal-to-noise (You et al. 2020, "The Limit of the Batch Size", §6.1): with ḡ the mean of the per-device
 gradients g_d, split g_d = g∥ + g⊥ along ḡ; SNR = E‖g∥‖ / E‖g⊥‖, ‖g∥‖ = |⟨g_d, ḡ⟩|/‖ḡ‖,
 ‖g⊥‖ = √(‖g_d‖² − ‖g∥‖²), expectations over devices.
@@ -138,3 +164,42 @@ def signal_to_noise(per_device: Any) -> Any:
   par = xp.abs(g @ mean) / xp.where(mean_norm > 0, mean_norm, 1.0)
   perp = xp.sqrt(xp.maximum(xp.sum(g * g, axis=1) - par * par, 0.0))
   return xp.mean(par) / xp.mean(perp)
+
+
+def window_interval(g2_means: Any, trace_means: Any, level: float = 0.95) -> tuple[float, float, float]:
+  """(R, lo, hi) over K window means Ḡ_k, T̄_k (module docstring): R = ΣT̄/ΣḠ ± t_{(1+level)/2, K−1}·se.
+
+  NaN for all three with fewer than 2 windows or mean Ḡ ≤ 0 (no signal measured). Host-side (float64 numpy).
+  """
+  from scipy import stats  # host only; imported here so the step functions need no scipy
+
+  g, t = np.asarray(g2_means, np.float64), np.asarray(trace_means, np.float64)
+  k = g.size
+  if k < 2 or not np.mean(g) > 0:
+    return (float("nan"),) * 3
+  r = float(np.sum(t) / np.sum(g))
+  se = float(np.sqrt(np.sum(np.square(t - r * g)) / (k * (k - 1))) / np.mean(g))
+  half = float(stats.t.ppf(0.5 + level / 2, k - 1)) * se
+  return r, r - half, r + half
+
+
+class Windows(NamedTuple):
+  """The window accumulator: sums over the current, incomplete window and the last complete windows' means."""
+
+  g2_sum: float
+  trace_sum: float
+  steps: int
+  done: tuple  # ((Ḡ_k, T̄_k), ...), oldest first, at most ``keep``
+
+
+def windows_init() -> Windows:
+  return Windows(0.0, 0.0, 0, ())
+
+
+def windows_update(w: Windows, g2: float, trace: float, length: int, keep: int) -> Windows:
+  """Adds one step's (|G|², tr Σ) estimate; a window of ``length`` steps that fills up becomes a complete one."""
+  g2_sum, trace_sum, steps = w.g2_sum + g2, w.trace_sum + trace, w.steps + 1
+  if steps < length:
+    return Windows(g2_sum, trace_sum, steps, w.done)
+  done = (w.done + ((g2_sum / steps, trace_sum / steps),))[-keep:]
+  return Windows(0.0, 0.0, 0, done)

@@ -15,6 +15,7 @@ from lamb_lars.models import bn_groups
 from lamb_lars.common import durations
 from lamb_lars.train import batch_schedule
 from lamb_lars import models
+from lamb_lars.optim import preconditioner
 from lamb_lars.errors import ConfigError  # the typed config error, re-exported here for the trainer's callers
 
 
@@ -36,6 +37,8 @@ class DiagnosticsPlan:
   """Which per-device gradient diagnostics the train step computes (see :func:`diagnostics_plan`)."""
 
   noise_scale: bool = False  # B_simple from |G_small|² (per device) and |G_big|² (global)
+  noise_scale_precond: bool = False  # the step measures |P·g|² (an adaptive optimizer; else B_precond = B_simple)
+  noise_scale_per_example: bool = False  # B_simple, B_precond from per-example gradients at each evaluation
   signal_to_noise: bool = False  # E_d‖g∥‖ / E_d‖g⊥‖ over the per-device gradients
 
 
@@ -150,9 +153,29 @@ def diagnostics_plan(config: Any, plan: RunPlan) -> DiagnosticsPlan:
       "num_microbatches: small- vs whole-batch gradients); set config.num_microbatches=2, or "
       "diagnostics.noise_scale to 'auto' or False."
     )
+  _check_windows(diag)
+  per_example = diag.noise_scale_per_example
+  if not isinstance(per_example, bool):
+    raise ConfigError(f"config.diagnostics.noise_scale_per_example={per_example!r} must be True or False.")
+  if per_example and config.model not in models.MODELS_WITHOUT_BN:
+    raise ConfigError(
+      f"config.diagnostics.noise_scale_per_example=True needs per-example gradients, but model {config.model!r} has "
+      f"batch norm, which couples the examples of a batch; set it to False or use a model without BN."
+    )
+  on = bool(ns) and samples > 1 and not coupled
   return DiagnosticsPlan(
-    noise_scale=bool(ns) and samples > 1 and not coupled, signal_to_noise=snr and plan.num_devices > 1
+    noise_scale=on,
+    noise_scale_precond=on and preconditioner.from_config(config.optimizer) is not None,
+    noise_scale_per_example=per_example,
+    signal_to_noise=snr and plan.num_devices > 1,
   )
+
+
+def _check_windows(diag: Any) -> None:
+  for key, low in (("noise_scale_window_steps", 1), ("noise_scale_windows", 2)):
+    value = diag[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+      raise ConfigError(f"config.diagnostics.{key}={value!r} must be an integer ≥ {low}.")
 
 
 def num_microbatches(config: Any, num_devices: int, batch_size: int = 0) -> int:

@@ -1,10 +1,11 @@
 """Training metrics, accumulated in one place between evaluations, and the gradient-noise-scale tracker.
 
 :class:`MetricsWindow` takes each chunk's per-step metrics (host numpy) and gives the evaluation row's training part
-(``train_loss``, ``train_accuracy``, ``grad_norm``, ``signal_to_noise``, ``noise_scale``) and timing (``wall_time``,
+(``train_loss``, ``train_accuracy``, ``grad_norm``, ``signal_to_noise``) and timing (``wall_time``,
 ``compile_time``, ``examples_per_sec``, ``step_time``); per-step scalars go to TensorBoard as ``step/...``.
-:class:`NoiseScaleTracker` owns the EMA of the simple noise scale (McCandlish et al. 2018; formulas in
-:mod:`lamb_lars.train.noise_scale`) and the state it saves with each checkpoint.
+:class:`NoiseScaleTracker` owns the EMAs and windows of the simple and preconditioned noise scales (McCandlish et al.
+2018; Qiao et al. 2021; formulas in :mod:`lamb_lars.train.noise_scale`), the row's ``noise_scale``,
+``noise_scale_precond`` and their ``_lo`` / ``_hi``, and the state it saves with each checkpoint.
 """
 
 from __future__ import annotations
@@ -17,14 +18,30 @@ from lamb_lars.train import noise_scale
 
 
 class NoiseScaleTracker:
-  """B_simple from micro-batch (B/(D·k): one micro-batch of one device) and global (B) gradient norms, EMA-averaged;
-  ``enabled`` by the run plan when its steps have ≥ 2 gradient samples (devices × micro-batches). A stage of a batch
-  schedule with a single sample adds nothing; the EMA carries over from stage to stage (B_simple does not depend on
-  the batch, McCandlish et al. 2018 §2.2)."""
+  """B_simple and B_precond from micro-batch (B/(D·k): one micro-batch of one device) and global (B) gradient norms,
+  EMA-averaged, with a 95 % interval over windows of steps (formulas: :mod:`lamb_lars.train.noise_scale`).
 
-  def __init__(self, *, decay: float, enabled: bool):
-    self.enabled, self.decay = bool(enabled), decay
-    self.state = noise_scale.NoiseScaleState(0.0, 0.0, 0)
+  ``enabled`` by the run plan when its steps have ≥ 2 gradient samples (devices × micro-batches). A stage of a batch
+  schedule with a single sample adds nothing; the averages carry over from stage to stage (B_simple does not depend
+  on the batch, McCandlish et al. 2018 §2.2). ``preconditioned``: the step measures |P·g|² of an adaptive optimizer
+  (``grad_sq_norm_small_precond``, ``grad_sq_norm_precond``); otherwise P = I and B_precond is B_simple. A step whose
+  preconditioned norms are NaN while the plain ones are finite (P undefined: before the optimizer's first update) is
+  left out of the preconditioned averages. ``window_steps`` W and ``windows`` K: the interval is over the last K
+  complete windows of W steps each; both are NaN until two windows are complete.
+  """
+
+  KINDS = ("simple", "precond")
+
+  def __init__(self, *, decay: float, enabled: bool, window_steps: int = 50, windows: int = 8, preconditioned=False):
+    self.enabled, self.decay, self.preconditioned = bool(enabled), decay, bool(preconditioned)
+    self.window_steps, self.windows = int(window_steps), int(windows)
+    self.ema = {k: noise_scale.NoiseScaleState(0.0, 0.0, 0) for k in self.KINDS}
+    self.win = {k: noise_scale.windows_init() for k in self.KINDS}
+
+  @property
+  def state(self) -> noise_scale.NoiseScaleState:
+    """The B_simple EMA (as before the preconditioned estimate existed)."""
+    return self.ema["simple"]
 
   def update(self, metrics: dict, batch_size: int, samples: int) -> None:
     """One chunk's steps, all at global batch ``batch_size`` split into ``samples`` gradient samples."""
@@ -32,18 +49,67 @@ class NoiseScaleTracker:
       return
     small = np.asarray(metrics["grad_sq_norm_small"], np.float64)
     big = np.asarray(metrics["grad_norm"], np.float64) ** 2
-    for small_sq, big_sq in zip(small, big):
-      self.state = noise_scale.update(self.state, small_sq, big_sq, batch_size / samples, batch_size, self.decay)
+    if self.preconditioned:
+      small_p = np.asarray(metrics["grad_sq_norm_small_precond"], np.float64)
+      big_p = np.asarray(metrics["grad_sq_norm_precond"], np.float64)
+    else:
+      small_p, big_p = small, big
+    sizes = (batch_size / samples, batch_size)
+    for j in range(len(small)):
+      self._add("simple", small[j], big[j], *sizes)
+      undefined = not (np.isfinite(small_p[j]) and np.isfinite(big_p[j])) and np.isfinite(small[j] + big[j])
+      if not undefined:
+        self._add("precond", small_p[j], big_p[j], *sizes)
+
+  def _add(self, kind: str, small_sq: float, big_sq: float, b_small: float, b_big: float) -> None:
+    self.ema[kind] = noise_scale.update(self.ema[kind], small_sq, big_sq, b_small, b_big, self.decay)
+    g2, trace = noise_scale.two_batch_estimates(small_sq, big_sq, b_small, b_big)
+    self.win[kind] = noise_scale.windows_update(self.win[kind], g2, trace, self.window_steps, self.windows)
+
+  def estimate(self, kind: str) -> tuple[float, float, float]:
+    """(value, lo, hi) of the noise scale ``kind`` ('simple': B_simple, 'precond': B_precond): the EMA ratio and the
+    95 % interval over the last windows (NaN where not available: disabled, or too few steps so far)."""
+    if kind not in self.KINDS:
+      raise ValueError(f"kind must be one of {self.KINDS}; got {kind!r}.")
+    if not self.enabled:
+      return (float("nan"),) * 3
+    done = self.win[kind].done
+    _, lo, hi = noise_scale.window_interval([d[0] for d in done], [d[1] for d in done])
+    return float(noise_scale.b_simple(self.ema[kind])), lo, hi
 
   def value(self) -> dict:
-    return {"noise_scale": float(noise_scale.b_simple(self.state))} if self.enabled else {}
+    """The evaluation row's keys: noise_scale[_lo, _hi], noise_scale_precond[_lo, _hi] (nothing when disabled)."""
+    if not self.enabled:
+      return {}
+    out = {}
+    for kind, key in (("simple", "noise_scale"), ("precond", "noise_scale_precond")):
+      value, lo, hi = self.estimate(kind)
+      out.update({key: value, f"{key}_lo": lo, f"{key}_hi": hi})
+    return out
 
-  def state_dict(self) -> list:
-    return [float(self.state.g2), float(self.state.trace), int(self.state.count)]
+  def state_dict(self) -> dict:
+    """Exact as JSON (Python floats): a resumed run continues the averages and windows bit for bit."""
+    return {
+      k: {
+        "ema": [float(self.ema[k].g2), float(self.ema[k].trace), int(self.ema[k].count)],
+        "window": [float(self.win[k].g2_sum), float(self.win[k].trace_sum), int(self.win[k].steps)],
+        "done": [[float(g), float(t)] for g, t in self.win[k].done],
+      }
+      for k in self.KINDS
+    }
 
-  def load_state_dict(self, saved: Optional[list]) -> None:
-    if saved:
-      self.state = noise_scale.NoiseScaleState(*saved)
+  def load_state_dict(self, saved: Any) -> None:
+    """A checkpoint's state; a list is the format before B_precond (the B_simple EMA only; the rest starts anew)."""
+    if not saved:
+      return
+    if isinstance(saved, list):
+      self.ema["simple"] = noise_scale.NoiseScaleState(*saved)
+      return
+    for k in self.KINDS:
+      if k in saved:
+        self.ema[k] = noise_scale.NoiseScaleState(*saved[k]["ema"])
+        g2, trace, steps = saved[k]["window"]
+        self.win[k] = noise_scale.Windows(g2, trace, int(steps), tuple((g, t) for g, t in saved[k]["done"]))
 
 
 class MetricsWindow:

@@ -10,13 +10,16 @@ over devices and, inside a device, into ``num_microbatches`` micro-batches (grad
 
 ``|g_dj|²`` of each micro-batch's gradient averaged over micro-batches and devices (``grad_sq_norm_small``, batch
 B/(D·k)) and ``|g|²`` (batch B) are returned so the gradient noise scale (McCandlish et al. 2018) can be estimated
-from two batch sizes for free: on several devices, or on one device with ``num_microbatches ≥ 2``.
+from two batch sizes for free: on several devices, or on one device with ``num_microbatches ≥ 2``. With
+``StepOptions.preconditioner`` set (an adaptive optimizer and the noise scale on), the same two norms of P·g_dj and
+P·g (``grad_sq_norm_small_precond``, ``grad_sq_norm_precond``; NaN before the optimizer's first update) give the
+preconditioned noise scale, P from the optimizer state before the update (:mod:`lamb_lars.optim.preconditioner`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, cast
+from typing import Any, Callable, Optional, cast
 
 import flax
 import flax.linen as nn
@@ -25,6 +28,7 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, PartitionSpec as P
 
+from lamb_lars.optim import preconditioner as precond_lib
 from lamb_lars.train import mesh as mesh_lib, noise_scale
 
 Preprocess = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]  # (images_u8, labels, rng) -> float images
@@ -58,6 +62,7 @@ class StepOptions:
   weight_noise: float = 0.0
   gradient_noise: float = 0.0
   label_noise: float = 0.0
+  preconditioner: Optional[precond_lib.Preconditioner] = None  # P of the preconditioned noise scale; None: off
 
 
 _DROPOUT_STREAM = 0x44524F50  # fold_in constant of the dropout keys ("DROP")
@@ -121,27 +126,46 @@ def _perturb(x: jax.Array, labels: jax.Array, r_act, r_lab, r_lab2, opts: StepOp
   return x, labels
 
 
-def micro_sums(grad_fn, params_v, batch_stats, x, y, r_drop):
-  """One micro-batch's (gradient, loss, new BN statistics, correct predictions, |g|²)."""
+def step_preconditioner(opts: StepOptions, state: TrainState) -> Any:
+  """(P, whether P is defined) from the state before this step's update, or None when not measured."""
+  if opts.preconditioner is None:
+    return None
+  return precond_lib.diagonal(opts.preconditioner, state.opt_state, state.step)
+
+
+def grad_sq_norms(grads: Any, pre: Any) -> jax.Array:
+  """|g|², or [|g|², |P·g|²] when ``pre`` = (P, valid) is given."""
+  sq = tree_sq_norm(grads)
+  return sq if pre is None else jnp.stack([sq, tree_sq_norm(precond_lib.apply(pre[0], grads))])
+
+
+def micro_sums(grad_fn, params_v, batch_stats, x, y, r_drop, pre=None):
+  """One micro-batch's (gradient, loss, new BN statistics, correct predictions, |g|² [and |P·g|²])."""
   (loss, (new_bs, correct)), grads = grad_fn(params_v, batch_stats, x, y, r_drop)
-  return grads, loss, new_bs, correct, tree_sq_norm(grads)
+  return grads, loss, new_bs, correct, grad_sq_norms(grads, pre)
 
 
-def _accumulate(grad_fn, state: TrainState, params_v, xs, ys, r_drop, opts: StepOptions, vary):
-  """(loss, new BN statistics, correct, g_d, mean |g_dj|²) over this device's k micro-batches (g_d = mean g_dj)."""
+def sq_zeros(pre: Any) -> jax.Array:
+  """The zero of :func:`grad_sq_norms`'s result."""
+  return jnp.zeros(() if pre is None else (2,), jnp.float32)
+
+
+def _accumulate(grad_fn, state: TrainState, params_v, xs, ys, r_drop, opts: StepOptions, vary, pre=None):
+  """(loss, new BN statistics, correct, g_d, mean |g_dj|² [and mean |P·g_dj|²]) over this device's k micro-batches
+  (g_d = mean g_dj)."""
   k, batch_stats = opts.num_microbatches, state.batch_stats
   if k == 1:
-    grads, loss, new_bs, correct, sq = micro_sums(grad_fn, params_v, batch_stats, xs[0], ys[0], r_drop[0])
+    grads, loss, new_bs, correct, sq = micro_sums(grad_fn, params_v, batch_stats, xs[0], ys[0], r_drop[0], pre)
     return loss, new_bs, correct, grads, sq
 
   def micro(carry, xy):
     g_acc, l_acc, c_acc, sq_acc = carry
-    g, l, bs, c, sq = micro_sums(grad_fn, params_v, batch_stats, *xy)
+    g, l, bs, c, sq = micro_sums(grad_fn, params_v, batch_stats, *xy, pre)
     return (jax.tree.map(jnp.add, g_acc, g), l_acc + l, c_acc + c, sq_acc + sq), bs
 
   zeros = vary(jax.tree.map(jnp.zeros_like, state.params))
   scalar = lambda dtype: vary(jnp.zeros((), dtype))
-  init = (zeros, scalar(jnp.float32), scalar(jnp.int32), scalar(jnp.float32))
+  init = (zeros, scalar(jnp.float32), scalar(jnp.int32), vary(sq_zeros(pre)))
   (g_sum, l_sum, correct, sq_sum), bs_stack = jax.lax.scan(
     micro, init, (xs, ys, r_drop), unroll=opts.microbatch_loop == "unrolled"
   )
@@ -186,21 +210,29 @@ def finish(
   sums: tuple,
   step_rng: jax.Array,
   batch: int,
+  pre: Any = None,
 ):
-  """The optimizer update from this device's ``sums`` = (loss, new BN statistics, correct, g_d, mean |g_dj|²) of
-  its ``batch`` examples: g = mean over devices of g_d; (new state, the step's metrics)."""
+  """The optimizer update from this device's ``sums`` = (loss, new BN statistics, correct, g_d, mean |g_dj|² [and
+  mean |P·g_dj|²]) of its ``batch`` examples: g = mean over devices of g_d; (new state, the step's metrics).
+  ``pre``: (P, valid) of :func:`step_preconditioner`, from ``state`` before the update."""
   loss, new_bs, correct, local_grads, small_sq = sums
   grads = jax.lax.pmean(local_grads, axes)
   if opts.gradient_noise:
     grads = _add_noise(grads, step_rng, opts.gradient_noise)
+  small_sq = jax.lax.pmean(small_sq, axes)  # mean over devices and micro-batches of |g_dj|² [and |P·g_dj|²]
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   metrics = {
     "train_loss": jax.lax.pmean(loss, axes),
     "train_accuracy": jax.lax.pmean(correct / batch, axes),
     "grad_norm": jnp.sqrt(tree_sq_norm(grads)),
-    "grad_sq_norm_small": jax.lax.pmean(small_sq, axes),  # mean over devices and micro-batches of |g_dj|²
+    "grad_sq_norm_small": small_sq if pre is None else small_sq[0],
   }
+  if pre is not None:
+    p, valid = pre
+    nan = jnp.float32(jnp.nan)
+    metrics["grad_sq_norm_small_precond"] = jnp.where(valid, small_sq[1], nan)
+    metrics["grad_sq_norm_precond"] = jnp.where(valid, tree_sq_norm(precond_lib.apply(p, grads)), nan)
   if opts.signal_to_noise:
     par, perp = noise_scale.snr_components(local_grads, jax.lax.pmean(local_grads, axes))
     metrics["signal_to_noise"] = jax.lax.pmean(par, axes) / jax.lax.pmean(perp, axes)
@@ -224,8 +256,9 @@ def make_local_step(
   def local_step(state: TrainState, images: jax.Array, labels: jax.Array, rng: jax.Array, step_rng: jax.Array):
     """``rng`` differs per device (augmentation, input/label/weight noise); ``step_rng`` is shared (gradient noise)."""
     params_v, xs, ys, r_drop = prepare(state, images, labels, rng, opts, preprocess, vary)
-    sums = _accumulate(grad_fn, state, params_v, xs, ys, r_drop, opts, vary)
-    return finish(tx, opts, axes, state, sums, step_rng, labels.shape[0])
+    pre = step_preconditioner(opts, state)
+    sums = _accumulate(grad_fn, state, params_v, xs, ys, r_drop, opts, vary, pre)
+    return finish(tx, opts, axes, state, sums, step_rng, labels.shape[0], pre)
 
   return local_step
 

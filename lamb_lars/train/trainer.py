@@ -34,6 +34,7 @@ from lamb_lars.train import (
   mesh as mesh_lib,
   metric_writers,
   parallel,
+  per_example,
   progress,
   run_identity,
   run_optimizer,
@@ -41,7 +42,7 @@ from lamb_lars.train import (
   validate,
 )
 from lamb_lars.common import io_utils, run_files, workdir_lock
-from lamb_lars.optim import lr_table
+from lamb_lars.optim import lr_table, preconditioner
 from lamb_lars.train import loop as loop_lib, train_step as ts
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -103,6 +104,7 @@ def step_options(config: ml_collections.ConfigDict, plan: run_plan.RunPlan, stag
     weight_noise=noise.weights,
     gradient_noise=noise.gradients,
     label_noise=noise.labels,
+    preconditioner=preconditioner.from_config(config.optimizer) if plan.diagnostics.noise_scale_precond else None,
   )
 
 
@@ -208,7 +210,14 @@ def _train(
     lrs=lrs,
     step_key=step_key,
     log=_log,
-    evaluate=evaluation.Evaluator(config, mesh, model, opts, w0),
+    evaluate=evaluation.Evaluator(
+      config,
+      mesh,
+      model,
+      opts,
+      w0,
+      per_example.PerExample(config, plan, model, opts) if plan.diagnostics.noise_scale_per_example else None,
+    ),
     feeder=feeders.make_feeder(config, plan, strategy, info, stage_parts, tx),
   )
   ckpt, writer, bar, status = checkpoint.Checkpointer(workdir, keep=config.keep_checkpoints), None, None, None
