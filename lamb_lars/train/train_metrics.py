@@ -35,6 +35,14 @@ class NoiseScaleTracker:
     for small_sq, big_sq in zip(small, big):
       self.state = noise_scale.update(self.state, small_sq, big_sq, batch_size / samples, batch_size, self.decay)
 
+  def estimate(self, kind: str) -> tuple[float, float, float]:
+    """(value, lo, hi) of the noise scale ``kind``: 'simple' (B_simple; no interval yet: lo = hi = NaN) or
+    'precond' (not measured here: NaN). All NaN when the tracker is off."""
+    nan = float("nan")
+    if kind == "simple" and self.enabled:
+      return float(noise_scale.b_simple(self.state)), nan, nan
+    return nan, nan, nan
+
   def value(self) -> dict:
     return {"noise_scale": float(noise_scale.b_simple(self.state))} if self.enabled else {}
 
