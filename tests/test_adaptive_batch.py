@@ -265,3 +265,33 @@ def test_a_run_follows_the_noise_scale_and_logs_every_decision(tmp_path):
   assert result["status"] == "done" and result["step"] == rows[-1]["step"]
   tags = tensorboard_tags(os.path.join(workdir, "tensorboard"))
   assert [(s, v) for s, v in tags["optim/adaptive_batch/to"]] == [(r["step"], r["to"]) for r in decisions]
+
+
+def test_the_example_runs_the_controller_on_a_user_workload(tmp_path, monkeypatch):
+  """examples/adaptive_batch/config.py, cut to 2 epochs with a decision every half epoch: the digits workload (a
+  model and data outside lamb_lars/) trains under the controller, every decision is recorded, the run finishes."""
+  import importlib.util
+
+  from lamb_lars.common import io_utils
+  from lamb_lars.train.trainer import train_and_evaluate
+
+  pytest.importorskip("sklearn")
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  monkeypatch.syspath_prepend(root)  # the workload's import path, examples.digits.workload, from the repository root
+  spec = importlib.util.spec_from_file_location(
+    "adaptive_config", os.path.join(root, "examples/adaptive_batch/config.py")
+  )
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  cfg = module.get_config()
+  cfg.update_from_flattened_dict(
+    {"num_epochs": 2.0, "adaptive_batch.every_epochs": 0.5, "num_devices": 1, "progress": False}
+  )
+  workdir = str(tmp_path / "run")
+  result = train_and_evaluate(cfg, workdir)
+  decisions = io_utils.read_jsonl(os.path.join(workdir, ab.DECISIONS_FILE))
+  assert result["status"] == "done"
+  assert len(decisions) >= 3  # every ⌈0.5 · 1257 / 32⌉ = 20 base steps = 640 examples; the run is 79 (2,528)
+  for i, r in enumerate(decisions):  # at the first step boundary at or after each multiple of 640 examples
+    assert r["examples"] - r["from"] < 640 * (i + 1) <= r["examples"], decisions
+  assert all(r["to"] >= r["from"] for r in decisions)  # grow_only
