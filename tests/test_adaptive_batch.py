@@ -295,3 +295,35 @@ def test_the_example_runs_the_controller_on_a_user_workload(tmp_path, monkeypatc
   for i, r in enumerate(decisions):  # at the first step boundary at or after each multiple of 640 examples
     assert r["examples"] - r["from"] < 640 * (i + 1) <= r["examples"], decisions
   assert all(r["to"] >= r["from"] for r in decisions)  # grow_only
+
+
+@pytest.mark.slow
+def test_the_controller_decides_the_same_resident_host_fed_and_under_pmap(tmp_path):
+  """Two devices, one micro-batch each (the noise scale from the devices alone): the same decisions and the same
+  stages whichever feeder and parallelism run them; losses within float tolerance."""
+  from lamb_lars.common import io_utils
+  from lamb_lars.train.trainer import train_and_evaluate
+
+  common = {
+    "num_devices": 2,
+    "num_microbatches": 1,
+    "num_train_steps": 24,
+    "adaptive_batch.every_steps": 6,
+    "adaptive_batch.every_epochs": -1.0,
+    "adaptive_batch.ladder": (32, 64, 128),
+    "eval_every_steps": 0,
+    "checkpoint_every_steps": 0,
+  }
+  runs, decisions = [], []
+  for name, par, dod in (("resident", "jit", "yes"), ("host", "jit", "no"), ("pmap", "pmap", "no")):
+    cfg = _config(**common, parallelism=par, data_on_device=dod)
+    runs.append(train_and_evaluate(cfg, str(tmp_path / name)))
+    decisions.append(io_utils.read_jsonl(str(tmp_path / name / ab.DECISIONS_FILE)))
+  keys = ("step", "examples", "from", "to", "reason")
+  want = [[{k: r[k] for k in keys} for r in d] for d in decisions[:1]] * 3
+  assert [[{k: r[k] for k in keys} for r in d] for d in decisions] == want
+  assert any(r["to"] != r["from"] for r in decisions[0])
+  assert [r["step"] for r in runs] == [runs[0]["step"]] * 3
+  for r in runs[1:]:
+    for key in ("train_loss", "eval_loss"):
+      np.testing.assert_allclose(r["final"][key], runs[0]["final"][key], rtol=1e-4)
