@@ -77,10 +77,30 @@ def batch_and_duration(config: ml_collections.ConfigDict) -> None:
                                       # dropped) | examples: one stream of epoch permutations, a step takes the next
                                       # B examples (a batch may straddle two epochs), so runs at any batch, and a run
                                       # whose batch changes, see the same examples in the same order
-  config.batch_schedule = ""          # "E1:B1,E2:B2": from E_i the global batch is B_i (batch_size before E1);
+  config.batch_schedule = ""          # "E1:B1,E2:B2": from E_i the global batch is B_i (batch_size before E1), or
+                                      # "adaptive" (config.adaptive_batch below);
                                       # durations count steps of batch_size (lamb_lars/train/batch_schedule.py)
   config.batch_schedule_unit = "epochs"  # epochs | examples: the unit of the E_i
   config.batch_schedule_lr = "linear"  # linear | sqrt | none: the LR multiplier k or √k of a stage at k·batch_size
+  # batch_schedule="adaptive": the batch follows κ·B_noise (lamb_lars/train/adaptive_batch.py, docs/adaptive_batch.md);
+  # needs data_order='examples' and ≥ 2 gradient samples per step (devices × micro-batches).
+  config.adaptive_batch = ml_collections.ConfigDict(dict(
+      every_steps=-1,                 # decide every this much training (durations rule: steps of batch_size,
+      every_examples=-1,              # examples, epochs; the first step boundary at or after each multiple)
+      every_epochs=1.0,
+      kappa=1.0,                      # target batch = κ · noise scale (a calibration constant, not a law)
+      signal="auto",                  # auto (precond for adam/adamw/lamb/rmsprop/adagrad, simple otherwise; simple
+                                      # while precond is not measured) | simple (B_simple) | precond
+      min_batch=0,                    # bounds of the target; 0 = none (min) / the training set (max)
+      max_batch=0,
+      ladder=(),                      # the sizes the batch may take; () = batch_size·2^k within the bounds; each
+                                      # must split over devices × micro-batches
+      min_change=0.0,                 # hysteresis: a change of less than this fraction of the batch is not made
+      margin=0.1,                     # dead band: the target must be nearer the new size than the current one by
+                                      # the factor 1 + margin (no flip-flop around a midpoint)
+      grow_only=False,                # never shrink the batch
+      lr_rule="auto"))                # auto (linear for sgd/momentum/nesterov/lars, sqrt for adam/adamw/lamb/
+                                      # rmsprop/adagrad) | linear | sqrt | none: LR ×rule(B/batch_size)
   config.label_smoothing = 0.0
   # Optimizer, LR schedule and batch-size scaling (keys: lamb_lars/configs/optimizer.py; formulas:
   # lamb_lars/optim/optimizers.py).

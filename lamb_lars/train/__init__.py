@@ -6,6 +6,7 @@ train_step     pure train and eval steps, data-parallel over a mesh
 parallel       the strategy: jit over the mesh or ``pmap``, the one module with pmap's specifics
 validate       the one validator: everything rejected before anything compiles
 run_plan       the decided run: batch, devices, micro-batches, BN groups, durations
+batch_schedule batch-size schedules; adaptive_batch: the batch from the measured noise scale (a controller)
 durations      every duration of a run in steps, through one rule
 feeders        how a chunk of steps gets its batches, per data placement; prefetch to the devices
 mesh           the device mesh, multi-host start-up, host data onto devices

@@ -99,6 +99,13 @@ class _Feeder:
     self.in_flight.add(metrics)
     return state, metrics
 
+  def replan(self, plan: run_plan.RunPlan, make_fn) -> None:
+    """Runs ``plan`` from now on with the compiled calls of ``make_fn`` (an adaptive batch's new stage and
+    optimizer, :mod:`lamb_lars.train.adaptive_batch`); the calls compiled so far are dropped."""
+    self.plan, self._make = plan, make_fn
+    self._fn.clear()
+    self._compiled.clear()
+
   def to_training(self, state):
     return self.strategy.to_training(state)
 
@@ -112,6 +119,8 @@ class _Feeder:
 
 
 class ResidentFeeder(_Feeder):
+  RESIDENT = True
+
   def __init__(self, config, plan, strategy, make_chunk):
     super().__init__(config, plan, strategy, lambda stage: make_chunk(stage, resident=True))
     self.data = mesh_lib.put_replicated(strategy.mesh, input_pipeline.load_arrays(config, "train"))
@@ -130,6 +139,7 @@ class ResidentFeeder(_Feeder):
 class HostFeeder(_Feeder):
   """Host batches from one ``train_stream``, re-created only when the next step is not the one it would yield."""
 
+  RESIDENT = False
   _stream: Optional[Iterator[dict]] = None
   _next_step = -1
 
@@ -171,16 +181,27 @@ class HostFeeder(_Feeder):
     return state, pending
 
 
-def make_feeder(config: Any, plan: run_plan.RunPlan, strategy: Any, info: Any, stage_parts, tx):
-  """The feeder for ``config.data_on_device`` ('auto': resident when it fits; ``pmap`` is always host-fed).
-  ``stage_parts(i)``: (model, step options) of stage i of the batch schedule."""
+def chunk_maker(config: Any, strategy: Any, stage_parts, tx):
+  """``make_chunk(stage, resident)``: the compiled K-step call of stage ``stage`` with the optimizer ``tx``."""
   ds = config.dataset
   preprocess = lambda im, lab, rng: input_pipeline.preprocess(
     im, lab, dataset=ds, train=True, rng=rng, scaling=config.input_scaling
   )
-  make_chunk = lambda stage, resident: strategy.train_chunk(
+  return lambda stage, resident: strategy.train_chunk(
     stage_parts(stage)[0], tx, stage_parts(stage)[1], preprocess, resident=resident
   )
+
+
+def replan(feeder: Any, plan: run_plan.RunPlan, stage_parts, tx) -> None:
+  """``feeder`` on ``plan`` with the optimizer ``tx`` (:meth:`_Feeder.replan`)."""
+  make_chunk = chunk_maker(feeder.config, feeder.strategy, stage_parts, tx)
+  feeder.replan(plan, lambda stage: make_chunk(stage, resident=feeder.RESIDENT))
+
+
+def make_feeder(config: Any, plan: run_plan.RunPlan, strategy: Any, info: Any, stage_parts, tx):
+  """The feeder for ``config.data_on_device`` ('auto': resident when it fits; ``pmap`` is always host-fed).
+  ``stage_parts(i)``: (model, step options) of stage i of the batch schedule."""
+  make_chunk = chunk_maker(config, strategy, stage_parts, tx)
   want = config.data_on_device
   resident = config.parallelism == "jit" and (want == "yes" or (want == "auto" and info.in_memory))
   return (ResidentFeeder if resident else HostFeeder)(config, plan, strategy, make_chunk)

@@ -21,7 +21,7 @@ import numpy as np
 
 from lamb_lars.common import cli_errors, io_utils
 from lamb_lars.optim import lr_table
-from lamb_lars.train import run_identity, run_plan, stopping, train_metrics
+from lamb_lars.train import adaptive_batch, run_identity, run_plan, stopping, train_metrics
 
 
 # train.py's SIGINT/SIGTERM handler (request_stop below) appends the signal here while the loop runs
@@ -49,11 +49,20 @@ class Parts:
   log: Callable[[str], None]
   evaluate: Any
   feeder: Any
+  workdir: Optional[str] = None  # process 0's workdir (batch_decisions.jsonl), else None
+  replan: Optional[Callable[[Any], None]] = None  # an adaptive batch's new stages → the run's plan and parts
 
 
 def at_boundary(step: int, plan: run_plan.RunPlan) -> bool:
-  """Whether the host must read the state after ``step``: an evaluation, a checkpoint or the end."""
-  return plan.due(plan.eval_every_steps, step) or plan.due(plan.checkpoint_every_steps, step)
+  """Whether the host must read the state after ``step``: an evaluation, a checkpoint, a batch decision or the end."""
+  return any(
+    plan.due(every, step) for every in (plan.eval_every_steps, plan.checkpoint_every_steps, decide_every(plan))
+  )
+
+
+def decide_every(plan: run_plan.RunPlan) -> int:
+  """The adaptive batch's decision cadence in base-batch steps; -1 (never due) without one."""
+  return plan.decide_every_steps if plan.decide_every_steps > 0 else -1
 
 
 def log_eval(log: Callable[[str], None], row: dict, step: int) -> None:
@@ -79,8 +88,8 @@ class _Run:
       preconditioned=p.diagnostics.noise_scale_precond,
     )
     self.noise.load_state_dict(meta.get("noise_scale"))
-    self.rules = stopping.StopRules(c, total_steps=p.total_steps, warmup_steps=p.warmup_steps, epoch_of=p.epoch_of)
-    self.rules.load_state_dict(meta.get("stopping"))
+    self.controller, self.decisions = self._controller(meta.get("adaptive_batch"))
+    self.rules = self._rules(meta.get("stopping"))
     self.window = train_metrics.MetricsWindow(meta.get("train_time", 0.0))
     self.window.load_state_dict(meta.get("train_window"))
     self.stop: Optional[stopping.Stop] = None
@@ -88,6 +97,45 @@ class _Run:
     rows = meta.get("rows") or []  # the last eval row so far is the result's final row, resumed or not
     self.last_row: Optional[dict] = {k: v for k, v in rows[-1].items() if k != "step"} if rows else None
     self.mark, self.compiled = time.perf_counter(), parts.feeder.compile_time
+
+  def _controller(self, saved: Optional[dict]) -> tuple[Any, Any]:
+    """The adaptive batch's controller and decision log, with the stages of the checkpoint resumed from."""
+    p = self.parts.plan
+    if p.adaptive is None:
+      return None, None
+    controller = adaptive_batch.Controller(p.adaptive, p.stages)
+    controller.load_state_dict(saved)
+    if len(controller.stages) > 1:
+      self._replan(controller.stages)
+      self.bar.retarget(self.parts.plan.total_steps, self.parts.plan.epoch_of)
+    return controller, adaptive_batch.DecisionLog(self.parts.workdir, controller.records)
+
+  def _replan(self, stages: list) -> None:
+    assert self.parts.replan is not None, "an adaptive plan runs with Parts.replan"
+    self.parts.replan(stages)
+
+  def _rules(self, saved: Optional[dict]) -> stopping.StopRules:
+    p = self.parts.plan
+    rules = stopping.StopRules(
+      self.parts.config, total_steps=p.total_steps, warmup_steps=p.warmup_steps, epoch_of=p.epoch_of
+    )
+    rules.load_state_dict(saved)
+    return rules
+
+  def decide(self, step: int) -> None:
+    """The adaptive batch's decision at ``step``: a record (log line, batch_decisions.jsonl, TensorBoard) and, when
+    the batch changes, the run replanned from ``step`` on."""
+    p = self.parts.plan
+    record = self.controller.decide(step, p.examples(step), self.noise.estimate)
+    self.parts.log(adaptive_batch.describe(record))
+    self.decisions.append(record)
+    self.writer.write_scalars(
+      step, {f"adaptive_batch/{k}": record[k] for k in ("estimate", "target", "to", "lr_multiplier")}
+    )
+    if record["to"] != record["from"]:
+      self._replan(self.controller.stages)
+      self.rules = self._rules(self.rules.state_dict())
+      self.bar.retarget(self.parts.plan.total_steps, self.parts.plan.epoch_of)
 
   def time_chunk(self, first: int, k: int) -> None:
     """Wall time since the last chunk was fetched, less the compilation in it (timed on its own)."""
@@ -118,6 +166,9 @@ class _Run:
   def at_boundary(self, train_state: Any, ckpt: Any) -> None:
     """Evaluation and checkpoint due at ``self.step`` (the loop dispatched nothing past it)."""
     p, step, feeder = self.parts.plan, self.step, self.parts.feeder
+    if self.controller is not None and p.due(decide_every(p), step) and step < p.total_steps:
+      self.decide(step)  # first: the evaluation row and the checkpoint at this step see the decision
+      p = self.parts.plan
     if p.due(p.eval_every_steps, step):
       row = {
         "epoch": round(p.epoch_of(step), 6),
@@ -140,6 +191,8 @@ class _Run:
         "rows": list(self.writer.rows),
         "config": run_identity.config_record(self.parts.config),
       }
+      if self.controller is not None:
+        meta["adaptive_batch"] = self.controller.state_dict()
       ckpt.save(step, feeder.to_canonical(train_state), meta)
     self.mark = time.perf_counter()  # evaluation and checkpointing are not training time
 
@@ -204,10 +257,11 @@ def run(parts: Parts, state: Any, step: int, meta: dict, ckpt: Any, writer: Any,
 
 
 def _run(parts: Parts, state: Any, step: int, meta: dict, ckpt: Any, writer: Any, bar: Any) -> dict:
-  run_, plan, feeder = _Run(parts, step, meta, writer, bar), parts.plan, parts.feeder
+  run_, feeder = _Run(parts, step, meta, writer, bar), parts.feeder
   pending: collections.deque = collections.deque()
   train_state, ahead = feeder.to_training(state), step
   while run_.stop is None:
+    plan = parts.plan  # an adaptive batch replans the run at its decisions
     if STOP_REQUEST:
       raise cli_errors.Terminated() if STOP_REQUEST[0] == 15 else KeyboardInterrupt()
     if ahead < plan.total_steps and not (pending and at_boundary(ahead, plan)):
@@ -225,6 +279,6 @@ def _run(parts: Parts, state: Any, step: int, meta: dict, ckpt: Any, writer: Any
     run_.take(first, metrics)
     if run_.stop is None and at_boundary(run_.step, plan):
       run_.at_boundary(train_state, ckpt)
-  if run_.last_row is None and run_.stop is None and step == plan.total_steps:
+  if run_.last_row is None and run_.stop is None and step == parts.plan.total_steps:
     run_.final_row(train_state)
   return run_.result()

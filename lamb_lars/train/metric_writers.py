@@ -75,6 +75,7 @@ _TAGS = {
   "step_time": "perf/step_time_s",
 }
 _PREFIXES = {
+  "adaptive_batch/": "optim/adaptive_batch/",
   "trust_ratio/": "optim/trust_ratio/",
   "relative_step/": "optim/relative_step/",
   "dist_from_init/": "optim/dist_from_init/",

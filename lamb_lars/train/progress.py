@@ -91,6 +91,13 @@ class Progress:
     self._start: Optional[tuple[float, int]] = None  # (time, step) at the end of the first chunk
     self._last_line = self.clock()
 
+  def retarget(self, total: int, epoch_of: Callable[[int], float]) -> None:
+    """A new length (an adaptive batch changed the run's steps)."""
+    self.total, self.epoch_of = int(total), epoch_of
+    if self._bar is not None:
+      self._bar.total = self.total
+      self._bar.refresh()
+
   def update(self, k: int, loss: Optional[float] = None) -> None:
     self.step += int(k)
     if self._bar is not None:

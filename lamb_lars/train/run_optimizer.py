@@ -24,7 +24,7 @@ def create_optimizer(config: ml_collections.ConfigDict, plan: run_plan.RunPlan, 
   opt.track_stats = bool(opt.track_stats or config.diagnostics.trust_ratios)
   if constant_lr is not None:
     wrap: Any = lambda base: lambda count: constant_lr + 0.0 * count
-  elif len(plan.stages) > 1:
+  elif len(plan.stages) > 1 or plan.decide_every_steps > 0:  # a batch schedule, fixed or adaptive
     wrap = batch_schedule.reschedule(plan.stages, plan.batch_size)
   else:
     wrap = None

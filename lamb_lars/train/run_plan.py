@@ -13,7 +13,7 @@ from typing import Any
 
 from lamb_lars.models import bn_groups
 from lamb_lars.common import durations
-from lamb_lars.train import batch_schedule
+from lamb_lars.train import adaptive_batch, batch_schedule
 from lamb_lars import models
 from lamb_lars.optim import preconditioner
 from lamb_lars.errors import ConfigError  # the typed config error, re-exported here for the trainer's callers
@@ -72,6 +72,9 @@ class RunPlan:
   data_start: int = 0  # the stream position of this run's first example (a branch continues its reference)
   base_total_steps: int = 0  # the run's length in steps of the base batch (the LR schedule's clock)
   branch: Any = None  # a branch's init_from.Reference (lamb_lars/train/init_from.py), else None
+  base_warmup_steps: int = 0  # the LR warmup in steps of the base batch
+  decide_every_steps: int = 0  # batch_schedule='adaptive': a decision every this many base-batch steps, else 0
+  adaptive: Any = None  # batch_schedule='adaptive': the controller's adaptive_batch.Settings (with its ladder)
 
   def examples(self, step: int) -> int:
     """Examples this run has seen after ``step`` steps."""
@@ -96,7 +99,7 @@ class RunPlan:
   def next_boundary(self, step: int) -> int:
     """The next step at which the loop must return to the host: an eval, a checkpoint, a new stage, the end."""
     nxt = [self.total_steps] + [s.start_step for s in self.stages if s.start_step > step]
-    for every in (self.eval_every_steps, self.checkpoint_every_steps):
+    for every in (self.eval_every_steps, self.checkpoint_every_steps, self.decide_every_steps):
       if every > 0:
         period = every * self.batch_size
         nxt.append(batch_schedule.step_reaching(self.stages, (self.examples(step) // period + 1) * period))
@@ -226,9 +229,14 @@ def _batch_split(config: Any, b: int, what: str, *, num_train: int, num_devices:
   return k, b // (num_devices * k)
 
 
-def _stage_plan(config: Any, stage: batch_schedule.Stage, *, num_train: int, num_devices: int) -> StagePlan:
+def _stage_plan(
+  config: Any, stage: batch_schedule.Stage, *, num_train: int, num_devices: int, what: str = ""
+) -> StagePlan:
   """A stage with its split and BN groups, each checked (a stage that cannot be planned is one sentence)."""
-  what = "config.batch_size" if stage.start_step == 0 else f"config.batch_schedule's batch from step {stage.start_step}"
+  if not what:
+    what = (
+      "config.batch_size" if stage.start_step == 0 else f"config.batch_schedule's batch from step {stage.start_step}"
+    )
   k, per_device = _batch_split(config, stage.batch_size, what, num_train=num_train, num_devices=num_devices)
   try:
     bn = bn_groups.plan_bn_groups(
@@ -254,6 +262,12 @@ def _steps(name: str, cfg: Any, **kw) -> int:
 
 def _stages(config: Any, total_examples: int, *, num_train: int, num_devices: int) -> tuple:
   """The batch schedule's stages (one without a schedule), each planned; the BN groups may not change."""
+  if config.batch_schedule == "adaptive":
+    return (
+      _stage_plan(
+        config, batch_schedule.Stage(0, 0, int(config.batch_size)), num_train=num_train, num_devices=num_devices
+      ),
+    )
   try:
     points = batch_schedule.parse(config.batch_schedule, config.batch_schedule_unit, num_train)
     raw = batch_schedule.stages(int(config.batch_size), points, total_examples, config.batch_schedule_lr)
@@ -317,8 +331,76 @@ def make_plan(config: Any, *, num_train: int, num_devices: int) -> RunPlan:
     stages=stages,
     data_order=config.data_order,
     base_total_steps=base_total,
+    base_warmup_steps=_steps("warmup", config.optimizer.schedule, default=0, **kw),
   )
-  return dataclasses.replace(plan, diagnostics=diagnostics_plan(config, plan))
+  plan = dataclasses.replace(plan, diagnostics=diagnostics_plan(config, plan))
+  return adaptive_plan(config, plan) if config.batch_schedule == "adaptive" else plan
+
+
+def adaptive_plan(config: Any, plan: RunPlan) -> RunPlan:
+  """``batch_schedule='adaptive'`` checked before compiling: the noise scale is measured, the data order follows the
+  examples seen, the LR is a schedule (no LR table, no branch), and every ladder size can be planned with ≥ 2
+  gradient samples per step. The plan gains the decision cadence and the controller's settings."""
+  if config.data_order != "examples":
+    raise ConfigError(
+      "config.batch_schedule='adaptive' needs config.data_order='examples' (the data order of a run whose batch "
+      "changes is a function of the examples seen)."
+    )
+  if not plan.diagnostics.noise_scale:
+    raise ConfigError(
+      f"config.batch_schedule='adaptive' follows the gradient noise scale, which this run cannot measure "
+      f"({plan.num_devices} device(s) × {plan.num_microbatches} micro-batch(es), diagnostics.noise_scale="
+      f"{config.diagnostics.noise_scale!r}); use ≥ 2 gradient samples per step (num_microbatches=2, say), "
+      f"diagnostics.noise_scale='auto' and BN groups within a device."
+    )
+  if config.optimizer.lr_table or config.init_from_dir:
+    key = "optimizer.lr_table=True" if config.optimizer.lr_table else "init_from_dir (a branch)"
+    raise ConfigError(f"config.batch_schedule='adaptive' cannot be combined with config.{key}; turn one off.")
+  b = plan.batch_size
+  try:
+    s = adaptive_batch.settings(
+      config.adaptive_batch,
+      optimizer_name=config.optimizer.name,
+      base_batch=b,
+      num_train=plan.num_train,
+      multiple=plan.num_devices * (1 if int(config.microbatch_size) > 0 else int(config.num_microbatches)),
+    )
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
+  for size in s.ladder:
+    what = f"config.adaptive_batch.ladder size {size}"
+    stage = _stage_plan(
+      config,
+      batch_schedule.Stage(1, 0, size),
+      num_train=plan.num_train,
+      num_devices=plan.num_devices,
+      what="a size of config.adaptive_batch.ladder",
+    )
+    if plan.num_devices * stage.num_microbatches < 2:
+      raise ConfigError(f"{what} has a single gradient sample per step, so no noise scale; raise it or drop it.")
+    if stage.bn.group_devices != plan.bn.group_devices:
+      raise ConfigError(
+        f"{what} changes how many devices a BN group spans; set bn.group_devices (or bn.mode) so that every "
+        f"size keeps the same device groups."
+      )
+  if durations.given(config.adaptive_batch, "every") is None:
+    raise ConfigError(
+      "config.batch_schedule='adaptive' decides every config.adaptive_batch.every_steps, every_examples or "
+      "every_epochs; set one of them to a positive duration."
+    )
+  every = _steps("every", config.adaptive_batch, num_train=plan.num_train, batch_size=b)
+  return dataclasses.replace(plan, decide_every_steps=every, adaptive=s)
+
+
+def with_stages(config: Any, plan: RunPlan, stages: Any) -> RunPlan:
+  """``plan`` with the batch schedule ``stages`` (:class:`~lamb_lars.train.batch_schedule.Stage`, e.g. an adaptive
+  run's, :mod:`lamb_lars.train.adaptive_batch`): each planned, the total and warmup re-counted in examples."""
+  raw = (batch_schedule.Stage(s.start_step, s.start_example, s.batch_size, s.lr_multiplier) for s in stages)
+  planned = tuple(_stage_plan(config, s, num_train=plan.num_train, num_devices=plan.num_devices) for s in raw)
+  at = lambda steps: batch_schedule.step_reaching(planned, steps * plan.batch_size)
+  return dataclasses.replace(
+    plan, stages=planned, total_steps=at(plan.base_total_steps), warmup_steps=at(plan.base_warmup_steps)
+  )
 
 
 def steps_per_call(config: Any) -> int:

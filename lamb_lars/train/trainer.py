@@ -159,6 +159,23 @@ def progress_bar(config, plan: run_plan.RunPlan, step: int) -> progress.Progress
   )
 
 
+def make_replan(config: ml_collections.ConfigDict, parts: loop_lib.Parts, stage_parts, current: list):
+  """``replan(stages)``: the run from now on with the batch schedule ``stages`` (an adaptive batch's decision,
+  :mod:`lamb_lars.train.adaptive_batch`): the plan re-counted, the optimizer's LR schedule on the new stages (the
+  state keeps its structure: the schedule is a function of the update count), the host LR table, and the feeder's
+  compiled calls."""
+
+  def replan(stages) -> None:
+    plan = run_plan.with_stages(config, parts.plan, stages)
+    tx, lr_fn = run_optimizer.create_optimizer(config, plan)
+    current[0] = plan
+    stage_parts.cache_clear()
+    parts.plan, parts.lrs = plan, lr_table.tabulate(lr_fn, plan.total_steps)
+    feeders.replan(parts.feeder, plan, stage_parts, tx)
+
+  return replan
+
+
 def train_and_evaluate(
   config: ml_collections.ConfigDict, workdir: str, hparams: Optional[dict[str, Any]] = None
 ) -> dict:
@@ -198,7 +215,10 @@ def _train(
   lrs = lr_table.tabulate(lr_fn, plan.total_steps)  # the LR of every update, on the host: logged per step
   mesh = mesh_lib.make_mesh(plan.bn.group_devices, devices)
   strategy = parallel.make(config, mesh)
-  stage_parts = functools.lru_cache()(lambda i: (build_model(config, plan, strategy, i), step_options(config, plan, i)))
+  current = [plan]  # the plan now: an adaptive batch replans the run (make_replan)
+  stage_parts = functools.lru_cache()(
+    lambda i: (build_model(config, current[0], strategy, i), step_options(config, current[0], i))
+  )
   model, opts = stage_parts(0)
   state, step_key = create_train_state(
     model, tx, mesh, info.image_shape, config.seed, lrs if config.optimizer.lr_table else None
@@ -219,7 +239,9 @@ def _train(
       per_example.PerExample(config, plan, model, opts) if plan.diagnostics.noise_scale_per_example else None,
     ),
     feeder=feeders.make_feeder(config, plan, strategy, info, stage_parts, tx),
+    workdir=workdir if jax.process_index() == 0 else None,
   )
+  parts.replan = make_replan(config, parts, stage_parts, current)
   ckpt, writer, bar, status = checkpoint.Checkpointer(workdir, keep=config.keep_checkpoints), None, None, None
   try:
     state, meta = restore(ckpt, state, workdir, plan)
