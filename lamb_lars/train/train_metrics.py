@@ -77,14 +77,6 @@ class NoiseScaleTracker:
     _, lo, hi = noise_scale.window_interval([d[0] for d in done], [d[1] for d in done])
     return float(noise_scale.b_simple(self.ema[kind])), lo, hi
 
-  def estimate(self, kind: str) -> tuple[float, float, float]:
-    """(value, lo, hi) of the noise scale ``kind``: 'simple' (B_simple; no interval yet: lo = hi = NaN) or
-    'precond' (not measured here: NaN). All NaN when the tracker is off."""
-    nan = float("nan")
-    if kind == "simple" and self.enabled:
-      return float(noise_scale.b_simple(self.state)), nan, nan
-    return nan, nan, nan
-
   def value(self) -> dict:
     """The evaluation row's keys: noise_scale[_lo, _hi], noise_scale_precond[_lo, _hi] (nothing when disabled)."""
     if not self.enabled:
