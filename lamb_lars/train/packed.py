@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import functools
 import os
 import time
 from typing import Any, Optional, Sequence
@@ -56,7 +55,6 @@ from lamb_lars.train import (
   trainer,
   validate,
 )
-from lamb_lars.train import train_step as ts
 
 ConfigError = run_plan.ConfigError
 STOP_FILE = "stop_request"  # the driver asks a packed slot to stop (pruned); the pack removes it when it has
@@ -207,7 +205,8 @@ def train_pack(
 def _init_slots(configs, workdirs, plans, mesh, model, info) -> list[_Slot]:
   """Each slot's optimizer (one transformation per distinct :func:`pack_compat.optimizer_key`), initial state and
   step key, as the unpacked trainer makes them."""
-  slots, keys = [], {}
+  slots: list[_Slot] = []
+  keys: dict[str, int] = {}
   for c, wdir, plan in zip(configs, workdirs, plans):
     tx, lr_fn = run_optimizer.create_optimizer(c, plan)
     s = _Slot(c, plan, wdir, tx, lr_table.tabulate(lr_fn, plan.total_steps))
