@@ -69,6 +69,12 @@ def _define_flags():
     "(False: it trains from step 0).",
   )
   flags.DEFINE_integer("num_workers", None, "run: trials at once (default config.runner.num_workers).")
+  flags.DEFINE_string(
+    "pack",
+    "1",
+    "run: trials per process, the compatible ones (same model, batch size, data) trained as slots of one vmapped "
+    "program: an integer, or 'auto' (packs on a GPU/TPU, none on a CPU, where packing is slower; docs/studies.md).",
+  )
   flags.DEFINE_bool("dry_run", False, "run: list the trials and exit; branch: the reference and the branch points.")
   flags.DEFINE_enum("executor", "local", ["local", "ray"], "run: where trials run (local processes or a Ray cluster).")
   flags.DEFINE_string("ray_address", "auto", "run --executor=ray: the cluster ('auto' or HOST:PORT).")
@@ -150,7 +156,13 @@ def _run(FLAGS, command: str) -> None:  # noqa: N803
     )
   else:
     counts = runner.run_study(
-      study, FLAGS.workdir, executor=_executor(FLAGS, study), num_workers=FLAGS.num_workers, command=_command(), log=log
+      study,
+      FLAGS.workdir,
+      executor=_executor(FLAGS, study),
+      num_workers=FLAGS.num_workers,
+      command=_command(),
+      log=log,
+      pack=FLAGS.pack,
     )
   print("finished: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v), flush=True)
   if counts.get("failed"):
