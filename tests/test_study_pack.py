@@ -67,3 +67,31 @@ def test_a_packed_study_equals_the_unpacked_study(tmp_path):
     for g, w in zip(got[run_id][1], rows):
       for a, b in zip(g, w):
         assert a == b if b is None or isinstance(b, int) else a == pytest.approx(b, rel=1e-4, abs=1e-6), run_id
+
+
+@pytest.mark.slow
+def test_cli_bad_pack_is_one_sentence_exit_2_and_writes_nothing(tmp_path):
+  import os
+  import subprocess
+  import sys
+
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  workdir = tmp_path / "study"
+  proc = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "lamb_lars.study",
+      "run",
+      f"--workdir={workdir}",
+      "--config=lamb_lars/configs/studies/smoke.py",
+      "--pack=0",
+    ],
+    cwd=repo,
+    env={**os.environ, "PYTHONPATH": repo},
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert proc.returncode == 2 and "--pack='0' must be 'auto' or an integer" in proc.stderr
+  assert len(proc.stderr.strip().splitlines()) == 1 and not workdir.exists()

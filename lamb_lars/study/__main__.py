@@ -115,6 +115,9 @@ def _run(FLAGS, command: str) -> None:  # noqa: N803
     raise app.UsageError(f"{command} needs --config=lamb_lars/configs/studies/<study>.py")
   study = cli_errors.load_config(lambda: FLAGS.config, FLAGS["config"].config_filename)
   from lamb_lars.study.running import branches, runner, sweep
+  from lamb_lars.study.running import pack_executor
+
+  pack_executor.resolve_pack(FLAGS.pack)  # a bad --pack is one sentence before anything is written
 
   if branches.is_branching(study) != (command == "branch"):
     raise ValueError(
@@ -155,18 +158,25 @@ def _run(FLAGS, command: str) -> None:  # noqa: N803
       log=log,
     )
   else:
-    counts = runner.run_study(
-      study,
-      FLAGS.workdir,
-      executor=_executor(FLAGS, study),
-      num_workers=FLAGS.num_workers,
-      command=_command(),
-      log=log,
-      pack=FLAGS.pack,
-    )
+    counts = _run_study(FLAGS, study, log)
   print("finished: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v), flush=True)
   if counts.get("failed"):
     _exit_failed(FLAGS.workdir, study.name)
+
+
+def _run_study(FLAGS, study, log):  # noqa: N803
+  """``run`` of a study without branches: its counts per status."""
+  from lamb_lars.study.running import runner
+
+  return runner.run_study(
+    study,
+    FLAGS.workdir,
+    executor=_executor(FLAGS, study),
+    num_workers=FLAGS.num_workers,
+    command=_command(),
+    log=log,
+    pack=FLAGS.pack,
+  )
 
 
 def main() -> None:
