@@ -40,6 +40,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from typing import Any, Dict, List, Optional, Sequence
@@ -100,6 +101,7 @@ HBM_TBPS = (
 )
 
 STAGES = ("env", "resnet50", "step_time", "gpu_tests", "faithful")
+OPT_IN = ("study",)  # run only when named: --stages=study (issue 61: packed against unpacked trials)
 FULL = dict(
   budget_s=450.0,
   resnet_batches=(128, 256, 512),
@@ -109,6 +111,7 @@ FULL = dict(
   cnn_min_time_s=1.0,
   faithful_args=(),
   compile_options=None,
+  study=dict(dataset="mnist", trials=64, batch_size=1024, epochs=1.0, pack=64),
 )
 # Tiny sizes for the CPU dry run: ResNet-50 itself (all 50 layers, real widths) at 32², batch 2; LeNet/CNN at 8, 16;
 # the faithful run shortened to 3 steps of 256 (micro-batches of 128) with one evaluation; cheap compiles (the dry
@@ -130,9 +133,10 @@ DRY = dict(
     "--config.optimizer.schedule.warmup_epochs=0.005",
   ),
   compile_options={"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True},
+  study=dict(dataset="synthetic", trials=3, batch_size=32, epochs=1.0, pack=3),
 )
 # Least time a stage needs to be worth starting (s, full run); the dry run scales these by 0.2.
-MIN_STAGE_S = {"env": 10, "resnet50": 60, "step_time": 40, "gpu_tests": 20, "faithful": 45}
+MIN_STAGE_S = {"study": 60, "env": 10, "resnet50": 60, "step_time": 40, "gpu_tests": 20, "faithful": 45}
 
 
 def peak_tflops(device_kind: str, table: Sequence[tuple] = PEAK_BF16_TFLOPS) -> Optional[float]:
@@ -614,14 +618,118 @@ def stage_faithful(a: Any, ctx: Dict[str, Any], timeout: float) -> Dict[str, Any
   return out
 
 
+# A fixed MNIST study for --stages=study: LeNet-5 at one batch size, ``trials`` learning rates (log-spaced over two
+# decades, one seed each), ``epochs`` each, evaluations every epoch; the same study run unpacked and packed.
+STUDY_WORKER = """
+import json, sys, time
+from lamb_lars.configs import mnist_lenet
+from lamb_lars.study.running import runner
+import ml_collections
+p = json.loads(sys.argv[1])
+base = mnist_lenet.get_config()
+base.dataset, base.progress, base.batch_size, base.num_epochs = p["dataset"], False, p["batch_size"], p["epochs"]
+base.eval_every_epochs = base.checkpoint_every_epochs = p["epochs"]
+base.optimizer.lr_table = True
+base.diagnostics.noise_scale = False
+if p["dataset"] == "synthetic":
+  base.synthetic.num_train, base.synthetic.num_eval, base.eval_batch_size = 256, 64, 64
+n = p["trials"]
+lrs = tuple(round(0.01 * 100 ** (i / max(n - 1, 1)), 6) for i in range(n))
+from lamb_lars.configs.studies import common
+study = ml_collections.ConfigDict(dict(name="device_study", base=base,
+  sweeps=(dict(name="lr", role="search", grid={"optimizer.learning_rate": lrs}),)))
+study.search = common.search(pruner="none", max_extensions=0, min_full_budget=0)  # exactly the trials above
+study.replicates = common.replicates(num_seeds=0)
+t0 = time.perf_counter()
+counts = runner.run_study(study, p["workdir"], pack=p["pack"], poll_s=0.05, status_every_s=0, log=lambda s: None)
+print(json.dumps(dict(wall_s=time.perf_counter() - t0, counts=counts)))
+"""
+
+
+def _gpu_utilisation(stop: threading.Event, samples: List[float]) -> None:
+  """Samples ``nvidia-smi``'s GPU utilisation (%) once a second until ``stop`` (nothing without nvidia-smi)."""
+  while not stop.is_set():
+    try:
+      out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+      ).stdout
+      samples.extend(float(x) for x in out.split() if x.strip())
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+      return
+    stop.wait(1.0)
+
+
+def _study_run(a: Any, ctx: Dict[str, Any], pack: int, timeout: float) -> Dict[str, Any]:
+  """One run of the fixed study with ``pack`` trials per process: trials/hour, compile time, GPU utilisation."""
+  params = dict(ctx["sizes"]["study"], pack=pack, workdir=tempfile.mkdtemp(prefix=f"device_study_pack{pack}_"))
+  samples: List[float] = []
+  stop = threading.Event()
+  watcher = threading.Thread(target=_gpu_utilisation, args=(stop, samples), daemon=True)
+  if shutil.which("nvidia-smi"):
+    watcher.start()
+  log = os.path.join(a.out, f"study_pack{pack}.log")
+  cmd = [sys.executable, "-c", STUDY_WORKER, json.dumps(params)]
+  rc, secs = _run(cmd, _env(ctx.get("platform"), ctx.get("flags", [])), timeout, log)
+  stop.set()
+  compile_s = []
+  runs = os.path.join(params["workdir"], "runs")
+  for rid in sorted(os.listdir(runs)) if os.path.isdir(runs) else []:
+    try:
+      with open(os.path.join(runs, rid, "result.json")) as f:
+        compile_s.append(float((json.load(f).get("final") or {}).get("compile_time") or 0.0))
+    except (OSError, ValueError):
+      pass
+  done = len(compile_s)
+  out: Dict[str, Any] = dict(
+    pack=pack,
+    trials=params["trials"],
+    finished=done,
+    wall_s=secs,
+    trials_per_hour=3600.0 * done / secs if secs else None,
+    compile_s_per_process=(sum(compile_s) / done) if done else None,
+    gpu_util_mean=(sum(samples) / len(samples)) if samples else None,
+    status="ok" if rc == 0 and done == params["trials"] else "error",
+  )
+  if out["status"] != "ok":
+    out["error"] = f"exit status {rc}, {done}/{params['trials']} trials: {_tail(log, 600)}"
+  shutil.rmtree(params["workdir"], ignore_errors=True)
+  return out
+
+
+def stage_study(a: Any, ctx: Dict[str, Any], timeout: float) -> Dict[str, Any]:
+  """The fixed study unpacked (``--pack=1``) and packed (``--pack=K``) in one call; trials/hour for each."""
+  k = int(ctx["sizes"]["study"]["pack"])
+  rows = []
+  for pack in (1, k):
+    rows.append(_study_run(a, ctx, pack, timeout / 2))
+  bad = [r for r in rows if r["status"] != "ok"]
+  out: Dict[str, Any] = dict(rows=rows, study=ctx["sizes"]["study"], status="error" if bad else "ok")
+  try:  # what docs/BENCHMARKS.md records beside the numbers: the commit and the load
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
+    out["commit"] = head.stdout.strip() or None
+  except OSError:
+    out["commit"] = None
+  out["load_1min"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+  if bad:
+    out["error"] = bad[0]["error"]
+  if not bad and rows[0]["trials_per_hour"]:
+    out["speedup"] = rows[1]["trials_per_hour"] / rows[0]["trials_per_hour"]
+  return out
+
+
 STAGE_FNS = {
+  "study": lambda a, c, t: stage_study(a, c, t),
   "env": stage_env,
   "resnet50": lambda a, c, t: stage_worker("resnet50", a, c, t),
   "step_time": lambda a, c, t: stage_worker("step_time", a, c, t),
   "gpu_tests": stage_gpu_tests,
   "faithful": stage_faithful,
 }
-STAGE_CAP_S = {"env": 90, "resnet50": 240, "step_time": 200, "gpu_tests": 120, "faithful": 240}
+STAGE_CAP_S = {"study": 400, "env": 90, "resnet50": 240, "step_time": 200, "gpu_tests": 120, "faithful": 240}
 
 
 def _fmt(v: Any, spec: str = "{:.1f}") -> str:
@@ -650,7 +758,7 @@ def markdown(report: Dict[str, Any]) -> str:
     "| stage | status | seconds | note |",
     "|---|---|---|---|",
   ]
-  for name in [n for n in STAGES if n in st]:
+  for name in [n for n in STAGES + OPT_IN if n in st]:
     s = st[name]
     lines.append(
       f"| {name} | {s.get('status', '')} | {_fmt(s.get('seconds'), '{:.0f}')} | "
@@ -714,6 +822,24 @@ def markdown(report: Dict[str, Any]) -> str:
       f"{f.get('steps')} steps, test accuracy {acc if acc is None else f'{100 * acc:.2f}%'} "
       f"(authors' log: 99.35%).",
     ]
+  y = st.get("study", {})
+  if y.get("rows"):
+    lines += [
+      "",
+      f"## A fixed study, unpacked and packed: {y.get('study')}",
+      "",
+      "| pack | trials | wall s | trials/hour | compile s / process | GPU util % | status |",
+      "|---|---|---|---|---|---|---|",
+    ]
+    for row in y["rows"]:
+      lines.append(
+        f"| {row['pack']} | {row['finished']}/{row['trials']} | {_fmt(row.get('wall_s'))} | "
+        f"{_fmt(row.get('trials_per_hour'), '{:.0f}')} | {_fmt(row.get('compile_s_per_process'))} | "
+        f"{_fmt(row.get('gpu_util_mean'), '{:.0f}')} | {row.get('status')} |"
+      )
+    lines.append(
+      f"\nAim: ≥ 1,500 LeNet-5 trials/hour on one H100/H200; packed/unpacked {_fmt(y.get('speedup'), '{:.2f}')}×."
+    )
   g = st.get("gpu_tests", {})
   if g.get("command"):
     lines += ["", "## GPU tests", "", f"`{g['command']}`: {g.get('counts')}"]
@@ -725,7 +851,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   p.add_argument("--cpu-dry-run", action="store_true", help="every stage at tiny sizes (CPU, about 2 minutes)")
   p.add_argument("--out", default=None, help="output folder (default $OUT, else ./device_check_out)")
   p.add_argument("--budget_s", type=float, default=None, help="global time budget (default 450; dry run 420)")
-  p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {','.join(STAGES)}")
+  p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {','.join(STAGES + OPT_IN)}")
   p.add_argument("--peak_tflops", type=float, default=None, help="override the device's bf16 peak for MFU")
   p.add_argument(
     "--profile",
@@ -739,9 +865,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   if a.worker:
     return run_worker(a.worker, a.params, a.result)
   stages = [s.strip() for s in a.stages.split(",") if s.strip()]
-  unknown = [s for s in stages if s not in STAGES]
+  unknown = [s for s in stages if s not in STAGES + OPT_IN]
   if unknown:
-    print(f"device_check: unknown stage(s) {', '.join(unknown)}; choose from {', '.join(STAGES)}.", file=sys.stderr)
+    print(
+      f"device_check: unknown stage(s) {', '.join(unknown)}; choose from {', '.join(STAGES + OPT_IN)}.",
+      file=sys.stderr,
+    )
     return 2
   if "env" not in stages:
     stages.insert(0, "env")  # every other stage needs the platform it finds
@@ -768,7 +897,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   ctx: Dict[str, Any] = dict(sizes=sizes)
   t_start = time.perf_counter()
   scale = 0.2 if a.cpu_dry_run else 1.0
-  for name in STAGES:
+  for name in STAGES + OPT_IN:
     if name not in stages:
       continue
     left = budget - (time.perf_counter() - t_start)

@@ -57,6 +57,28 @@ def test_cpu_dry_run_runs_every_stage_ok(tmp_path):
   assert "ResNet-50" in md and "| faithful | ok |" in md
 
 
+@pytest.mark.slow
+def test_cpu_dry_run_of_the_study_stage_runs_it_packed_and_unpacked(tmp_path):
+  """``--stages=study --cpu-dry-run``: the fixed study at tiny size, unpacked and packed, every trial finished."""
+  out = tmp_path / "dc"
+  proc = subprocess.run(
+    ["bash", os.path.join(REPO, "benchmarks", "device_check.sh"), "--cpu-dry-run", "--stages=study", f"--out={out}"],
+    env=_env(),
+    capture_output=True,
+    text=True,
+    timeout=900,
+    check=False,
+  )
+  report = json.loads((out / "device_check.json").read_text())
+  study = report["stages"]["study"]
+  assert study["status"] == "ok" and proc.returncode == 0, (study, proc.stderr[-2000:])
+  rows = study["rows"]
+  assert [r["pack"] for r in rows] == [1, device_check.DRY["study"]["pack"]]
+  assert all(r["finished"] == r["trials"] and r["trials_per_hour"] > 0 for r in rows)
+  assert rows[0]["gpu_util_mean"] is None  # no nvidia-smi on the CPU
+  assert "trials/hour" in (out / "device_check.md").read_text()
+
+
 @pytest.mark.parametrize(
   "args,needle", [(["--stages=env,bogus"], "unknown stage"), (["--peak_tflops=-1"], "--peak_tflops")]
 )

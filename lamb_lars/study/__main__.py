@@ -1,11 +1,12 @@
 """Command line of the batch-size studies.
 
   python -m lamb_lars.study run --config=lamb_lars/configs/studies/mnist_table3.py --workdir=/tmp/studies/table3 \
-      [--num_workers=2] [--executor=local|ray] [--ray_address=auto|HOST:PORT] [--dry_run [--nocalibrate]]
+      [--num_workers=2] [--executor=local|ray] [--ray_address=auto|HOST:PORT] [--pack=K|auto]
+      [--dry_run [--nocalibrate]]
   python -m lamb_lars.study branch --config=lamb_lars/configs/studies/mnist_branching.py \
       --workdir=/tmp/studies/branching [--num_workers=2] [--executor=local|ray] [--ray_address=auto|HOST:PORT]
-  python -m lamb_lars.study report --workdir=/tmp/studies/table3 [--out=docs/studies/mnist_table3_replicated]
-  python -m lamb_lars.study verify docs/studies/mnist_table3_replicated [DIR ...]
+  python -m lamb_lars.study report --workdir=/tmp/studies/table3 [--out=docs/studies/mnist_table3_robust]
+  python -m lamb_lars.study verify docs/studies/mnist_table3_robust [DIR ...]
   python -m lamb_lars.study rereport docs/studies/mnist_table3_replicated [DIR ...]
   python -m lamb_lars.study status --workdir=/tmp/studies/table3
   python -m lamb_lars.study snapshot --workdir=/tmp/studies/table3 --out=studies_carry/table3
@@ -85,6 +86,12 @@ def _define_flags():
     True,
     "run --dry_run: measure each trial shape for the predicted wall time (--nocalibrate: the plan only).",
   )
+  flags.DEFINE_string(
+    "pack",
+    "1",
+    "run: trials per process, the compatible ones (same model, batch size, data) trained as slots of one vmapped "
+    "program: an integer, or 'auto' (packs on a GPU/TPU, none on a CPU, where packing is slower; docs/studies.md).",
+  )
   flags.DEFINE_enum("executor", "local", ["local", "ray"], "run: where trials run (local processes or a Ray cluster).")
   flags.DEFINE_string("ray_address", "auto", "run --executor=ray: the cluster ('auto' or HOST:PORT).")
   flags.DEFINE_bool(
@@ -124,6 +131,9 @@ def _run(FLAGS, command: str) -> None:  # noqa: N803
     raise app.UsageError(f"{command} needs --config=lamb_lars/configs/studies/<study>.py")
   study = cli_errors.load_config(lambda: FLAGS.config, FLAGS["config"].config_filename)
   from lamb_lars.study.running import branches, runner, sweep
+  from lamb_lars.study.running import pack_executor
+
+  pack_executor.resolve_pack(FLAGS.pack)  # a bad --pack is one sentence before anything is written
 
   if branches.is_branching(study) != (command == "branch"):
     raise ValueError(
@@ -163,9 +173,7 @@ def _run(FLAGS, command: str) -> None:  # noqa: N803
       log=log,
     )
   else:
-    counts = runner.run_study(
-      study, FLAGS.workdir, executor=_executor(FLAGS, study), num_workers=FLAGS.num_workers, command=_command(), log=log
-    )
+    counts = _run_study(FLAGS, study, log)
   print("finished: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v), flush=True)
   if counts.get("failed"):
     _exit_failed(FLAGS.workdir, study.name)
@@ -188,6 +196,21 @@ def _dry_run(FLAGS, study) -> None:  # noqa: N803
   log = lambda s: print(s, flush=True)
   for line in calibration.dry_run_lines(study, specs, executor, runner_s, FLAGS.calibrate, log):
     print(line, flush=True)
+
+
+def _run_study(FLAGS, study, log):  # noqa: N803
+  """``run`` of a study without branches: its counts per status."""
+  from lamb_lars.study.running import runner
+
+  return runner.run_study(
+    study,
+    FLAGS.workdir,
+    executor=_executor(FLAGS, study),
+    num_workers=FLAGS.num_workers,
+    command=_command(),
+    log=log,
+    pack=FLAGS.pack,
+  )
 
 
 def main() -> None:

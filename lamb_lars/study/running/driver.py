@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, Optional
 import ml_collections
 
 from lamb_lars.common import io_utils, run_files
-from lamb_lars.study.running import run_one
+from lamb_lars.study.running import pack_executor, run_one
 from lamb_lars.study.running import search as search_lib
 from lamb_lars.study.running import status as status_lib
 from lamb_lars.study.running import store
@@ -101,26 +101,50 @@ class Driver:
     self.promoted: set[str] = set()  # pruned trials resumed to their full budget: never pruned again
     self.timeout = float(runner_cfg["timeout_s"]) or 0.0
     self.done_count, self.total, self.retried = 0, 0, set()
+    self.pack = 1  # trials per process (``study run --pack``, pack_executor.py); 1 = each trial alone
 
-  def start(self, spec: TrialSpec, exclusive: bool = False) -> None:
+  def processes(self) -> int:
+    """The trial processes running: a pack's slots share one."""
+    return len({id(getattr(a.handle, "process", a.handle)) for a in self.active.values()})
+
+  def prepare(self, spec: TrialSpec) -> str:
+    """Writes a trial's config and HParams into its run dir, marks it running; returns the run dir."""
     rdir = wd.run_dir(self.workdir, spec.run_id)
     io_utils.makedirs(rdir)
     config_json = spec.config.to_json_best_effort(indent=1)
     io_utils.write_text_atomic(os.path.join(rdir, run_files.TRIAL_CONFIG_FILE), config_json)
     io_utils.write_text_atomic(os.path.join(rdir, run_files.HPARAMS_FILE), store.dumps(spec.hparams()))
     io_utils.remove(os.path.join(rdir, run_files.ERROR_FILE))  # from an earlier failed attempt
+    io_utils.remove(os.path.join(rdir, "stop_request"))  # a promoted trial pruned in a pack (train/packed.py)
     store.set_status(self.con, spec.run_id, "running")
+    return rdir
+
+  def start(self, spec: TrialSpec, exclusive: bool = False) -> None:
+    rdir = self.prepare(spec)
     handle = self.executor.submit(spec.run_id, rdir, trial_env(self.runner_cfg, spec, self.workdir))
     self.active[spec.run_id] = Active(spec, handle, time.monotonic(), run_files.MetricsTail(rdir), exclusive=exclusive)
 
   def fill(self, todo: collections.deque) -> None:
     """Starts trials of ``todo`` while the executor has free slots; a trial the executor wants alone on its
     machine (``Executor.exclusive``) waits for the others to end, and nothing starts beside it."""
-    while todo and len(self.active) < self.executor.slots and not any(a.exclusive for a in self.active.values()):
+    while todo and self.processes() < self.executor.slots and not any(a.exclusive for a in self.active.values()):
       alone = self.executor.exclusive({**dict(self.runner_cfg["env"] or {}), **todo[0].env})
       if alone and self.active:
         return
-      self.start(todo.popleft(), exclusive=alone)
+      group = pack_executor.take_pack(todo, 1 if alone else self.pack)
+      if len(group) == 1:
+        self.start(group[0], exclusive=alone)
+      else:
+        self.start_pack(group)
+
+  def start_pack(self, specs: list[TrialSpec]) -> None:
+    """Starts ``specs`` as the slots of one packed process (pack_executor.py)."""
+    dirs = [self.prepare(t) for t in specs]
+    env = trial_env(self.runner_cfg, specs[0], self.workdir)
+    handles = pack_executor.submit_pack(self.executor, [t.run_id for t in specs], dirs, env)
+    now = time.monotonic()
+    for t, d, h in zip(specs, dirs, handles):
+      self.active[t.run_id] = Active(t, h, now, run_files.MetricsTail(d))
 
   def ingest(self, a: Active) -> list[dict]:
     """The eval rows a running trial wrote since the last poll, into the store; returns them."""
@@ -222,7 +246,7 @@ class Driver:
   def interrupt(self) -> None:
     """Kills the active trials and puts them back to ``pending`` (they resume next time)."""
     for rid, a in self.active.items():
-      a.handle.kill()
+      getattr(a.handle, "kill_all", a.handle.kill)()  # a pack stops as a whole
       ingest_run_dir(self.con, rid, wd.run_dir(self.workdir, rid))
       if store.runs(self.con, run_id=rid)[0]["status"] == "running":
         store.set_status(self.con, rid, "pending")

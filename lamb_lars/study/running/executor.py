@@ -84,11 +84,13 @@ def spawn_trial(
   *,
   python: str = sys.executable,
   cpus: Optional[set[int]] = None,
+  command: Optional[list[str]] = None,
 ) -> subprocess.Popen:
   """Starts the trial of ``run_dir`` (:func:`trial_command`) with ``env`` added to this process's environment, its
   output going to ``log``. The child dies with the process that started it (``PR_SET_PDEATHSIG = SIGKILL``: a
   ``kill -9`` of the driver, or of a Ray worker, leaves no orphan trainer writing into the study), pinned to
-  ``cpus`` when given. Both executors start trials here."""
+  ``cpus`` when given. Both executors start trials here; ``command`` replaces :func:`trial_command` (a pack of
+  trials, ``run_pack``)."""
 
   def preexec() -> None:
     try:
@@ -99,7 +101,7 @@ def spawn_trial(
       os.sched_setaffinity(0, cpus)
 
   return subprocess.Popen(
-    trial_command(run_dir, python),
+    command or trial_command(run_dir, python),
     stdout=log,
     stderr=subprocess.STDOUT,
     stdin=subprocess.DEVNULL,

@@ -33,7 +33,7 @@ import ml_collections
 
 from lamb_lars.common import io_utils, workdir_lock
 from lamb_lars.train import run_identity
-from lamb_lars.study.running import phases, sections, store, sweep
+from lamb_lars.study.running import pack_executor, phases, sections, store, sweep
 from lamb_lars.study.running import search as search_lib
 from lamb_lars.study.running import workdir as wd
 from lamb_lars.study.running.driver import Driver
@@ -138,6 +138,7 @@ def run_study(
   log: Callable[[str], None] = print,
   poll_s: float = 0.25,
   status_every_s: float = 60.0,
+  pack: Any = 1,
 ) -> dict[str, int]:
   """Runs (or resumes) every trial of ``study`` under ``workdir``; returns the count of runs per status.
 
@@ -146,13 +147,18 @@ def run_study(
 
   ``num_workers``, ``retry_failed`` and ``timeout_s`` (per trial, 0 = none; a trial past it is killed and
   recorded failed) override ``study.runner``. On KeyboardInterrupt the active trials are killed and put back to
-  ``pending``. Everything checkable is checked (one sentence, ValueError) before anything runs: the settings,
-  and every trial that will run through the trainer's validator (``sweep.expand``; trials the workdir's store
-  records done or diverged never run again and are not re-validated).
+  ``pending``. ``pack`` (``study run --pack=K|auto``): trials per process, the compatible ones trained as slots of
+  one vmapped program (pack_executor.py; 'auto': on a GPU or TPU only). Everything checkable is checked (one
+  sentence, ValueError) before anything runs: the settings, and every trial that will run through the trainer's
+  validator (``sweep.expand``; trials the workdir's store records done or diverged never run again and are not
+  re-validated).
   """
   specs = sweep.expand(study, ended_trials(workdir, study.name))
   search_cfg, runner_cfg, rep_cfg = checked_settings(study)
   runner_cfg.update({k: v for k, v in (("retry_failed", retry_failed), ("timeout_s", timeout_s)) if v is not None})
+  pack_size = pack_executor.resolve_pack(pack)
+  if pack_size > 1 and executor is not None:
+    raise ValueError("--pack needs the local executor (a Ray executor runs every trial in its own task).")
   executor = executor or make_executor(study, num_workers)
   executor.check_workdir(workdir)
   io_utils.makedirs(workdir)
@@ -161,6 +167,9 @@ def run_study(
     con = wd.open_store(workdir)
     try:
       driver, specs = _driver(study, workdir, con, executor, specs, search_cfg, runner_cfg, log)
+      driver.pack = pack_size
+      if pack_size > 1:
+        log(f"study {study.name}: packing up to {pack_size} compatible trials per process")
       _run_waves(driver, specs, rep_cfg, poll_s, status_every_s)
       counts = collections.Counter(r["status"] for r in store.runs(con, study=study.name))
       return {s: counts.get(s, 0) for s in STATUSES}
