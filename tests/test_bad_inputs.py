@@ -103,6 +103,21 @@ def test_validator_accepts_what_can_be_right(overrides):
   assert validate.validate(cfg, 1).total_steps == 6
 
 
+@pytest.mark.parametrize(
+  "overrides,expected",
+  [
+    ({"train_examples": -5}, "config.train_examples=-5 must be an integer ≥ 0"),
+    ({"synthetic.num_train": 0}, "config.synthetic.num_train=0 must be ≥ 1"),
+  ],
+)
+def test_a_value_that_cannot_be_right_is_named_before_the_data_is_read(overrides, expected):
+  """The trainer reads the dataset's sizes first (validate.dataset_info): a value out of its own bounds is named as
+  such there, not as a mismatch with the data ("-5 is larger than the 1257 training examples", "[0, 0)")."""
+  with pytest.raises(ConfigError) as e:
+    validate.dataset_info(tiny_config(**overrides))
+  assert expected in str(e.value) and one_sentence(str(e.value)), str(e.value)
+
+
 def test_the_lr_table_is_checked_before_it_is_allocated(monkeypatch):
   """1e10 steps are refused by the plan check, before ``lr_table.tabulate`` could allocate 80 GB."""
   from lamb_lars.optim import lr_table
