@@ -544,3 +544,56 @@ def test_a_damaged_store_is_one_sentence(tmp_path):
   with pytest.raises(sqlite3.DatabaseError) as e:
     _bad_store(tmp_path)()
   assert "study store cannot be read" in cli_errors.sentence(e.value)
+
+
+# --- Issue 62: the last quiet cases, each exactly one line on stderr, exit status 2, no traceback. ----------------
+
+
+def _train_py(tmp_path, *args, pythonpath: str = REPO):
+  return subprocess.run(
+    [sys.executable, "train.py", f"--workdir={tmp_path / 'w'}", *args],
+    cwd=REPO,
+    env={**ENV, "PYTHONPATH": pythonpath},
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+
+
+def _one_error_line(out, expected: str) -> None:
+  lines = out.stderr.strip().splitlines()
+  assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+  assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], out.stderr
+  assert one_sentence(lines[0]), lines[0]
+
+
+@pytest.mark.slow
+def test_a_raising_dataset_loader_is_one_sentence_naming_it(tmp_path):
+  (tmp_path / "my_loader.py").write_text("def load():\n  raise OSError('cannot open /data/digits.npz')\n")
+  out = _train_py(
+    tmp_path,
+    "--config=lamb_lars/configs/mnist_lenet.py",
+    "--config.dataset=my_loader:load",
+    pythonpath=f"{REPO}:{tmp_path}",
+  )
+  _one_error_line(out, "config.dataset='my_loader:load' raised OSError: cannot open /data/digits.npz")
+
+
+@pytest.mark.slow
+def test_a_missing_tfds_dataset_is_our_sentence_alone(tmp_path):
+  """A folder left by an unfinished ``tfds build`` makes tfds log a warning; the sentence comes alone."""
+  (tmp_path / "data" / "mnist" / "3.0.1").mkdir(parents=True)
+  out = _train_py(
+    tmp_path,
+    "--config=lamb_lars/configs/mnist_lenet.py",
+    "--config.dataset=tfds:mnist",
+    f"--config.data_dir={tmp_path / 'data'}",
+  )
+  _one_error_line(out, "No prepared TFDS dataset 'mnist'")
+
+
+@pytest.mark.slow
+def test_a_config_file_returning_none_is_our_sentence_alone(tmp_path):
+  (tmp_path / "none.py").write_text("def get_config():\n  return None\n")
+  out = _train_py(tmp_path, f"--config={tmp_path / 'none.py'}")
+  _one_error_line(out, "get_config() returned None")
