@@ -597,3 +597,67 @@ def test_a_config_file_returning_none_is_our_sentence_alone(tmp_path):
   (tmp_path / "none.py").write_text("def get_config():\n  return None\n")
   out = _train_py(tmp_path, f"--config={tmp_path / 'none.py'}")
   _one_error_line(out, "get_config() returned None")
+
+
+TINY_ARGS = [
+  "--config=lamb_lars/configs/mnist_lenet.py",
+  "--config.dataset=synthetic",
+  "--config.synthetic.num_train=256",
+  "--config.synthetic.num_eval=64",
+  "--config.batch_size=32",
+  "--config.num_train_steps=6",
+  "--config.checkpoint_every_steps=2",
+  "--config.eval_every_steps=2",
+  "--config.keep_checkpoints=3",
+]
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+  """A 700 KB tmpfs (two LeNet checkpoints do not fit), remounted larger by ``grow()``; skipped where it cannot be
+  mounted (not root, no mount namespace)."""
+  where = tmp_path / "disk"
+  where.mkdir()
+  mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=700k", "tmpfs", str(where)], capture_output=True)
+  if mount.returncode != 0:
+    pytest.skip(f"cannot mount a small tmpfs here ({mount.stderr.decode().strip()[:80]}); a full disk needs one")
+  try:
+    yield where, lambda: subprocess.run(["mount", "-o", "remount,size=8m", str(where)], check=True)
+  finally:
+    subprocess.run(["umount", str(where)], capture_output=True)
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_a_full_disk_is_one_line_and_the_run_resumes_once_there_is_space(small_tmpfs):
+  """orbax's background threads report a failed save with a traceback each (108–381 lines) and tensorboardX's
+  atexit hook retries its flush; stderr holds our sentence alone, the noise goes to log.txt (when it fits)."""
+  disk, grow = small_tmpfs
+  args = [
+    *TINY_ARGS,
+    "--config.num_train_steps=20",
+    "--config.checkpoint_every_steps=5",
+    "--config.eval_every_steps=10",
+  ]
+  args = [a for a in args if not a.startswith(("--config.num_train_steps=6", "--config.checkpoint_every_steps=2"))]
+  args = [a for a in args if a != "--config.eval_every_steps=2"]
+  out = _train_py(disk, *args)
+  _one_error_line(out, "No space left on device; free some space and re-run the same command to resume")
+  grow()
+  again = _train_py(disk, *args)
+  assert again.returncode == 0 and again.stderr == "", again.stderr
+  assert json.loads((disk / "w" / "result.json").read_text())["status"] == "done"
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_a_quarantined_checkpoint_leaves_stderr_empty_and_resumes(tmp_path):
+  """A damaged newest checkpoint is moved aside with one line on stdout; orbax's tracebacks stay off stderr."""
+  first = _train_py(tmp_path, *TINY_ARGS)
+  assert first.returncode == 0, first.stderr
+  os.remove(tmp_path / "w" / "result.json")
+  _truncate(str(tmp_path / "w" / "checkpoints" / "6"))
+  out = _train_py(tmp_path, *TINY_ARGS)
+  assert out.returncode == 0 and out.stderr == "", out.stderr
+  assert "Checkpoint at step 6 does not restore" in out.stdout and "done: step 6/6" in out.stdout
+  assert os.listdir(tmp_path / "w" / checkpoint.QUARANTINE_DIR)
