@@ -157,7 +157,17 @@ def _run(FLAGS, command: str) -> None:  # noqa: N803
     _exit_failed(FLAGS.workdir, study.name)
 
 
+def _subcommand_help() -> None:
+  """``verify --help`` / ``rereport --help``: the module's usage (these two take folders, not absl flags), exit 0."""
+  if sys.argv[1:2] in (["verify"], ["rereport"]) and any(
+    a in ("-h", "--help", "-?", "--helpfull") for a in sys.argv[2:]
+  ):
+    print(__doc__)
+    sys.exit(0)
+
+
 def main() -> None:
+  _subcommand_help()
   if sys.argv[1:2] == ["verify"]:  # folders; --workdir=DIR (the form every other subcommand takes) is one of them
     from lamb_lars.study.publishing import provenance
 
