@@ -23,7 +23,7 @@ def main() -> None:
   from absl import app, flags
   from ml_collections import config_flags
 
-  from lamb_lars.common import cli_errors, cli_help
+  from lamb_lars.common import cli_errors, cli_help, io_utils, library_noise, run_files
 
   sys.modules["__main__"].__doc__ = cli_help.usage()  # --help text
   config_flags.DEFINE_config_file(
@@ -47,6 +47,8 @@ def main() -> None:
     cli_errors.check_gcs_access(flags.FLAGS.workdir)
     for sig in (signal.SIGINT, signal.SIGTERM):
       signal.signal(sig, loop.request_stop)
+    if not cli_errors.verbose():  # orbax's background-thread tracebacks to <workdir>/log.txt, not before our sentence
+      library_noise.keep_to_log_file(io_utils.local_path(flags.FLAGS.workdir, run_files.LOG_FILE))
     try:
       result = train_and_evaluate(config, flags.FLAGS.workdir)
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: one line, rc 130 / 143 (128 + the signal)

@@ -103,6 +103,21 @@ def test_validator_accepts_what_can_be_right(overrides):
   assert validate.validate(cfg, 1).total_steps == 6
 
 
+@pytest.mark.parametrize(
+  "overrides,expected",
+  [
+    ({"train_examples": -5}, "config.train_examples=-5 must be an integer ≥ 0"),
+    ({"synthetic.num_train": 0}, "config.synthetic.num_train=0 must be ≥ 1"),
+  ],
+)
+def test_a_value_that_cannot_be_right_is_named_before_the_data_is_read(overrides, expected):
+  """The trainer reads the dataset's sizes first (validate.dataset_info): a value out of its own bounds is named as
+  such there, not as a mismatch with the data ("-5 is larger than the 1257 training examples", "[0, 0)")."""
+  with pytest.raises(ConfigError) as e:
+    validate.dataset_info(tiny_config(**overrides))
+  assert expected in str(e.value) and one_sentence(str(e.value)), str(e.value)
+
+
 def test_the_lr_table_is_checked_before_it_is_allocated(monkeypatch):
   """1e10 steps are refused by the plan check, before ``lr_table.tabulate`` could allocate 80 GB."""
   from lamb_lars.optim import lr_table
@@ -529,3 +544,120 @@ def test_a_damaged_store_is_one_sentence(tmp_path):
   with pytest.raises(sqlite3.DatabaseError) as e:
     _bad_store(tmp_path)()
   assert "study store cannot be read" in cli_errors.sentence(e.value)
+
+
+# --- Issue 62: the last quiet cases, each exactly one line on stderr, exit status 2, no traceback. ----------------
+
+
+def _train_py(tmp_path, *args, pythonpath: str = REPO):
+  return subprocess.run(
+    [sys.executable, "train.py", f"--workdir={tmp_path / 'w'}", *args],
+    cwd=REPO,
+    env={**ENV, "PYTHONPATH": pythonpath},
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+
+
+def _one_error_line(out, expected: str) -> None:
+  lines = out.stderr.strip().splitlines()
+  assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+  assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], out.stderr
+  assert one_sentence(lines[0]), lines[0]
+
+
+@pytest.mark.slow
+def test_a_raising_dataset_loader_is_one_sentence_naming_it(tmp_path):
+  (tmp_path / "my_loader.py").write_text("def load():\n  raise OSError('cannot open /data/digits.npz')\n")
+  out = _train_py(
+    tmp_path,
+    "--config=lamb_lars/configs/mnist_lenet.py",
+    "--config.dataset=my_loader:load",
+    pythonpath=f"{REPO}:{tmp_path}",
+  )
+  _one_error_line(out, "config.dataset='my_loader:load' raised OSError: cannot open /data/digits.npz")
+
+
+@pytest.mark.slow
+def test_a_missing_tfds_dataset_is_our_sentence_alone(tmp_path):
+  """A folder left by an unfinished ``tfds build`` makes tfds log a warning; the sentence comes alone."""
+  (tmp_path / "data" / "mnist" / "3.0.1").mkdir(parents=True)
+  out = _train_py(
+    tmp_path,
+    "--config=lamb_lars/configs/mnist_lenet.py",
+    "--config.dataset=tfds:mnist",
+    f"--config.data_dir={tmp_path / 'data'}",
+  )
+  _one_error_line(out, "No prepared TFDS dataset 'mnist'")
+
+
+@pytest.mark.slow
+def test_a_config_file_returning_none_is_our_sentence_alone(tmp_path):
+  (tmp_path / "none.py").write_text("def get_config():\n  return None\n")
+  out = _train_py(tmp_path, f"--config={tmp_path / 'none.py'}")
+  _one_error_line(out, "get_config() returned None")
+
+
+TINY_ARGS = [
+  "--config=lamb_lars/configs/mnist_lenet.py",
+  "--config.dataset=synthetic",
+  "--config.synthetic.num_train=256",
+  "--config.synthetic.num_eval=64",
+  "--config.batch_size=32",
+  "--config.num_train_steps=6",
+  "--config.checkpoint_every_steps=2",
+  "--config.eval_every_steps=2",
+  "--config.keep_checkpoints=3",
+]
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+  """A 700 KB tmpfs (two LeNet checkpoints do not fit), remounted larger by ``grow()``; skipped where it cannot be
+  mounted (not root, no mount namespace)."""
+  where = tmp_path / "disk"
+  where.mkdir()
+  mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=700k", "tmpfs", str(where)], capture_output=True)
+  if mount.returncode != 0:
+    pytest.skip(f"cannot mount a small tmpfs here ({mount.stderr.decode().strip()[:80]}); a full disk needs one")
+  try:
+    yield where, lambda: subprocess.run(["mount", "-o", "remount,size=8m", str(where)], check=True)
+  finally:
+    subprocess.run(["umount", str(where)], capture_output=True)
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_a_full_disk_is_one_line_and_the_run_resumes_once_there_is_space(small_tmpfs):
+  """orbax's background threads report a failed save with a traceback each (108–381 lines) and tensorboardX's
+  atexit hook retries its flush; stderr holds our sentence alone, the noise goes to log.txt (when it fits)."""
+  disk, grow = small_tmpfs
+  args = [
+    *TINY_ARGS,
+    "--config.num_train_steps=20",
+    "--config.checkpoint_every_steps=5",
+    "--config.eval_every_steps=10",
+  ]
+  args = [a for a in args if not a.startswith(("--config.num_train_steps=6", "--config.checkpoint_every_steps=2"))]
+  args = [a for a in args if a != "--config.eval_every_steps=2"]
+  out = _train_py(disk, *args)
+  _one_error_line(out, "No space left on device; free some space and re-run the same command to resume")
+  grow()
+  again = _train_py(disk, *args)
+  assert again.returncode == 0 and again.stderr == "", again.stderr
+  assert json.loads((disk / "w" / "result.json").read_text())["status"] == "done"
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_a_quarantined_checkpoint_leaves_stderr_empty_and_resumes(tmp_path):
+  """A damaged newest checkpoint is moved aside with one line on stdout; orbax's tracebacks stay off stderr."""
+  first = _train_py(tmp_path, *TINY_ARGS)
+  assert first.returncode == 0, first.stderr
+  os.remove(tmp_path / "w" / "result.json")
+  _truncate(str(tmp_path / "w" / "checkpoints" / "6"))
+  out = _train_py(tmp_path, *TINY_ARGS)
+  assert out.returncode == 0 and out.stderr == "", out.stderr
+  assert "Checkpoint at step 6 does not restore" in out.stdout and "done: step 6/6" in out.stdout
+  assert os.listdir(tmp_path / "w" / checkpoint.QUARANTINE_DIR)

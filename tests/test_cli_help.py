@@ -46,3 +46,19 @@ def test_train_help_on_the_command_line():
   keys = text.split("Most-used keys")[1].split("TensorBoard:")[0].splitlines()[1:]
   assert all(line.count("(") == line.count(")") and not line.rstrip().endswith(",") for line in keys), keys
   assert "93.9% top-1" in text  # a '%' in a docstring survives absl's %-formatting of the help text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sub", ["verify", "rereport"])
+def test_study_subcommand_help_exits_0_with_the_usage(sub):
+  """``verify`` and ``rereport`` take folders, not absl flags; their ``--help`` is the study usage, exit 0."""
+  out = subprocess.run(
+    [sys.executable, "-m", "lamb_lars.study", sub, "--help"],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=120,
+    env={**os.environ, "PYTHONPATH": REPO},
+  )
+  assert out.returncode == 0 and out.stderr == "", out.stderr
+  assert f"python -m lamb_lars.study {sub} docs/studies/" in out.stdout

@@ -3,6 +3,7 @@ its environment into the run dir instead of training."""
 
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -96,3 +97,92 @@ def test_pinning_counts_within_the_drivers_own_cpus(fake_python, tmp_path):
       LocalExecutor(slots=2, cpus_per_trial=1, python=fake_python)
   finally:
     os.sched_setaffinity(0, before)
+
+
+SPAWN_AFTER_JAX = """
+import os, sys, tempfile, warnings
+warnings.simplefilter("error")  # JAX's at-fork warning would be an error here
+import jax
+jax.devices()  # JAX's runtime threads have started, as in a driver that traced a user's model
+from lamb_lars.study.running import executor
+d = tempfile.mkdtemp()
+cpus = set(sorted(os.sched_getaffinity(0))[-1:]) if hasattr(os, "sched_setaffinity") else None
+before = os.sched_getaffinity(0) if cpus else None
+with open(os.path.join(d, "log.txt"), "w") as log:
+  p = executor.spawn_trial(d, log, python=sys.argv[1], cpus=cpus)
+assert p.wait() == 0
+assert before is None or os.sched_getaffinity(0) == before  # the spawning thread's own affinity is restored
+with open(os.path.join(d, "env.json")) as f:
+  print(f.read())
+"""
+
+
+@pytest.mark.slow
+def test_spawning_a_trial_after_jax_started_does_not_fork_python(fake_python, tmp_path):
+  """A driver whose JAX runtime runs threads starts trials without JAX's ``os.fork() was called ... deadlock``
+  warning (no Python runs between fork and exec), and the trial is still pinned and knows its parent."""
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = {**os.environ, "PYTHONPATH": repo}
+  out = subprocess.run(
+    [sys.executable, "-c", SPAWN_AFTER_JAX, fake_python], capture_output=True, text=True, env=env, timeout=120
+  )
+  assert out.returncode == 0, out.stderr
+  assert "fork" not in out.stderr and "Warning" not in out.stderr, out.stderr
+  got = json.loads(out.stdout)
+  if hasattr(os, "sched_setaffinity"):
+    assert got["cpus"] == sorted(os.sched_getaffinity(0))[-1:]
+  assert got["env"]["LAMB_LARS_TRIAL_PARENT"].isdigit()
+
+
+ORPHAN = """
+import os, sys, time
+sys.path.insert(0, {repo!r})
+from lamb_lars.study.running.executor import die_with_parent
+die_with_parent()
+with open(os.path.join(sys.argv[-1], "pid"), "w") as f:
+  f.write(str(os.getpid()))
+time.sleep(60)
+"""
+
+DRIVER = """
+import os, sys, time
+from lamb_lars.study.running import executor
+with open(os.path.join(sys.argv[2], "log.txt"), "w") as log:
+  executor.spawn_trial(sys.argv[2], log, python=sys.argv[1])
+time.sleep(60)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_trial_dies_with_its_driver(tmp_path):
+  """``kill -9`` of the process that started a trial kills the trial too (it asked for ``PR_SET_PDEATHSIG``
+  itself, first thing): no orphan trainer keeps writing into the study."""
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  child = tmp_path / "python"
+  child.write_text(f"#!{sys.executable}\n" + ORPHAN.format(repo=repo))
+  child.chmod(0o755)
+  run_dir = tmp_path / "run"
+  run_dir.mkdir()
+  driver = subprocess.Popen(
+    [sys.executable, "-c", DRIVER, str(child), str(run_dir)], env={**os.environ, "PYTHONPATH": repo}
+  )
+  deadline = time.time() + 60
+  while not (run_dir / "pid").exists() or not (run_dir / "pid").read_text():
+    assert time.time() < deadline and driver.poll() is None
+    time.sleep(0.05)
+  pid = int((run_dir / "pid").read_text())
+  driver.kill()
+  driver.wait()
+  deadline = time.time() + 10
+  while _alive(pid):
+    assert time.time() < deadline, "the trial outlived its driver"
+    time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return f.read().split(")")[-1].split()[0] != "Z"  # a zombie has ended
+  except FileNotFoundError:
+    return False

@@ -53,3 +53,14 @@ def test_first_line_before_any_rate_and_off_modes():
 
 def test_duration_text():
   assert [progress.duration(s) for s in (None, float("nan"), 41, 245, 4320)] == ["?", "?", "41s", "4m05s", "1h12m"]
+
+
+def test_the_eval_line_shows_validation_accuracy_beside_its_loss():
+  """A study's search prunes on validation accuracy, so the training log shows it (issue 62)."""
+  from lamb_lars.train import loop
+
+  lines = []
+  row = {"epoch": 1.0, "train_loss": 2.0, "eval_loss": 1.5, "eval_accuracy": 0.5, "examples_per_sec": 10.0}
+  loop.log_eval(lines.append, {**row, "validation_loss": 1.25, "validation_accuracy": 0.625}, 8)
+  loop.log_eval(lines.append, row, 8)
+  assert "val_loss 1.2500  val_acc 62.50%" in lines[0] and "  val_" not in lines[1]

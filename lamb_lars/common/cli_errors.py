@@ -8,11 +8,12 @@ exit status 2. Everything else is a bug and keeps its traceback; ``--verbose`` k
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import re
 import sqlite3
 import sys
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 from lamb_lars.errors import UserError
 
@@ -96,7 +97,8 @@ def flags_parser(argv: list) -> list:
   from absl import app, flags
 
   try:
-    return flags.FLAGS(argv)
+    with _quiet_absl(argv):
+      return flags.FLAGS(argv)
   except SystemExit as e:  # absl prints --help and exits 1; asking for help is not a failure
     if e.code == 1 and any(a in ("--help", "-h", "-?", "--helpshort", "--helpfull") for a in argv[1:]):
       sys.exit(0)
@@ -107,6 +109,23 @@ def flags_parser(argv: list) -> list:
     exit_on_mistake(e)
     _config_file_raised(e, argv)
     raise
+
+
+@contextlib.contextmanager
+def _quiet_absl(argv: Optional[list] = None) -> Iterator[None]:
+  """absl warnings off while the command line and its config file load (ml_collections warns, e.g. of a
+  ``get_config()`` that returned None, before the sentence that says so; absl adds "Logging before flag parsing");
+  ``--verbose`` keeps them."""
+  import logging
+
+  logger = logging.getLogger("absl")
+  level = logger.level
+  if not verbose(argv):
+    logger.setLevel(logging.ERROR)
+  try:
+    yield
+  finally:
+    logger.setLevel(level)
 
 
 def _config_file_raised(exc: BaseException, argv: list) -> None:
@@ -127,7 +146,8 @@ def load_config(get: Callable[[], object], path: Optional[str]):
     print(f"error: the config file {path.split(':')[0]} does not exist.", file=sys.stderr)
     sys.exit(2)
   try:
-    config = get()
+    with _quiet_absl():
+      config = get()
   except Exception as e:  # noqa: BLE001
     exit_on_mistake(e)
     _config_file_raised(e, [f"--config={path}"] if path else [])

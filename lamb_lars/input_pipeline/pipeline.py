@@ -55,8 +55,11 @@ SUBSET_KEY = 0x5EB5E7  # keys the train_examples permutation apart from the epoc
 def train_subset(seed: int, n: int, count: int) -> np.ndarray:
   """The sorted indices of the ``count`` training examples that ``train_examples = count`` keeps out of ``n``: the
   first ``count`` of a permutation of ``range(n)`` keyed by (``train_examples_seed``, n), so a smaller subset is
-  inside every larger one (Golmant et al. 2018 vary the dataset size this way). ValueError when count > n."""
-  if not 0 < count <= n:
+  inside every larger one (Golmant et al. 2018 vary the dataset size this way). ValueError unless
+  1 ≤ count ≤ n."""
+  if count < 1:
+    raise ValueError(f"config.train_examples={count} must be ≥ 1 here (0 = every training example).")
+  if count > n:
     raise ValueError(
       f"config.train_examples={count} is larger than the {n} training examples of the dataset; "
       f"set at most {n} (or 0 for all)."

@@ -9,10 +9,11 @@ renamed into place, so concurrent or killed runs never leave a half-written cach
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 import tensorflow_datasets as tfds
@@ -31,7 +32,8 @@ def open_tfds_source(name: str, split: str, data_dir: str, how_to_get: str) -> S
   sentence instead, with the original error chained for debugging.
   """
   try:
-    return tfds.data_source(name, split=split, data_dir=data_dir, download=False)
+    with _held_logs():
+      return tfds.data_source(name, split=split, data_dir=data_dir, download=False)
   except Exception as e:  # tfds raises NotImplementedError, AssertionError, DatasetInfoFileError, ...
     raise DatasetNotFoundError(how_to_get) from e
 
@@ -39,9 +41,35 @@ def open_tfds_source(name: str, split: str, data_dir: str, how_to_get: str) -> S
 def open_prepared_dir(path: str, split: str, how_to_get: str) -> Sequence[dict]:
   """The data source of ``split`` of a prepared tfds dataset directory (``.../<name>/<version>``)."""
   try:
-    return tfds.builder_from_directory(path).as_data_source(split=split)
+    with _held_logs():
+      return tfds.builder_from_directory(path).as_data_source(split=split)
   except Exception as e:
     raise DatasetNotFoundError(how_to_get) from e
+
+
+class _Hold(logging.Filter):
+  def __init__(self) -> None:
+    super().__init__()
+    self.records: list[logging.LogRecord] = []
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    self.records.append(record)
+    return False
+
+
+@contextlib.contextmanager
+def _held_logs() -> Iterator[None]:
+  """tfds' log lines (absl's logger) held back while a dataset is looked up: passed on when it is found, dropped
+  when it is not, so a missing dataset is our one sentence alone (tfds' lines stay on the chained error's path)."""
+  logger = logging.getLogger("absl")
+  hold = _Hold()
+  logger.addFilter(hold)
+  try:
+    yield
+  finally:
+    logger.removeFilter(hold)
+  for record in hold.records:  # reached only when the lookup succeeded
+    logger.handle(record)
 
 
 def _read_records(source: Sequence[dict], keys: list[int]) -> list[dict]:

@@ -84,6 +84,12 @@ def _from_loader(name: str) -> dict:
     raise ConfigError(
       f"config.dataset={name!r} cannot be called with no arguments ({' '.join(str(e).split())}); see docs/workloads.md."
     ) from None
+  except Exception as e:  # noqa: BLE001  (the researcher's loader failed: its file, its network; --verbose: traceback)
+    text = " ".join(str(e).split()) or "no message"
+    raise ConfigError(
+      f"config.dataset={name!r} raised {type(e).__name__}: {text.rstrip('.')}; fix the loader or what it reads "
+      f"(see docs/workloads.md)."
+    ) from e
   if not isinstance(out, dict) or "train" not in out or "test" not in out:
     raise ConfigError(
       f"config.dataset={name!r} must return a dict with 'train' and 'test' (and optionally "

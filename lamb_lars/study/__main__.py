@@ -213,7 +213,17 @@ def _run_study(FLAGS, study, log):  # noqa: N803
   )
 
 
+def _subcommand_help() -> None:
+  """``verify --help`` / ``rereport --help``: the module's usage (these two take folders, not absl flags), exit 0."""
+  if sys.argv[1:2] in (["verify"], ["rereport"]) and any(
+    a in ("-h", "--help", "-?", "--helpfull") for a in sys.argv[2:]
+  ):
+    print(__doc__)
+    sys.exit(0)
+
+
 def main() -> None:
+  _subcommand_help()
   if sys.argv[1:2] == ["verify"]:  # folders; --workdir=DIR (the form every other subcommand takes) is one of them
     from lamb_lars.study.publishing import provenance
 

@@ -67,6 +67,8 @@ def decide_every(plan: run_plan.RunPlan) -> int:
 
 def log_eval(log: Callable[[str], None], row: dict, step: int) -> None:
   val = f"  val_loss {row['validation_loss']:.4f}" if "validation_loss" in row else ""
+  if "validation_accuracy" in row:  # what a study's search prunes on
+    val += f"  val_acc {100 * row['validation_accuracy']:.2f}%"
   log(
     f"step {step:>6} epoch {row['epoch']:6.2f}  train_loss {row['train_loss']:.4f}  eval_loss {row['eval_loss']:.4f}"
     f"  eval_acc {100 * row['eval_accuracy']:.2f}%{val}  {row['examples_per_sec']:,.0f} ex/s"

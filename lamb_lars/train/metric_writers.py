@@ -282,6 +282,11 @@ class MetricWriter:
   def close(self, status: Optional[str] = None) -> None:
     """Closes the event file; ``status`` (done | diverged) ends the HParams session."""
     if self._tb is not None:
-      if status is not None:
-        self._tb.file_writer.add_summary(_session_end_summary(status))
-      self._tb.close()
+      writers = list((self._tb.all_writers or {}).values())
+      try:
+        if status is not None:
+          self._tb.file_writer.add_summary(_session_end_summary(status))
+        self._tb.close()
+      finally:  # closed even when the last flush failed (a full disk): tensorboardX's atexit hook would retry it
+        for writer in writers:  # and print its traceback after our one sentence
+          writer.event_writer._closed = True

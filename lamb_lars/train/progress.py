@@ -65,7 +65,7 @@ class Progress:
     epoch_of: Callable[[int], float],
     every_s: float,
     enabled: bool = True,
-    stream: TextIO = sys.stderr,
+    stream: TextIO = sys.stdout,
     mode: Optional[str] = None,
     clock: Callable[[], float] = time.monotonic,
   ):

@@ -52,7 +52,7 @@ def _log(msg: str) -> None:
   if jax.process_index() == 0:
     from tqdm import tqdm
 
-    tqdm.write(msg, file=sys.stderr)
+    tqdm.write(msg, file=sys.stdout)  # progress and notes on stdout: stderr holds only what went wrong
 
 
 def recorded_result(workdir: str) -> Optional[dict]:

@@ -191,7 +191,10 @@ def check_plan(config: Any, plan: run_plan.RunPlan) -> None:
 
 def dataset_info(config: Any) -> input_pipeline.DatasetInfo:
   """The dataset's sizes and shapes; a bad data setting (unknown dataset, validation_split) is a ConfigError, a
-  missing dataset stays a ``DatasetNotFoundError``."""
+  missing dataset stays a ``DatasetNotFoundError``. The config's own bounds are checked first (:func:`check_bounds`),
+  so that a value that cannot be right (``train_examples=-5``, ``synthetic.num_train=0``) is named as such rather
+  than as a mismatch with the data."""
+  check_bounds(config)
   try:
     return input_pipeline.get_info(config)
   except input_pipeline.DatasetNotFoundError:

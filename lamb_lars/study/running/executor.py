@@ -10,13 +10,15 @@ start a trial with :func:`spawn_trial`.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from typing import IO, Callable, Mapping, Optional, Protocol
+from typing import IO, Callable, Iterator, Mapping, Optional, Protocol
 
 from lamb_lars.common import io_utils, run_files
 from lamb_lars.study.running.trial_checks import forced_cpu_devices
@@ -77,6 +79,10 @@ def trial_command(run_dir: str, python: str = sys.executable) -> list[str]:
   return [python, "-m", "lamb_lars.study.running.run_one", run_dir]
 
 
+PARENT_ENV = "LAMB_LARS_TRIAL_PARENT"  # the pid of the process that started a trial (die_with_parent)
+_SPAWN_LOCK = threading.Lock()
+
+
 def spawn_trial(
   run_dir: str,
   log: IO,
@@ -87,27 +93,54 @@ def spawn_trial(
   command: Optional[list[str]] = None,
 ) -> subprocess.Popen:
   """Starts the trial of ``run_dir`` (:func:`trial_command`) with ``env`` added to this process's environment, its
-  output going to ``log``. The child dies with the process that started it (``PR_SET_PDEATHSIG = SIGKILL``: a
-  ``kill -9`` of the driver, or of a Ray worker, leaves no orphan trainer writing into the study), pinned to
-  ``cpus`` when given. Both executors start trials here; ``command`` replaces :func:`trial_command` (a pack of
-  trials, ``run_pack``)."""
+  output going to ``log``, pinned to ``cpus`` when given. Both executors start trials here; ``command`` replaces
+  :func:`trial_command` (a pack of trials, ``run_pack``).
 
-  def preexec() -> None:
+  No Python runs between the fork and the exec (no ``preexec_fn``): in a process whose JAX runtime has started
+  threads (the driver traces a user's model to check it) that can deadlock, and JAX warns ``os.fork() was called``.
+  The child inherits the pinning from the spawning thread's CPU affinity, set around the start
+  (:func:`_spawning_on`), and arranges to die with the process that started it itself (:func:`die_with_parent`,
+  the first thing ``run_one`` does), so a ``kill -9`` of the driver, or of a Ray worker, leaves no orphan trainer
+  writing into the study."""
+  with _spawning_on(cpus):
+    return subprocess.Popen(
+      command or trial_command(run_dir, python),
+      stdout=log,
+      stderr=subprocess.STDOUT,
+      stdin=subprocess.DEVNULL,
+      env=child_env({**(env or {}), PARENT_ENV: str(os.getpid())}),
+    )
+
+
+@contextlib.contextmanager
+def _spawning_on(cpus: Optional[set[int]]) -> Iterator[None]:
+  """This thread's CPU affinity set to ``cpus`` for the duration (a child started meanwhile inherits it), then
+  restored; nothing when ``cpus`` is empty or the OS has no ``sched_setaffinity`` (macOS)."""
+  if not cpus or not hasattr(os, "sched_setaffinity"):
+    yield
+    return
+  with _SPAWN_LOCK:
+    before = os.sched_getaffinity(0)  # pid 0: the calling thread
+    os.sched_setaffinity(0, cpus)
     try:
-      ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-      pass
-    if cpus:
-      os.sched_setaffinity(0, cpus)
+      yield
+    finally:
+      os.sched_setaffinity(0, before)
 
-  return subprocess.Popen(
-    command or trial_command(run_dir, python),
-    stdout=log,
-    stderr=subprocess.STDOUT,
-    stdin=subprocess.DEVNULL,
-    env=child_env(env),
-    preexec_fn=preexec,
-  )
+
+def die_with_parent() -> None:
+  """In a trial's process: asks the kernel to SIGKILL it when the process that started it ends
+  (``PR_SET_PDEATHSIG``), and exits at once if that process has already ended (its pid, :data:`PARENT_ENV`, is no
+  longer the parent). Nothing where there is no ``prctl`` (macOS) or no recorded parent (run by hand)."""
+  parent = os.environ.get(PARENT_ENV, "")
+  if not parent.isdigit():
+    return
+  try:
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+  except (OSError, AttributeError):
+    return
+  if os.getppid() != int(parent):  # the driver died before the request took effect
+    os._exit(1)
 
 
 class LocalHandle:

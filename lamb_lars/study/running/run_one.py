@@ -23,6 +23,7 @@ import ml_collections
 
 from lamb_lars.common import io_utils, run_files, workdir_lock
 from lamb_lars.common.io_utils import write_text_atomic
+from lamb_lars.study.running.executor import die_with_parent
 
 LOCK_FILE = workdir_lock.TRAIN_LOCK
 CACHE_ENV = "LAMB_LARS_COMPILATION_CACHE"  # set by the runner (``runner.compilation_cache``)
@@ -86,6 +87,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     print("usage: python -m lamb_lars.study.running.run_one RUN_DIR", file=sys.stderr)
     return 2
   run_dir = argv[0]
+  die_with_parent()  # before anything else: a driver killed from here on takes this trial with it
   try:
     lock = acquire_lock(run_dir)
   except RuntimeError as e:

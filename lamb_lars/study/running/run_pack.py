@@ -20,6 +20,7 @@ def main(argv: Optional[list[str]] = None) -> int:
   if not run_dirs:
     print("usage: python -m lamb_lars.study.running.run_pack RUN_DIR...", file=sys.stderr)
     return 2
+  run_one.die_with_parent()  # as run_one does: a driver killed from here on takes this pack with it
   locks = []
   try:
     for d in run_dirs:
