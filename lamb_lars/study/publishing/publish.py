@@ -89,6 +89,7 @@ def report_spec(study: ml_collections.ConfigDict, workdir: str, con) -> report.R
     targets=tuple(float(g) for g in a["targets"]),
     edge_fraction=float(sections.section(study, "search")["edge_fraction"]),
     noninferiority_margin=float(a["noninferiority_margin"]),
+    analysis_changes=preregistration.analysis_changes(preregistration.load(workdir), a),
     **_branching_spec(study),
   )
 
@@ -150,6 +151,7 @@ def publish(workdir: str, out_dir: Optional[str] = None, command: Optional[str] 
       code=code,
       claims_checked=True,
       preregistration=preregistration.load(workdir),
+      analysis=json.loads(json.dumps(sections.section(study, "analysis"), default=str)),  # the settings it used
     ),
   )  # verify: every number discussion.md quotes
   return readme
