@@ -124,3 +124,18 @@ def test_the_first_run_registers_the_analysis(tmp_path):
   assert record["analysis"] == {"target_technique": "tuned", "targets": []}
   assert preregistration.analysis_changes(record, {"target_technique": "tuned", "targets": ()}) == ()
   assert preregistration.analysis_changes({"commit": None}, {"target_technique": ""}) == ()  # before issue 62
+
+
+def test_the_settings_name_a_loaders_own_validation_split(tmp_path, monkeypatch):
+  _user_data(tmp_path, monkeypatch)
+  work = _workdir(tmp_path, {})
+  assert "validation split 0" in open(publish.publish(work, str(tmp_path / "a"))).read()
+  (tmp_path / "data62.py").write_text(
+    LOADER.replace(
+      '"test": (d["x"][48:], d["y"][48:])',
+      '"validation": (d["x"][48:56], d["y"][48:56]), "test": (d["x"][56:], d["y"][56:])',
+    )
+  )
+  monkeypatch.delitem(sys.modules, "data62", raising=False)
+  text = open(publish.publish(work, str(tmp_path / "b"))).read()
+  assert "(48 training examples, its own validation split of 8 examples)" in text
