@@ -1,7 +1,9 @@
 """Every command in the README's shell blocks runs as written in a fresh clone, after the README's own install
 (issue 62: the fast-tier line failed with ``No module named pytest`` after ``scripts/demo.sh``).
 
-Scope, so that it fits the suite's budget on a 2-core machine (about 3 min, most of it collecting the suite):
+Scope, so that it fits the suite's budget on a 2-core machine (most of its time is collecting the suite twice,
+in one process each: 10.6 min on the shared 2-core machine under heavy load when the collection still ran on three
+xdist workers):
 
 * The repository's committed HEAD is cloned into a temporary folder, and the README's fenced ``bash`` blocks are
   run there in order, each through ``bash -c`` with the clone's ``lamb_lars`` first on the path.
@@ -11,7 +13,7 @@ Scope, so that it fits the suite's budget on a 2-core machine (about 3 min, most
   dependencies or an extra installed before. Every other ``python`` runs the real interpreter.
 * Each command is shortened as the README says it may be (``SHORTEN``; a README command without an entry fails the
   test): ``scripts/demo.sh`` and ``train.py`` with ``--config.`` overrides to two steps; ``scripts/test.sh`` with
-  pytest's ``--collect-only`` (every test collected, none run), ruff run as written and mypy answering
+  pytest's ``--collect-only`` and ``-n 0`` (every test collected, none run), ruff run as written and mypy answering
   ``--version`` (a cold mypy run takes minutes here); ``study run`` with ``--dry_run``; ``study report`` on a
   workdir this test writes beside it: the study's saved config and four finished trials.
 """
@@ -58,8 +60,9 @@ if args[:1] == ["-m"] and args[1] in ("pytest", "ruff", "mypy"):
     sys.exit(1)
   if args[1] == "mypy":
     args = ["-m", "mypy", "--version"]
-  elif args[1] == "pytest":
-    args = args + ["--collect-only", "-q", "-p", "no:cacheprovider"]
+  elif args[1] == "pytest":  # every test collected in this process (-n 0: xdist's options still parsed), none run
+    args = [a if p != "-n" else "0" for p, a in zip([""] + args, args)]
+    args += ["--collect-only", "-q", "-p", "no:cacheprovider"]
 os.execv(REAL, [REAL] + args)
 """
 
