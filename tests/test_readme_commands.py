@@ -1,9 +1,8 @@
 """Every command in the README's shell blocks runs as written in a fresh clone, after the README's own install
 (issue 62: the fast-tier line failed with ``No module named pytest`` after ``scripts/demo.sh``).
 
-Scope, so that it fits the suite's budget on a 2-core machine (most of its time is collecting the suite twice,
-in one process each: 10.6 min on the shared 2-core machine under heavy load when the collection still ran on three
-xdist workers):
+Scope, so that it fits the suite's budget on a 2-core machine (1 min 47 s of CPU, 10 min of wall time on the
+shared 2-core machine under heavy load, 2026-12-05; most of it collecting the suite twice, in one process each):
 
 * The repository's committed HEAD is cloned into a temporary folder, and the README's fenced ``bash`` blocks are
   run there in order, each through ``bash -c`` with the clone's ``lamb_lars`` first on the path.
