@@ -118,6 +118,12 @@ def _from_loader(name: str) -> dict:
   return {"splits": splits, "num_classes": int(num_classes)}
 
 
+def loader_data(name: str) -> dict:
+  """``{"splits": {split: (images, labels)}, "num_classes": n}`` as the loader ``name`` returns them now, checked
+  against the contract and not memoised (a study's provenance hashes them: workload_provenance.py)."""
+  return _from_loader(name)
+
+
 def _from_tfds(config: Any, name: str, data_dir: str) -> dict:
   from lamb_lars.input_pipeline import tfds_arrays  # noqa: PLC0415  (imports tensorflow_datasets)
 

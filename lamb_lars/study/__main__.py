@@ -148,6 +148,7 @@ def _run(FLAGS, command: str) -> None:  # noqa: N803
     _dry_run(FLAGS, study)
     return
   from lamb_lars.study.publishing import preregistration
+  from lamb_lars.study.running import sections
 
   if preregistration.load(FLAGS.workdir) is None:  # a new study: its trials checked first, so a mistake writes nothing
     if command == "branch":
@@ -160,6 +161,7 @@ def _run(FLAGS, command: str) -> None:  # noqa: N803
     FLAGS["config"].config_filename,
     FLAGS.allow_dirty,
     [a for a in sys.argv[1:] if a.startswith("--config.")],
+    analysis=sections.section(study, "analysis"),
   )
   signal.signal(signal.SIGTERM, _raise_interrupt)
   log = lambda s: print(s, flush=True)

@@ -28,6 +28,11 @@ beyond which wall-clock time to the target stops falling. Defined here on measur
 smallest B_k with finite T_k such that no larger measured batch is faster by more than ``rel_tol``:
 min_{j>k} T_j ≥ (1 − rel_tol)·T_k. If only the largest measured batch qualifies, time was still falling at the
 edge of the data and the breakdown point is not observed (None).
+
+When a fit measures B_crit (``why_not_measured``, issue 62): S(B) has two parameters, so a fit through two batch
+sizes passes through both points whatever the law, and tests nothing; it needs at least ``MIN_FIT_BATCHES`` = 3.
+A B_crit at or beyond the largest batch of the fit (or at or below the smallest) sits where the data show no bend:
+they bound it from one side only (Shallue et al. 2018 §4). Neither is a measurement, and nothing is derived from it.
 """
 
 from __future__ import annotations
@@ -51,6 +56,31 @@ class InverseLawFit:
   rms_log_residual: float
   num_points: int
   weighting: str
+
+
+MIN_FIT_BATCHES = 3  # distinct batch sizes a 2-parameter S(B) fit needs before B_crit is a measurement
+
+
+def why_not_measured(b_crit: float, batches: Sequence[float]) -> Optional[str]:
+  """Why a fitted B_crit is not a measurement, in a few words (None: it is one); ``batches``: the batch sizes of
+  the fit's points that reached the target. See the module docstring."""
+  bs = sorted({float(b) for b in batches})
+  if len(bs) < MIN_FIT_BATCHES:
+    return (
+      f"only {len(bs)} batch size{'s' if len(bs) != 1 else ''} reached the target; the 2-parameter fit passes "
+      f"through {'both' if len(bs) == 2 else 'its'} points and needs at least {MIN_FIT_BATCHES}"
+    )
+  if not b_crit < bs[-1]:
+    return (
+      f"the fit puts it at or beyond the largest batch that reached the target ({bs[-1]:g}), where the data show "
+      f"no bend: they say only B_crit ≳ {bs[-1]:g}"
+    )
+  if not b_crit > bs[0]:
+    return (
+      f"the fit puts it at or below the smallest batch that reached the target ({bs[0]:g}): the data say only "
+      f"B_crit ≲ {bs[0]:g}"
+    )
+  return None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,9 @@ files alone; ``manifest.json`` records how they were made:
 * ``machine``: platform, CPU count and model, Python; ``started`` / ``finished``: the first trial start and the
   last trial end (UTC, ISO 8601);
 * ``trials``: the number of trials and the count per status; ``files``: sha256 of runs.csv, evals.csv, README.md;
-* ``report_spec``: everything besides the CSVs that the README is computed from (title, settings lines, target …).
+* ``report_spec``: everything besides the CSVs that the README is computed from (title, settings lines, target …);
+* ``workload`` and ``data``: for a study on a researcher's model or loader, the sha256 of its source files and of
+  the arrays its loader returns (workload_provenance.py).
 
 ``verify`` (provenance.py) recomputes the hashes, the trial counts and the README against it.
 """
@@ -62,6 +64,7 @@ def spec_from_json(d: Mapping[str, Any]) -> report.ReportSpec:
   d.setdefault("select_on", "test")  # a manifest written before the field existed: its report chose on test
   # ... and it took the paper's numbers from the reference every study had then (the analysis section's default)
   d.setdefault("reference", common.analysis()["reference"])
+  d.setdefault("fit_rule", "any")  # written before issue 62: every fit's numbers were printed
   d["target"] = Target(**d["target"]) if d.get("target") else None
   return report.ReportSpec(**d)
 
@@ -94,6 +97,7 @@ def build_manifest(
     "report_spec": spec_to_json(spec),
     "superseded": False,
     **({"workload": workload} if (workload := workload_provenance.sources(config_json)) else {}),
+    **({"data": data} if (data := workload_provenance.data_sources(config_json)) else {}),
     **extra,
   }
 

@@ -9,6 +9,11 @@ outside any git checkout (a test's temporary file) cannot be pre-registered: the
 None, ``git``: False) and the study runs. ``--config.*`` overrides on the command line are recorded too. The
 record is written once and kept on resume, so it names the state of the thresholds when the first trial started;
 ``publish`` copies it into the manifest (``preregistration``).
+
+The record also holds the study's ``analysis`` section as it was then (issue 62): the settings a report is computed
+with (target, target_technique, techniques, …). A report whose analysis differs from it (the config edited after
+the trials ran, then re-reported) says so in its first lines (``analysis_changes``), and its manifest records the
+analysis it used.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import json
 import os
 import subprocess
 import time
-from typing import Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from lamb_lars.common import io_utils
 
@@ -54,8 +59,32 @@ def load(workdir: str) -> Optional[dict]:
   return json.loads(text) if text else None
 
 
+def _plain(value: Any) -> Any:
+  """JSON's form of a config value (tuples as lists), so that a registered and a current section compare equal."""
+  return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def analysis_changes(record: Optional[Mapping], analysis: Mapping) -> tuple[str, ...]:
+  """``analysis.KEY: registered → now`` for each key of ``analysis`` that differs from the registered one (none
+  when the record holds no analysis: a study started before issue 62)."""
+  registered = (record or {}).get("analysis")
+  if registered is None:
+    return ()
+  now = _plain(dict(analysis))
+  text = lambda v: json.dumps(v, ensure_ascii=False)
+  return tuple(
+    f"`analysis.{k}`: {text(registered.get(k))} → {text(now.get(k))}"
+    for k in sorted(set(registered) | set(now))
+    if registered.get(k) != now.get(k)
+  )
+
+
 def register(
-  workdir: str, config_path: Optional[str], allow_dirty: bool = False, overrides: Sequence[str] = ()
+  workdir: str,
+  config_path: Optional[str],
+  allow_dirty: bool = False,
+  overrides: Sequence[str] = (),
+  analysis: Optional[Mapping] = None,
 ) -> dict:
   """The workdir's record: the existing one (a resumed study), else the config file's state now, written. Raises
   ValueError (one sentence) when the config has uncommitted changes or was never committed and ``allow_dirty`` is
@@ -90,6 +119,7 @@ def register(
     "allow_dirty": bool(allow_dirty),
     "overrides": list(overrides),
     "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    **({"analysis": _plain(dict(analysis))} if analysis is not None else {}),
   }
   io_utils.makedirs(workdir)
   io_utils.write_text_atomic(os.path.join(workdir, FILE), json.dumps(record, indent=1, sort_keys=True) + "\n")

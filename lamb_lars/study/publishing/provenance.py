@@ -85,6 +85,7 @@ def verify(out_dir: str, claims: Optional[list] = None) -> list[str]:
   if studies and studies != [m.get("study")]:
     problems.append(f"runs.csv holds the studies {studies}, the manifest names {m.get('study')!r}.")
   problems += workload_provenance.problems(m.get("workload") or {})
+  problems += workload_provenance.data_problems(m.get("data") or {})  # none in a manifest from before issue 62
   counts = trial_counts(out_dir)
   if counts != m.get("trials"):
     problems.append(

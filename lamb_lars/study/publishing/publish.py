@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import ml_collections
 
-from lamb_lars.common import code_state, io_utils
+from lamb_lars.common import code_state, import_path, io_utils
 from lamb_lars.study.records import Target
 from lamb_lars.study.publishing import manifest, preregistration
 from lamb_lars.study.publishing.csv_tables import export_csvs, load_csvs
@@ -48,6 +48,19 @@ def _key_values(d: dict) -> str:
   return ", ".join(f"{k}={json.dumps(v) if isinstance(v, (dict, list)) else v}" for k, v in sorted(d.items())) or "—"
 
 
+def _validation_text(base: ml_collections.ConfigDict) -> str:
+  """``validation split N`` (the last N training examples held out), or, for a loader that returns its own
+  'validation' split, ``its own validation split of N examples`` (issue 62: it read 'validation split 0')."""
+  split = int(base.get("validation_split", 0))
+  if not split and import_path.is_import_path(base.dataset):
+    from lamb_lars.input_pipeline import user_data
+
+    own = user_data.loader_data(base.dataset)["splits"].get("validation")
+    if own is not None:
+      return f"its own validation split of {len(own[1])} examples"
+  return f"validation split {split}"
+
+
 def report_spec(study: ml_collections.ConfigDict, workdir: str, con) -> report.ReportSpec:
   """The report's settings from the study config's ``analysis`` section and the workdir's history."""
   a = sections.section(study, "analysis")
@@ -56,7 +69,7 @@ def report_spec(study: ml_collections.ConfigDict, workdir: str, con) -> report.R
   stamp = lambda t: time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else "—"
   settings = [
     f"- study `{study.name}`: model `{base.model}` on `{base.dataset}` "
-    f"({int(a['num_train'])} training examples, validation split {base.get('validation_split', 0)}),"
+    f"({int(a['num_train'])} training examples, {_validation_text(base)}),"
     f" budget ρ = {a['baseline_epochs']:g} epochs, eval every "
     f"{base.eval_every_epochs:g} epoch(s)",
     f"- search: {_key_values(_plain_dict(study.get('search')))}; runner: "
@@ -89,6 +102,7 @@ def report_spec(study: ml_collections.ConfigDict, workdir: str, con) -> report.R
     targets=tuple(float(g) for g in a["targets"]),
     edge_fraction=float(sections.section(study, "search")["edge_fraction"]),
     noninferiority_margin=float(a["noninferiority_margin"]),
+    analysis_changes=preregistration.analysis_changes(preregistration.load(workdir), a),
     **_branching_spec(study),
   )
 
@@ -150,6 +164,7 @@ def publish(workdir: str, out_dir: Optional[str] = None, command: Optional[str] 
       code=code,
       claims_checked=True,
       preregistration=preregistration.load(workdir),
+      analysis=json.loads(json.dumps(sections.section(study, "analysis"), default=str)),  # the settings it used
     ),
   )  # verify: every number discussion.md quotes
   return readme

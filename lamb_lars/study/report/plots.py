@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
@@ -110,9 +111,12 @@ def steps_vs_batch(
   *,
   title: str = "Steps to target against batch size",
   target: str = "",
+  not_measured: str = "",
 ) -> str:
   """Log-log steps-to-target with the fitted S(B) and the perfect-scaling line (slope −1 through the first point).
-  ``target`` (e.g. ``"99.0% test accuracy"``) is drawn into the title and the y label."""
+  ``target`` (e.g. ``"99.0% test accuracy"``) is drawn into the title and the y label. ``not_measured``: why the
+  fit does not measure B_crit (critical_batch.why_not_measured); then no curve and no number of it are drawn, and
+  the legend says "critical batch B_crit: not measured (why)"."""
   fig = Figure(figsize=(6.5, 4.6))
   ax = fig.add_subplot()
   b, s = _finite(batches, steps, positive=True)
@@ -126,6 +130,9 @@ def steps_vs_batch(
         f"fit S(B) = S_min·(1 + B_crit/B): S_min = {fit.s_min:,.0f} steps, critical batch B_crit = {b_crit} examples"
       )
       ax.loglog(grid, steps_model(fit, grid), "-", color=_COLORS[1], label=label)
+    if not_measured:
+      text = textwrap.fill(f"critical batch B_crit: not measured ({not_measured})", 70)
+      ax.plot([], [], " ", label=text)
   ax.set_xscale("log", base=2)
   _log_axis(ax.xaxis, base=2)
   _log_axis(ax.yaxis)

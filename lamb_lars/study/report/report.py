@@ -21,7 +21,7 @@ import os
 from typing import Optional, Sequence
 
 from lamb_lars.common import io_utils
-from lamb_lars.study.analysis import batch_warmup, critical_batch, regimes, reach
+from lamb_lars.study.analysis import batch_warmup, regimes, reach
 from lamb_lars.study.analysis.baseline import baseline_from_trials
 from lamb_lars.study.analysis.verdict import shown, shown_text
 from lamb_lars.study.records import STATUSES, Baseline, Target, Trial
@@ -77,6 +77,13 @@ class ReportSpec:
   # non-inferiority margin (a fraction of accuracy), and the other ε values a branching report shows CBS(t) at.
   noninferiority_margin: float = 0.002
   branch_epsilons: tuple[float, ...] = ()
+  # How a B_crit fit that measures nothing is shown (issue 62): 'measured' prints a fit over fewer than three batch
+  # sizes, or whose B_crit sits at the edge of them, as "not measured (why)", in text and figure, derives nothing
+  # from it and lists every trial the fit leaves out; 'any' (reports published before) prints every fit's numbers.
+  fit_rule: str = "measured"
+  # How this report's analysis settings differ from the ones registered when the study's first trial started
+  # (publish.analysis_changes), one "key: registered → now" each; shown in the report's first lines.
+  analysis_changes: tuple[str, ...] = ()
 
 
 def _settings_section(trials: Sequence[Trial], spec: ReportSpec) -> list[str]:
@@ -88,6 +95,19 @@ def _settings_section(trials: Sequence[Trial], spec: ReportSpec) -> list[str]:
   if walls:
     lines += [f"- training time summed over trials: {sum(walls) / 60:.1f} min"]
   return ["## Settings", ""] + lines + [""] if lines else []
+
+
+def _changed_analysis_lines(spec: ReportSpec) -> list[str]:
+  """The report's first lines when its analysis differs from the study's registered one (none when it does not)."""
+  if not spec.analysis_changes:
+    return []
+  return [
+    "**This report's analysis differs from the one registered when the study's first trial started** (the study "
+    "config's `analysis` section, recorded in the workdir's preregistration.json): "
+    + "; ".join(spec.analysis_changes)
+    + ".",
+    "",
+  ]
 
 
 def _roles_section(trials: Sequence[Trial], omitted: Sequence[str] = ()) -> list[str]:
@@ -356,7 +376,14 @@ def write_report(
   reps = [t for t in trials if t.phase == "replicate"]
   baseline, note = _baseline(own, spec, reps)
   target_trials = [t for t in own if not spec.target_technique or t.technique == spec.target_technique]
-  steps_lines, fit = report_scaling.steps_section(target_trials, spec.target, fig_dir)
+  steps_lines, fit = report_scaling.steps_section(
+    target_trials,
+    spec.target,
+    fig_dir,
+    fit_rule=spec.fit_rule,
+    left_out=[t for t in own if t not in target_trials],
+    technique=spec.target_technique,
+  )
   sections = _regime_sections(
     everything, trials, own, reps, baseline, note, spec, fig_dir
   ) + _scaling_and_curve_sections(trials, spec, fig_dir, steps_lines, fit)
@@ -365,7 +392,7 @@ def write_report(
   elif trials and all(t.role == batch_warmup.ROLE for t in trials):
     sections = [s for s in sections if s[0] in _WARMUP_SECTIONS]
   omitted = [f"{name}: {why}" for name, why, lines in sections if not lines and why and trials]
-  parts = [f"# {spec.title}", ""]
+  parts = [f"# {spec.title}", ""] + _changed_analysis_lines(spec)
   parts += _settings_section(everything, spec) + _roles_section(everything, omitted)
   for _, _, lines in sections:
     parts += lines
@@ -430,7 +457,7 @@ def _scaling_and_curve_sections(
   spec: ReportSpec,
   fig_dir: Optional[str],
   steps_lines: list[str],
-  fit: Optional[critical_batch.InverseLawFit],
+  fit: report_scaling.StepsFit,
 ) -> list[_Section]:
   """The sections from steps to target on, in report order: steps to target (computed by the caller, whose S(B) fit
   ``fit`` the noise section compares with), the noise scale, accuracy, curves, distance, trust ratios and the
@@ -445,7 +472,7 @@ def _scaling_and_curve_sections(
     (
       "Predicted vs fitted critical batch",
       "no run logged `noise_scale` (McCandlish et al. 2018)",
-      report_scaling.noise_section(trials, fig_dir, fit, spec.max_curves),
+      report_scaling.noise_section(trials, fig_dir, fit.fit, spec.max_curves, fit.why),
     ),
     (
       "Accuracy vs batch size",

@@ -18,7 +18,7 @@ import collections
 import math
 from typing import Optional, Sequence
 
-from lamb_lars.study.analysis import replicates, scaling_fit, search_adequacy
+from lamb_lars.study.analysis import critical_batch, replicates, scaling_fit, search_adequacy
 from lamb_lars.study.records import Target, Trial
 from lamb_lars.study.analysis.selection import chosen_of_cell, finished_full
 from lamb_lars.study.report import reference
@@ -132,7 +132,10 @@ def scaling_section(
   targets: Sequence[float],
   target_technique: str,
   bootstrap_num: int = 200,
+  fit_rule: str = "any",
 ) -> list[str]:
+  """Steps to target per seed and the censored S(B) fits; ``fit_rule`` 'measured' (issue 62): a fit that does not
+  measure B_crit (critical_batch.why_not_measured) shows "not measured (why)" and no number derived from it."""
   if target is None:
     return []
   goals = sorted(set(targets) | {target.goal})
@@ -155,25 +158,30 @@ def scaling_section(
     "than two batch sizes cannot be fitted and are counted, and the interval is conditional on the rest.",
     "",
   ]
-  rows = [_scaling_row(reps, target, goal, goal == headline, bootstrap_num) for goal in goals]
+  rows = [_scaling_row(reps, target, goal, goal == headline, bootstrap_num, fit_rule) for goal in goals]
   lines += table(
     ["target", "B_crit", "95% bootstrap", "S_min", "leave one batch out", "steps per seed (>: censored)"], rows
   )
   return (
     lines
-    + _rejected_note(reps, target, goals, headline)
-    + sensitivity_section(trials, target, goals, headline, target_technique, bootstrap_num)
+    + _rejected_note(reps, target, goals, headline, fit_rule)
+    + sensitivity_section(trials, target, goals, headline, target_technique, bootstrap_num, fit_rule)
   )
 
 
-def _rejected_note(reps: Sequence[Trial], target: Target, goals: Sequence[float], headline) -> list[str]:
-  """The targets whose fit lies below batches where every seed missed (scaling_fit.censored_above), if any."""
+def _rejected_note(
+  reps: Sequence[Trial], target: Target, goals: Sequence[float], headline, fit_rule: str = "any"
+) -> list[str]:
+  """The targets whose fit lies below batches where every seed missed (scaling_fit.censored_above), if any (a fit
+  that does not measure B_crit under ``fit_rule`` predicts nothing here)."""
   found = []
   for goal in goals:
     pts = _points(reps, target.metric, goal, target.mode)
     try:
       f = scaling_fit.fit_points(pts)
     except ValueError:
+      continue
+    if _why_not(f, pts, fit_rule):
       continue
     above = scaling_fit.censored_above(f, pts)
     if above:
@@ -210,7 +218,16 @@ def _resample_note(reps: Sequence[Trial], target: Target, goal: float) -> str:
   )
 
 
-def _scaling_row(reps: Sequence[Trial], target: Target, goal: float, headline: bool, bootstrap_num: int) -> list:
+def _why_not(f: scaling_fit.CensoredFit, pts: dict, fit_rule: str) -> Optional[str]:
+  """Why the censored fit ``f`` of ``pts`` does not measure B_crit under ``fit_rule`` (None: it does, or 'any')."""
+  if fit_rule != "measured":
+    return None
+  return critical_batch.why_not_measured(f.b_crit, list(scaling_fit.reached_only(pts)))
+
+
+def _scaling_row(
+  reps: Sequence[Trial], target: Target, goal: float, headline: bool, bootstrap_num: int, fit_rule: str = "any"
+) -> list:
   """One target's row: the censored S(B) fit over every seed, its bootstrap interval, the leave-one-batch-out
   values and the steps of each seed (the fit's error in place of its numbers when it cannot be fitted)."""
   pts = _points(reps, target.metric, goal, target.mode)
@@ -220,6 +237,9 @@ def _scaling_row(reps: Sequence[Trial], target: Target, goal: float, headline: b
     f = scaling_fit.fit_points(pts)
   except ValueError as e:
     return [name, "—", "—", "—", str(e), seeds]
+  why = _why_not(f, pts, fit_rule)
+  if why:
+    return [name, f"not measured ({why})", "—", "—", "—", seeds]
   ci = scaling_fit.bootstrap(pts, num=bootstrap_num)
   lobo = scaling_fit.leave_one_batch_out(pts)
   ci_txt = (
@@ -231,7 +251,22 @@ def _scaling_row(reps: Sequence[Trial], target: Target, goal: float, headline: b
       + (f"; {ci.failed} of {ci.num + ci.failed} resamples had no fit (left out)" if ci.failed else "")
     )
   )
-  return [name, fmt(f.b_crit), ci_txt, fmt(f.s_min), ", ".join(f"−{b}: {fmt(v)}" for b, v in lobo.items()), seeds]
+  reached = list(scaling_fit.reached_only(pts))
+  lobo_txt = lambda drop, v: (
+    "not measured"
+    if fit_rule == "measured"
+    and v is not None
+    and critical_batch.why_not_measured(v, [b for b in reached if b != drop])
+    else fmt(v)
+  )
+  return [
+    name,
+    fmt(f.b_crit),
+    ci_txt,
+    fmt(f.s_min),
+    ", ".join(f"−{b}: {lobo_txt(b, v)}" for b, v in lobo.items()),
+    seeds,
+  ]
 
 
 def _interval_text(ci: Optional[scaling_fit.Interval]) -> str:
@@ -299,6 +334,7 @@ def sensitivity_section(
   headline: Optional[float],
   target_technique: str,
   bootstrap_num: int = 200,
+  fit_rule: str = "any",
 ) -> list[str]:
   """B_crit's sensitivity to the choices behind it (issue 41), per target: the published fit with its interval
   over seeds; the same fit with an interval over trials and seeds (the search's choice re-applied to resampled
@@ -310,7 +346,7 @@ def sensitivity_section(
   rows, spans = [], []
   for goal in goals:
     name = f"{100 * goal:.2f}%" + (" (headline)" if goal == headline else "")
-    group, values = _sensitivity_rows(name, goal, trials, reps, base, target, bootstrap_num)
+    group, values = _sensitivity_rows(name, goal, trials, reps, base, target, bootstrap_num, fit_rule)
     rows += group
     if values:
       spans.append(f"{name}: {fmt(min(values))} … {fmt(max(values))}")
@@ -331,12 +367,13 @@ def _sensitivity_rows(
   base: Sequence[Trial],
   target: Target,
   bootstrap_num: int,
+  fit_rule: str = "any",
 ) -> tuple[list[list], list[float]]:
   """One target's row group of the sensitivity table (row label ``name``), and every B_crit and interval end in it
   (its span)."""
   b0 = base[0].batch_size if base else None
   pts = _points(reps, target.metric, goal, target.mode)
-  fits = [_variant_row(name, "tuned B0, censored as bounds; interval over seeds", pts, bootstrap_num)]
+  fits = [_variant_row(name, "tuned B0, censored as bounds; interval over seeds", pts, bootstrap_num, None, fit_rule)]
   cands = _candidates(trials, reps, target.metric, goal, target.mode)
   if cands and any(len(c) > 1 for c in cands.values()):
     fits.append(
@@ -346,19 +383,34 @@ def _sensitivity_rows(
         pts,
         bootstrap_num,
         scaling_fit.bootstrap_trials_and_seeds(cands, num=bootstrap_num),
+        fit_rule,
       )
     )
   fits.append(
-    _variant_row(name, "reached seeds only (censored left out)", scaling_fit.reached_only(pts), bootstrap_num)
+    _variant_row(
+      name, "reached seeds only (censored left out)", scaling_fit.reached_only(pts), bootstrap_num, None, fit_rule
+    )
   )
   if b0 is not None and b0 in pts and base:
     swapped = dict(pts)
     swapped[b0] = [(s.steps, s.censored) for s in replicates.steps_per_seed(base, target.metric, goal, target.mode)]
     if swapped[b0]:
-      fits.append(_variant_row(name, f"baseline recipe at B0 = {b0} instead of the tuned cell", swapped, bootstrap_num))
+      fits.append(
+        _variant_row(
+          name, f"baseline recipe at B0 = {b0} instead of the tuned cell", swapped, bootstrap_num, None, fit_rule
+        )
+      )
   rows, values = [row for row, _ in fits], [v for _, vs in fits for v in vs]
   try:
-    lobo = [v for v in scaling_fit.leave_one_batch_out(pts).values() if v is not None]
+    lobo = [
+      v
+      for drop, v in scaling_fit.leave_one_batch_out(pts).items()
+      if v is not None
+      and not (
+        fit_rule == "measured"
+        and critical_batch.why_not_measured(v, [b for b in scaling_fit.reached_only(pts) if b != drop])
+      )
+    ]
   except ValueError:
     lobo = []
   if lobo:
@@ -376,7 +428,12 @@ def _sensitivity_rows(
 
 
 def _variant_row(
-  name: str, label: str, p: dict, bootstrap_num: int, interval: Optional[scaling_fit.Interval] = None
+  name: str,
+  label: str,
+  p: dict,
+  bootstrap_num: int,
+  interval: Optional[scaling_fit.Interval] = None,
+  fit_rule: str = "any",
 ) -> tuple[list, list[float]]:
   """One row of the sensitivity table: the fit of ``p`` with ``interval`` (default: over seeds); and its B_crit and
   interval ends, which join its target's span (none when ``p`` cannot be fitted)."""
@@ -384,8 +441,11 @@ def _variant_row(
     f = scaling_fit.fit_points(p)
   except ValueError as e:
     return [name, label, "—", "—", str(e)], []
-  ci = interval if interval is not None else scaling_fit.bootstrap(p, num=bootstrap_num)
   n, nc = sum(len(v) for v in p.values()), sum(c for v in p.values() for _, c in v)
+  why = _why_not(f, p, fit_rule)
+  if why:
+    return [name, label, f"not measured ({why})", "—", f"{n} ({nc} censored)"], []
+  ci = interval if interval is not None else scaling_fit.bootstrap(p, num=bootstrap_num)
   row = [name, label, fmt(f.b_crit), _interval_text(ci), f"{n} ({nc} censored)"]
   return row, [f.b_crit] + ([ci.lo, ci.hi] if ci is not None else [])
 
@@ -405,4 +465,5 @@ def sections(trials: Sequence[Trial], spec, baseline_batch: Optional[int]) -> li
     spec.target,
     spec.targets,
     spec.target_technique,
+    fit_rule=spec.fit_rule,
   )

@@ -7,13 +7,14 @@ Report layer: reads records only. Definitions: docs/studies.md.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Optional, Sequence
 
 import numpy as np
 
 from lamb_lars.study.analysis import critical_batch, noise_trajectory
-from lamb_lars.study.analysis.steps_to_target import reached_arrays, steps_to_target
+from lamb_lars.study.analysis.steps_to_target import INFEASIBLE, first_hit, reached_arrays, steps_to_target
 from lamb_lars.study.records import Target, Trial
 from lamb_lars.study.report import plots
 from lamb_lars.study.report.markdown import fmt, table
@@ -44,16 +45,29 @@ def b_crit_caveat(fit: critical_batch.InverseLawFit, batches: Sequence[int]) -> 
   )
 
 
+@dataclasses.dataclass(frozen=True)
+class StepsFit:
+  """The steps section's S(B) fit: ``fit`` (None: no fit, or one that does not measure B_crit) and ``why`` it
+  does not measure B_crit (critical_batch.why_not_measured; '' when it does or there is none)."""
+
+  fit: Optional[critical_batch.InverseLawFit] = None
+  why: str = ""
+
+
 def steps_section(
-  trials, target: Optional[Target], out_dir: Optional[str]
-) -> tuple[list[str], Optional[critical_batch.InverseLawFit]]:
+  trials, target: Optional[Target], out_dir: Optional[str], *, fit_rule: str = "any", left_out=(), technique=""
+) -> tuple[list[str], StepsFit]:
+  """Steps to target per batch, the S(B) fit and what derives from it. ``fit_rule``: 'measured' (issue 62) prints a
+  fit that does not measure B_crit (critical_batch.why_not_measured) as "not measured (why)", in the figure too,
+  derives nothing from it and lists every trial left out of the fit (``left_out``: the trials of other techniques
+  than ``technique``, the study's analysis.target_technique); 'any' keeps the reports published before."""
   lines = ["## Steps to target", ""]
   if target is None:
     return lines + [
       "No target given (`target=Target(metric, goal, mode)`): steps-to-target, the S(B) fit, "
       "B* and the breakdown point are skipped.",
       "",
-    ], None
+    ], StepsFit()
   res = steps_to_target(trials, target.metric, target.goal, target.mode)
   goal = goal_text(target)
   lines += [
@@ -62,7 +76,7 @@ def steps_section(
     "",
   ]
   if not res:
-    return [], None
+    return [], StepsFit()
   lines += table(
     ["batch", "steps", "epochs", "wall-clock s", "best run", "trials", "feasible", "reached"],
     [
@@ -85,14 +99,79 @@ def steps_section(
     "",
   ]
   bs, steps = reached_arrays(res)
-  fit_lines, fit = _inverse_law_lines(bs, steps)
+  if fit_rule == "measured":
+    fit_lines, result = _measured_fit_lines(bs, steps)
+    fit_lines += left_out_lines(trials, res, target, left_out, technique)
+  else:
+    fit_lines, fit = _inverse_law_lines(bs, steps)
+    result = StepsFit(fit)
   lines += fit_lines
   if bs:
-    name = plots.steps_vs_batch(out_dir, "steps_to_target.png", bs, steps, fit, target=goal)
+    name = plots.steps_vs_batch(
+      out_dir, "steps_to_target.png", bs, steps, result.fit, target=goal, not_measured=result.why
+    )
     lines += [f"![steps to target]({name})", ""]
-  lines += _step_time_lines(trials, fit)
+  lines += _step_time_lines(trials, result.fit, result.why)
   lines += _breakdown_lines(trials, target)
-  return lines, fit
+  return lines, result
+
+
+def _measured_fit_lines(bs: Sequence[int], steps: Sequence[float]) -> tuple[list[str], StepsFit]:
+  """The S(B) fit under the rule of issue 62: its numbers only when it measures B_crit (≥ 3 batch sizes, B_crit
+  inside them); otherwise "not measured (why)" and no number of it."""
+  law = "S(B) = S_min·(1 + B_crit/B)"
+  if len(set(bs)) < 2:
+    why = critical_batch.why_not_measured(math.nan, bs) or ""
+    return [f"Fit {law}: not measured ({why}).", ""], StepsFit(None, why)
+  fit = critical_batch.fit_inverse_law(bs, steps)
+  why = critical_batch.why_not_measured(fit.b_crit, bs)
+  if why:
+    return [
+      f"Fit {law} over {len(set(bs))} batch size(s): B_crit not measured ({why}); S_min, E_min and the "
+      "time-optimal batch are not derived from it.",
+      "",
+    ], StepsFit(None, why)
+  return [
+    f"Fit {law} (least squares in log S): S_min = {fmt(fit.s_min)}, B_crit = {fmt(fit.b_crit)}, E_min = "
+    f"S_min·B_crit = {fmt(fit.e_min)} examples, rms log residual {fit.rms_log_residual:.3f} over "
+    f"{fit.num_points} batch sizes.",
+    "",
+  ], StepsFit(fit)
+
+
+def left_out_lines(trials: Sequence[Trial], res, target: Target, others: Sequence[Trial], technique: str) -> list[str]:
+  """Every trial the S(B) fit leaves out, grouped by why: each batch's fit point is its best run (the fewest steps
+  to the goal); the rest reached it later, missed it, were infeasible, or are of another technique than the
+  study's analysis.target_technique."""
+  best = {r.best_run_id for r in res.values() if r.best_run_id}
+  why: dict[str, list[str]] = {}
+
+  def add(reason: str, t: Trial, extra: str = "") -> None:
+    why.setdefault(reason, []).append(f"`{t.run_id}` ({t.batch_size}{extra})")
+
+  for t in sorted(trials, key=lambda t: (t.batch_size, t.run_id)):
+    hit = first_hit(t.curve, target.metric, target.goal, target.mode)
+    if t.run_id in best:
+      continue
+    if t.status in INFEASIBLE:
+      add(f"{t.status} (infeasible)", t)
+    elif hit is None:
+      add("did not reach the goal", t)
+    else:
+      add("reached the goal later than the best run at its batch", t, f", step {hit['step']}")
+  for t in sorted(others, key=lambda t: (t.batch_size, t.run_id)):
+    hit = first_hit(t.curve, target.metric, target.goal, target.mode) if t.status not in INFEASIBLE else None
+    kind = f"role `{t.role}`" + (f", technique `{t.technique}`" if t.technique else "")
+    reason = f"not of analysis.target_technique = `{technique}` ({kind})" + (", reached the goal" if hit else "")
+    add(reason, t, f", step {hit['step']}" if hit else "")
+  if not why:
+    return []
+  n = sum(len(v) for v in why.values())
+  return (
+    [f"Left out of the fit ({n} trial{'s' if n != 1 else ''}; the fit takes each batch's best run):", ""]
+    + [f"- {reason}: {', '.join(runs)}" for reason, runs in why.items()]
+    + [""]
+  )
 
 
 def _inverse_law_lines(
@@ -119,8 +198,8 @@ def _inverse_law_lines(
   return lines, fit
 
 
-def _step_time_lines(trials: Sequence[Trial], fit: Optional[critical_batch.InverseLawFit]) -> list[str]:
-  """The step-time fit t(B) = γ + δB and, with an S(B) fit, the time-optimal batch B*."""
+def _step_time_lines(trials: Sequence[Trial], fit: Optional[critical_batch.InverseLawFit], why: str = "") -> list[str]:
+  """The step-time fit t(B) = γ + δB and, with an S(B) fit that measures B_crit, the time-optimal batch B*."""
   times = step_times(trials)
   if len(times) < 2:
     return ["Step times at fewer than two batch sizes: no t(B) fit, no B*.", ""]
@@ -130,6 +209,8 @@ def _step_time_lines(trials: Sequence[Trial], fit: Optional[critical_batch.Inver
     "(median Δwall/Δstep per batch, first eval interval skipped; "
     "least squares in relative error, γ, δ ≥ 0)."
   ]
+  if why:
+    return lines + ["Time-optimal batch B*: not computed, since B_crit is not measured.", ""]
   if fit is not None and stf.delta == 0:
     lines += ["δ = 0: a step costs the same at every batch, so a larger batch is always faster (B* = ∞)."]
   elif fit is not None and stf.gamma > 0:
@@ -184,7 +265,10 @@ def late_median(t: Trial, key: str) -> Optional[float]:
   return float(np.median(v)) if v else None
 
 
-def noise_section(trials, out_dir: Optional[str], fit: Optional[critical_batch.InverseLawFit], limit: int) -> list[str]:
+def noise_section(
+  trials, out_dir: Optional[str], fit: Optional[critical_batch.InverseLawFit], limit: int, why: str = ""
+) -> list[str]:
+  """B_simple against the fitted B_crit; ``why``: why the fit does not measure B_crit (then no number of it)."""
   lines = ["## Predicted vs fitted critical batch", ""]
   have = [t for t in trials if t.status != "failed" and late_median(t, "noise_scale") is not None]
   if not have:
@@ -210,7 +294,7 @@ def noise_section(trials, out_dir: Optional[str], fit: Optional[critical_batch.I
   lines += [
     f"Predicted B_crit ≈ B_simple = {fmt(predicted)} (second-half median; {bad} of {total} evaluations "
     "were non-finite and are not in it); fitted B_crit = "
-    f"{fmt(fitted) if fitted is not None else 'no fit'}"
+    f"{fmt(fitted) if fitted is not None else f'not measured ({why})' if why else 'no fit'}"
     + (f"; ratio predicted/fitted = {predicted / fitted:.3g}." if fitted and math.isfinite(fitted) else "."),
     "",
   ]
