@@ -236,6 +236,27 @@ def test_rereport_recomputes_the_readme_from_the_published_csvs(tmp_path, monkey
     provenance.rereport(out, "x")
 
 
+def test_rereport_can_adopt_the_measured_fit_rule(tmp_path, monkeypatch):
+  """A folder published before issue 62 (``fit_rule`` 'any') re-reported with ``--fit_rule=measured`` reads as a
+  fresh report does (the README that ``publish`` writes with the default rule), verifies, and records the change
+  in its spec and in the re-report's entry; an unknown rule is one sentence and exit 2."""
+  work, out = _workdir(tmp_path), str(tmp_path / "out")
+  publish.publish(work, out, command="python -m lamb_lars.study report --workdir=w --out=o")
+  readme = os.path.join(out, "README.md")
+  fresh = open(readme).read()
+  monkeypatch.setattr(code_state, "code_state", lambda: {"commit": "f" * 40, "dirty": False})
+  provenance.rereport(out, "old", fit_rule="any")  # as a folder published before the rule reads
+  assert json.load(open(os.path.join(out, "manifest.json")))["report_spec"]["fit_rule"] == "any"
+  assert provenance.verify(out) == []
+  provenance.rereport(out, "python -m lamb_lars.study rereport --fit_rule=measured o", fit_rule="measured")
+  m = json.load(open(os.path.join(out, "manifest.json")))
+  assert m["report_spec"]["fit_rule"] == "measured" and open(readme).read() == fresh
+  assert [r.get("fit_rule") for r in m["rereports"]] == ["measured → any", "any → measured"]
+  assert provenance.verify(out) == []
+  assert provenance.rereport_main(["--fit_rule=maybe", out]) == 2
+  assert provenance.rereport_main(["--fit_rule=measured"]) == 2
+
+
 # ---- a composite folder: published parts and one report across them (publishing/composite.py) ----
 
 STUB_REPORT = """

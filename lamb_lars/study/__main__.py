@@ -1,4 +1,4 @@
-"""Command line of the batch-size studies.
+r"""Command line of the batch-size studies.
 
   python -m lamb_lars.study run --config=lamb_lars/configs/studies/mnist_table3.py --workdir=/tmp/studies/table3 \
       [--num_workers=2] [--executor=local|ray] [--ray_address=auto|HOST:PORT] [--pack=K|auto]
@@ -7,7 +7,7 @@
       --workdir=/tmp/studies/branching [--num_workers=2] [--executor=local|ray] [--ray_address=auto|HOST:PORT]
   python -m lamb_lars.study report --workdir=/tmp/studies/table3 [--out=docs/studies/mnist_table3_robust]
   python -m lamb_lars.study verify docs/studies/mnist_table3_robust [DIR ...]
-  python -m lamb_lars.study rereport docs/studies/mnist_table3_replicated [DIR ...]
+  python -m lamb_lars.study rereport [--fit_rule=measured] docs/studies/mnist_table3_robust [DIR ...]
   python -m lamb_lars.study status --workdir=/tmp/studies/table3
   python -m lamb_lars.study snapshot --workdir=/tmp/studies/table3 --out=studies_carry/table3
 
@@ -19,7 +19,9 @@ it writes runs.csv, evals.csv and README.md + PNGs computed from the CSVs, and
 manifest.json (provenance). ``verify`` checks a published folder against its manifest and recomputes its README from
 the CSVs; it exits 1 with one sentence per mismatch. ``rereport`` recomputes a published folder's README and
 figures from its own CSVs at the current (clean) commit, after the analysis changed, and records that in its
-manifest (``rereports``); the runs, the CSVs and their hashes stay as they were.
+manifest (``rereports``); the runs, the CSVs and their hashes stay as they were. With ``--fit_rule=measured``
+a folder published before issue 62 adopts its rule (a B_crit fit over fewer than three batch sizes, or at an edge,
+reads "not measured (why)"), recorded in the manifest.
 ``run --dry_run`` lists the trials and prints the study's predicted wall time on this machine, from a calibration
 of its trials through the local executor (at most three short runs per group of trials alike but for their batch
 and optimizer; running/calibration.py, running/wall_time.py); ``--nocalibrate`` prints the plan without it.

@@ -134,12 +134,18 @@ def _recomputed(out_dir: str, m: dict) -> dict[str, str]:
       return sections(f.read())
 
 
-def rereport(out_dir: str, command: str, code: Optional[Mapping] = None) -> str:
+FIT_RULES = ("any", "measured")  # report.ReportSpec.fit_rule's values
+
+
+def rereport(out_dir: str, command: str, code: Optional[Mapping] = None, fit_rule: Optional[str] = None) -> str:
   """Recomputes a published folder's README and figures from its own CSVs at the current commit (the analysis
   changed; the runs did not), for a folder whose study workdir is gone. The CSVs must be the manifest's; the
   checkout must be clean, so that the commit recorded says exactly what computed the README. The manifest keeps
   the runs' commands and gains ``rereports`` (when, the commit, the command); its ``code`` becomes this commit.
   ``code``: the checkout's state read before any folder was written (several re-reported in one command).
+  ``fit_rule``: a folder published before issue 62 (``report_spec.fit_rule`` 'any') can adopt the 'measured'
+  rule, so that a fit over fewer than three batch sizes, or with B_crit at an edge, reads "not measured (why)";
+  the change is recorded in the manifest's spec and in the re-report's entry (``fit_rule``: before → after).
   Returns the README path; raises ValueError (one sentence) when it cannot."""
   m = json.loads(io_utils.read_text(os.path.join(out_dir, MANIFEST)))
   if _verifier(m):
@@ -155,11 +161,19 @@ def rereport(out_dir: str, command: str, code: Optional[Mapping] = None) -> str:
       "the checkout has uncommitted changes (or is no git checkout); commit first, so that the "
       "re-report's commit says what computed it."
     )
+  if fit_rule is not None and fit_rule not in FIT_RULES:
+    raise ValueError(f"--fit_rule must be one of {', '.join(FIT_RULES)}; got {fit_rule!r}.")
+  entry = {"at": iso(time.time()), "commit": code["commit"], "command": command}
+  if fit_rule is not None:
+    before = spec_from_json(m["report_spec"]).fit_rule
+    if before != fit_rule:
+      m["report_spec"]["fit_rule"] = fit_rule
+      entry["fit_rule"] = f"{before} → {fit_rule}"
   readme = report.write_report(csv_tables.load_csvs(out_dir), out_dir, spec_from_json(m["report_spec"]))
   m["files"]["README.md"] = sha256(readme)
   m["code"] = code
   m.pop("not_recomputed", None)  # every section is now the current computation
-  m.setdefault("rereports", []).append({"at": iso(time.time()), "commit": code["commit"], "command": command})
+  m.setdefault("rereports", []).append(entry)
   write_manifest(out_dir, m)
   return readme
 
@@ -213,15 +227,18 @@ def main(argv: Sequence[str]) -> int:
 
 
 def rereport_main(argv: Sequence[str]) -> int:
-  """``python -m lamb_lars.study rereport DIR [DIR …]``: each folder re-reported (``rereport``) and verified."""
-  if not argv:
-    print("usage: python -m lamb_lars.study rereport DIR [DIR ...]", file=sys.stderr)
+  """``python -m lamb_lars.study rereport [--fit_rule=measured] DIR [DIR …]``: each folder re-reported
+  (``rereport``) and verified."""
+  rules = [a.split("=", 1)[1] for a in argv if a.startswith("--fit_rule=")]
+  dirs = [a for a in argv if not a.startswith("--fit_rule=")]
+  if not dirs or any(a.startswith("-") for a in dirs) or len(rules) > 1:
+    print("usage: python -m lamb_lars.study rereport [--fit_rule=any|measured] DIR [DIR ...]", file=sys.stderr)
     return 2
   code = code_state.code_state()  # before writing: the first folder's new README would make the checkout look edited
-  for d in argv:
+  for d in dirs:
     try:
-      rereport(d, f"python -m lamb_lars.study rereport {' '.join(argv)}", code)
+      rereport(d, f"python -m lamb_lars.study rereport {' '.join(argv)}", code, rules[0] if rules else None)
     except ValueError as e:
       print(f"error: {e}", file=sys.stderr)
       return 2
-  return main(argv)
+  return main(dirs)
