@@ -5,6 +5,7 @@ agreement and threshold rules, steps to target per seed with misses censored, an
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -183,3 +184,40 @@ def test_distinct_resamples_counts_the_multisets_a_bootstrap_can_draw(k):
 
   brute = len({tuple(sorted(d)) for d in itertools.product(range(k), repeat=k)})
   assert report_replicates.distinct_resamples(k) == brute
+
+
+def test_sensitivity_span_of_a_two_batch_study_reads_not_measured():
+  """Replicates at two batch sizes only (Table 3's 256 and 8K): under the 'measured' fit rule every variant's B_crit
+  is 'not measured', and the span line under the table says so instead of an empty span (it printed ': .')."""
+  from lamb_lars.study.report import report_replicates
+  from lamb_lars.study.records import Target
+
+  def run(rid, b, hit, seed):
+    rows = [
+      {"step": 1.0, "epoch": 0.1, "eval_accuracy": 0.5},
+      {"step": float(hit), "epoch": hit / 10.0, "eval_accuracy": 0.991},
+      {"step": 1000.0, "epoch": 100.0, "eval_accuracy": 0.991},
+    ]
+    return Trial(
+      rid,
+      b,
+      role="technique",
+      technique="t",
+      phase="replicate",
+      seed=seed,
+      budget_epochs=100.0,
+      curve=rows,
+      replicate_of=f"c{b}",
+      cell=f"c{b}",
+    )
+
+  trials = [run(f"b{b}s{s}", b, 100.0 * (1 + 1000.0 / b) + s, s) for b in (256, 8192) for s in (1, 2, 3)]
+  target = Target("eval_accuracy", 0.99, "max")
+  measured = "\n".join(
+    report_replicates.sensitivity_section(trials, target, (0.99,), None, "t", bootstrap_num=20, fit_rule="measured")
+  )
+  assert "B_crit over every variant, interval and left-out batch of the table: 99.00%: not measured." in measured
+  assert "not measured (only 2 batch sizes" in measured
+  old = "\n".join(report_replicates.sensitivity_section(trials, target, (0.99,), None, "t", bootstrap_num=20))
+  span = next(ln for ln in old.splitlines() if ln.startswith("B_crit over every variant"))
+  assert re.search(r"99\.00%: [\d.]+ … [\d.]+\.$", span), span  # the 'any' rule still prints the 2-point fit's span

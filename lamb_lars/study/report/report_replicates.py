@@ -348,8 +348,7 @@ def sensitivity_section(
     name = f"{100 * goal:.2f}%" + (" (headline)" if goal == headline else "")
     group, values = _sensitivity_rows(name, goal, trials, reps, base, target, bootstrap_num, fit_rule)
     rows += group
-    if values:
-      spans.append(f"{name}: {fmt(min(values))} … {fmt(max(values))}")
+    spans.append(f"{name}: {fmt(min(values))} … {fmt(max(values))}" if values else f"{name}: not measured")
   if not rows:
     return []
   return (
