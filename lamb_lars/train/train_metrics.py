@@ -62,8 +62,9 @@ class NoiseScaleTracker:
         self._add("precond", small_p[j], big_p[j], *sizes)
 
   def _add(self, kind: str, small_sq: float, big_sq: float, b_small: float, b_big: float) -> None:
-    self.ema[kind] = noise_scale.update(self.ema[kind], small_sq, big_sq, b_small, b_big, self.decay)
-    g2, trace = noise_scale.two_batch_estimates(small_sq, big_sq, b_small, b_big)
+    with np.errstate(invalid="ignore", over="ignore"):  # a diverged step's inf − inf is NaN, the estimate's answer
+      self.ema[kind] = noise_scale.update(self.ema[kind], small_sq, big_sq, b_small, b_big, self.decay)
+      g2, trace = noise_scale.two_batch_estimates(small_sq, big_sq, b_small, b_big)
     self.win[kind] = noise_scale.windows_update(self.win[kind], g2, trace, self.window_steps, self.windows)
 
   def estimate(self, kind: str) -> tuple[float, float, float]:

@@ -32,7 +32,7 @@ from typing import Optional, Sequence
 from lamb_lars.common import code_state, io_utils, run_files
 from lamb_lars.proj.you2020 import authors_logs, paper
 from lamb_lars.study.publishing import manifest as manifest_lib
-from lamb_lars.study.running.executor import slot_cpus, usable_cpus
+from lamb_lars.study.running.executor import slot_cpus, spawning_on, usable_cpus
 
 KIND = "paper_logs"  # manifest.json's kind
 VERIFIER = "lamb_lars.proj.you2020.paper_logs"  # manifest.json's verifier: `study verify` calls its verify()
@@ -58,11 +58,6 @@ def _command(name: str, seed: int, out: str, learning_rate: Optional[float]) -> 
   return [sys.executable, "-m", "lamb_lars.proj.you2020.paper_logs", "one", name, str(seed), out] + (
     [f"--learning_rate={learning_rate}"] if learning_rate is not None else []
   )
-
-
-def _pinned(cpus: Optional[set]):
-  """A preexec_fn pinning the child to ``cpus`` (None: not pinned)."""
-  return (lambda: os.sched_setaffinity(0, cpus)) if cpus and hasattr(os, "sched_setaffinity") else None
 
 
 def _exit_reason(returncode: int) -> str:
@@ -160,11 +155,9 @@ def run(
       cpus = slot_cpus(slot, share) if share and ncpu >= workers else None
       what = f"{name} lr {lr or 'as logged'} seed {seed}"
       print(f"{time.strftime('%H:%M:%S')} {what} → {out}" + (f" (CPUs {sorted(cpus)})" if cpus else ""), flush=True)
-      running[slot] = (
-        what,
-        subprocess.Popen(_command(name, seed, out, lr), env=env, preexec_fn=_pinned(cpus)),
-        est[name],
-      )
+      with spawning_on(cpus):  # pinned by inheritance: no preexec_fn, no fork warning (executor.spawn_trial)
+        proc = subprocess.Popen(_command(name, seed, out, lr), env=env)
+      running[slot] = (what, proc, est[name])
     if running:
       time.sleep(1.0)
   return failed

@@ -99,10 +99,10 @@ def spawn_trial(
   No Python runs between the fork and the exec (no ``preexec_fn``): in a process whose JAX runtime has started
   threads (the driver traces a user's model to check it) that can deadlock, and JAX warns ``os.fork() was called``.
   The child inherits the pinning from the spawning thread's CPU affinity, set around the start
-  (:func:`_spawning_on`), and arranges to die with the process that started it itself (:func:`die_with_parent`,
+  (:func:`spawning_on`), and arranges to die with the process that started it itself (:func:`die_with_parent`,
   the first thing ``run_one`` does), so a ``kill -9`` of the driver, or of a Ray worker, leaves no orphan trainer
   writing into the study."""
-  with _spawning_on(cpus):
+  with spawning_on(cpus):
     return subprocess.Popen(
       command or trial_command(run_dir, python),
       stdout=log,
@@ -113,7 +113,7 @@ def spawn_trial(
 
 
 @contextlib.contextmanager
-def _spawning_on(cpus: Optional[set[int]]) -> Iterator[None]:
+def spawning_on(cpus: Optional[set[int]]) -> Iterator[None]:
   """This thread's CPU affinity set to ``cpus`` for the duration (a child started meanwhile inherits it), then
   restored; nothing when ``cpus`` is empty or the OS has no ``sched_setaffinity`` (macOS)."""
   if not cpus or not hasattr(os, "sched_setaffinity"):
