@@ -290,6 +290,13 @@ def robust_config() -> ml_collections.ConfigDict:
   included) + ≈ 2 refinement + 6 replicates at its replicate time (108–304 s) ≈ 29–59 min, 11 cells ≈ 453 min.
   Total ≈ 553 min of training summed over trials, ≈ 4.6 h of wall time on 2 workers (more beside other work; the
   AdaGrad layer-wise 8K replicates took ≈ 300 s each under load), ≈ 240 trials.
+  Measured (docs/studies/mnist_table3_robust, its README "Settings" and discussion.md "Cost"): 310 trials (7 × 7
+  fixed + 11 × 16 dense points + 16 extension + 3 refinement + 66 searched-cell replicates; the per-cell terms
+  above add up to ≈ 313, so the ≈ 240 total was a slip), 2543.6 min of training summed over trials, wall
+  2026-12-02 19:00 to 2026-12-05 16:39 over several sessions, under load (two trials at nice 15, later nice 5,
+  beside the axes study and test suites, on machines that differ by up to 1.6–2.1× per CPU-second). About
+  1298 min of the sum are three pruned trials whose ``wall_time`` spans a break between sessions; the other 307
+  sum to ≈ 1245 min. Not a quiet-machine cost.
   """
   c = republish_config()
   c.name = "mnist_table3_robust"
