@@ -4,9 +4,9 @@
       [--num_workers=2] [--executor=local|ray] [--ray_address=auto|HOST:PORT] [--dry_run]
   python -m lamb_lars.study branch --config=lamb_lars/configs/studies/mnist_branching.py \
       --workdir=/tmp/studies/branching [--num_workers=2] [--executor=local|ray] [--ray_address=auto|HOST:PORT]
-  python -m lamb_lars.study report --workdir=/tmp/studies/table3 [--out=docs/studies/mnist_table3_replicated]
-  python -m lamb_lars.study verify docs/studies/mnist_table3_replicated [DIR ...]
-  python -m lamb_lars.study rereport docs/studies/mnist_table3_replicated [DIR ...]
+  python -m lamb_lars.study report --workdir=/tmp/studies/table3 [--out=docs/studies/mnist_table3_robust]
+  python -m lamb_lars.study verify docs/studies/mnist_table3_robust [DIR ...]
+  python -m lamb_lars.study rereport docs/studies/mnist_table3_robust [DIR ...]
   python -m lamb_lars.study status --workdir=/tmp/studies/table3
   python -m lamb_lars.study snapshot --workdir=/tmp/studies/table3 --out=studies_carry/table3
 
