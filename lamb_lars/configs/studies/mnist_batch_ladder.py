@@ -93,8 +93,9 @@ def ladder_config() -> ml_collections.ConfigDict:
 
 
 # The baseline, tuned once at B0 (issue 22): the chosen configuration of the bs256-momentum cell of the Table 3
-# republish (lamb_lars/configs/studies/mnist_table3.py:republish; docs/studies/mnist_table3_replicated), selected on the
-# validation split among its searched trials: momentum 0.9, cosine decay, wd 5e-4, 30 epochs, its LR and warmup.
+# republish (lamb_lars/configs/studies/mnist_table3.py:republish; docs/studies/mnist_table3_replicated, in git at
+# f995b11 since mnist_table3_robust superseded it), selected on the validation split among its searched trials:
+# momentum 0.9, cosine decay, wd 5e-4, 30 epochs, its LR and warmup.
 # Chosen (2026-11-26, in the republish's store) among its 4 full-budget trials on validation accuracy 99.22%, tied
 # with lr 0.151 and broken by run id (selection.py); its own test accuracy 99.21%.
 B0_TUNED = dict(run_id="bs256-momentum-lr0.0462-wu0.662-786e", learning_rate=0.04615117286627923,

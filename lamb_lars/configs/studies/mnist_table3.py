@@ -146,7 +146,9 @@ def republish_config() -> ml_collections.ConfigDict:
                 --workdir=studies/mnist_table3_v2
             python -m lamb_lars.study report --workdir=studies/mnist_table3_v2 \
                 --out=docs/studies/mnist_table3_replicated
-  Published: docs/studies/mnist_table3_replicated (2026-11-26; its discussion.md has the verdicts per cell).
+  Published: docs/studies/mnist_table3_replicated (2026-11-26; its discussion.md has the verdicts per cell);
+  superseded by docs/studies/mnist_table3_robust (``robust_config``) and removed from the tree, in git at f995b11:
+  git show f995b11:docs/studies/mnist_table3_replicated/discussion.md.
   Measured cost (2-core CPU, two single-threaded trials at once, partly beside the test suite): 246 trials (144
   searched, 48 in 6 range extensions, 54 replicates), 338 min of training summed over trials: 202 min for the
   search with its promotions and extensions, 136 min for the replicates (0.68× the search); a full 30-epoch trial
@@ -169,11 +171,11 @@ def republish_config() -> ml_collections.ConfigDict:
 
 # ':adagrad_eps' (issue 41; not run yet): AdaGrad's four cells (batch 256; 8K original, layer-wise, layer-wise +
 # bound) searched again with ε and the initial accumulator G₀ in the space beside the LR and warmup (the republish
-# fixed them at optax's 1e-7 and 0.1, and both 8K "differs" cells had their best point next to a divergence cliff),
-# on the republish's LR ranges; more points per cell for the larger space. Expected cost, from
-# docs/studies/mnist_table3_replicated (runs.csv ``wall_time``): an AdaGrad trial 100 s on average (52 trials, 86.5
-# min); 4 cells × 16 points + ≈ 16 in extensions + 4 × 3 replicates ≈ 92 trials ≈ 150 min of training, ≈ 80 min of
-# wall time on 2 workers (pruned trials cost less).
+# fixed them at optax's 1e-7 and 0.1, and both 8K "differs" cells had their best point next to a divergence cliff), on
+# the republish's LR ranges; more points per cell for the larger space. Expected cost, from
+# docs/studies/mnist_table3_replicated (in git at f995b11; runs.csv ``wall_time``): an AdaGrad trial 100 s on average
+# (52 trials, 86.5 min); 4 cells × 16 points + ≈ 16 in extensions + 4 × 3 replicates ≈ 92 trials ≈ 150 min of
+# training, ≈ 80 min of wall time on 2 workers (pruned trials cost less).
 ADAGRAD_EPS = ("log", 1e-10, 1e-2)
 ADAGRAD_G0 = ("log", 1e-4, 1.0)
 ADAGRAD_TRIALS = 16
@@ -198,7 +200,8 @@ def adagrad_config() -> ml_collections.ConfigDict:
 
 
 # ':robust' (issue 41): Table 3 until every cell decides or is called inconclusive with 6+ seeds. Pre-registered
-# here, before its first trial, from docs/studies/mnist_table3_replicated (runs.csv; the verdict rule of its README:
+# here, before its first trial, from docs/studies/mnist_table3_replicated (in git at f995b11 since this study
+# superseded it; runs.csv; the verdict rule of its README:
 # the 95% t interval of the replicates inside the paper's value ± 0.3 pp agrees, wholly outside differs):
 # * every one of the 18 cells gets ≥ 6 fresh seeds: 7 were inconclusive at n = 3, and each of the other 11 was
 #   decided by less than its interval's width (the closest: AdaGrad at 256, 0.003 pp inside the band; the
@@ -284,12 +287,19 @@ def robust_config() -> ml_collections.ConfigDict:
             python -m lamb_lars.study report --workdir=studies/mnist_table3_robust \\
                 --out=docs/studies/mnist_table3_robust
   (or scripts/republish_issue41.sh, resumable, in the background).
-  Expected cost, from docs/studies/mnist_table3_replicated/runs.csv ``wall_time`` (2-core CPU, two single-threaded
-  trials at once, partly loaded): per fixed cell 7 runs at the cell's mean replicate time (112–128 s) ≈ 13–15 min,
-  7 cells ≈ 100 min; per dense cell 16 points at the cell's mean searched-trial time (42–85 s, pruned ones
-  included) + ≈ 2 refinement + 6 replicates at its replicate time (108–304 s) ≈ 29–59 min, 11 cells ≈ 453 min.
+  Expected cost, from docs/studies/mnist_table3_replicated/runs.csv (in git at f995b11) ``wall_time`` (2-core CPU, two
+  single-threaded trials at once, partly loaded): per fixed cell 7 runs at the cell's mean replicate time (112–128 s)
+  ≈ 13–15 min, 7 cells ≈ 100 min; per dense cell 16 points at the cell's mean searched-trial time (42–85 s, pruned
+  ones included) + ≈ 2 refinement + 6 replicates at its replicate time (108–304 s) ≈ 29–59 min, 11 cells ≈ 453 min.
   Total ≈ 553 min of training summed over trials, ≈ 4.6 h of wall time on 2 workers (more beside other work; the
   AdaGrad layer-wise 8K replicates took ≈ 300 s each under load), ≈ 240 trials.
+  Measured (docs/studies/mnist_table3_robust, its README "Settings" and discussion.md "Cost"): 310 trials (7 × 7
+  fixed + 11 × 16 dense points + 16 extension + 3 refinement + 66 searched-cell replicates; the per-cell terms
+  above add up to ≈ 313, so the ≈ 240 total was a slip), 2543.6 min of training summed over trials, wall
+  2026-12-02 19:00 to 2026-12-05 16:39 over several sessions, under load (two trials at nice 15, later nice 5,
+  beside the axes study and test suites, on machines that differ by up to 1.6–2.1× per CPU-second). About
+  1298 min of the sum are three pruned trials whose ``wall_time`` spans a break between sessions; the other 307
+  sum to ≈ 1245 min. Not a quiet-machine cost.
   """
   c = republish_config()
   c.name = "mnist_table3_robust"
