@@ -311,6 +311,7 @@ def make_plan(config: Any, *, num_train: int, num_devices: int) -> RunPlan:
   kw = dict(num_train=num_train, batch_size=b)
   base_total = _steps("total", config, **kw)
   kw["total_steps"] = base_total
+  base_warmup = _steps("warmup", config.optimizer.schedule, default=0, **kw)
   stages = _stages(config, base_total * b, num_train=num_train, num_devices=num_devices)
   at = lambda steps: batch_schedule.step_reaching(stages, steps * b)  # base-batch steps → this run's steps
   s0 = stages[0]
@@ -322,7 +323,7 @@ def make_plan(config: Any, *, num_train: int, num_devices: int) -> RunPlan:
     num_train=num_train,
     batches_per_epoch=num_train // b,
     total_steps=at(base_total),
-    warmup_steps=at(_steps("warmup", config.optimizer.schedule, default=0, **kw)),
+    warmup_steps=at(base_warmup),
     eval_every_steps=_steps("eval_every", config, default=0, **kw),
     checkpoint_every_steps=_steps("checkpoint_every", config, default=0, **kw),
     steps_per_fetch=steps_per_fetch(config, num_train // b),
@@ -331,7 +332,7 @@ def make_plan(config: Any, *, num_train: int, num_devices: int) -> RunPlan:
     stages=stages,
     data_order=config.data_order,
     base_total_steps=base_total,
-    base_warmup_steps=_steps("warmup", config.optimizer.schedule, default=0, **kw),
+    base_warmup_steps=base_warmup,
   )
   plan = dataclasses.replace(plan, diagnostics=diagnostics_plan(config, plan))
   return adaptive_plan(config, plan) if config.batch_schedule == "adaptive" else plan

@@ -79,12 +79,13 @@ class NoiseScaleTracker:
     return float(noise_scale.b_simple(self.ema[kind])), lo, hi
 
   def value(self) -> dict:
-    """The evaluation row's keys: noise_scale[_lo, _hi], noise_scale_precond[_lo, _hi] (nothing when disabled)."""
+    """The evaluation row's keys: noise_scale[_lo, _hi], noise_scale_precond[_lo, _hi] (nothing when disabled); a
+    value not available yet (NaN) is None, so that a row read back from JSON equals the row written."""
     if not self.enabled:
       return {}
     out = {}
     for kind, key in (("simple", "noise_scale"), ("precond", "noise_scale_precond")):
-      value, lo, hi = self.estimate(kind)
+      value, lo, hi = (v if np.isfinite(v) else None for v in self.estimate(kind))
       out.update({key: value, f"{key}_lo": lo, f"{key}_hi": hi})
     return out
 

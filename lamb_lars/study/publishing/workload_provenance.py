@@ -93,6 +93,7 @@ def data_problems(recorded: Mapping) -> list[str]:
     try:
       now, splits = data_sha256(path)
     except Exception as e:  # a user's loader: whatever it raises, verify says so in one sentence
+      e = e.__cause__ or e  # the loader's own error, not the wrapper that names the config key
       out.append(
         f"the data of {path!r} cannot be loaded here ({type(e).__name__}: {e}), so their sha256 cannot be checked."
       )
