@@ -202,15 +202,15 @@ def train_and_evaluate(
     return _train(config, workdir, info, devices, plan, hparams)
 
 
-def _train(
+def _build_parts(
   config: ml_collections.ConfigDict,
   workdir: str,
   info: input_pipeline.DatasetInfo,
   devices: list,
   plan: run_plan.RunPlan,
-  hparams: Optional[dict[str, Any]],
-) -> dict:
-  """Builds the run's parts, resumes, runs the loop; the checkpointer and the writer are closed on every exit."""
+) -> tuple[loop_lib.Parts, Any]:
+  """The loop's parts (optimizer, LR table, mesh, model per batch stage, evaluator, feeder, replanner) and the
+  freshly initialised train state."""
   tx, lr_fn = run_optimizer.create_optimizer(config, plan, plan.branch.lr if plan.branch else None)
   lrs = lr_table.tabulate(lr_fn, plan.total_steps)  # the LR of every update, on the host: logged per step
   mesh = mesh_lib.make_mesh(plan.bn.group_devices, devices)
@@ -242,6 +242,19 @@ def _train(
     workdir=workdir if jax.process_index() == 0 else None,
   )
   parts.replan = make_replan(config, parts, stage_parts, current)
+  return parts, state
+
+
+def _train(
+  config: ml_collections.ConfigDict,
+  workdir: str,
+  info: input_pipeline.DatasetInfo,
+  devices: list,
+  plan: run_plan.RunPlan,
+  hparams: Optional[dict[str, Any]],
+) -> dict:
+  """Builds the run's parts, resumes, runs the loop; the checkpointer and the writer are closed on every exit."""
+  parts, state = _build_parts(config, workdir, info, devices, plan)
   ckpt, writer, bar, status = checkpoint.Checkpointer(workdir, keep=config.keep_checkpoints), None, None, None
   try:
     state, meta = restore(ckpt, state, workdir, plan)

@@ -400,18 +400,7 @@ def _sensitivity_rows(
         )
       )
   rows, values = [row for row, _ in fits], [v for _, vs in fits for v in vs]
-  try:
-    lobo = [
-      v
-      for drop, v in scaling_fit.leave_one_batch_out(pts).items()
-      if v is not None
-      and not (
-        fit_rule == "measured"
-        and critical_batch.why_not_measured(v, [b for b in scaling_fit.reached_only(pts) if b != drop])
-      )
-    ]
-  except ValueError:
-    lobo = []
+  lobo = _leave_one_batch_out(pts, fit_rule)
   if lobo:
     rows.append(
       [
@@ -424,6 +413,24 @@ def _sensitivity_rows(
     )
     values += lobo
   return rows, values
+
+
+def _leave_one_batch_out(pts: dict, fit_rule: str) -> list[float]:
+  """B_crit refitted without each batch in turn; under ``fit_rule='measured'`` a refit that would read "not
+  measured" (too few reached batches, or at an edge) is left out."""
+  try:
+    refits = scaling_fit.leave_one_batch_out(pts)
+  except ValueError:
+    return []
+  return [
+    v
+    for drop, v in refits.items()
+    if v is not None
+    and not (
+      fit_rule == "measured"
+      and critical_batch.why_not_measured(v, [b for b in scaling_fit.reached_only(pts) if b != drop])
+    )
+  ]
 
 
 def _variant_row(
