@@ -75,7 +75,7 @@ def test_a_kill_across_a_batch_change_resumes_bit_exactly(tmp_path):
   for run in (killed, before):
     out = _train(run)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "Resumed from step" in out.stderr
+    assert "Resumed from step" in out.stdout
     assert rows(run) == rows(ref)
     assert _decisions(run) == _decisions(ref)
     assert final(run) == final(ref)

@@ -190,7 +190,7 @@ def test_train_kill_and_resume_on_gcs(gcs, tmp_path):
     _train_cmd(killed), cwd=tmp_path, env={**env, "PYTHONPATH": ROOT}, capture_output=True, text=True, timeout=600
   )
   assert out.returncode == 0, out.stderr[-3000:]
-  assert "Resumed from step" in out.stderr
+  assert "Resumed from step" in out.stdout
   assert io_utils.read_json(f"{killed}/result.json")["status"] == "done"
   assert _rows(killed) == _rows(ref)
 

@@ -7,7 +7,9 @@ the main thread, where the command line turns it into one sentence (:mod:`lamb_l
 command that has not asked for ``--verbose``:
 
 * a log record that carries a traceback, or that comes from a thread other than the main one, goes to the log file;
-* whatever another thread writes to ``sys.stderr`` (an exception in a thread, a callback's traceback) goes there too.
+* whatever another thread writes to ``sys.stderr`` (an exception in a thread, a callback's traceback) goes there too;
+* so does an exception Python can only report as "Exception ignored in" (``sys.unraisablehook``: orbax's reading
+  coroutine collected with its error when a damaged checkpoint is read, on whichever thread collects it).
 
 The main thread's own lines (our sentence, a bug's traceback, warnings) stay on stderr. The log file is
 ``<workdir>/log.txt`` (``run_files.LOG_FILE``, the file a study trial's output goes to), appended to; where it
@@ -81,6 +83,14 @@ class _ToLogFile(logging.Filter):
 _INSTALLED: Optional[_LogFile] = None
 
 
+def _unraisable_text(u) -> str:
+  """What Python's default hook would print for an unraisable exception ``u`` (sys.UnraisableHookArgs)."""
+  import traceback
+
+  head = f"{u.err_msg or 'Exception ignored in'}: {u.object!r}\n"
+  return head + "".join(traceback.format_exception(u.exc_type, u.exc_value, u.exc_traceback))
+
+
 def keep_to_log_file(path: str) -> None:
   """Sends the library noise of this process (module docstring) to ``path`` from now on; once per process."""
   global _INSTALLED
@@ -88,6 +98,7 @@ def keep_to_log_file(path: str) -> None:
     return
   _INSTALLED = log = _LogFile(path)
   sys.stderr = _ThreadedStderr(sys.stderr, log)  # type: ignore[assignment]
+  sys.unraisablehook = lambda u: log.write(_unraisable_text(u))
   keep = _ToLogFile(log)
   logging.getLogger("absl").addFilter(keep)  # absl's logger: orbax, tfds
   for handler in logging.getLogger().handlers:  # what any other library's logger propagates to (absl's handler)
