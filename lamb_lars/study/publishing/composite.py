@@ -15,9 +15,10 @@ the report module and command, the code and the README's sha256.
 * (in provenance.verify) a number the root's discussion.md or index row quotes is not produced by README.md or by
   the README of a part the paragraph links (``](<part>/…)``).
 
-Command: ``python -m lamb_lars.study.publishing.composite ROOT --report=MODULE`` writes README.md (``MODULE.report``)
-and manifest.json; the parts must be published first, and the checkout committed (the manifest's commit says what
-computed the README).
+Command: ``python -m lamb_lars.study.publishing.composite ROOT --report=MODULE [--parts=A,B,...]`` writes README.md
+(``MODULE.report``) and manifest.json (``--parts``: published folders elsewhere, relative to ROOT, for a re-analysis
+such as critical_batch_calibration; default: ROOT's sub-folders); the parts must be published first, and the
+checkout committed (the manifest's commit says what computed the README).
 """
 
 from __future__ import annotations
@@ -61,15 +62,26 @@ def _manifest_hashes(root: str, parts: Sequence[str]) -> dict[str, str]:
   return {p: sha256(os.path.join(root, p, manifest_lib.MANIFEST)) for p in parts}
 
 
-def publish(root: str, report_module: str, command: str, code: Optional[Mapping] = None) -> dict:
+def publish(
+  root: str,
+  report_module: str,
+  command: str,
+  code: Optional[Mapping] = None,
+  parts: Optional[Sequence[str]] = None,
+) -> dict:
   """Writes ``<root>/README.md`` (``report_module.report(root)``) and ``<root>/manifest.json``; returns the manifest.
   ``code``: the state of the code (lamb_lars/; default: read now), so that its commit says what computed the README
-  (the parts just published beside it may be uncommitted). Raises ValueError (one sentence) when lamb_lars/ has
+  (the parts just published beside it may be uncommitted). ``parts``: the published folders the report reads, as
+  paths relative to ``root`` (a re-analysis of folders published elsewhere: ``../critical_batch_axes/mlp``);
+  default: every sub-folder of ``root`` with a manifest. Raises ValueError (one sentence) when lamb_lars/ has
   uncommitted changes, ``root`` has no published part, or a part does not verify."""
   code = dict(code) if code is not None else code_state(paths=("lamb_lars",))
   if code.get("dirty") or not code.get("commit"):
     raise ValueError("lamb_lars/ has uncommitted changes (or is no git checkout); commit the code first.")
-  parts = parts_of(root)
+  parts = sorted(parts) if parts else parts_of(root)
+  missing = [p for p in parts if not os.path.isfile(os.path.join(root, p, manifest_lib.MANIFEST))]
+  if missing:
+    raise ValueError(f"the parts {missing} are no published folders (no manifest.json under {root}).")
   if not parts:
     raise ValueError(f"{root} holds no published part (a sub-folder with a manifest.json).")
   if half_published(root):
@@ -129,19 +141,21 @@ def verify(root: str, m: Mapping) -> list[str]:
 
 
 def main(argv: Sequence[str]) -> int:
-  """``ROOT --report=MODULE``: publishes ROOT (README.md and manifest.json) and verifies it."""
-  args = [a for a in argv if not a.startswith("--report=")]
+  """``ROOT --report=MODULE [--parts=A,B,...]``: publishes ROOT (README.md and manifest.json) and verifies it."""
+  args = [a for a in argv if not a.startswith(("--report=", "--parts="))]
   mods = [a[len("--report=") :] for a in argv if a.startswith("--report=")]
+  parts = [p for a in argv if a.startswith("--parts=") for p in a[len("--parts=") :].split(",") if p]
   if len(args) != 1 or len(mods) != 1 or not os.path.isdir(args[0]):
     print(
-      "usage: python -m lamb_lars.study.publishing.composite ROOT --report=MODULE (ROOT: an existing folder of "
-      "published parts; MODULE: e.g. lamb_lars.study.analysis.axes)",
+      "usage: python -m lamb_lars.study.publishing.composite ROOT --report=MODULE [--parts=A,B,...] (ROOT: an "
+      "existing folder of published parts; MODULE: e.g. lamb_lars.study.analysis.axes; PARTS: published folders "
+      "relative to ROOT, default its sub-folders)",
       file=sys.stderr,
     )
     return 2
   command = "python -m lamb_lars.study.publishing.composite " + " ".join(argv)
   try:
-    publish(args[0], mods[0], command)
+    publish(args[0], mods[0], command, parts=parts or None)
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
