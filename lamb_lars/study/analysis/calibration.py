@@ -152,7 +152,10 @@ def point_rows(name: str, folder: str, b0: int, epsilon: float = cfg.EPSILON, fu
   out = []
   for c in traj:
     lo = c.low if c.low is not None else 0.0
-    hi = math.inf if c.censored else (c.high if c.high is not None else math.nan)
+    # the bracket's upper end: ∞ when every tested batch passes; the smallest tested batch when even it fails
+    # (CBS below it; the config's "(0, hi/B]"); NaN when no batch was tested
+    smallest = min(c.verdicts) if c.verdicts else math.nan
+    hi = math.inf if c.censored else (c.high if c.high is not None else smallest)
     low = str(c.low) if c.low is not None else "<" + str(min(c.verdicts)) if c.verdicts else "—"
     bracket = f"≥ {c.low:,}" if c.censored else f"[{low}, {c.high if c.high is not None else '—'}]"
     bn = noise[c.point]
