@@ -257,6 +257,31 @@ def test_rereport_can_adopt_the_measured_fit_rule(tmp_path, monkeypatch):
   assert provenance.rereport_main(["--fit_rule=measured"]) == 2
 
 
+
+def test_rereport_opts_a_folder_into_the_claim_check_only_when_its_quotes_pass(tmp_path, monkeypatch):
+  """An older folder (no ``claims_checked``) re-reported gains ``claims_checked`` when every number its discussion
+  quotes is one its data produce; a discussion quoting a number the data do not produce keeps it off."""
+  work, out = _workdir(tmp_path), str(tmp_path / "out")
+  publish.publish(work, out, command="python -m lamb_lars.study report --workdir=w --out=o")
+  m = json.load(open(os.path.join(out, "manifest.json")))
+  m.pop("claims_checked", None)
+  manifest_lib.write_manifest(out, m)
+  monkeypatch.setattr(code_state, "code_state", lambda: {"commit": "f" * 40, "dirty": False})
+  with open(os.path.join(out, "discussion.md"), "w") as f:
+    f.write("The study quotes 987654.321, which no report prints.\n")
+  provenance.rereport(out, "first")
+  m = json.load(open(os.path.join(out, "manifest.json")))
+  assert not m.get("claims_checked") and "claims_checked" not in m["rereports"][-1]
+  with open(os.path.join(out, "discussion.md"), "w") as f:
+    f.write("The study quotes 987654.321, which no report prints. <!--nc-->\n")
+  provenance.rereport(out, "second")
+  m = json.load(open(os.path.join(out, "manifest.json")))
+  assert m["claims_checked"] is True and m["rereports"][-1]["claims_checked"] is True
+  assert provenance.verify(out) == []
+  with open(os.path.join(out, "discussion.md"), "w") as f:
+    f.write("Now it quotes 987654.321 unmarked.\n")
+  assert any("987654.321" in p for p in provenance.verify(out))  # from now on verify fails on it
+
 # ---- a composite folder: published parts and one report across them (publishing/composite.py) ----
 
 STUB_REPORT = """

@@ -146,6 +146,8 @@ def rereport(out_dir: str, command: str, code: Optional[Mapping] = None, fit_rul
   ``fit_rule``: a folder published before issue 62 (``report_spec.fit_rule`` 'any') can adopt the 'measured'
   rule, so that a fit over fewer than three batch sizes, or with B_crit at an edge, reads "not measured (why)";
   the change is recorded in the manifest's spec and in the re-report's entry (``fit_rule``: before → after).
+  A folder without ``claims_checked`` whose discussion and index row pass the claim check against the new README
+  gains it (and the entry says so): from then on ``verify`` fails on an unmatched number there.
   Returns the README path; raises ValueError (one sentence) when it cannot."""
   m = json.loads(io_utils.read_text(os.path.join(out_dir, MANIFEST)))
   if _verifier(m):
@@ -173,6 +175,8 @@ def rereport(out_dir: str, command: str, code: Optional[Mapping] = None, fit_rul
   m["files"]["README.md"] = sha256(readme)
   m["code"] = code
   m.pop("not_recomputed", None)  # every section is now the current computation
+  if not m.get("claims_checked") and not claim_problems(out_dir, m, io_utils.read_text(readme)):
+    m["claims_checked"] = entry["claims_checked"] = True  # an older folder whose quotes all pass opts in for good
   m.setdefault("rereports", []).append(entry)
   write_manifest(out_dir, m)
   return readme
