@@ -151,7 +151,7 @@ def rereport(out_dir: str, command: str, code: Optional[Mapping] = None, fit_rul
   Returns the README path; raises ValueError (one sentence) when it cannot."""
   m = json.loads(io_utils.read_text(os.path.join(out_dir, MANIFEST)))
   if _verifier(m):
-    raise ValueError(f"{out_dir} is a {m['kind']} folder: re-report it with `python -m {_verifier(m)} report`.")
+    return _adopt_claims(out_dir, m, command, code)
   for name in ("runs.csv", "evals.csv"):
     if sha256(os.path.join(out_dir, name)) != m.get("files", {}).get(name):
       raise ValueError(
@@ -179,6 +179,29 @@ def rereport(out_dir: str, command: str, code: Optional[Mapping] = None, fit_rul
     m["claims_checked"] = entry["claims_checked"] = True  # an older folder whose quotes all pass opts in for good
   m.setdefault("rereports", []).append(entry)
   write_manifest(out_dir, m)
+  return readme
+
+
+def _adopt_claims(out_dir: str, m: dict, command: str, code: Optional[Mapping]) -> str:
+  """A folder of another kind (its own verifier and report) is not recomputed here; when it verifies and every
+  number its discussion and index row quote passes the claim check, it gains ``claims_checked`` and a ``rereports``
+  entry saying so (README untouched). Raises ValueError (one sentence) when it cannot."""
+  code = dict(code) if code is not None else code_state.code_state()
+  if code.get("dirty") or not code.get("commit"):
+    raise ValueError("the checkout has uncommitted changes (or is no git checkout); commit first.")
+  readme = os.path.join(out_dir, "README.md")
+  bad = importlib.import_module(_verifier(m) or "").verify(out_dir, m)
+  bad = bad or claim_problems(out_dir, m, io_utils.read_text(readme))
+  if bad:
+    raise ValueError(
+      f"{out_dir} is a {m['kind']} folder (re-report it with `python -m {_verifier(m)}`); it cannot opt into the "
+      f"claim check while it has {len(bad)} problem(s), the first: {bad[0]}"
+    )
+  if not m.get("claims_checked"):
+    m["claims_checked"] = True
+    entry = {"at": iso(time.time()), "commit": code["commit"], "command": command, "claims_checked": True}
+    m.setdefault("rereports", []).append(entry)
+    write_manifest(out_dir, m)
   return readme
 
 
