@@ -412,3 +412,26 @@ def test_code_state_reads_dirty_under_the_paths_given(tmp_path):
   assert code_state.code_state(str(repo), paths=("lamb_lars",))["dirty"] is False
   (repo / "lamb_lars" / "m.py").write_text("x = 2\n")
   assert code_state.code_state(str(repo), paths=("lamb_lars",))["dirty"] is True
+
+
+def test_rereport_of_a_folder_of_another_kind_only_opts_into_the_claim_check(tmp_path, monkeypatch):
+  """mnist_paper_logs (kind paper_logs, its own verifier) is not recomputed by ``rereport``: a copy without
+  ``claims_checked`` gains it (README untouched); with an unmarked number in its discussion it is refused."""
+  src = os.path.join(REPO, "docs", "studies", "mnist_paper_logs")
+  out = str(tmp_path / "mnist_paper_logs")
+  shutil.copytree(src, out)
+  m = json.load(open(os.path.join(out, "manifest.json")))
+  m.pop("claims_checked", None)
+  m.pop("rereports", None)
+  manifest_lib.write_manifest(out, m)
+  readme = open(os.path.join(out, "README.md")).read()
+  monkeypatch.setattr(code_state, "code_state", lambda: {"commit": "f" * 40, "dirty": False})
+  with open(os.path.join(out, "discussion.md"), "a") as f:
+    f.write("\nAn unmarked 987654.321.\n")
+  with pytest.raises(ValueError, match="cannot opt into the claim check"):
+    provenance.rereport(out, "x")
+  shutil.copy(os.path.join(src, "discussion.md"), os.path.join(out, "discussion.md"))
+  provenance.rereport(out, "python -m lamb_lars.study rereport o")
+  m = json.load(open(os.path.join(out, "manifest.json")))
+  assert m["claims_checked"] is True and m["rereports"][-1]["claims_checked"] is True
+  assert open(os.path.join(out, "README.md")).read() == readme and provenance.verify(out) == []
