@@ -257,7 +257,6 @@ def test_rereport_can_adopt_the_measured_fit_rule(tmp_path, monkeypatch):
   assert provenance.rereport_main(["--fit_rule=measured"]) == 2
 
 
-
 def test_rereport_opts_a_folder_into_the_claim_check_only_when_its_quotes_pass(tmp_path, monkeypatch):
   """An older folder (no ``claims_checked``) re-reported gains ``claims_checked`` when every number its discussion
   quotes is one its data produce; a discussion quoting a number the data do not produce keeps it off."""
@@ -281,6 +280,7 @@ def test_rereport_opts_a_folder_into_the_claim_check_only_when_its_quotes_pass(t
   with open(os.path.join(out, "discussion.md"), "w") as f:
     f.write("Now it quotes 987654.321 unmarked.\n")
   assert any("987654.321" in p for p in provenance.verify(out))  # from now on verify fails on it
+
 
 # ---- a composite folder: published parts and one report across them (publishing/composite.py) ----
 
