@@ -71,3 +71,35 @@ def test_snapshot_keeps_the_newest_finished_checkpoint_of_each_trial_that_runs_a
   bare = snap.snapshot(workdir, str(tmp_path / "bare"), running_checkpoints=False)
   assert bare["kept_running_checkpoints"] == {}
   assert not any("checkpoints" in d for d, _, _ in os.walk(tmp_path / "bare"))
+
+
+def test_a_store_that_only_a_writer_can_recover_is_copied_read_write(tmp_path, monkeypatch):
+  """A store left by a killed runner can need WAL recovery, which a read-only connection refuses ("attempt to write
+  a readonly database"); the copy then goes through a read-write connection and keeps every row."""
+  import sqlite3
+
+  src, dst = str(tmp_path / "s.sqlite"), str(tmp_path / "copy.sqlite")
+  con = sqlite3.connect(src)
+  con.execute("CREATE TABLE t (x)")
+  con.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(7)])
+  con.commit()
+  con.close()
+  real = sqlite3.connect
+
+  class ReadOnlyRefuses:
+    def __init__(self, con):
+      self.con = con
+
+    def backup(self, target):
+      raise sqlite3.OperationalError("attempt to write a readonly database")
+
+    def close(self):
+      self.con.close()
+
+  def connect(path, *a, **k):
+    con = real(path, *a, **k)
+    return ReadOnlyRefuses(con) if str(path).endswith("?mode=ro") else con
+
+  monkeypatch.setattr(snap.sqlite3, "connect", connect)
+  snap._backup_sqlite(src, dst)
+  assert real(dst).execute("SELECT count(*) FROM t").fetchone() == (7,)

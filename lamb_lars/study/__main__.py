@@ -7,7 +7,7 @@ r"""Command line of the batch-size studies.
       --workdir=/tmp/studies/branching [--num_workers=2] [--executor=local|ray] [--ray_address=auto|HOST:PORT]
   python -m lamb_lars.study report --workdir=/tmp/studies/table3 [--out=docs/studies/mnist_table3_robust]
   python -m lamb_lars.study verify docs/studies/mnist_table3_robust [DIR ...]
-  python -m lamb_lars.study rereport [--fit_rule=measured] docs/studies/mnist_table3_robust [DIR ...]
+  python -m lamb_lars.study rereport docs/studies/mnist_table3_robust [DIR ...] [--fit_rule=measured]
   python -m lamb_lars.study status --workdir=/tmp/studies/table3
   python -m lamb_lars.study snapshot --workdir=/tmp/studies/table3 --out=studies_carry/table3
 

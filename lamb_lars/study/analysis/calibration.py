@@ -12,8 +12,9 @@ Layout: a composite folder (publishing/composite.py) whose parts are the source 
 (``../critical_batch_axes/mlp``); ``report(root)`` writes README.md, ``check(root)`` lists its lines that differ from
 a recomputation.
 
-Command: ``python -m lamb_lars.study.publishing.composite docs/studies/critical_batch_calibration
---report=lamb_lars.study.analysis.calibration --parts=<every source, comma-separated>`` (``SOURCES`` below).
+Command: ``bash scripts/critical_batch_calibration.sh``, which runs ``python -m lamb_lars.study.publishing.composite
+docs/studies/critical_batch_calibration --report=lamb_lars.study.analysis.calibration --parts=<every source,
+comma-separated>`` (``SOURCES`` below).
 """
 
 from __future__ import annotations

@@ -56,11 +56,22 @@ SKIPPED = (
 
 
 def _backup_sqlite(src: str, dst: str) -> None:
-  """A consistent copy of the SQLite file ``src`` (WAL included) while another process may be writing it."""
+  """A consistent copy of the SQLite file ``src`` (WAL included) while another process may be writing it.
+
+  Read-only first; a store whose writer was killed (SIGKILL) leaves a WAL that only a read-write connection may
+  recover ("attempt to write a readonly database"), so then a read-write one, which SQLite shares safely with a
+  live writer and which changes no row."""
   source = sqlite3.connect(f"file:{src}?mode=ro", uri=True, timeout=60)
   target = sqlite3.connect(dst)
   try:
-    source.backup(target)
+    try:
+      source.backup(target)
+    except sqlite3.OperationalError as e:
+      if "readonly" not in str(e):
+        raise
+      source.close()
+      source = sqlite3.connect(src, timeout=60)
+      source.backup(target)
   finally:
     target.close()
     source.close()
