@@ -1,4 +1,5 @@
-"""``train_pack(configs, workdirs)``: K trials trained as K slots of one vmapped program (DESIGN §5, issue 61).
+"""``train_pack(configs, workdirs)``: K trials trained as K slots of one vmapped program (issue 61; docs/studies.md,
+"Packed trials").
 
 Each slot is a trial as :func:`lamb_lars.train.trainer.train_and_evaluate` would run it, in its own workdir: its own
 ``config.json``, ``metrics.jsonl`` (one row per evaluation), TensorBoard events, checkpoints and ``result.json``.

@@ -1,5 +1,6 @@
 """K trials as K slots of one compiled program: the per-trial chunk of :mod:`lamb_lars.train.train_step`, ``vmap``ped
-over a leading slot axis (PureJaxRL's ``jax.jit(jax.vmap(train))``; DESIGN §5 "Packed trials").
+over a leading slot axis (the idiom of PureJaxRL, Lu et al. 2022, github.com/luchris429/purejaxrl:
+``jax.jit(jax.vmap(train))``).
 
 What a pack's trials share is compiled once: the model, the batch size, the data pipeline, the step options, the
 mesh. What differs is data with a leading slot axis:
