@@ -8,22 +8,9 @@ import collections
 
 import pytest
 
-from lamb_lars.study.running import pack_executor, runner, store as st, sweep
-from lamb_lars.study.running import workdir as wd
+from lamb_lars.study.running import pack_executor, runner, sweep
 
-from test_study_runner import TINY_STUDY, _load_study
-
-
-def _evals(workdir: str) -> dict:
-  con = st.open_store(wd.store_path(workdir))
-  try:
-    keys = ("step", "train_loss", "eval_loss", "eval_accuracy", "validation_accuracy")
-    return {
-      r["run_id"]: (r["status"], [tuple(e.get(k) for k in keys) for e in st.evals(con, r["run_id"])])
-      for r in st.runs(con)
-    }
-  finally:
-    con.close()
+from test_study_runner import TINY_STUDY, _evals, _load_study
 
 
 def test_pack_auto_is_off_on_cpu_and_bad_values_are_one_sentence(monkeypatch):
