@@ -114,6 +114,26 @@ def test_calibration_config_cannot_end_early():
   assert c.stop.target_metric == "" and not c.stop_on_divergence and c.init_from_dir == ""
 
 
+def test_calibration_config_passes_validation_with_a_long_warmup():
+  """A trial whose warmup outlasts the calibration's few steps (to_target_small's 7.4 epochs at batch 64) is
+  still calibrated: the check that refuses such a warmup in a real run passes on the calibration config."""
+  from lamb_lars.configs.studies import mnist_batch_ladder
+  from lamb_lars.errors import ConfigError
+  from lamb_lars.train import validate
+
+  study = mnist_batch_ladder.get_config("to_target_small")
+  cfg = study.base.copy_and_resolve_references()
+  with cfg.unlocked():
+    cfg.batch_size, cfg.optimizer.schedule.warmup_epochs = 64, 7.41
+  c = calibration.calibration_config(cfg, calibration.calibration_steps(64))
+  assert c.optimizer.schedule.allow_long_warmup and not cfg.optimizer.schedule.allow_long_warmup
+  validate.validate(c, 1)
+  with c.unlocked():
+    c.optimizer.schedule.allow_long_warmup = False
+  with pytest.raises(ConfigError, match="warmup"):
+    validate.validate(c, 1)
+
+
 @pytest.mark.slow
 def test_dry_run_prints_a_predicted_wall_time(tmp_path):
   """The smoke study's dry run calibrates its one group (batch 32 and 128; no compilation cache: no warm run) and

@@ -50,7 +50,7 @@ def calibration_steps(batch_size: int) -> int:
 def calibration_config(config: ml_collections.ConfigDict, steps: int) -> ml_collections.ConfigDict:
   """The trial's config trained for ``steps`` steps, evaluated and checkpointed at steps/2 and steps, with nothing
   that could end it early or make it need another run (targets, dead-run and divergence stops, ``init_from_dir``,
-  a batch schedule)."""
+  a batch schedule), and a warmup longer than its few steps allowed (the step's cost does not depend on the LR)."""
   c = config.copy_and_resolve_references()
   with c.unlocked():
     c.num_train_steps = int(steps)
@@ -58,6 +58,7 @@ def calibration_config(config: ml_collections.ConfigDict, steps: int) -> ml_coll
     c.stop.target_metric, c.stop.dead_after_fraction = "", 0.0
     c.stop_on_divergence, c.progress = False, False
     c.init_from_dir, c.batch_schedule = "", ""
+    c.optimizer.schedule.allow_long_warmup = True
   return c
 
 
