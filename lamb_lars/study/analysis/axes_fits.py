@@ -45,8 +45,11 @@ def first_step(curve: Sequence[Mapping[str, str]], goal: float, metric: str = "t
   return None
 
 
-def seed_points(folder: str, goal: float, sweep: str = "tuned", with_chosen: bool = False) -> Points:
-  """{batch: [(steps, censored)]} over the replicate seeds of the chosen configuration in each ``sweep`` cell.
+def seed_points(
+  folder: str, goal: float, sweep: str = "tuned", with_chosen: bool = False, metric: str = "test_accuracy"
+) -> Points:
+  """{batch: [(steps, censored)]} over the replicate seeds of the chosen configuration in each ``sweep`` cell, the
+  target read on ``metric``.
 
   The chosen trial itself is left out, as in every report (report_replicates.py): the search selected it on
   validation accuracy, so its steps to a test-accuracy target are biased low. ``with_chosen=True`` adds it (the
@@ -62,7 +65,7 @@ def seed_points(folder: str, goal: float, sweep: str = "tuned", with_chosen: boo
       continue
     if r.get("replicate_of") not in chosen and not (with_chosen and r["run_id"] in chosen):
       continue
-    hit = first_step(curves.get(r["run_id"], []), goal)
+    hit = first_step(curves.get(r["run_id"], []), goal, metric)
     pt = (float(hit), False) if hit is not None else (max(1.0, _float(r["steps"])), True)
     points.setdefault(int(r["batch_size"]), []).append(pt)
   return points

@@ -22,6 +22,7 @@ class ReachEvidence:
   run_id: str
   verdict: regimes.vd.Verdict
   best_on_test: bool = False  # no chosen trial: the cell's best trial on the test set stands in (optimistic)
+  seeds: tuple[str, ...] = ()  # the run ids the verdict read
 
   def text(self) -> str:
     return (
@@ -73,10 +74,11 @@ def reach_evidence(
       on_test = pick is None
       if on_test:
         pick = max(group, key=lambda t: regimes.best_accuracy_within_budget(t, baseline, reading=reading))
-      v = regimes.reach_verdict(seeds_of(reps, pick, selected=len(group) > 1), baseline, reading=reading)
+      seeds = seeds_of(reps, pick, selected=len(group) > 1)
+      v = regimes.reach_verdict(seeds, baseline, reading=reading)
       rank = (not on_test, _STRENGTH[v.verdict], v.value)
       if best is None or rank > best[0]:
-        best = (rank, ReachEvidence(name, pick.run_id, v, on_test))
+        best = (rank, ReachEvidence(name, pick.run_id, v, on_test, tuple(t.run_id for t in seeds)))
   return best[1] if best else None
 
 

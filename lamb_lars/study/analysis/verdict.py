@@ -121,3 +121,34 @@ def shown_text(v: Verdict, digits: int = 4) -> str:
   """``Verdict.text`` with the verdict ``shown``."""
   t = v.text(digits)
   return shown(v.verdict) + t[len(v.verdict) :] if t.startswith(v.verdict) else t
+
+
+SIGN_ALPHA = 0.05  # the per-run rule's level (docs/science.md, "Divergence and per-run verdicts")
+
+
+@dataclasses.dataclass(frozen=True)
+class SignTest:
+  """The per-run reading of a Def. 2.1/2.2 verdict: ``k`` of ``n`` seeds meet the bar (a diverged or failed seed
+  does not), and the one-sided exact binomial (sign) test against p = ½ at level ``SIGN_ALPHA``."""
+
+  verdict: str  # pass | fail | inconclusive
+  k: int
+  n: int
+  p: float  # the one-sided p-value of the verdict's side (the smaller one when inconclusive)
+
+  def text(self) -> str:
+    return f"{self.k} of {self.n}, p = {self.p:.2g}: {self.verdict}"
+
+
+def sign_test(k: int, n: int, alpha: float = SIGN_ALPHA) -> SignTest:
+  """``pass`` when P(X ≥ k) < alpha, ``fail`` when P(X ≤ k) < alpha, X ~ Binomial(n, ½); else inconclusive
+  (docs/science.md: n = 4 decides nothing, 0 of 7 gives p = 0.0078)."""
+  if not 0 <= k <= n or n < 1:
+    raise ValueError(f"k = {k} of n = {n} seeds: need 0 ≤ k ≤ n and n ≥ 1.")
+  upper = sum(math.comb(n, i) for i in range(k, n + 1)) / 2**n
+  lower = sum(math.comb(n, i) for i in range(0, k + 1)) / 2**n
+  if upper < alpha:
+    return SignTest(PASS, k, n, upper)
+  if lower < alpha:
+    return SignTest(FAIL, k, n, lower)
+  return SignTest("inconclusive", k, n, min(upper, lower))

@@ -25,6 +25,7 @@ from lamb_lars.study.analysis import batch_warmup, regimes, reach
 from lamb_lars.study.analysis.baseline import baseline_from_trials
 from lamb_lars.study.analysis.verdict import shown, shown_text
 from lamb_lars.study.records import STATUSES, Baseline, Target, Trial
+from lamb_lars.study.report import report_per_run
 from lamb_lars.study.report import (
   reference,
   report_batch_warmup,
@@ -229,6 +230,7 @@ def _regimes_section(
   lines += [_regimes_verdict_note(), ""]
   lines += _regimes_table(trials, spec, r, lin, d21v, sqrt_v, d22)
   lines += [_REGIMES_BEST_NOTE, ""]
+  lines += report_per_run.section(trials, baseline, lin, d21v, d22, loss_key)
   lines += _other_reading(
     own_trials=trials, reps=reps, baseline=baseline, spec=spec, loss_key=loss_key, r=r, lin=lin, d21v=d21v, d22=d22
   )
