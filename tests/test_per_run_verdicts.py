@@ -55,6 +55,10 @@ def test_a_diverged_seed_is_a_failure_and_the_readings_are_shown_side_by_side():
   row = next(line for line in lines if line.startswith("| 1024 "))
   assert "0 of 7 (3 diverged or failed)" in row and "| 0.0078 | fail |" in row
   assert row.endswith("| yes |") == (old != "fail")
+  # An interval reading of "borderline" is the per-run reading's "inconclusive": the same verdict, no "yes".
+  four = [_t(f"p{i}", 0.99, 0.03) for i in range(4)]
+  lines = report_per_run.section(four, BASE, {1024: four}, {1024: "borderline"}, {}, "validation_loss")
+  assert next(line for line in lines if line.startswith("| 1024 ")).endswith("| inconclusive (add seeds) | — |")
 
 
 def test_no_seeds_no_section():
