@@ -63,3 +63,16 @@ def test_a_diverged_seed_is_a_failure_and_the_readings_are_shown_side_by_side():
 
 def test_no_seeds_no_section():
   assert report_per_run.section([], BASE, {}, {}, {}, "validation_loss") == []
+
+
+def test_def22_reads_the_chosen_configurations_replicate_seeds():
+  """Def. 2.2's row reads the seeds its interval verdict read (ReachEvidence.seeds), replicates included: five
+  seeds all reaching 99.5%·A give 5 of 5, p = 1/32, a pass."""
+  from lamb_lars.study.analysis import reach
+
+  seeds = [_t(f"s{i}", 0.99, 0.05) for i in range(5)]
+  v = regimes.reach_verdict(seeds, BASE)
+  e = reach.ReachEvidence("tuned", "s0", v, seeds=tuple(t.run_id for t in seeds))
+  lines = report_per_run.section(seeds, BASE, {}, {}, {3072: e}, "validation_loss")
+  row = next(line for line in lines if line.startswith("| 3072 "))
+  assert "| 5 of 5 | 0.031 | pass |" in row

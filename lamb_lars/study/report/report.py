@@ -230,7 +230,7 @@ def _regimes_section(
   lines += [_regimes_verdict_note(), ""]
   lines += _regimes_table(trials, spec, r, lin, d21v, sqrt_v, d22)
   lines += [_REGIMES_BEST_NOTE, ""]
-  lines += report_per_run.section(trials, baseline, lin, d21v, d22, loss_key)
+  lines += report_per_run.section(list(trials) + list(reps), baseline, lin, d21v, d22, loss_key)
   lines += _other_reading(
     own_trials=trials, reps=reps, baseline=baseline, spec=spec, loss_key=loss_key, r=r, lin=lin, d21v=d21v, d22=d22
   )

@@ -55,7 +55,7 @@ def section(
   loss_key: str,
 ) -> list[str]:
   """Def. 2.1 per linear-scaling batch and Def. 2.2 per batch's chosen configuration, both readings side by side
-  ([] when no verdict reads seeds)."""
+  ([] when no verdict reads seeds). ``trials``: every trial the verdicts may read, replicate seeds included."""
   by_id = {t.run_id: t for t in trials}
   rows = []
   for b in sorted(d21v):
