@@ -203,8 +203,8 @@ def summary(rs: Sequence[Row], metric: str) -> str:
   word = verdicts[0] if len(verdicts) == 1 else "inconclusive (the targets disagree: " + ", ".join(verdicts) + ")"
   targets = ", ".join(f"{100 * r.goal:.1f}%" for r in judged)
   return (
-    f"On `{metric}`, at the {len(judged)} target(s) where both fits measure B_crit ({targets}), adding 64 and 128 "
-    f"**{word}**."
+    f"On `{metric}`, at the {len(judged)} target(s) where both fits measure B_crit ({targets}), B_crit with 64 and "
+    f"128 against B_crit without them: **{word}**."
   )
 
 
