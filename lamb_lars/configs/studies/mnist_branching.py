@@ -102,13 +102,51 @@ PREREG_SEEDS = (1, 2, 3, 4, 5, 6, 7, 8)
 PREREG_EPSILON = 0.2
 EPSILON_SENSITIVITY = (0.05, 0.1, 0.2, 0.5)
 
+# ':sqrt_prereg_ref2' (issue 59, the referee's point 5): the square-root CBS(t) rests on one reference run. This
+# variant repeats :sqrt_prereg from a second reference seed (REF2_SEED; the first reference ran with the base seed 0)
+# at the branch points the published batch-size warmup and the calibration's early claim rest on (REF2_POINTS: every
+# point where the implied schedule doubles the batch), with the same batches, branch seeds, Δ, LR rule and ε
+# (PREREG_EPSILON, with EPSILON_SENSITIVITY). Pre-registered here, in a commit of its own, before its first trial:
+# * per point, the two references' CBS brackets [low, high] at ε = 20% **agree** when they are equal, **overlap**
+#   when they share a batch size (their intervals of batch sizes intersect), and **differ** when they do not
+#   intersect; the first reference's brackets are docs/studies/mnist_branching_sqrt_prereg's;
+# * the headline: whether the batch-size warmup that the second reference implies (the same doubling rule) is the
+#   published one (mnist_batch_warmup.SQRT_SCHEDULE), batch by batch;
+# * the ε sensitivity columns are read the same way, as a sensitivity.
+# Expected cost, from mnist_branching_sqrt_prereg's runs.csv ``wall_time`` (109.9 min of training for 337 trials,
+# 19.6 s each, beside other work): 4 points × 7 batches × 8 seeds = 224 branches ≈ 73 min of training, plus the
+# 16-epoch reference (≈ 3 min), ≈ 40 min of wall time on 2 workers.
+REF2_SEED = 100
+REF2_POINTS = (0.25, 0.5, 1.0, 2.0)
+
+
+def sqrt_prereg_ref2_config() -> ml_collections.ConfigDict:
+  """``:sqrt_prereg_ref2`` (issue 59; the comment above).
+
+  Command:  python -m lamb_lars.study branch --config=lamb_lars/configs/studies/mnist_branching.py:sqrt_prereg_ref2 \\
+                --workdir=studies/mnist_branching_sqrt_prereg_ref2
+            python -m lamb_lars.study report --workdir=studies/mnist_branching_sqrt_prereg_ref2 \\
+                --out=docs/studies/mnist_branching_sqrt_prereg_ref2
+  """
+  c = get_config("sqrt_prereg")
+  c.name = "mnist_branching_sqrt_prereg_ref2"
+  branch = dict(c.sweeps[1])
+  ref = _reference(16.0, REF2_POINTS, B0, B0 // 2)
+  ref["fixed"] = dict(ref["fixed"], seed=REF2_SEED)
+  c.sweeps = (ref, branch)
+  c.branching.points_epochs = REF2_POINTS
+  c.analysis.title += f", second reference (seed {REF2_SEED}) at {len(REF2_POINTS)} points"
+  return c
+
 
 def get_config(variant: str = "") -> ml_collections.ConfigDict:
   if variant == "smoke":
     return _smoke()
+  if variant == "sqrt_prereg_ref2":
+    return sqrt_prereg_ref2_config()
   if variant not in ("", "sqrt", "prereg", "sqrt_prereg"):
-    raise ValueError(f"unknown variant {variant!r} of mnist_branching; use '', 'sqrt', 'prereg', 'sqrt_prereg' or "
-                     "'smoke'.")
+    raise ValueError(f"unknown variant {variant!r} of mnist_branching; use '', 'sqrt', 'prereg', 'sqrt_prereg', "
+                     "'sqrt_prereg_ref2' or 'smoke'.")
   prereg = variant.endswith("prereg")
   rule = "sqrt" if variant.startswith("sqrt") else "linear"
   c = ml_collections.ConfigDict()
