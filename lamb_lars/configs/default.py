@@ -89,6 +89,9 @@ def batch_and_duration(config: ml_collections.ConfigDict) -> None:
       every_examples=-1,              # examples, epochs; the first step boundary at or after each multiple)
       every_epochs=1.0,
       kappa=1.0,                      # target batch = κ · noise scale (a calibration constant, not a law)
+      kappa_schedule="",              # "X1:k1,X2:k2": κ = k_i from X_i (batch_schedule_unit) on, e.g. the ratio
+                                      # CBS(t)/B_simple(t) of a branching study (lamb_lars.study.analysis.
+                                      # kappa_from_branching prints it)
       signal="auto",                  # auto (precond for adam/adamw/lamb/rmsprop/adagrad, simple otherwise; simple
                                       # while precond is not measured) | simple (B_simple) | precond
       min_batch=0,                    # bounds of the target; 0 = none (min) / the training set (max)

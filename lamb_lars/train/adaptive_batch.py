@@ -12,7 +12,7 @@ The rule. At every decision point (each multiple of ``every_*`` of training, at 
 it, in examples seen) with the batch B, the base batch B0 = ``config.batch_size`` and the signal
 (value, lo, hi) = ``NoiseScaleTracker.estimate(kind)``:
 
-  1. target   T = clip(κ·B_noise, B_min, B_max)                        (no decision while B_noise is not finite > 0)
+  1. target   T = clip(κ(x)·B_noise, B_min, B_max)                     (no decision while B_noise is not finite > 0)
   2. snap     B' = the ladder size nearest to T in log₂ (a tie goes to the smaller size)
   3. keep B   unless |B' − B|/B ≥ min_change                            (a minimum change)
               and |log T − log B| ≥ |log T − log B'| + log(1 + margin)  (a dead band: T must be nearer to B' than
@@ -21,6 +21,11 @@ it, in examples seen) with the batch B, the base batch B0 = ``config.batch_size`
                                                                         flip the batch back and forth; AdaptDL's
                                                                         users needed a ≈5% gain, adaptdl issue 27)
   4. grow_only: keep B when B' < B.
+
+κ(x) is ``kappa``, or with ``kappa_schedule = "X1:k1,X2:k2,…"`` (the X_i in ``config.batch_schedule_unit``, like a
+batch schedule's points) k_i from the i-th point on, x being the examples seen: a κ that follows training, e.g. the
+ratio CBS(t) / B_simple(t) that branching measured (Merrill et al. 2025; ``python -m
+lamb_lars.study.analysis.kappa_from_branching`` derives it from a published branching folder, docs/adaptive_batch.md).
 
 The ladder is ``ladder`` when given, else every B0·2^k (k ∈ ℤ) in [B_min, B_max]; every size must split evenly over
 the devices and micro-batches with ≥ 2 gradient samples per step (checked before compiling, with the rest of the
@@ -49,7 +54,7 @@ import numbers
 import os
 from typing import Any, Callable, Optional, Sequence
 
-from lamb_lars.common import io_utils
+from lamb_lars.common import durations, io_utils
 from lamb_lars.train import batch_schedule
 
 SIGNALS = ("auto", "simple", "precond")
@@ -78,6 +83,7 @@ class Settings:
   base_batch: int
   ladder: tuple[int, ...]
   kappa: float = 1.0
+  kappa_points: tuple[tuple[int, float], ...] = ()  # (from example X_i, κ_i), increasing X_i: κ(x) (kappa_at)
   signal: str = "simple"  # 'simple' | 'precond' | 'auto:simple' (precond, falling back to simple)
   min_batch: int = 1
   max_batch: int = 2**62
@@ -137,14 +143,46 @@ def read_signal(kind: str, estimate: Callable[[str], tuple[float, float, float]]
   return kind, float(value), float(lo), float(hi)
 
 
-def decide(batch: int, value: float, s: Settings) -> tuple[int, float, str]:
-  """(the next batch, the target T, the reason) at batch ``batch`` with noise scale ``value`` (module docstring).
+def kappa_at(s: Settings, examples: int) -> float:
+  """κ after ``examples`` examples: the κ_i of the last ``kappa_points`` entry at or before it, else ``kappa``."""
+  out = s.kappa
+  for start, k in s.kappa_points:
+    if examples >= start:
+      out = k
+  return out
+
+
+def parse_kappa_schedule(spec: str, unit: str, num_train: int) -> tuple[tuple[int, float], ...]:
+  """``"X1:k1,X2:k2"`` → ((X_i in examples, κ_i), …); ValueError (one sentence) for a malformed entry."""
+  if unit not in batch_schedule.UNITS:
+    raise ValueError(f"config.batch_schedule_unit={unit!r} is not one of {', '.join(map(repr, batch_schedule.UNITS))}.")
+  out = []
+  for entry in (e.strip() for e in str(spec).split(",") if e.strip()):
+    point, sep, kappa = entry.partition(":")
+    try:
+      x, k = float(point), float(kappa)
+    except ValueError:
+      x, k = -1.0, 0.0
+    if not sep or not (math.isfinite(x) and x >= 0 and math.isfinite(k) and k > 0):
+      raise ValueError(
+        f"config.adaptive_batch.kappa_schedule entry {entry!r} is not FROM:KAPPA with FROM ≥ 0 ({unit}) and KAPPA a "
+        f"finite number > 0, e.g. '0:40,1:8,2:2'."
+      )
+    out.append((durations.to_steps(x, unit, num_train=num_train, batch_size=1) if x > 0 else 0, k))
+  if any(b[0] <= a[0] for a, b in zip(out, out[1:])):
+    raise ValueError(f"config.adaptive_batch.kappa_schedule={spec!r}: the points must increase.")
+  return tuple(out)
+
+
+def decide(batch: int, value: float, s: Settings, examples: int = 0) -> tuple[int, float, str]:
+  """(the next batch, the target T, the reason) at batch ``batch`` with noise scale ``value`` after ``examples``
+  examples (module docstring).
 
   Reasons: 'no_estimate' (value not finite > 0), 'hold' (B' = B), 'below_min_change', 'dead_band', 'grow_only'
   (the batch stays), 'grow', 'shrink' (it changes)."""
   if not (math.isfinite(value) and value > 0):
     return batch, float("nan"), "no_estimate"
-  target = min(max(s.kappa * value, float(s.min_batch)), float(s.max_batch))
+  target = min(max(kappa_at(s, examples) * value, float(s.min_batch)), float(s.max_batch))
   new = snap(target, s.ladder)
   if new == batch:
     return batch, target, "hold"
@@ -184,7 +222,7 @@ class Controller:
     """The decision at ``step`` (after ``examples`` examples); appends a stage when the batch changes."""
     s, batch = self.settings, self.stages[-1].batch_size
     kind, value, lo, hi = read_signal(s.signal, estimate)
-    new, target, reason = decide(batch, value, s)
+    new, target, reason = decide(batch, value, s, examples)
     mult = lr_multiplier(s.lr_rule, new, s.base_batch)
     if new != batch:
       self.stages.append(batch_schedule.Stage(step, examples, new, mult))
@@ -196,7 +234,7 @@ class Controller:
       "estimate": value,
       "lo": lo,
       "hi": hi,
-      "kappa": s.kappa,
+      "kappa": kappa_at(s, examples),
       "target": target,
       "from": batch,
       "to": new,
@@ -227,12 +265,16 @@ def _number(cfg: Any, key: str, *, least: float, strict: bool) -> float:
   return float(value)
 
 
-def settings(cfg: Any, *, optimizer_name: str, base_batch: int, num_train: int, multiple: int) -> Settings:
+def settings(
+  cfg: Any, *, optimizer_name: str, base_batch: int, num_train: int, multiple: int, unit: str = "epochs"
+) -> Settings:
   """``config.adaptive_batch`` resolved and checked: ValueError (one sentence) for a value that cannot be right.
+  ``unit``: ``config.batch_schedule_unit``, the unit of ``kappa_schedule``'s points.
 
   ``multiple``: devices × micro-batches (the power ladder keeps its multiples; each size is checked again with the
   run's plan). ``min_batch`` 0: no lower bound; ``max_batch`` 0: the training set."""
   kappa = _number(cfg, "kappa", least=0.0, strict=True)
+  points = parse_kappa_schedule(cfg.get("kappa_schedule", ""), unit, num_train)
   min_change = _number(cfg, "min_change", least=0.0, strict=False)
   margin = _number(cfg, "margin", least=0.0, strict=False)
   lo, hi = (int(_number(cfg, k, least=0.0, strict=False)) for k in ("min_batch", "max_batch"))
@@ -262,6 +304,7 @@ def settings(cfg: Any, *, optimizer_name: str, base_batch: int, num_train: int, 
     base_batch=base_batch,
     ladder=ladder,
     kappa=kappa,
+    kappa_points=points,
     signal=signal_kind(cfg.signal, optimizer_name),
     min_batch=lo,
     max_batch=hi,

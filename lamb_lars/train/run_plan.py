@@ -365,6 +365,7 @@ def adaptive_plan(config: Any, plan: RunPlan) -> RunPlan:
       base_batch=b,
       num_train=plan.num_train,
       multiple=plan.num_devices * (1 if int(config.microbatch_size) > 0 else int(config.num_microbatches)),
+      unit=config.batch_schedule_unit,
     )
   except ValueError as e:
     raise ConfigError(str(e)) from None
