@@ -131,3 +131,20 @@ def test_a_seed_stopped_before_the_target_is_a_lower_bound_and_counted(tmp_path)
   )
   assert row.without.censored == 2 and row.stopped_before == 2
   assert sbe.rows(str(tmp_path), num_bootstrap=20)[0].without.points == 10
+
+
+def test_the_pre_registrations_wording_of_the_rule_ignores_the_rejection_by_misses():
+  """A fit rejected only by its own misses measures B_crit under the pre-registration's wording (why_not_measured
+  alone), and the literal verdict then reads it; an edge reason stays under both wordings."""
+  rejected = sbe.Fit(
+    320.0, "the fit's own misses reject it at 8192", scaling_fit.Interval(210.0, 450.0, 100, 0.0, 0), 40, 14, ""
+  )
+  other = _fit(520.0, 430.0, 640.0)
+  assert not rejected.measured and sbe.literal(rejected).measured
+  row = sbe.Row("validation_accuracy", 0.99, rejected, other, {}, 0)
+  assert row.verdict == "inconclusive" and row.literal_verdict == "inconclusive"  # overlap 430–450, 320 outside
+  assert sbe.verdict(sbe.literal(rejected), _fit(330.0, 220.0, 440.0)) == "agrees"
+  edge = sbe.Fit(9000.0, "beyond the largest", None, 40, 0, "beyond the largest")
+  assert not sbe.literal(edge).measured
+  lines = sbe.literal_table([row])
+  assert lines[2].startswith("| `validation_accuracy` | 99.0% | 320 | [210, 450]") and "**inconclusive**" in lines[2]
