@@ -22,8 +22,9 @@ is a lower bound at that step: those points are counted in the table ("stopped b
 Layout: a composite folder (publishing/composite.py) whose parts are the two folders, named relative to the root;
 ``report(root)`` writes README.md, ``check(root)`` lists its lines that differ from a recomputation.
 
-Command (``PARTS`` = ``SOURCES`` joined by commas): ``python -m lamb_lars.study.publishing.composite
-docs/studies/mnist_batch_ladder_small_batch_end --report=lamb_lars.study.analysis.small_batch_end --parts=PARTS``
+Command: ``bash scripts/small_batch_end.sh``, which runs ``python -m lamb_lars.study.publishing.composite
+docs/studies/mnist_batch_ladder_small_batch_end --report=lamb_lars.study.analysis.small_batch_end --parts=PARTS``,
+PARTS being ``SOURCES`` joined by commas.
 """
 
 from __future__ import annotations
