@@ -25,6 +25,7 @@ import os
 from typing import Optional, Sequence
 
 from lamb_lars.configs.studies import critical_batch_calibration as cfg
+from lamb_lars.study.analysis import readme_lines
 from lamb_lars.study.analysis import branching as branching_lib
 from lamb_lars.study.analysis.axes_cbs import b_simple_at, branch_losses
 from lamb_lars.study.analysis.axes_fits import _float, _read, b_crit, first_step, seed_points
@@ -261,18 +262,9 @@ def markdown(studies: str, num_bootstrap: int = cfg.NUM_BOOTSTRAP) -> str:
 
 def report(root: str, num_bootstrap: int = cfg.NUM_BOOTSTRAP) -> str:
   """Writes ``<root>/README.md`` (the sources: ``<root>/..``); returns its text."""
-  text = markdown(os.path.join(root, ".."), num_bootstrap)
-  with open(os.path.join(root, README), "w") as f:
-    f.write(text)
-  return text
+  return readme_lines.write(root, markdown(os.path.join(root, ".."), num_bootstrap))
 
 
 def check(root: str, num_bootstrap: int = cfg.NUM_BOOTSTRAP) -> list[str]:
   """The README's lines that differ from a recomputation from the sources' CSVs ([] = the same)."""
-  with open(os.path.join(root, README)) as f:
-    have = f.read().splitlines()
-  want = markdown(os.path.join(root, ".."), num_bootstrap).splitlines()
-  diff = [f"line {i + 1}: {a!r} (recomputed: {b!r})" for i, (a, b) in enumerate(zip(have, want)) if a != b]
-  if len(have) != len(want):
-    diff.append(f"has {len(have)} lines, the recomputation {len(want)}.")
-  return diff
+  return readme_lines.differences(root, markdown(os.path.join(root, ".."), num_bootstrap))
