@@ -139,7 +139,7 @@ def test_report_scaling_section_fits_seeds_at_the_headline_target():
   text = "\n".join(report_replicates.scaling_section(trials, target, (0.98, 0.99), "tuned", bootstrap_num=20))
   assert "Headline target (the highest that every baseline seed reaches within half its budget): 98.50%" in text
   row = next(ln for ln in text.splitlines() if ln.startswith("| 98.50% (headline)"))
-  assert row.split(" | ")[1] == "1000" and ">120" in row
+  assert row.split(" | ")[1] == "1,000" and ">120" in row
   assert "| 99.00% |" in text and "two or more batch sizes" in text  # nobody reaches 99%
 
 

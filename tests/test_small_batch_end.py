@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from lamb_lars.configs.studies import mnist_batch_ladder as cfg
-from lamb_lars.study.analysis import scaling_fit
+from lamb_lars.study.analysis import precision, scaling_fit
 from lamb_lars.study.analysis import small_batch_end as sbe
 
 
@@ -30,7 +30,7 @@ from lamb_lars.study.analysis import small_batch_end as sbe
   ],
 )
 def test_two_significant_figures(x, want):
-  assert sbe.significant(x) == want
+  assert precision.significant(x) == want
 
 
 def _fit(b, lo, hi, why=""):

@@ -42,7 +42,7 @@ import sys
 from typing import Mapping, Optional, Sequence
 
 from lamb_lars.configs.studies import critical_batch_axes as cba
-from lamb_lars.study.analysis import branching as branching_lib, scaling_fit
+from lamb_lars.study.analysis import branching as branching_lib, precision, scaling_fit
 from lamb_lars.study.analysis.axes_cbs import b_simple_at, branch_losses, cbs_axis_comparison, cbs_tables
 from lamb_lars.study.analysis.axes_figure import _draw_measured, figure, label_levels
 from lamb_lars.study.analysis.axes_fits import (
@@ -145,7 +145,7 @@ def _fmt_chosen(b: Optional[tuple[float, bool]], iv: Optional[scaling_fit.Interv
     return "—"
   if not b[1]:
     return f"({_fmt(b[0])}) not measured"
-  return f"{_fmt(b[0])} [{_fmt(iv.lo)}, {_fmt(iv.hi)}]" if iv else _fmt(b[0])
+  return f"{_fmt(b[0])} {iv.text()}" if iv else _fmt(b[0])
 
 
 def _fmt_batch(b: Optional[int]) -> str:
@@ -178,7 +178,7 @@ def steps_table(results: Sequence[SettingResult]) -> str:
       )
       continue
     iv = r.interval if r.measured else None  # a rejected fit's interval would be an interval of nothing measured
-    ci = f"[{_fmt(iv.lo)}, {_fmt(iv.hi)}]" if iv else "—"
+    ci = iv.text() if iv else "—"
     inf = f"{iv.infinite:.0%}" if iv else "—"
     est = _fmt(r.fit.b_crit) if r.measured else f"({_fmt(r.fit.b_crit)}) not measured"
     rej = ", ".join(f"{b:,}" for b in r.rejected) or "—"
@@ -218,7 +218,9 @@ def axis_spread(results: Sequence[SettingResult], axis: str) -> str:
 
 
 def secondary_section(
-  root: str, num_bootstrap: int = 1000, computed: Optional[Mapping[str, Mapping[str, Optional[SettingResult]]]] = None
+  root: str,
+  num_bootstrap: int = precision.NUM_RESAMPLES,
+  computed: Optional[Mapping[str, Mapping[str, Optional[SettingResult]]]] = None,
 ) -> str:
   """B_crit per setting at each secondary target (:func:`secondary_results`, or ``computed``), and the two claims'
   verdicts at each target (as run; a setting without a measured B_crit left out, as in the first row above). A
@@ -239,7 +241,7 @@ def secondary_section(
         rej = ", ".join(f"{b:,}" for b in r.rejected)
         cells.append(f"{goal:.1%}: ({_fmt(r.fit.b_crit)}) not measured, the fit rejected at {rej}")
       else:
-        cells.append(f"{goal:.1%}: {_fmt(r.fit.b_crit)} [{_fmt(r.interval.lo)}, {_fmt(r.interval.hi)}]")
+        cells.append(f"{goal:.1%}: {_fmt(r.fit.b_crit)} {r.interval.text()}")
     rows.append(f"| {name} | {cba.SETTINGS[name]['target']:.1%} | {cells[0]} | {cells[1]} |")
   lines = [
     "### Sensitivity: the pre-registered secondary targets",
@@ -280,7 +282,7 @@ def parts_table(root: str) -> str:
 def markdown(
   root: str,
   results: Sequence[SettingResult],
-  num_bootstrap: int = 1000,
+  num_bootstrap: int = precision.NUM_RESAMPLES,
   secondary: Optional[Mapping[str, Mapping[str, Optional[SettingResult]]]] = None,
 ) -> str:
   """The text of ``README.md``, computed from the parts' CSVs alone (fixed bootstrap seeds: reproducible);
@@ -293,6 +295,8 @@ def markdown(
       "",
       f"Targets and ε pre-registered in lamb_lars/configs/studies/critical_batch_axes.py; step limit "
       f"{cba.LIMIT_EXAMPLES:,} examples (a miss is a censored point).",
+      "",
+      precision.rule_text(num_bootstrap),
       "",
       steps_table(results),
       "",
@@ -313,7 +317,7 @@ def markdown(
   )
 
 
-def report(root: str, out: Optional[str] = None, num_bootstrap: int = 1000) -> str:
+def report(root: str, out: Optional[str] = None, num_bootstrap: int = precision.NUM_RESAMPLES) -> str:
   """Writes ``README.md`` and ``critical_batch_axes.png`` into ``out`` (default ``root``); returns the markdown."""
   out = out or root
   os.makedirs(out, exist_ok=True)
@@ -326,7 +330,7 @@ def report(root: str, out: Optional[str] = None, num_bootstrap: int = 1000) -> s
   return text
 
 
-def check(root: str, num_bootstrap: int = 1000) -> list[str]:
+def check(root: str, num_bootstrap: int = precision.NUM_RESAMPLES) -> list[str]:
   """The lines of ``<root>/README.md`` that differ from a recomputation from the parts' CSVs (empty: it holds), so a
   hand-edited number or a part republished after the cross-setting report fails (issue 41's claims that cannot go
   stale, for this report)."""

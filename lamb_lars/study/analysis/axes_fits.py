@@ -20,7 +20,7 @@ import os
 from typing import Mapping, Optional, Sequence
 
 from lamb_lars.configs.studies import critical_batch_axes as cba
-from lamb_lars.study.analysis import scaling_fit
+from lamb_lars.study.analysis import precision, scaling_fit
 
 Points = dict  # {batch: [(steps, censored), ...]}
 
@@ -131,7 +131,9 @@ def reach(points: Points) -> tuple[Optional[int], Optional[int]]:
   return (max(every) if every else None), (max(some) if some else None)
 
 
-def b_crit(name: str, points: Points, target: float, num_bootstrap: int = 1000, seed: int = 0) -> SettingResult:
+def b_crit(
+  name: str, points: Points, target: float, num_bootstrap: int = precision.NUM_RESAMPLES, seed: int = 0
+) -> SettingResult:
   """The fit and the bootstrap interval of one setting, or a note why there is none; ``rejected`` names the
   batches where the fit is rejected by its own censored points (then B_crit is reported, not used)."""
   if not points:
@@ -151,9 +153,8 @@ def b_crit(name: str, points: Points, target: float, num_bootstrap: int = 1000, 
 
 
 def _fmt(x: Optional[float]) -> str:
-  if x is None or (isinstance(x, float) and math.isnan(x)):
-    return "—"
-  return "∞" if math.isinf(x) else f"{x:,.0f}"
+  """A fitted or estimated batch (B_crit, S_min, B_simple) to 2 significant figures (precision.significant)."""
+  return precision.significant(x)
 
 
 # ---- the pre-registered secondary targets (a sensitivity of every B_crit and verdict) ----
@@ -173,7 +174,9 @@ def sensitivity_targets(name: str) -> dict[str, float]:
   return {COMMON_BAR: common, BAR_MINUS: minus}
 
 
-def secondary_results(root: str, num_bootstrap: int = 1000) -> dict[str, dict[str, Optional[SettingResult]]]:
+def secondary_results(
+  root: str, num_bootstrap: int = precision.NUM_RESAMPLES
+) -> dict[str, dict[str, Optional[SettingResult]]]:
   """{reading: {setting: B_crit at that secondary target (None: the part is not in)}}, for every setting in the
   config's order; each the fit to the replicate seeds' first evaluation at or above the target (a trial stops at its
   primary target, which is higher, so a lower target is observed on the way)."""

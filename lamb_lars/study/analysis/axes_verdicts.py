@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from lamb_lars.configs.studies import critical_batch_axes as cba
-from lamb_lars.study.analysis import scaling_fit
+from lamb_lars.study.analysis import precision, scaling_fit
 from lamb_lars.study.analysis.axes_fits import Points, _raw_b_crit, measured_b_crit, reached_batches
 
 # ---- the two claims, from the intervals ----
@@ -59,7 +59,9 @@ def fixed_epoch_points(points: Points, n: int, epochs: float = FIXED_EPOCHS) -> 
   return recensor(points, epochs * n)
 
 
-def resampled_b_crit(points_by_setting: Mapping[str, Points], num: int = 1000, seed: int = 0) -> dict[str, np.ndarray]:
+def resampled_b_crit(
+  points_by_setting: Mapping[str, Points], num: int = precision.NUM_RESAMPLES, seed: int = 0
+) -> dict[str, np.ndarray]:
   """{setting: B_crit per resample, nan where that resample has no fit}: resample r draws each setting's seeds per
   batch with replacement (its own generator per setting, seeded by its name) and refits. A setting's draws depend
   only on its name and points, so the readings that give a setting the same points share its draws (computed once,
@@ -138,7 +140,8 @@ class Statistic:
       return f"{self.name}: no resample"
     unb = f"; not finite in {self.unbounded:.0%} of resamples" if self.unbounded else ""
     drop = f"; {self.dropped} resamples without a fit left out" if self.dropped else ""
-    return f"{self.name} = {self.value:+.2f} [{self.lo:+.2f}, {self.hi:+.2f}]{unb}{drop}"
+    iv = precision.interval_text(self.lo, self.hi, sign=True)
+    return f"{self.name} = {precision.significant(self.value, sign=True)} {iv}{unb}{drop}"
 
 
 def _statistic(name: str, value: float, draws: np.ndarray, dropped: int = 0) -> Statistic:
@@ -148,13 +151,14 @@ def _statistic(name: str, value: float, draws: np.ndarray, dropped: int = 0) -> 
   unbounded = float(np.mean(~np.isfinite(draws)))
   a = (1.0 - LEVEL) / 2.0
   v = np.sort(np.where(np.isfinite(draws), draws, np.inf))  # ±∞ and nan sort to the top end: conservative
-  lo, hi = (scaling_fit._order_stat(v, a), scaling_fit._order_stat(v, 1.0 - a)) if fin.size else (math.nan,) * 2
+  w = np.ones_like(v)
+  lo, hi = (precision.quantile(v, w, a), precision.quantile(v, w, 1.0 - a)) if fin.size else (math.nan,) * 2
   return Statistic(name, value, lo, hi, unbounded, int(draws.size), dropped)
 
 
 def axis_statistics(
   points_by_setting: Mapping[str, Points],
-  num: int = 1000,
+  num: int = precision.NUM_RESAMPLES,
   seed: int = 0,
   exclude: Sequence[str] = (),
   include_rejected: bool = False,
@@ -326,7 +330,7 @@ def _claims_intro() -> list[str]:
   ]
 
 
-def claims_section(points_by_setting: Mapping[str, Points], num: int = 1000, seed: int = 0) -> str:
+def claims_section(points_by_setting: Mapping[str, Points], num: int = precision.NUM_RESAMPLES, seed: int = 0) -> str:
   """The verdicts under both readings of "data size": as run (the same step limit in examples at every N) and
   fixed epochs (the limit re-censored at ``FIXED_EPOCHS`` passes over each N), over the same settings: one without
   a measured B_crit in either reading is left out of both (re-censoring can hide the misses that reject a fit).

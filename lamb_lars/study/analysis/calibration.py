@@ -25,7 +25,7 @@ import os
 from typing import Optional, Sequence
 
 from lamb_lars.configs.studies import critical_batch_calibration as cfg
-from lamb_lars.study.analysis import readme_lines
+from lamb_lars.study.analysis import precision, readme_lines
 from lamb_lars.study.analysis import branching as branching_lib
 from lamb_lars.study.analysis.axes_cbs import b_simple_at, branch_losses
 from lamb_lars.study.analysis.axes_fits import _float, _read, b_crit, first_step, seed_points
@@ -166,12 +166,9 @@ def point_rows(name: str, folder: str, b0: int, epsilon: float = cfg.EPSILON, fu
   return out
 
 
-def _n(x: Optional[float], digits: int = 3) -> str:
-  if x is None or (isinstance(x, float) and math.isnan(x)):
-    return "—"
-  if math.isinf(x):
-    return "∞"
-  return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.{digits}g}"
+def _n(x: Optional[float]) -> str:
+  """B_crit, B_noise, κ and their interval ends to 2 significant figures (precision.significant)."""
+  return precision.significant(x)
 
 
 def _iv(t: Optional[tuple[float, float, float]]) -> str:
@@ -221,10 +218,10 @@ def markdown(studies: str, num_bootstrap: int = cfg.NUM_BOOTSTRAP) -> str:
     "",
     "A re-analysis of published folders, no new trial; the rule was pre-registered in "
     "`lamb_lars/configs/studies/critical_batch_calibration.py` before any κ was computed. B_crit: each setting's "
-    f"censored S(B) fit over its replicate seeds ({num_bootstrap} bootstrap resamples). B_noise: B_simple "
+    "censored S(B) fit over its replicate seeds (a bootstrap interval). B_noise: B_simple "
     "(McCandlish et al. 2018 App. A.1, `noise_scale`) of the setting's baseline runs at batch 256, at each run's "
     "first evaluation meeting the target; geometric mean with a 95% Student-t interval on the logs. κ's interval "
-    "divides the ends of the two intervals crosswise (conservative).",
+    "divides the ends of the two intervals crosswise (conservative). " + precision.rule_text(num_bootstrap),
     "",
     "## The pre-registered question",
     "",

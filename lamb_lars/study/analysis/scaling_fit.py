@@ -30,6 +30,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
+from lamb_lars.study.analysis import precision
+
 _GRID = 200  # points per stage of the profile over log β
 _STAGES = 5  # grid stages: the last spacing is ~1e-9 in log β
 
@@ -126,44 +128,59 @@ class Interval:
   num: int
   infinite: float
   failed: int
+  exact: bool = False  # every distinct resample enumerated with its probability (precision.resamples)
 
-
-def _order_stat(sorted_vals: np.ndarray, q: float) -> float:
-  """The q-quantile by the nearest-rank rule (works with ∞ among the values)."""
-  idx = min(len(sorted_vals) - 1, max(0, int(math.ceil(q * len(sorted_vals) - 1e-9)) - 1))  # 1 − 0.95 ≠ 0.05
-  return float(sorted_vals[idx])
+  def text(self) -> str:
+    """The interval as every report quotes it (precision.interval_cell): 2 significant figures, marked when
+    enumerated."""
+    return precision.interval_cell(self.lo, self.hi, self.exact)
 
 
 def bootstrap(
-  points: Mapping[int, Sequence[tuple[float, bool]]], num: int = 200, seed: int = 0, level: float = 0.95
+  points: Mapping[int, Sequence[tuple[float, bool]]],
+  num: int = precision.NUM_RESAMPLES,
+  seed: int = 0,
+  level: float = 0.95,
 ) -> Optional[Interval]:
-  """Percentile interval of B_crit: each batch's (steps, censored) seeds resampled with replacement, ``num``
-  times (a fixed numpy generator: the interval is reproducible). None when no resample could be fitted."""
-  rng = np.random.default_rng(seed)
+  """Percentile interval of B_crit: each batch's (steps, censored) seeds resampled with replacement and refitted,
+  under the precision rule (precision.resamples: every distinct joint resample, weighted, when there are at most
+  ``num``; else ``num`` draws from a numpy generator seeded by ``seed``, so the interval is reproducible). None when
+  no resample could be fitted."""
   keys = sorted(points)
-  vals, failed = [], 0
-  for _ in range(num):
+  sizes = [len(points[b]) for b in keys]
+  vals, weights, failed = [], [], 0
+  for r in precision.resamples(sizes, num, seed=seed):
     bs, ys, cs = [], [], []
-    for b in keys:
+    for b, idx in zip(keys, r.indices):
       pts = list(points[b])
-      for i in rng.integers(0, len(pts), len(pts)):
+      for i in idx:
         bs.append(b)
         ys.append(pts[i][0])
         cs.append(pts[i][1])
     try:
       vals.append(fit(bs, ys, cs).b_crit)
+      weights.append(r.weight)
     except ValueError:
       failed += 1
-  return _interval(vals, failed, level)
+  return _interval(vals, failed, level, weights, precision.exact(sizes, num))
 
 
-def _interval(vals: Sequence[float], failed: int, level: float) -> Optional[Interval]:
-  """The percentile interval of the resampled B_crit values (None when every resample failed to fit)."""
+def _interval(
+  vals: Sequence[float],
+  failed: int,
+  level: float,
+  weights: Optional[Sequence[float]] = None,
+  exact: bool = False,
+) -> Optional[Interval]:
+  """The percentile interval of the resampled B_crit values (None when every resample failed to fit); ``weights``
+  (default equal) are the resamples' probabilities, renormalised over the fitted ones."""
   if not vals:
     return None
-  v = np.sort(np.asarray(vals, np.float64))
+  v = np.asarray(vals, np.float64)
+  w = np.ones_like(v) if weights is None else np.asarray(weights, np.float64)
   a = (1.0 - level) / 2.0
-  return Interval(_order_stat(v, a), _order_stat(v, 1.0 - a), len(vals), float(np.mean(np.isinf(v))), failed)
+  inf_share = float(w[np.isinf(v)].sum() / w.sum())
+  return Interval(precision.quantile(v, w, a), precision.quantile(v, w, 1.0 - a), len(vals), inf_share, failed, exact)
 
 
 def leave_one_batch_out(points: Mapping[int, Sequence[tuple[float, bool]]]) -> dict[int, Optional[float]]:
@@ -217,7 +234,7 @@ class Candidate:
 
 
 def bootstrap_trials_and_seeds(
-  cells: Mapping[Any, Sequence[Candidate]], num: int = 200, seed: int = 0, level: float = 0.95
+  cells: Mapping[Any, Sequence[Candidate]], num: int = precision.NUM_RESAMPLES, seed: int = 0, level: float = 0.95
 ) -> Optional[Interval]:
   """Percentile interval of B_crit over tuning noise and seed noise (issue 41). ``cells``: per searched cell, keyed
   by its batch or by (batch, cell name) when a batch has several cells (their points are pooled, as in ``fit``),

@@ -30,13 +30,13 @@ PARTS being ``SOURCES`` joined by commas.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from typing import Optional, Sequence
 
 from lamb_lars.configs.studies import mnist_batch_ladder as cfg
 from lamb_lars.study.analysis import readme_lines
 from lamb_lars.study.analysis import critical_batch, scaling_fit
+from lamb_lars.study.analysis.precision import significant
 from lamb_lars.study.analysis.axes_fits import Points, _read, seed_points
 
 README = "README.md"
@@ -44,19 +44,6 @@ LADDER = "mnist_batch_ladder_to_target"
 SMALL = "mnist_batch_ladder_to_target_small"
 SOURCES = (f"../{LADDER}", f"../{SMALL}")
 METRICS = (cfg.SMALL_TARGET_METRIC, "test_accuracy")  # the pre-registered reading first, then the sensitivity
-
-
-def significant(x: Optional[float], digits: int = 2) -> str:
-  """``x`` to ``digits`` significant figures, without an exponent (529 → "530", 0.0123 → "0.012"); "∞", "—"."""
-  if x is None or (isinstance(x, float) and math.isnan(x)):
-    return "—"
-  if math.isinf(x):
-    return "∞"
-  if x == 0:
-    return "0"
-  rounded = float(f"{x:.{digits - 1}e}")
-  decimals = max(0, digits - 1 - math.floor(math.log10(abs(rounded))))
-  return f"{rounded:,.{decimals}f}"
 
 
 @dataclasses.dataclass(frozen=True)

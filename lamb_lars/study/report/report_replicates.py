@@ -15,10 +15,10 @@
 from __future__ import annotations
 
 import collections
-import math
 from typing import Optional, Sequence
 
-from lamb_lars.study.analysis import critical_batch, replicates, scaling_fit, search_adequacy
+from lamb_lars.study.analysis import critical_batch, precision, replicates, scaling_fit, search_adequacy
+from lamb_lars.study.analysis.precision import significant as sig
 from lamb_lars.study.records import Target, Trial
 from lamb_lars.study.analysis.selection import chosen_of_cell, finished_full
 from lamb_lars.study.report import reference
@@ -131,7 +131,7 @@ def scaling_section(
   target: Optional[Target],
   targets: Sequence[float],
   target_technique: str,
-  bootstrap_num: int = 200,
+  bootstrap_num: int = precision.NUM_RESAMPLES,
   fit_rule: str = "any",
 ) -> list[str]:
   """Steps to target per seed and the censored S(B) fits; ``fit_rule`` 'measured' (issue 62): a fit that does not
@@ -152,10 +152,11 @@ def scaling_section(
     "",
     "S(B) = S_min·(1 + B_crit/B) (McCandlish et al. 2018 eq. 2.11) fitted to every seed in log steps; a "
     "seed that missed the target is a lower bound at its budget (censored). Beside B_crit: a bootstrap "
-    f"interval over seeds ({bootstrap_num} resamples; each batch's seeds resampled with replacement) and "
+    "interval over seeds (each batch's seeds resampled with replacement) and "
     f"B_crit refitted without each batch. {_resample_note(reps, target, goals[0])}; resamples left with reached "
     "points at fewer "
-    "than two batch sizes cannot be fitted and are counted, and the interval is conditional on the rest.",
+    "than two batch sizes cannot be fitted and are counted, and the interval is conditional on the rest. "
+    + precision.rule_text(bootstrap_num),
     "",
   ]
   rows = [_scaling_row(reps, target, goal, goal == headline, bootstrap_num, fit_rule) for goal in goals]
@@ -200,7 +201,7 @@ def _rejected_note(
 
 def distinct_resamples(k: int) -> int:
   """The distinct bootstrap resamples of k seeds (k draws with replacement, order ignored): C(2k − 1, k)."""
-  return math.comb(2 * k - 1, k) if k > 0 else 0
+  return precision.distinct_resamples([k]) if k > 0 else 0
 
 
 def _resample_note(reps: Sequence[Trial], target: Target, goal: float) -> str:
@@ -246,7 +247,7 @@ def _scaling_row(
     "—"
     if ci is None
     else (
-      f"[{fmt(ci.lo)}, {fmt(ci.hi)}]"
+      ci.text()
       + (f", ∞ in {100 * ci.infinite:.0f}%" if ci.infinite else "")
       + (f"; {ci.failed} of {ci.num + ci.failed} resamples had no fit (left out)" if ci.failed else "")
     )
@@ -257,13 +258,13 @@ def _scaling_row(
     if fit_rule == "measured"
     and v is not None
     and critical_batch.why_not_measured(v, [b for b in reached if b != drop])
-    else fmt(v)
+    else sig(v)
   )
   return [
     name,
-    fmt(f.b_crit),
+    sig(f.b_crit),
     ci_txt,
-    fmt(f.s_min),
+    sig(f.s_min),
     ", ".join(f"−{b}: {lobo_txt(b, v)}" for b, v in lobo.items()),
     seeds,
   ]
@@ -273,7 +274,7 @@ def _interval_text(ci: Optional[scaling_fit.Interval]) -> str:
   if ci is None:
     return "—"
   return (
-    f"[{fmt(ci.lo)}, {fmt(ci.hi)}]"
+    ci.text()
     + (f", ∞ in {100 * ci.infinite:.0f}%" if ci.infinite else "")
     + (f"; {ci.failed} of {ci.num + ci.failed} without a fit" if ci.failed else "")
   )
@@ -333,7 +334,7 @@ def sensitivity_section(
   goals: Sequence[float],
   headline: Optional[float],
   target_technique: str,
-  bootstrap_num: int = 200,
+  bootstrap_num: int = precision.NUM_RESAMPLES,
   fit_rule: str = "any",
 ) -> list[str]:
   """B_crit's sensitivity to the choices behind it (issue 41), per target: the published fit with its interval
@@ -348,7 +349,7 @@ def sensitivity_section(
     name = f"{100 * goal:.2f}%" + (" (headline)" if goal == headline else "")
     group, values = _sensitivity_rows(name, goal, trials, reps, base, target, bootstrap_num, fit_rule)
     rows += group
-    spans.append(f"{name}: {fmt(min(values))} … {fmt(max(values))}" if values else f"{name}: not measured")
+    spans.append(f"{name}: {sig(min(values))} … {sig(max(values))}" if values else f"{name}: not measured")
   if not rows:
     return []
   return (
@@ -406,7 +407,7 @@ def _sensitivity_rows(
       [
         name,
         "leave one batch out (range over the batches)",
-        f"{fmt(min(lobo))} … {fmt(max(lobo))}",
+        f"{sig(min(lobo))} … {sig(max(lobo))}",
         "—",
         f"{len(lobo)} refits",
       ]
@@ -452,7 +453,7 @@ def _variant_row(
   if why:
     return [name, label, f"not measured ({why})", "—", f"{n} ({nc} censored)"], []
   ci = interval if interval is not None else scaling_fit.bootstrap(p, num=bootstrap_num)
-  row = [name, label, fmt(f.b_crit), _interval_text(ci), f"{n} ({nc} censored)"]
+  row = [name, label, sig(f.b_crit), _interval_text(ci), f"{n} ({nc} censored)"]
   return row, [f.b_crit] + ([ci.lo, ci.hi] if ci is not None else [])
 
 
