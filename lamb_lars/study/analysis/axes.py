@@ -214,7 +214,8 @@ def axis_spread(results: Sequence[SettingResult], axis: str) -> str:
     if disjoint
     else "every pair of intervals overlaps (no change shown)"
   )
-  return f"{axis} axis: B_crit spans {max(est) / min(est):.2f}× over {len(rs)} settings; {verdict}{out_note}."
+  span = precision.significant(max(est) / min(est))
+  return f"{axis} axis: B_crit spans {span}× over {len(rs)} settings; {verdict}{out_note}."
 
 
 def secondary_section(
