@@ -119,3 +119,73 @@ def test_the_margin_sensitivity_reads_the_same_interval_against_each_margin():
   assert rows[0][1:] == ["borderline", "borderline", "borderline", "pass"]
   lines = report_batch_warmup.section(BASE + BIG, None, margin=0.002)
   assert "| arm | −0.1 pp | −0.2 pp (pre-registered) | −0.3 pp | −0.5 pp |" in lines
+
+
+# ---- against the best fixed batch (issue 60's aim) ----
+def _curve_trial(arm, batch, seed, points, final, status="done"):
+  """A run whose curve is (step, examples, accuracy) ``points`` followed by its final evaluation."""
+  curve = [{"step": s, "examples": e, "eval_accuracy": a} for s, e, a in points]
+  last_s, last_e = points[-1][0] + 10, points[-1][1] + 10 * batch
+  curve.append({"step": last_s, "examples": last_e, "eval_accuracy": final})
+  return Trial(f"{arm}-{seed}", batch, role="warmup", technique=arm, seed=seed, status=status, curve=curve)
+
+
+FINALS = [0.990, 0.991, 0.992, 0.990, 0.991, 0.992, 0.990, 0.991]
+AIM_BASE = [
+  _curve_trial("fixed_256", 256, s, [(100, 25600, 0.95), (300, 76800, 0.995)], f) for s, f in enumerate(FINALS)
+]
+TUNED = [
+  _curve_trial("fixed_1024_tuned", 1024, s, [(25, 25600, 0.95), (50, 51200, 0.995)], f) for s, f in enumerate(FINALS)
+]
+FAST_BAD = [_curve_trial("fixed_2048", 2048, s, [(20, 40960, 0.995)], 0.975) for s in range(8)]
+
+
+def _controller(name, met_seeds):
+  """Seeds in ``met_seeds`` reach a* at step 30 with 40,000 examples (ratios 0.6 and 0.78 against TUNED's 50 steps
+  and 51,200 examples: the aim met); the others at step 45 (ratio 0.9: not met). Finals as the base's."""
+  return [
+    _curve_trial(name, 256, s, [(10, 2560, 0.9), ((30, 40000, 0.995) if s in met_seeds else (45, 60000, 0.995))], f)
+    for s, f in enumerate(FINALS)
+  ]
+
+
+def test_the_best_fixed_batch_is_the_fastest_non_inferior_fixed_arm():
+  by_arm = bw.arms(AIM_BASE + TUNED + FAST_BAD)
+  goal = bw.target(by_arm["fixed_256"])
+  assert 0.95 < goal < 0.995  # every run reaches a* at its 0.995 point
+  assert bw.median_steps(by_arm["fixed_256"], goal) == 300 and bw.median_steps(by_arm["fixed_1024_tuned"], goal) == 50
+  assert bw.non_inferiority(by_arm["fixed_2048"], by_arm["fixed_256"]).verdict == "fail"  # faster (20), not eligible
+  assert bw.best_fixed(by_arm, "fixed_256", goal) == "fixed_1024_tuned"
+  assert bw.best_fixed(bw.arms(AIM_BASE + FAST_BAD), "fixed_256", goal) == "fixed_256"  # the base is eligible
+
+
+def test_median_steps_counts_a_miss_as_infinite_and_takes_the_lower_median():
+  ts = [
+    _curve_trial("x", 256, s, [(n, n * 256, 0.995 if n < 1000 else 0.5)], 0.5) for s, n in enumerate([50, 1e4, 60, 1e4])
+  ]
+  assert bw.median_steps(ts, 0.99) == 60  # sorted (50, 60, ∞, ∞): the lower median
+  assert math.isinf(bw.median_steps(ts[1::2], 0.99))
+
+
+def test_the_aim_is_a_sign_test_over_seeds_with_non_inferiority():
+  goal = bw.target(AIM_BASE)
+  a = bw.aim(_controller("adaptive", set(range(7))), TUNED, AIM_BASE, goal, "adaptive", "fixed_1024_tuned")
+  assert [r[3] for r in a.ratios] == [True] * 7 + [False]
+  assert a.ratios[0][1] == 30 / 50 and a.ratios[0][2] == 40000 / 51200 and a.ratios[7][1] == 45 / 50
+  assert (a.test.k, a.test.n) == (7, 8) and math.isclose(a.test.p, 9 / 256)  # P(X ≥ 7), X ~ Bin(8, ½)
+  assert a.noninferior == "pass" and a.verdict == "met"
+  six = bw.aim(_controller("c6", set(range(6))), TUNED, AIM_BASE, goal, "c6", "fixed_1024_tuned")
+  assert six.verdict == "inconclusive" and math.isclose(six.test.p, 37 / 256)  # P(X ≥ 6)
+  none = bw.aim(_controller("c0", set()), TUNED, AIM_BASE, goal, "c0", "fixed_1024_tuned")
+  assert none.verdict == "not met"  # 0 of 8: P(X ≤ 0) = 1/256
+  worse = [_curve_trial("w", 256, s, [(30, 40000, 0.995)], 0.980) for s in range(8)]  # fast but 1 pp worse
+  assert bw.aim(worse, TUNED, AIM_BASE, goal, "w", "fixed_1024_tuned").verdict == "not met"
+
+
+def test_the_report_names_the_best_fixed_batch_and_the_aim():
+  trials = AIM_BASE + TUNED + FAST_BAD + _controller("adaptive", set(range(7)))
+  text = "\n".join(report_batch_warmup.section(trials, None, best_fixed=True))
+  assert "### Against the best fixed batch" in text and "Best: **`fixed_1024_tuned`**." in text
+  row = next(ln for ln in text.splitlines() if ln.startswith("| adaptive | fixed_1024_tuned"))
+  assert "0: 0.60" in row and "7: 0.90" in row and "7 of 8" in row and "**met**" in row
+  assert "### Against the best fixed batch" not in "\n".join(report_batch_warmup.section(trials, None))  # off

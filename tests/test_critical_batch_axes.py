@@ -591,7 +591,9 @@ def test_the_reached_batches_sensitivity_refits_a_rejected_setting_without_its_u
   first = [ln for ln in lines if ln.startswith("| as run: the same")][0]
   # without 8192, data7500's points are exact again and it joins the slope; as run it is left out
   assert f"data slope = {slope(data):+.2f}" in restricted, restricted
-  assert f"data slope = {precision.significant(slope(data[1:]), sign=True)} " in first and slope(data) != pytest.approx(slope(data[1:]), abs=0.01)
+  assert f"data slope = {precision.significant(slope(data[1:]), sign=True)} " in first and slope(data) != pytest.approx(
+    slope(data[1:]), abs=0.01
+  )
 
 
 def test_secondary_targets_are_the_config_docstring_rule():

@@ -22,10 +22,16 @@ within its interval, in ≥ 30% fewer optimizer steps"):
 * **steps and examples to a*** per seed, a* the low end of the base arm's 95% interval of final accuracy: the
   first evaluation with test accuracy ≥ a* (its resolution is the evaluation cadence); a seed that never reaches
   it is censored ("> its steps"). This is the steps-to-target view (Shallue et al. 2018) of the same runs.
+* **against the best fixed batch** (issue 60's aim, stated against "the best fixed batch (tuned)"): the best fixed
+  batch is the ``fixed_*`` arm, non-inferior to the base (the base itself eligible), with the fewest median steps
+  to a* over its seeds (``best_fixed``); every other arm is compared with it seed by seed: met on a seed when it
+  reaches a* in ≤ ``MAX_RATIO`` × the best's steps and ≤ ``MAX_EXAMPLES_RATIO`` × its examples; over seeds the
+  one-sided sign test (verdict.sign_test) together with the arm's non-inferiority (``aim``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Optional, Sequence
 
@@ -103,3 +109,92 @@ def total_steps(ts: Sequence[Trial]) -> Optional[int]:
   """The arm's optimizer steps over its whole budget (the largest last step of its runs)."""
   steps = [int(t.curve[-1]["step"]) for t in ts if t.curve]
   return max(steps) if steps else None
+
+
+# ---- against the best fixed batch (issue 60's aim; pre-registered in mnist_batch_warmup.py, ``:best_fixed``) ----
+MAX_EXAMPLES_RATIO = 1.1  # the issue's aim: at most 10% more examples than the best fixed batch
+
+
+def reach_steps(t: Trial, goal: float) -> float:
+  """Steps to ``goal`` (first_reaching), ∞ for a seed that never reaches it."""
+  hit = first_reaching(t, goal)
+  return float(hit[0]) if hit else math.inf
+
+
+def median_steps(ts: Sequence[Trial], goal: float) -> float:
+  """The median over seeds of the steps to ``goal`` (a seed that never reaches it counts as ∞; the lower median of
+  an even count, so that half the seeds reach it in at most that many steps)."""
+  v = sorted(reach_steps(t, goal) for t in ts)
+  return v[(len(v) - 1) // 2] if v else math.inf
+
+
+def best_fixed(
+  by_arm: dict[str, list[Trial]], base: str, goal: float, margin: float = verdict_lib.ACC_TOLERANCE
+) -> Optional[str]:
+  """The best fixed batch: among the ``fixed_*`` arms whose final accuracy is non-inferior to the base's
+  (``pass``; the base itself is eligible), the one with the fewest median steps to a* over its seeds
+  (``median_steps``); a tie goes to the smaller batch. None when no fixed arm reaches a* in half its seeds."""
+  ok = []
+  for name, ts in by_arm.items():
+    if not name.startswith("fixed") or not ts:
+      continue
+    v = None if name == base else non_inferiority(ts, by_arm[base], margin)
+    if name == base or (v is not None and v.verdict == verdict_lib.PASS):
+      ok.append((median_steps(ts, goal), ts[0].batch_size, name))
+  ok = [o for o in ok if math.isfinite(o[0])]
+  return min(ok)[2] if ok else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Aim:
+  """An arm against the best fixed batch, seed by seed: the steps and examples ratios to a* (None where the arm
+  misses a*; ``inf``-free: a seed where only the best fixed arm misses counts as meeting the aim, ratio 0), how many
+  seeds meet the aim, the one-sided sign test over them, the arm's non-inferiority to the base, and the verdict."""
+
+  arm: str
+  best: str
+  ratios: tuple[tuple[int, Optional[float], Optional[float], bool], ...]  # (seed, steps ratio, examples ratio, met)
+  test: verdict_lib.SignTest
+  noninferior: str
+  verdict: str
+
+
+def aim(
+  arm: Sequence[Trial],
+  best: Sequence[Trial],
+  base: Sequence[Trial],
+  goal: float,
+  name: str,
+  best_name: str,
+  margin: float = verdict_lib.ACC_TOLERANCE,
+) -> Optional[Aim]:
+  """Issue 60's aim for ``arm`` against the best fixed batch ``best``: per seed both ran, met when the arm reaches
+  a* in ≤ ``MAX_RATIO`` × the best's steps and ≤ ``MAX_EXAMPLES_RATIO`` × its examples (a best-arm seed that misses
+  a* counts as ∞). ``met`` when the sign test over seeds passes (verdict.sign_test: 7 of 8 seeds) and the arm is
+  non-inferior to the base; ``not met`` when the sign test fails or non-inferiority fails; else inconclusive. None
+  without a seed in common."""
+  by_seed = {t.seed: t for t in best}
+  rows = []
+  for t in arm:
+    if t.seed not in by_seed:
+      continue
+    a, b = first_reaching(t, goal), first_reaching(by_seed[t.seed], goal)
+    if a is None:
+      rows.append((int(t.seed or 0), None, None, False))
+    elif b is None:
+      rows.append((int(t.seed or 0), 0.0, 0.0, True))
+    else:
+      rs, re_ = a[0] / b[0], a[1] / b[1]
+      rows.append((int(t.seed or 0), rs, re_, rs <= MAX_RATIO and re_ <= MAX_EXAMPLES_RATIO))
+  if not rows:
+    return None
+  test = verdict_lib.sign_test(sum(r[3] for r in rows), len(rows))
+  ni = non_inferiority(arm, base, margin)
+  ni_text = "—" if ni is None else ni.verdict
+  if test.verdict == verdict_lib.PASS and ni_text == verdict_lib.PASS:
+    out = "met"
+  elif test.verdict == verdict_lib.FAIL or ni_text == verdict_lib.FAIL:
+    out = "not met"
+  else:
+    out = "inconclusive"
+  return Aim(name, best_name, tuple(rows), test, ni_text, out)

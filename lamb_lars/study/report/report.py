@@ -77,6 +77,9 @@ class ReportSpec:
   # Pre-registered thresholds (issue 41; the study config's analysis / branching sections): the batch-size warmup's
   # non-inferiority margin (a fraction of accuracy), and the other ε values a branching report shows CBS(t) at.
   noninferiority_margin: float = 0.002
+  # The batch-warmup section's comparison with the best fixed batch (issue 60's aim; ``analysis.best_fixed`` of a
+  # study config that pre-registers it, e.g. mnist_batch_warmup.py:best_fixed; absent: off, as published before).
+  best_fixed: bool = False
   branch_epsilons: tuple[float, ...] = ()
   # How a B_crit fit that measures nothing is shown (issue 62): 'measured' prints a fit over fewer than three batch
   # sizes, or whose B_crit sits at the edge of them, as "not measured (why)", in text and figure, derives nothing
@@ -492,5 +495,9 @@ def _scaling_and_curve_sections(
       report_curves.diffusion_section(trials, fig_dir, spec.max_curves),
     ),
     ("Trust ratios", "no run logged `trust_ratio/<layer>`", report_curves.trust_section(trials, fig_dir)),
-    ("Batch-size warmup", "", report_batch_warmup.section(trials, fig_dir, spec.noninferiority_margin)),
+    (
+      "Batch-size warmup",
+      "",
+      report_batch_warmup.section(trials, fig_dir, spec.noninferiority_margin, spec.best_fixed),
+    ),
   ]

@@ -62,9 +62,15 @@ def margin_rows(by_arm: dict[str, list[Trial]], base: str, margin: float) -> lis
   return out
 
 
-def section(trials: Sequence[Trial], out_dir: Optional[str], margin: float = verdict_lib.ACC_TOLERANCE) -> list[str]:
+def section(
+  trials: Sequence[Trial],
+  out_dir: Optional[str],
+  margin: float = verdict_lib.ACC_TOLERANCE,
+  best_fixed: bool = False,
+) -> list[str]:
   """The report section (module docstring) with a figure of test accuracy against optimizer steps; [] when the
-  study has no ``warmup`` trials or no base arm."""
+  study has no ``warmup`` trials or no base arm. ``best_fixed``: with the comparison against the best fixed batch
+  (``best_fixed_lines``; the study config's ``analysis.best_fixed``)."""
   by_arm = bw.arms(trials)
   base = bw.base_arm(by_arm)
   if base is None:
@@ -105,6 +111,7 @@ def section(trials: Sequence[Trial], out_dir: Optional[str], margin: float = ver
     ["arm"] + [f"−{100 * m:g} pp" + (" (pre-registered)" if m == margin else "") for m in margins],
     margin_rows(by_arm, base, margin),
   )
+  lines += best_fixed_lines(by_arm, base, goal, margin) if best_fixed else []
   curves = {f"{name} seed {t.seed}": t.curve for name, ts in by_arm.items() for t in ts[:1]}
   png = plots.training_curves(
     out_dir,
@@ -114,3 +121,65 @@ def section(trials: Sequence[Trial], out_dir: Optional[str], margin: float = ver
     target=goal,
   )
   return lines + ["", f"![batch-size warmup]({png})", ""]
+
+
+def _ratio(x: Optional[float]) -> str:
+  return "misses a*" if x is None else f"{x:.2f}"
+
+
+def best_fixed_lines(
+  by_arm: dict[str, list[Trial]], base: str, goal: float, margin: float = verdict_lib.ACC_TOLERANCE
+) -> list[str]:
+  """The "against the best fixed batch" subsection (batch_warmup.best_fixed, batch_warmup.aim), when the study has
+  a fixed arm besides the base (a tuned one) and an arm that is not fixed; [] otherwise."""
+  fixed = [a for a in by_arm if a.startswith("fixed")]
+  others = [a for a in by_arm if not a.startswith("fixed")]
+  if len(fixed) < 2 or not others:
+    return []
+  best = bw.best_fixed(by_arm, base, goal, margin)
+  medians = "; ".join(f"{a}: {bw.median_steps(by_arm[a], goal):g}" for a in fixed)
+  lines = [
+    "",
+    "### Against the best fixed batch",
+    "",
+    f"The best fixed batch: among the fixed arms non-inferior to `{base}` (itself eligible), the fewest median steps "
+    f"to a* over seeds (a seed that misses a* counts as ∞): median steps to a* {medians}. "
+    + (f"Best: **`{best}`**." if best else "No fixed arm reaches a* in half its seeds: no best fixed batch."),
+    "",
+  ]
+  if best is None:
+    return lines
+  lines += [
+    f"The aim per seed: a* in ≤ {bw.MAX_RATIO}× the best fixed arm's steps and ≤ {bw.MAX_EXAMPLES_RATIO}× its "
+    "examples; over seeds: the one-sided sign test (p < 0.05) and non-inferiority to the base "
+    f"(−{100 * margin:g} pp). `met` needs both; `not met` when either fails.",
+    "",
+  ]
+  rows = []
+  for name in others:
+    a = bw.aim(by_arm[name], by_arm[best], by_arm[base], goal, name, best, margin)
+    if a is None:
+      continue
+    rows.append(
+      [
+        name,
+        best,
+        "; ".join(f"{s}: {_ratio(r)}" for s, r, _, _ in a.ratios),
+        "; ".join(f"{s}: {_ratio(e)}" for s, _, e, _ in a.ratios),
+        f"{a.test.k} of {a.test.n} (p = {a.test.p:.3g})",
+        a.noninferior,
+        f"**{a.verdict}**",
+      ]
+    )
+  return lines + table(
+    [
+      "arm",
+      "best fixed",
+      "steps ratio per seed",
+      "examples ratio per seed",
+      "seeds meeting the aim",
+      "non-inferior",
+      "aim",
+    ],
+    rows,
+  )
