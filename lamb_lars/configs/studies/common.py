@@ -26,13 +26,14 @@ def analysis(**overrides: Any) -> ml_collections.ConfigDict:
   lamb_lars/study/report/reference.py; ``paper``: the workload key in its tables, '' = none), Table 3's batch, a
   title and notes; ``noninferiority_margin``: the
   pre-registered margin of a batch-size warmup arm's non-inferiority (accuracy fraction; 0.002 = 0.2 pp;
-  lamb_lars/study/analysis/batch_warmup.py). Thresholds live here and are committed before the first trial (the
+  lamb_lars/study/analysis/batch_warmup.py); ``best_fixed``: the warmup section also compares every arm with the best
+  fixed batch (batch_warmup.best_fixed and aim; issue 60). Thresholds live here and are committed before the first trial (the
   manifest records that commit, issue 41)."""
   a = ml_collections.ConfigDict(dict(
       title="", notes="", paper="", reference="lamb_lars.proj.you2020.reference", target_metric="eval_accuracy",
       target_goal=0.99, target_mode="max",
       baseline_epochs=0.0, num_train=60000, techniques=(), target_technique="", table3_batch=0, targets=(),
-      noninferiority_margin=0.002))
+      noninferiority_margin=0.002, best_fixed=False))
   a.update(overrides)
   return a
 

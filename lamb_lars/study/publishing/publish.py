@@ -102,7 +102,7 @@ def report_spec(study: ml_collections.ConfigDict, workdir: str, con) -> report.R
     targets=tuple(float(g) for g in a["targets"]),
     edge_fraction=float(sections.section(study, "search")["edge_fraction"]),
     noninferiority_margin=float(a["noninferiority_margin"]),
-    best_fixed=bool(a.get("best_fixed", False)),
+    best_fixed=bool(a["best_fixed"]),
     analysis_changes=preregistration.analysis_changes(preregistration.load(workdir), a),
     **_branching_spec(study),
   )
