@@ -24,11 +24,10 @@ def analysis(**overrides: Any) -> ml_collections.ConfigDict:
   own S(B) fit; lamb_lars/study/report/report_replicates.py), ρ, N, the declared technique set, the published
   results beside ours (``reference``: the import path of a project's reference module,
   lamb_lars/study/report/reference.py; ``paper``: the workload key in its tables, '' = none), Table 3's batch, a
-  title and notes; ``noninferiority_margin``: the
-  pre-registered margin of a batch-size warmup arm's non-inferiority (accuracy fraction; 0.002 = 0.2 pp;
-  lamb_lars/study/analysis/batch_warmup.py); ``best_fixed``: the warmup section also compares every arm with the best
-  fixed batch (batch_warmup.best_fixed and aim; issue 60). Thresholds live here and are committed before the first trial (the
-  manifest records that commit, issue 41)."""
+  title and notes; ``noninferiority_margin``: the pre-registered margin of a batch-size warmup arm's
+  non-inferiority (accuracy fraction; 0.002 = 0.2 pp; lamb_lars/study/analysis/batch_warmup.py); ``best_fixed``:
+  the warmup section also compares every arm with the best fixed batch (batch_warmup.best_fixed and aim; issue 60).
+  Thresholds live here and are committed before the first trial (the manifest records that commit, issue 41)."""
   a = ml_collections.ConfigDict(dict(
       title="", notes="", paper="", reference="lamb_lars.proj.you2020.reference", target_metric="eval_accuracy",
       target_goal=0.99, target_mode="max",
