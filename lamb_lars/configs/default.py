@@ -102,6 +102,13 @@ def batch_and_duration(config: ml_collections.ConfigDict) -> None:
       margin=0.1,                     # dead band: the target must be nearer the new size than the current one by
                                       # the factor 1 + margin (no flip-flop around a midpoint)
       grow_only=False,                # never shrink the batch
+      audit_points="",                # "X1,X2" (batch_schedule_unit): the branch self-audit at the first decision
+                                      # at or after each X_i re-sets κ from the run's own measured critical batch
+                                      # (lamb_lars/train/self_audit.py); "" = none
+      audit_sizes=3,                  # branch at the next this-many ladder sizes above the batch
+      audit_delta_examples=0,         # Δ: examples each branch trains (rounded up to a multiple of every size)
+      audit_epsilon=0.2,              # a branch does not lose when its loss ≤ (1 + ε)·the continuation's
+      audit_loss="validation_loss",   # validation_loss (needs validation_split) | eval_loss (the test split)
       lr_rule="auto"))                # auto (linear for sgd/momentum/nesterov/lars, sqrt for adam/adamw/lamb/
                                       # rmsprop/adagrad) | linear | sqrt | none: LR ×rule(B/batch_size)
   config.label_smoothing = 0.0

@@ -43,6 +43,10 @@ Every decision, change or not, is a record (:func:`decide`): one row of ``RUN_DI
 line and TensorBoard scalars (``optim/adaptive_batch/...``). The stages and the records live in each checkpoint's
 metadata (:meth:`Controller.state_dict`), so a resumed run rebuilds exactly the stages, the LR and the data order of
 the uninterrupted one. The decision rows are not in ``metrics.jsonl``, whose rows studies read as evaluations.
+
+The ``branch`` self-audit (``audit_points``, :mod:`lamb_lars.train.self_audit`): at the first decision at or after
+each point, the run branches from its own state, measures the conservative critical batch, and from then on uses
+κ' = CBS_low / B_noise in place of κ(x) (:meth:`Controller.kappa`).
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ import os
 from typing import Any, Callable, Optional, Sequence
 
 from lamb_lars.common import durations, io_utils
-from lamb_lars.train import batch_schedule
+from lamb_lars.train import batch_schedule, self_audit
 
 SIGNALS = ("auto", "simple", "precond")
 LR_RULES = ("auto", "linear", "sqrt", "none")
@@ -91,6 +95,7 @@ class Settings:
   margin: float = 0.0
   grow_only: bool = False
   lr_rule: str = "linear"
+  audit: Any = None  # a self_audit.AuditSettings: branch from the run's own state and re-set κ (self_audit.py)
 
 
 def lr_rule(rule: str, optimizer_name: str) -> str:
@@ -174,15 +179,18 @@ def parse_kappa_schedule(spec: str, unit: str, num_train: int) -> tuple[tuple[in
   return tuple(out)
 
 
-def decide(batch: int, value: float, s: Settings, examples: int = 0) -> tuple[int, float, str]:
+def decide(
+  batch: int, value: float, s: Settings, examples: int = 0, kappa: Optional[float] = None
+) -> tuple[int, float, str]:
   """(the next batch, the target T, the reason) at batch ``batch`` with noise scale ``value`` after ``examples``
-  examples (module docstring).
+  examples (module docstring); ``kappa``: κ in place of ``kappa_at(s, examples)`` (a self-audit's, self_audit.py).
 
   Reasons: 'no_estimate' (value not finite > 0), 'hold' (B' = B), 'below_min_change', 'dead_band', 'grow_only'
   (the batch stays), 'grow', 'shrink' (it changes)."""
   if not (math.isfinite(value) and value > 0):
     return batch, float("nan"), "no_estimate"
-  target = min(max(kappa_at(s, examples) * value, float(s.min_batch)), float(s.max_batch))
+  k = kappa_at(s, examples) if kappa is None else kappa
+  target = min(max(k * value, float(s.min_batch)), float(s.max_batch))
   new = snap(target, s.ladder)
   if new == batch:
     return batch, target, "hold"
@@ -217,12 +225,19 @@ class Controller:
     self.settings = settings
     self.stages: list[batch_schedule.Stage] = [_raw(s) for s in stages]
     self.records: list[dict] = []
+    self.audits: list[dict] = []  # the self-audits so far (self_audit.py), in order
+
+  def kappa(self, examples: int) -> float:
+    """κ after ``examples``: the latest self-audit's κ at or before it, else the configured κ(x) (kappa_at)."""
+    done = [a for a in self.audits if a["examples"] <= examples and a.get("kappa_after") is not None]
+    return float(done[-1]["kappa_after"]) if done else kappa_at(self.settings, examples)
 
   def decide(self, step: int, examples: int, estimate: Callable[[str], tuple[float, float, float]]) -> dict:
     """The decision at ``step`` (after ``examples`` examples); appends a stage when the batch changes."""
     s, batch = self.settings, self.stages[-1].batch_size
     kind, value, lo, hi = read_signal(s.signal, estimate)
-    new, target, reason = decide(batch, value, s, examples)
+    kappa = self.kappa(examples)
+    new, target, reason = decide(batch, value, s, examples, kappa)
     mult = lr_multiplier(s.lr_rule, new, s.base_batch)
     if new != batch:
       self.stages.append(batch_schedule.Stage(step, examples, new, mult))
@@ -234,7 +249,7 @@ class Controller:
       "estimate": value,
       "lo": lo,
       "hi": hi,
-      "kappa": kappa_at(s, examples),
+      "kappa": kappa,
       "target": target,
       "from": batch,
       "to": new,
@@ -245,14 +260,19 @@ class Controller:
     return record
 
   def state_dict(self) -> dict:
-    """JSON-exact: the stages as [start_step, start_example, batch, lr_multiplier] and every record so far (NaN as
-    the text 'nan')."""
-    return {"stages": [list(dataclasses.astuple(s)) for s in self.stages], "decisions": list(self.records)}
+    """JSON-exact: the stages as [start_step, start_example, batch, lr_multiplier], every record and self-audit so
+    far (NaN as the text 'nan')."""
+    return {
+      "stages": [list(dataclasses.astuple(s)) for s in self.stages],
+      "decisions": list(self.records),
+      "audits": list(self.audits),
+    }
 
   def load_state_dict(self, saved: Optional[dict]) -> None:
     if saved:
       self.stages = [batch_schedule.Stage(int(a), int(b), int(c), float(d)) for a, b, c, d in saved["stages"]]
       self.records = [dict(r) for r in saved["decisions"]]
+      self.audits = [dict(r) for r in saved.get("audits", ())]  # a checkpoint from before self-audits has none
 
 
 def _number(cfg: Any, key: str, *, least: float, strict: bool) -> float:
@@ -312,6 +332,7 @@ def settings(
     margin=margin,
     grow_only=cfg.grow_only,
     lr_rule=lr_rule(cfg.lr_rule, optimizer_name),
+    audit=self_audit.settings(cfg, unit=unit, num_train=num_train),
   )
 
 
@@ -320,11 +341,11 @@ def _raw(stage: Any) -> batch_schedule.Stage:
 
 
 class DecisionLog:
-  """``RUN_DIR/batch_decisions.jsonl``: one JSON row per decision (process 0 writes it). Started over from the
-  records of the checkpoint a run resumes from, so a resumed run's file equals the uninterrupted run's."""
+  """``RUN_DIR/batch_decisions.jsonl`` (or ``name``): one JSON row per decision (process 0 writes it). Started over
+  from the records of the checkpoint a run resumes from, so a resumed run's file equals the uninterrupted run's."""
 
-  def __init__(self, workdir: Optional[str], records: Sequence[dict]):
-    self.path = os.path.join(workdir, DECISIONS_FILE) if workdir else None
+  def __init__(self, workdir: Optional[str], records: Sequence[dict], name: str = DECISIONS_FILE):
+    self.path = os.path.join(workdir, name) if workdir else None
     if self.path:
       io_utils.write_text_atomic(self.path, "".join(json.dumps(r) + "\n" for r in records))
 

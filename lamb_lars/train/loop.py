@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 import time
 from typing import Any, Callable, Optional
 
+import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
 from lamb_lars.common import cli_errors, io_utils
 from lamb_lars.optim import lr_table
-from lamb_lars.train import adaptive_batch, run_identity, run_plan, stopping, train_metrics
+from lamb_lars.train import adaptive_batch, batch_schedule, run_identity, run_plan, self_audit, stopping, train_metrics
 
 
 # train.py's SIGINT/SIGTERM handler (request_stop below) appends the signal here while the loop runs
@@ -90,6 +93,7 @@ class _Run:
       preconditioned=p.diagnostics.noise_scale_precond,
     )
     self.noise.load_state_dict(meta.get("noise_scale"))
+    self.audits: Any = None  # the self-audit log (batch_audits.jsonl), with audit_points
     self.controller, self.decisions = self._controller(meta.get("adaptive_batch"))
     self.rules = self._rules(meta.get("stopping"))
     self.window = train_metrics.MetricsWindow(meta.get("train_time", 0.0))
@@ -110,6 +114,8 @@ class _Run:
     if len(controller.stages) > 1:
       self._replan(controller.stages)
       self.bar.retarget(self.parts.plan.total_steps, self.parts.plan.epoch_of)
+    if p.adaptive.audit is not None:
+      self.audits = adaptive_batch.DecisionLog(self.parts.workdir, controller.audits, self_audit.AUDITS_FILE)
     return controller, adaptive_batch.DecisionLog(self.parts.workdir, controller.records)
 
   def _replan(self, stages: list) -> None:
@@ -123,6 +129,66 @@ class _Run:
     )
     rules.load_state_dict(saved)
     return rules
+
+  def audit(self, step: int, train_state: Any) -> None:
+    """The ``branch`` self-audit at ``step`` (lamb_lars/train/self_audit.py): branches from a copy of
+    ``train_state`` at the ladder sizes above the batch, κ re-set from their bracket; the run's plan is restored."""
+    p, c = self.parts.plan, self.controller
+    s, a = c.settings, c.settings.audit
+    examples, stages = p.examples(step), list(c.stages)
+    batch = stages[-1].batch_size
+    sizes = self_audit.branch_sizes(s.ladder, batch, a.sizes)
+    delta = self_audit.delta(a.delta_examples, sizes)
+    skip = None
+    if len(sizes) == 1:
+      skip = f"no ladder size lies above batch {batch:,}"
+    elif examples + delta > p.examples(p.total_steps):
+      skip = f"its {delta:,} examples run past the end"
+    if skip:
+      self.parts.log(f"Batch audit at step {step}: {skip}; not audited, κ stays.")
+      c.audits.append({"event": "batch_audit", "step": step, "examples": examples, "skipped": skip})
+      c.audits[-1]["kappa_after"] = None
+      self.audits.append(c.audits[-1])
+      return
+    losses = {}
+    for b in sizes:
+      mult = adaptive_batch.lr_multiplier(s.lr_rule, b, s.base_batch)
+      self._replan(stages if b == batch else [*stages, batch_schedule.Stage(step, examples, b, mult)])
+      losses[b] = self._branch(train_state, step, delta // b, a.loss)
+    self._replan(stages)
+    self.compiled = self.parts.feeder.compile_time  # the branches' compilations are not the run's
+    kind, value, _, _ = adaptive_batch.read_signal(s.signal, self.noise.estimate)
+    record = self_audit.record(
+      step=step,
+      examples=examples,
+      batch=batch,
+      delta_examples=delta,
+      loss=a.loss,
+      losses=losses,
+      epsilon=a.epsilon,
+      signal=kind,
+      estimate=value,
+      kappa_before=c.kappa(examples),
+    )
+    c.audits.append(record)
+    self.audits.append(record)
+    self.parts.log(self_audit.describe(record))
+    scalars = {"audit_cbs_low": record["cbs_low"], "audit_kappa": record["kappa_after"]}
+    self.writer.write_scalars(step, {f"adaptive_batch/{k}": v for k, v in scalars.items() if v is not None})
+
+  def _branch(self, train_state: Any, step: int, n: int, loss: str) -> float:
+    """One audit branch: ``n`` steps of the current plan from a copy of ``train_state`` (the call donates its
+    input), then the evaluation's ``loss``; inf when a training loss turned non-finite."""
+    feeder = self.parts.feeder
+    state = jax.tree_util.tree_map(lambda x: jnp.copy(x) if isinstance(x, jax.Array) else x, train_state)
+    t = step
+    while t < step + n:
+      k = min(self.parts.plan.steps_per_fetch, step + n - t)
+      state, out = feeder.dispatch(state, t, k, self.parts.step_key)
+      if stopping.first_nonfinite(feeder.fetch(out)["train_loss"]) is not None:
+        return math.inf
+      t += k
+    return float(self.parts.evaluate(feeder.to_canonical(state))[loss])
 
   def decide(self, step: int) -> None:
     """The adaptive batch's decision at ``step``: a record (log line, batch_decisions.jsonl, TensorBoard) and, when
@@ -169,6 +235,9 @@ class _Run:
     """Evaluation and checkpoint due at ``self.step`` (the loop dispatched nothing past it)."""
     p, step, feeder = self.parts.plan, self.step, self.parts.feeder
     if self.controller is not None and p.due(decide_every(p), step) and step < p.total_steps:
+      a = self.controller.settings.audit
+      if a is not None and self_audit.due(a.points, self.controller.audits, p.examples(step)):
+        self.audit(step, train_state)
       self.decide(step)  # first: the evaluation row and the checkpoint at this step see the decision
       p = self.parts.plan
     if p.due(p.eval_every_steps, step):

@@ -385,6 +385,13 @@ def adaptive_plan(config: Any, plan: RunPlan) -> RunPlan:
         f"{what} changes how many devices a BN group spans; set bn.group_devices (or bn.mode) so that every "
         f"size keeps the same device groups."
       )
+  end = plan.examples(plan.total_steps)
+  if s.audit is not None and s.audit.points[-1] >= end:
+    raise ConfigError(
+      f"config.adaptive_batch.audit_points={config.adaptive_batch.audit_points!r} (in "
+      f"{config.batch_schedule_unit}) reaches {s.audit.points[-1]:,} examples, and the run ends at {end:,}; "
+      "name points inside the run."
+    )
   if durations.given(config.adaptive_batch, "every") is None:
     raise ConfigError(
       "config.batch_schedule='adaptive' decides every config.adaptive_batch.every_steps, every_examples or "

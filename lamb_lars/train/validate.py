@@ -241,4 +241,10 @@ def validate(
   if ref is not None:
     plan = dataclasses.replace(plan, data_start=ref.data_start, branch=ref)
   check_plan(config, plan)
+  audit = plan.adaptive.audit if plan.adaptive is not None else None
+  if audit is not None and audit.loss == "validation_loss" and not info.num_validation > 0:
+    raise ConfigError(
+      "config.adaptive_batch.audit_points audits on the validation loss, and this run holds out no validation "
+      "split; set config.validation_split > 0 (or adaptive_batch.audit_loss='eval_loss', the test split)."
+    )
   return plan
