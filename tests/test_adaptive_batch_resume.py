@@ -63,8 +63,11 @@ def _checkpoints(workdir):
 
 
 def _audits(workdir):
+  """batch_audits.jsonl without ``seconds`` (wall time, the audit's one timing field)."""
   path = os.path.join(workdir, "batch_audits.jsonl")
-  return io_utils.read_jsonl(path) if os.path.exists(path) else None
+  if not os.path.exists(path):
+    return None
+  return [{k: v for k, v in r.items() if k != "seconds"} for r in io_utils.read_jsonl(path)]
 
 
 @pytest.mark.slow

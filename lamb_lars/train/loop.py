@@ -150,7 +150,7 @@ class _Run:
       c.audits[-1]["kappa_after"] = None
       self.audits.append(c.audits[-1])
       return
-    losses = {}
+    losses, start = {}, time.perf_counter()
     for b in sizes:
       mult = adaptive_batch.lr_multiplier(s.lr_rule, b, s.base_batch)
       self._replan(stages if b == batch else [*stages, batch_schedule.Stage(step, examples, b, mult)])
@@ -170,10 +170,16 @@ class _Run:
       estimate=value,
       kappa_before=c.kappa(examples),
     )
+    # the branches' wall time, compilations included: the one field in which a resumed run's record may differ
+    record["seconds"] = round(time.perf_counter() - start, 3)
     c.audits.append(record)
     self.audits.append(record)
-    self.parts.log(self_audit.describe(record))
-    scalars = {"audit_cbs_low": record["cbs_low"], "audit_kappa": record["kappa_after"]}
+    self.parts.log(f"{self_audit.describe(record).rstrip('.')}; {record['seconds']:.1f} s.")
+    scalars = {
+      "audit_cbs_low": record["cbs_low"],
+      "audit_kappa": record["kappa_after"],
+      "audit_seconds": record["seconds"],
+    }
     self.writer.write_scalars(step, {f"adaptive_batch/{k}": v for k, v in scalars.items() if v is not None})
 
   def _branch(self, train_state: Any, step: int, n: int, loss: str) -> float:

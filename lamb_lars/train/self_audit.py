@@ -36,11 +36,12 @@ An audit is skipped, κ staying as it was, when no ladder size lies above B or w
 training: a row with ``skipped`` (the reason) and ``kappa_after`` None.
 
 The run then goes on from the state it had before the audit: the branches change nothing but κ. Every audit is a row
-of ``RUN_DIR/batch_audits.jsonl`` (the losses, verdicts, bracket and κ), a log line and TensorBoard scalars
-(``optim/adaptive_batch/audit_*``), and part of the controller's checkpointed state, so a resumed run neither
-repeats an audit it has recorded nor loses one (a run killed inside an audit re-runs it from the checkpoint before,
-on the same data: the same result). Cost: (1 + audit_sizes) × Δ' examples of training and as many evaluations per
-audit, and a compilation per branch size.
+of ``RUN_DIR/batch_audits.jsonl`` (the losses, verdicts, bracket and κ, and ``seconds``: the branches' wall time,
+compilations included), a log line and TensorBoard scalars (``optim/adaptive_batch/audit_*``), and part of the
+controller's checkpointed state, so a resumed run neither repeats an audit it has recorded nor loses one (a run
+killed inside an audit re-runs it from the checkpoint before, on the same data: the same result, timing aside).
+Cost: (1 + audit_sizes) × Δ' examples of training and as many evaluations per audit, and a compilation per branch
+size (benchmarks/self_audit_cost.py measures it against the run's own training).
 """
 
 from __future__ import annotations
